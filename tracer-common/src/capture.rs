@@ -1,0 +1,729 @@
+//! The capture file ("captured rings").
+//!
+//! ```text
+//! file   := FileHeader chunk*
+//! FileHeader (16 bytes) := magic "EFTCAP\0\0" | format version u32 | reserved u32
+//! chunk  := ChunkHeader (24 bytes) payload
+//! ChunkHeader := magic "CHNK" | kind u32 | seq u32 | len u32 | crc32(payload) u32 | reserved u32
+//! ```
+//! A `records` chunk holds raw ring-buffer records back to back (see
+//! [`crate::record`]); a `meta` chunk holds one JSON [`Meta`] item. The first
+//! chunk is always `Meta::Header`. Metadata learned while recording (processes,
+//! symbol tables, loss counters) is written as it is learned, so a recorder
+//! killed with SIGKILL leaves a file that reads up to its last complete chunk.
+//! All integers are little-endian.
+
+use std::{
+    collections::BTreeMap,
+    io::{self, Read, Write},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{Header, Pod as _};
+
+/// First 8 bytes of every capture file.
+pub const FILE_MAGIC: [u8; 8] = *b"EFTCAP\0\0";
+/// Version of the capture format this crate reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// First 4 bytes of every chunk header.
+pub const CHUNK_MAGIC: [u8; 4] = *b"CHNK";
+/// Size of the file header in bytes.
+pub const FILE_HEADER_LEN: u64 = 16;
+/// Size of a chunk header in bytes.
+pub const CHUNK_HEADER_LEN: usize = 24;
+/// Largest payload a reader accepts (guards against a corrupt length field).
+pub const MAX_CHUNK_LEN: u32 = 256 << 20;
+
+/// Kind of a chunk's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkKind {
+    /// Raw records, back to back.
+    Records,
+    /// One JSON [`Meta`] item.
+    Meta,
+}
+
+impl ChunkKind {
+    const fn code(self) -> u32 {
+        match self {
+            Self::Records => 1,
+            Self::Meta => 2,
+        }
+    }
+}
+
+/// Errors reading or writing a capture.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// An I/O error.
+    #[error("i/o error at byte offset {offset}")]
+    Io {
+        /// Byte offset in the file where the operation started.
+        offset: u64,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The file does not start with the capture magic.
+    #[error("not a capture file (bad magic at offset 0); captures are written by `tracer record`")]
+    BadMagic,
+    /// The file's format version is not one this build reads.
+    #[error(
+        "capture format version {found} is not supported (this build reads version {FORMAT_VERSION})"
+    )]
+    UnsupportedVersion {
+        /// The version in the file.
+        found: u32,
+    },
+    /// The file ends inside a chunk: typically a recorder that was killed.
+    #[error(
+        "capture ends inside a chunk at byte offset {offset} ({complete_chunks} complete chunks before it)"
+    )]
+    Truncated {
+        /// Offset of the incomplete chunk's header.
+        offset: u64,
+        /// Chunks read successfully before it.
+        complete_chunks: u64,
+    },
+    /// A chunk header or payload is damaged.
+    #[error("corrupt chunk at byte offset {offset}: {what}")]
+    Corrupt {
+        /// Offset of the chunk's header.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A metadata chunk does not hold valid JSON metadata.
+    #[error("bad metadata in the chunk at byte offset {offset}")]
+    BadMeta {
+        /// Offset of the chunk's header.
+        offset: u64,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Clock reference: one reading of `CLOCK_MONOTONIC` and `CLOCK_REALTIME` taken
+/// together, so record times convert to wall-clock time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockRef {
+    /// `CLOCK_MONOTONIC`, ns.
+    pub monotonic_ns: u64,
+    /// `CLOCK_REALTIME`, ns since the Unix epoch.
+    pub realtime_ns: u64,
+}
+
+impl ClockRef {
+    /// Wall-clock ns since the epoch of a `CLOCK_MONOTONIC` time.
+    pub fn to_realtime(&self, monotonic_ns: u64) -> u64 {
+        let delta = i128::from(monotonic_ns) - i128::from(self.monotonic_ns);
+        u64::try_from(i128::from(self.realtime_ns) + delta).unwrap_or(0)
+    }
+}
+
+/// What was asked of the recorder.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordSettings {
+    /// Function patterns given with `-f`.
+    pub function_patterns: Vec<String>,
+    /// Socket system calls traced.
+    pub syscalls: bool,
+    /// Sampling frequency in Hz, 0 when off.
+    pub sample_hz: u64,
+    /// Every process on the node sampled, not only traced ones.
+    pub sample_all: bool,
+    /// Children of traced processes followed.
+    pub follow_children: bool,
+    /// Ring buffer size in bytes.
+    pub ring_bytes: u64,
+}
+
+/// First metadata item of every capture.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureHeader {
+    /// Same as the file header's version.
+    pub format_version: u32,
+    /// Name and version of the program that wrote the file.
+    pub tool: String,
+    /// Host name of the traced machine.
+    pub host: String,
+    /// `/proc/sys/kernel/random/boot_id`: monotonic times compare only within one boot.
+    pub boot_id: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Clock reference taken when recording started.
+    pub clock: ClockRef,
+    /// Command line of the recorder.
+    pub argv: Vec<String>,
+    /// What was recorded.
+    pub settings: RecordSettings,
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapEntry {
+    /// Start address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Permissions, e.g. `r-xp`.
+    pub perms: String,
+    /// Path of the mapped file, or a pseudo name like `[stack]`, or empty.
+    pub path: String,
+}
+
+/// A process as seen by the recorder.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// When this snapshot was taken, `CLOCK_MONOTONIC` ns.
+    pub seen_ns: u64,
+    /// Whether the process was traced (named by the user or followed), as
+    /// opposed to only seen in system-wide samples.
+    pub traced: bool,
+    /// Command name.
+    pub comm: String,
+    /// Path of the executable.
+    pub exe: String,
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// Environment variables that identify a process's role (MPI rank and size).
+    pub env: BTreeMap<String, String>,
+    /// Executable mappings (the ones addresses are symbolized against).
+    pub maps: Vec<MapEntry>,
+}
+
+/// A loadable segment of an ELF object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Virtual address in the object.
+    pub vaddr: u64,
+    /// File offset.
+    pub offset: u64,
+    /// Size in the file.
+    pub filesz: u64,
+}
+
+/// A function symbol.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Symbol {
+    /// Virtual address in the object (or the kernel address).
+    pub addr: u64,
+    /// Size in bytes (0 when unknown).
+    pub size: u64,
+    /// Name (not demangled).
+    pub name: String,
+}
+
+/// The symbol table of one object file, enough to symbolize offline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectSymbols {
+    /// Path of the object as mapped.
+    pub path: String,
+    /// GNU build id, hex, when the object has one.
+    pub build_id: Option<String>,
+    /// Loadable segments, to convert file offsets to virtual addresses.
+    pub segments: Vec<Segment>,
+    /// Function symbols sorted by address.
+    pub symbols: Vec<Symbol>,
+}
+
+/// One attached function probe: what a record's `func_id` means.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// Id carried by the records (the attach cookie).
+    pub func_id: u32,
+    /// Path of the object the function is in.
+    pub object: String,
+    /// Symbol name (the first one matching the pattern).
+    pub symbol: String,
+    /// Other names at the same address (e.g. `PMPI_Send` for `MPI_Send`).
+    pub aliases: Vec<String>,
+    /// Virtual address of the function in the object.
+    pub vaddr: u64,
+    /// File offset the uprobe is attached at.
+    pub file_offset: u64,
+    /// Entry records carry the six argument registers.
+    pub args: bool,
+}
+
+/// Loss and health counters, cumulative since the start of recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// When the counters were read, `CLOCK_MONOTONIC` ns.
+    pub at_ns: u64,
+    /// eBPF-side counters by name (see [`crate::stats::STAT_NAMES`]), summed over CPUs.
+    pub counters: BTreeMap<String, u64>,
+    /// Records written to the capture so far.
+    pub records_written: u64,
+}
+
+/// Last metadata item of a capture that was closed properly.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// When recording stopped, `CLOCK_MONOTONIC` ns.
+    pub stop_ns: u64,
+    /// Why it stopped (`signal`, `duration`, `targets exited`).
+    pub reason: String,
+}
+
+/// A metadata item.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Meta {
+    /// The capture header.
+    Header(CaptureHeader),
+    /// A process snapshot (a process may appear again after exec).
+    Process(ProcessInfo),
+    /// Symbols of one object file.
+    Object(ObjectSymbols),
+    /// Attached function probes.
+    Probes {
+        /// The probes.
+        probes: Vec<Probe>,
+    },
+    /// Kernel symbols for the kernel addresses seen in samples.
+    KernelSymbols {
+        /// The symbols.
+        symbols: Vec<Symbol>,
+    },
+    /// Loss and health counters.
+    Stats(Stats),
+    /// The capture was closed properly.
+    End(End),
+}
+
+/// A chunk as read from a file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Chunk {
+    /// Raw records.
+    Records {
+        /// Byte offset of the chunk's header in the file.
+        offset: u64,
+        /// The records, back to back.
+        bytes: Vec<u8>,
+    },
+    /// A metadata item.
+    Meta {
+        /// Byte offset of the chunk's header in the file.
+        offset: u64,
+        /// The item.
+        meta: Box<Meta>,
+    },
+}
+
+/// Writes a capture.
+#[derive(Debug)]
+pub struct CaptureWriter<W: Write> {
+    out: W,
+    offset: u64,
+    seq: u32,
+}
+
+impl<W: Write> CaptureWriter<W> {
+    /// Writes the file header and the `Meta::Header` chunk.
+    pub fn new(mut out: W, header: &CaptureHeader) -> Result<Self, CaptureError> {
+        let mut file_header = [0u8; FILE_HEADER_LEN as usize];
+        file_header[..8].copy_from_slice(&FILE_MAGIC);
+        file_header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.write_all(&file_header)
+            .map_err(|source| CaptureError::Io { offset: 0, source })?;
+        let mut writer = Self {
+            out,
+            offset: FILE_HEADER_LEN,
+            seq: 0,
+        };
+        writer.write_meta(&Meta::Header(header.clone()))?;
+        Ok(writer)
+    }
+
+    /// Writes a chunk of raw records. `records` must be whole records.
+    pub fn write_records(&mut self, records: &[u8]) -> Result<(), CaptureError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.write_chunk(ChunkKind::Records, records)
+    }
+
+    /// Writes one metadata item as its own chunk.
+    pub fn write_meta(&mut self, meta: &Meta) -> Result<(), CaptureError> {
+        let json = serde_json::to_vec(meta).map_err(|source| CaptureError::BadMeta {
+            offset: self.offset,
+            source,
+        })?;
+        self.write_chunk(ChunkKind::Meta, &json)
+    }
+
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8]) -> Result<(), CaptureError> {
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|len| *len <= MAX_CHUNK_LEN)
+            .ok_or_else(|| CaptureError::Corrupt {
+                offset: self.offset,
+                what: format!(
+                    "chunk of {} bytes is larger than the format allows",
+                    payload.len()
+                ),
+            })?;
+        let mut header = [0u8; CHUNK_HEADER_LEN];
+        header[0..4].copy_from_slice(&CHUNK_MAGIC);
+        header[4..8].copy_from_slice(&kind.code().to_le_bytes());
+        header[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        header[12..16].copy_from_slice(&len.to_le_bytes());
+        header[16..20].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        let offset = self.offset;
+        self.out
+            .write_all(&header)
+            .and_then(|()| self.out.write_all(payload))
+            .map_err(|source| CaptureError::Io { offset, source })?;
+        self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
+        self.seq = self.seq.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Flushes the underlying writer.
+    pub fn flush(&mut self) -> Result<(), CaptureError> {
+        let offset = self.offset;
+        self.out
+            .flush()
+            .map_err(|source| CaptureError::Io { offset, source })
+    }
+
+    /// Bytes written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.offset
+    }
+
+    /// Returns the underlying writer.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// Reads a capture chunk by chunk from any reader (a file, a pipe, memory).
+#[derive(Debug)]
+pub struct CaptureReader<R: Read> {
+    input: R,
+    offset: u64,
+    chunks: u64,
+    done: bool,
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Reads and checks the file header.
+    pub fn new(mut input: R) -> Result<Self, CaptureError> {
+        let mut file_header = [0u8; FILE_HEADER_LEN as usize];
+        let got = read_full(&mut input, &mut file_header)
+            .map_err(|source| CaptureError::Io { offset: 0, source })?;
+        if got < 8 || file_header[..8] != FILE_MAGIC {
+            return Err(CaptureError::BadMagic);
+        }
+        if got < file_header.len() {
+            return Err(CaptureError::Truncated {
+                offset: 0,
+                complete_chunks: 0,
+            });
+        }
+        let version = u32::from_le_bytes([
+            file_header[8],
+            file_header[9],
+            file_header[10],
+            file_header[11],
+        ]);
+        if version != FORMAT_VERSION {
+            return Err(CaptureError::UnsupportedVersion { found: version });
+        }
+        Ok(Self {
+            input,
+            offset: FILE_HEADER_LEN,
+            chunks: 0,
+            done: false,
+        })
+    }
+
+    /// Chunks read so far.
+    pub fn chunks_read(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Reads the next chunk; `Ok(None)` at a clean end of file.
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, CaptureError> {
+        if self.done {
+            return Ok(None);
+        }
+        let offset = self.offset;
+        let result = self.read_chunk(offset);
+        if !matches!(result, Ok(Some(_))) {
+            self.done = true;
+        }
+        result
+    }
+
+    fn read_chunk(&mut self, offset: u64) -> Result<Option<Chunk>, CaptureError> {
+        let io_err = |source| CaptureError::Io { offset, source };
+        let truncated = CaptureError::Truncated {
+            offset,
+            complete_chunks: self.chunks,
+        };
+        let mut header = [0u8; CHUNK_HEADER_LEN];
+        let got = read_full(&mut self.input, &mut header).map_err(io_err)?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < CHUNK_HEADER_LEN {
+            return Err(truncated);
+        }
+        let corrupt = |what: String| CaptureError::Corrupt { offset, what };
+        if header[0..4] != CHUNK_MAGIC {
+            return Err(corrupt("bad chunk magic".into()));
+        }
+        let word =
+            |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        let (kind, len, crc) = (word(4), word(12), word(16));
+        let kind = match kind {
+            1 => ChunkKind::Records,
+            2 => ChunkKind::Meta,
+            other => return Err(corrupt(format!("unknown chunk kind {other}"))),
+        };
+        if len > MAX_CHUNK_LEN {
+            return Err(corrupt(format!(
+                "chunk length {len} exceeds the maximum {MAX_CHUNK_LEN}"
+            )));
+        }
+        let mut payload = vec![0u8; len as usize];
+        let got = read_full(&mut self.input, &mut payload).map_err(io_err)?;
+        if got < payload.len() {
+            return Err(truncated);
+        }
+        if crc32fast::hash(&payload) != crc {
+            return Err(corrupt("checksum mismatch".into()));
+        }
+        self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
+        self.chunks += 1;
+        Ok(Some(match kind {
+            ChunkKind::Records => Chunk::Records {
+                offset,
+                bytes: payload,
+            },
+            ChunkKind::Meta => {
+                let meta = serde_json::from_slice(&payload)
+                    .map_err(|source| CaptureError::BadMeta { offset, source })?;
+                Chunk::Meta {
+                    offset,
+                    meta: Box::new(meta),
+                }
+            }
+        }))
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// A malformed record inside a records chunk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed record at byte {at} of the records chunk: {what}")]
+pub struct RecordError {
+    /// Byte position inside the chunk's payload.
+    pub at: usize,
+    /// What is wrong.
+    pub what: &'static str,
+}
+
+/// Iterates over the raw records of a records chunk: yields each record's
+/// header and its bytes (header included).
+#[derive(Debug, Clone)]
+pub struct RawRecords<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> RawRecords<'a> {
+    /// Records in `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+}
+
+impl<'a> Iterator for RawRecords<'a> {
+    type Item = Result<(Header, &'a [u8]), RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.bytes.get(self.at..).filter(|rest| !rest.is_empty())?;
+        let at = self.at;
+        let Some(header) = Header::read_from(rest) else {
+            self.at = self.bytes.len();
+            return Some(Err(RecordError {
+                at,
+                what: "record shorter than its header",
+            }));
+        };
+        let size = usize::from(header.size);
+        if size < size_of::<Header>() || size > rest.len() || size % 8 != 0 {
+            self.at = self.bytes.len();
+            return Some(Err(RecordError {
+                at,
+                what: "record size field out of range",
+            }));
+        }
+        self.at += size;
+        Some(Ok((header, &rest[..size])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FuncReturn, kind};
+
+    fn header() -> CaptureHeader {
+        CaptureHeader {
+            format_version: FORMAT_VERSION,
+            host: "h".into(),
+            ..Default::default()
+        }
+    }
+
+    fn ret_record(ts: u64) -> FuncReturn {
+        FuncReturn {
+            header: Header {
+                ts_ns: ts,
+                pid: 1,
+                tid: 1,
+                kind: kind::FUNC_RETURN,
+                size: 40,
+                cpu: 0,
+            },
+            func_id: 3,
+            _pad: 0,
+            ret: 5,
+        }
+    }
+
+    fn sample_file() -> Vec<u8> {
+        let mut w = CaptureWriter::new(Vec::new(), &header()).expect("write header");
+        let mut recs = Vec::new();
+        for ts in 0..10 {
+            recs.extend_from_slice(ret_record(ts).as_bytes());
+        }
+        w.write_records(&recs).expect("records");
+        w.write_meta(&Meta::End(End {
+            stop_ns: 9,
+            reason: "test".into(),
+        }))
+        .expect("end");
+        w.into_inner()
+    }
+
+    fn read_all(bytes: &[u8]) -> (Vec<Chunk>, Option<CaptureError>) {
+        let mut r = match CaptureReader::new(bytes) {
+            Ok(r) => r,
+            Err(e) => return (Vec::new(), Some(e)),
+        };
+        let mut chunks = Vec::new();
+        loop {
+            match r.next_chunk() {
+                Ok(Some(c)) => chunks.push(c),
+                Ok(None) => return (chunks, None),
+                Err(e) => return (chunks, Some(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let (chunks, err) = read_all(&sample_file());
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(chunks.len(), 3);
+        assert!(
+            matches!(&chunks[0], Chunk::Meta { meta, .. } if matches!(**meta, Meta::Header(_)))
+        );
+        let Chunk::Records { bytes, .. } = &chunks[1] else {
+            panic!("records expected")
+        };
+        let recs: Vec<_> = RawRecords::new(bytes)
+            .collect::<Result<_, _>>()
+            .expect("valid records");
+        assert_eq!(recs.len(), 10);
+        assert_eq!(FuncReturn::read_from(recs[9].1), Some(ret_record(9)));
+    }
+
+    #[test]
+    fn every_truncation_reads_the_complete_prefix() {
+        let file = sample_file();
+        for cut in 0..file.len() {
+            let (chunks, err) = read_all(&file[..cut]);
+            match err {
+                None => assert!(cut == FILE_HEADER_LEN as usize || !chunks.is_empty()),
+                Some(CaptureError::Truncated {
+                    complete_chunks, ..
+                }) => {
+                    assert_eq!(complete_chunks as usize, chunks.len());
+                }
+                Some(CaptureError::BadMagic) => assert!(cut < 8),
+                Some(other) => panic!("cut {cut}: unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_is_reported_with_its_chunk_offset() {
+        let clean = sample_file();
+        let (chunks, _) = read_all(&clean);
+        let Chunk::Records { offset, .. } = chunks[1] else {
+            panic!("records expected")
+        };
+        let mut file = clean;
+        let victim = offset as usize + CHUNK_HEADER_LEN + 30;
+        file[victim] ^= 0x40;
+        let (chunks, err) = read_all(&file);
+        assert_eq!(chunks.len(), 1);
+        assert!(matches!(err, Some(CaptureError::Corrupt { offset: o, .. }) if o == offset));
+    }
+
+    #[test]
+    fn wrong_magic_and_version_are_rejected() {
+        assert!(matches!(
+            read_all(b"hello world, not a capture").1,
+            Some(CaptureError::BadMagic)
+        ));
+        let mut file = sample_file();
+        file[8] = 99;
+        assert!(matches!(
+            read_all(&file).1,
+            Some(CaptureError::UnsupportedVersion { found: 99 })
+        ));
+    }
+
+    #[test]
+    fn malformed_record_sizes_are_errors() {
+        let mut rec = ret_record(1);
+        rec.header.size = 12;
+        let err = RawRecords::new(rec.as_bytes()).next().expect("one item");
+        assert_eq!(
+            err,
+            Err(RecordError {
+                at: 0,
+                what: "record size field out of range"
+            })
+        );
+    }
+}

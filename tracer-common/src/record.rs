@@ -1,0 +1,411 @@
+//! Records written by the eBPF programs into the ring buffer.
+//!
+//! Every record starts with a [`Header`]; `header.kind` says which struct
+//! follows and `header.size` is the whole record's size in bytes, so a reader
+//! can skip kinds it does not know. All integers are little-endian (the
+//! machine's byte order on x86-64, the only architecture supported), all times
+//! are `CLOCK_MONOTONIC` nanoseconds (`bpf_ktime_get_ns`). Records are written
+//! to capture files exactly as the kernel delivered them, each padded to a
+//! multiple of 8 bytes.
+//!
+//! Layouts are pinned by the `const` size assertions below and by the offset
+//! tests at the bottom of the file: changing one is a capture format change.
+
+use core::mem::size_of;
+
+/// Kinds of record, stored in [`Header::kind`].
+pub mod kind {
+    /// [`super::FuncEntry`].
+    pub const FUNC_ENTRY: u16 = 1;
+    /// [`super::FuncEntryArgs`].
+    pub const FUNC_ENTRY_ARGS: u16 = 2;
+    /// [`super::FuncReturn`].
+    pub const FUNC_RETURN: u16 = 3;
+    /// [`super::Syscall`].
+    pub const SYSCALL: u16 = 4;
+    /// [`super::Sample`].
+    pub const SAMPLE: u16 = 5;
+    /// [`super::Lifecycle`].
+    pub const LIFECYCLE: u16 = 6;
+    /// [`super::TcpRetransmit`].
+    pub const TCP_RETRANSMIT: u16 = 7;
+}
+
+/// Common prefix of every record (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Time of the event, `CLOCK_MONOTONIC` ns.
+    pub ts_ns: u64,
+    /// Process id (kernel tgid) of the task the event happened in.
+    pub pid: u32,
+    /// Thread id (kernel pid) of the task.
+    pub tid: u32,
+    /// One of the [`kind`] constants.
+    pub kind: u16,
+    /// Size of the whole record in bytes, header included.
+    pub size: u16,
+    /// CPU the event was recorded on.
+    pub cpu: u32,
+}
+
+/// Entry of a traced function (uprobe), 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncEntry {
+    /// Common header.
+    pub header: Header,
+    /// Index of the probe in the capture's probe table (`MetaItem::Probe`).
+    pub func_id: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Runtime address of the function (the probed instruction).
+    pub ip: u64,
+    /// Return address read from the stack at entry: identifies the call site.
+    /// Zero when the stack could not be read.
+    pub call_site: u64,
+}
+
+/// Entry of a traced function with its first six integer arguments
+/// (System V AMD64: rdi, rsi, rdx, rcx, r8, r9), 96 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncEntryArgs {
+    /// The plain entry record; `entry.header.kind` is [`kind::FUNC_ENTRY_ARGS`].
+    pub entry: FuncEntry,
+    /// Argument registers in call order.
+    pub args: [u64; 6],
+}
+
+/// Return from a traced function (uretprobe), 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncReturn {
+    /// Common header.
+    pub header: Header,
+    /// Index of the probe in the capture's probe table.
+    pub func_id: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Return value register (rax).
+    pub ret: u64,
+}
+
+/// A socket address as the kernel's `struct sockaddr_in`/`sockaddr_in6`/
+/// `sockaddr_un` begins, 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockAddr {
+    /// `AF_INET` (2), `AF_INET6` (10), `AF_UNIX` (1), or 0 when absent.
+    pub family: u16,
+    /// Port in network byte order (big-endian), as in the sockaddr.
+    pub port_be: u16,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// IPv4 address in the first 4 bytes, or the IPv6 address, network order;
+    /// for `AF_UNIX` the first 16 bytes of the path.
+    pub addr: [u8; 16],
+}
+
+/// State saved at a system call's entry, until its exit (map value, not a
+/// ring record), 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallEnter {
+    /// Entry time, `CLOCK_MONOTONIC` ns.
+    pub ts_ns: u64,
+    /// System call number (x86-64).
+    pub nr: u32,
+    /// First argument as an fd, or -1.
+    pub fd: i32,
+    /// User pointer to a sockaddr, read at exit: an input for connect, bind
+    /// and sendto (still valid then), an output for accept and recvfrom; or 0.
+    pub addr_ptr: u64,
+    /// Third argument (requested length for send/recv, flags otherwise).
+    pub arg: u64,
+}
+
+/// A completed (or, flagged, unfinished) system call, 88 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Syscall {
+    /// Common header; `header.ts_ns` is the exit time.
+    pub header: Header,
+    /// Entry time, `CLOCK_MONOTONIC` ns.
+    pub enter_ns: u64,
+    /// System call number (x86-64), see [`crate::syscall`].
+    pub nr: u32,
+    /// The fd argument (listening fd for accept), or -1.
+    pub fd: i32,
+    /// Return value (byte count, new fd, or `-errno`).
+    pub ret: i64,
+    /// Third argument: requested byte count for send/recv, flags otherwise.
+    pub arg: u64,
+    /// [`SYSCALL_UNFINISHED`] when the call had not returned when recording stopped.
+    pub flags: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Peer address (connect, accept, sendto, recvfrom) or local address (bind).
+    pub addr: SockAddr,
+}
+
+/// [`Syscall::flags`]: the call was still in progress when recording stopped;
+/// `header.ts_ns` is the stop time and `ret` is meaningless.
+pub const SYSCALL_UNFINISHED: u32 = 1;
+
+/// An instruction-pointer sample (perf cpu-clock), 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Common header (pid/tid 0 for the idle task).
+    pub header: Header,
+    /// User-space instruction pointer: where the thread was, or will return
+    /// to, in user space. Zero for kernel threads.
+    pub user_ip: u64,
+    /// Kernel instruction pointer when the sample hit kernel mode, else zero.
+    pub kernel_ip: u64,
+    /// Task command name (`comm`), NUL-padded.
+    pub comm: [u8; 16],
+}
+
+/// Kinds of [`Lifecycle`] event.
+pub mod lifecycle {
+    /// A task forked (`sched_process_fork`): `child_pid` is the new task's tid.
+    pub const FORK: u32 = 1;
+    /// A process executed a new program (`sched_process_exec`).
+    pub const EXEC: u32 = 2;
+    /// A task exited (`sched_process_exit`); the process is gone when `tid == pid`.
+    pub const EXIT: u32 = 3;
+}
+
+/// Process lifecycle, 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Common header (the parent for a fork).
+    pub header: Header,
+    /// One of the [`lifecycle`] constants.
+    pub event: u32,
+    /// Fork: the child's tid (equal to its pid for a new process).
+    pub child_tid: u32,
+    /// Exit: 1 when the whole thread group is gone (the process ended).
+    pub group_dead: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Task command name after the event, NUL-padded.
+    pub comm: [u8; 16],
+}
+
+/// A TCP retransmission (`tcp:tcp_retransmit_skb`), 64 bytes. Fires in softirq
+/// context, so the header's pid/tid are whatever ran then: the addresses are
+/// what counts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpRetransmit {
+    /// Common header.
+    pub header: Header,
+    /// Local port, host byte order.
+    pub sport: u16,
+    /// Remote port, host byte order.
+    pub dport: u16,
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u16,
+    /// TCP state of the socket.
+    pub state: u16,
+    /// Local address (IPv4 in the first 4 bytes, or IPv6), network order.
+    pub saddr: [u8; 16],
+    /// Remote address (IPv4 in the first 4 bytes, or IPv6), network order.
+    pub daddr: [u8; 16],
+}
+
+/// Field offsets of tracepoint records, read by user space from the tracefs
+/// `format` files and passed to the programs as a global, so the programs do
+/// not hard-code a kernel's layout. An offset of `u16::MAX` means absent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracepointOffsets {
+    /// `sched_process_fork.child_pid`.
+    pub fork_child_pid: u16,
+    /// `sched_process_exit.group_dead` (1 byte).
+    pub exit_group_dead: u16,
+    /// `tcp_retransmit_skb.sport`.
+    pub tcp_sport: u16,
+    /// `tcp_retransmit_skb.dport`.
+    pub tcp_dport: u16,
+    /// `tcp_retransmit_skb.family`.
+    pub tcp_family: u16,
+    /// `tcp_retransmit_skb.state`.
+    pub tcp_state: u16,
+    /// `tcp_retransmit_skb.saddr` (4 bytes, IPv4).
+    pub tcp_saddr: u16,
+    /// `tcp_retransmit_skb.daddr` (4 bytes, IPv4).
+    pub tcp_daddr: u16,
+    /// `tcp_retransmit_skb.saddr_v6` (16 bytes).
+    pub tcp_saddr_v6: u16,
+    /// `tcp_retransmit_skb.daddr_v6` (16 bytes).
+    pub tcp_daddr_v6: u16,
+    /// Padding, zero.
+    pub _pad: [u16; 6],
+}
+
+impl TracepointOffsets {
+    /// All offsets absent.
+    pub const ABSENT: Self = Self {
+        fork_child_pid: u16::MAX,
+        exit_group_dead: u16::MAX,
+        tcp_sport: u16::MAX,
+        tcp_dport: u16::MAX,
+        tcp_family: u16::MAX,
+        tcp_state: u16::MAX,
+        tcp_saddr: u16::MAX,
+        tcp_daddr: u16::MAX,
+        tcp_saddr_v6: u16::MAX,
+        tcp_daddr_v6: u16::MAX,
+        _pad: [0; 6],
+    };
+}
+
+const _: () = assert!(size_of::<Header>() == 24);
+const _: () = assert!(size_of::<FuncEntry>() == 48);
+const _: () = assert!(size_of::<FuncEntryArgs>() == 96);
+const _: () = assert!(size_of::<FuncReturn>() == 40);
+const _: () = assert!(size_of::<SockAddr>() == 24);
+const _: () = assert!(size_of::<SyscallEnter>() == 32);
+const _: () = assert!(size_of::<Syscall>() == 88);
+const _: () = assert!(size_of::<Sample>() == 56);
+const _: () = assert!(size_of::<Lifecycle>() == 56);
+const _: () = assert!(size_of::<TcpRetransmit>() == 64);
+const _: () = assert!(size_of::<TracepointOffsets>() == 32);
+
+/// Size in bytes of a record of `kind`, or `None` for an unknown kind.
+pub const fn size_of_kind(kind: u16) -> Option<usize> {
+    match kind {
+        kind::FUNC_ENTRY => Some(size_of::<FuncEntry>()),
+        kind::FUNC_ENTRY_ARGS => Some(size_of::<FuncEntryArgs>()),
+        kind::FUNC_RETURN => Some(size_of::<FuncReturn>()),
+        kind::SYSCALL => Some(size_of::<Syscall>()),
+        kind::SAMPLE => Some(size_of::<Sample>()),
+        kind::LIFECYCLE => Some(size_of::<Lifecycle>()),
+        kind::TCP_RETRANSMIT => Some(size_of::<TcpRetransmit>()),
+        _ => None,
+    }
+}
+
+/// Plain-old-data records that may be read from and written as raw bytes.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, contain only integers and arrays of integers,
+/// and have no implicit padding, so every byte pattern is a valid value.
+pub unsafe trait Pod: Copy + 'static {
+    /// Reads a value from the start of `bytes`, or `None` if it is too short.
+    fn read_from(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: length checked above; `Pod` types accept any bit pattern;
+        // `read_unaligned` has no alignment requirement.
+        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+
+    /// The value's bytes.
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `Pod` types have no padding, so all bytes are initialised.
+        unsafe {
+            core::slice::from_raw_parts((self as *const Self).cast::<u8>(), size_of::<Self>())
+        }
+    }
+}
+
+// SAFETY: each is repr(C), integers only, and the size assertions above show no
+// implicit padding (explicit `_pad` fields fill the gaps).
+unsafe impl Pod for Header {}
+// SAFETY: as above.
+unsafe impl Pod for FuncEntry {}
+// SAFETY: as above.
+unsafe impl Pod for FuncEntryArgs {}
+// SAFETY: as above.
+unsafe impl Pod for FuncReturn {}
+// SAFETY: as above.
+unsafe impl Pod for SockAddr {}
+// SAFETY: as above.
+unsafe impl Pod for SyscallEnter {}
+// SAFETY: as above.
+unsafe impl Pod for Syscall {}
+// SAFETY: as above.
+unsafe impl Pod for Sample {}
+// SAFETY: as above.
+unsafe impl Pod for Lifecycle {}
+// SAFETY: as above.
+unsafe impl Pod for TcpRetransmit {}
+
+// SAFETY: repr(C), integers only, no implicit padding (size assertions above).
+#[cfg(feature = "aya")]
+unsafe impl aya::Pod for SyscallEnter {}
+// SAFETY: as above.
+#[cfg(feature = "aya")]
+unsafe impl aya::Pod for TracepointOffsets {}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::offset_of;
+
+    use super::*;
+
+    #[test]
+    fn offsets_are_pinned() {
+        assert_eq!(offset_of!(Header, ts_ns), 0);
+        assert_eq!(offset_of!(Header, pid), 8);
+        assert_eq!(offset_of!(Header, tid), 12);
+        assert_eq!(offset_of!(Header, kind), 16);
+        assert_eq!(offset_of!(Header, size), 18);
+        assert_eq!(offset_of!(Header, cpu), 20);
+        assert_eq!(offset_of!(FuncEntry, func_id), 24);
+        assert_eq!(offset_of!(FuncEntry, ip), 32);
+        assert_eq!(offset_of!(FuncEntry, call_site), 40);
+        assert_eq!(offset_of!(FuncEntryArgs, args), 48);
+        assert_eq!(offset_of!(FuncReturn, ret), 32);
+        assert_eq!(offset_of!(Syscall, enter_ns), 24);
+        assert_eq!(offset_of!(Syscall, nr), 32);
+        assert_eq!(offset_of!(Syscall, fd), 36);
+        assert_eq!(offset_of!(Syscall, ret), 40);
+        assert_eq!(offset_of!(Syscall, arg), 48);
+        assert_eq!(offset_of!(Syscall, flags), 56);
+        assert_eq!(offset_of!(Syscall, addr), 64);
+        assert_eq!(offset_of!(Sample, user_ip), 24);
+        assert_eq!(offset_of!(Sample, kernel_ip), 32);
+        assert_eq!(offset_of!(Sample, comm), 40);
+        assert_eq!(offset_of!(Lifecycle, event), 24);
+        assert_eq!(offset_of!(Lifecycle, comm), 40);
+        assert_eq!(offset_of!(TcpRetransmit, saddr), 32);
+        assert_eq!(offset_of!(TcpRetransmit, daddr), 48);
+    }
+
+    #[test]
+    fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
+        for k in 1..=7 {
+            let size = size_of_kind(k).expect("known kind");
+            assert_eq!(size % 8, 0, "kind {k}");
+        }
+        assert_eq!(size_of_kind(0), None);
+        assert_eq!(size_of_kind(8), None);
+    }
+
+    #[test]
+    fn pod_round_trips_through_bytes() {
+        let rec = FuncReturn {
+            header: Header {
+                ts_ns: 7,
+                pid: 1,
+                tid: 2,
+                kind: kind::FUNC_RETURN,
+                size: 40,
+                cpu: 1,
+            },
+            func_id: 9,
+            _pad: 0,
+            ret: u64::MAX,
+        };
+        assert_eq!(FuncReturn::read_from(rec.as_bytes()), Some(rec));
+        assert_eq!(FuncReturn::read_from(&rec.as_bytes()[..39]), None);
+    }
+}

@@ -1,0 +1,36 @@
+//! Counters of what the eBPF programs could not deliver, one per cause, kept
+//! in a per-CPU array ([`crate::maps::STATS`]) and written into every capture.
+
+/// Index of a counter in [`crate::maps::STATS`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    /// A record was dropped because the ring buffer was full.
+    RingFull = 0,
+    /// The return address could not be read at a function entry.
+    CallSiteUnreadable = 1,
+    /// A sockaddr could not be read from user memory.
+    AddrUnreadable = 2,
+    /// The in-flight system call map was full: a call was not recorded.
+    InflightFull = 3,
+    /// The socket fd map was full: a socket's I/O may be missed.
+    SocketMapFull = 4,
+    /// The traced pid map was full: a child was not followed.
+    PidMapFull = 5,
+    /// A sample's user stack could not be read (kernel-mode samples).
+    UserIpUnreadable = 6,
+}
+
+/// Number of counters.
+pub const STAT_COUNT: u32 = 7;
+
+/// Names of the counters, indexed by [`Stat`], as written in captures.
+pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
+    "ring_full",
+    "call_site_unreadable",
+    "addr_unreadable",
+    "inflight_full",
+    "socket_map_full",
+    "pid_map_full",
+    "user_ip_unreadable",
+];
