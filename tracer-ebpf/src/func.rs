@@ -1,0 +1,88 @@
+//! Function entry and return: uprobes and uretprobes attached at the traced
+//! functions, with the function id in the attach cookie.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    helpers::{bpf_probe_read_user, generated::bpf_get_attach_cookie},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use tracer_common::{
+    COOKIE_ARGS, COOKIE_ENROLL, COOKIE_FUNC_MASK, TRACED_ROOT,
+    record::{FuncEntry, FuncEntryArgs, FuncReturn, kind},
+    stats::Stat,
+};
+
+use crate::{TRACED_PIDS, count, current, emit, header, is_traced};
+
+#[uprobe]
+pub fn func_entry(ctx: ProbeContext) -> u32 {
+    try_func_entry(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_func_entry(ctx: &ProbeContext) {
+    let (pid, tid) = current();
+    // SAFETY: helper on the program's own context.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if cookie & COOKIE_ENROLL != 0 {
+        // Entry point of an `--exe` target: every new process of it is traced
+        // from its first instruction.
+        if TRACED_PIDS.insert(&pid, &TRACED_ROOT, 0).is_err() {
+            count(Stat::PidMapFull);
+        }
+        return;
+    }
+    if !is_traced(pid) {
+        return;
+    }
+    // SAFETY: the context of a uprobe is the task's saved user registers.
+    let regs = unsafe { &*ctx.regs };
+    // At the first instruction the stack pointer points at the return address.
+    // SAFETY: reading user memory through the checked helper.
+    let call_site = unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or_else(|_| {
+        count(Stat::CallSiteUnreadable);
+        0
+    });
+    let func_id = (cookie & COOKIE_FUNC_MASK) as u32;
+    if cookie & COOKIE_ARGS == 0 {
+        emit(FuncEntry {
+            header: header(kind::FUNC_ENTRY, size_of::<FuncEntry>(), pid, tid),
+            func_id,
+            _pad: 0,
+            ip: regs.rip,
+            call_site,
+        });
+    } else {
+        emit(FuncEntryArgs {
+            entry: FuncEntry {
+                header: header(kind::FUNC_ENTRY_ARGS, size_of::<FuncEntryArgs>(), pid, tid),
+                func_id,
+                _pad: 0,
+                ip: regs.rip,
+                call_site,
+            },
+            args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+        });
+    }
+}
+
+#[uretprobe]
+pub fn func_return(ctx: RetProbeContext) -> u32 {
+    let (pid, tid) = current();
+    if !is_traced(pid) {
+        return 0;
+    }
+    // SAFETY: helper on the program's own context.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // SAFETY: the context of a uretprobe is the task's saved user registers.
+    let ret = unsafe { (*ctx.regs).rax };
+    emit(FuncReturn {
+        header: header(kind::FUNC_RETURN, size_of::<FuncReturn>(), pid, tid),
+        func_id: (cookie & COOKIE_FUNC_MASK) as u32,
+        _pad: 0,
+        ret,
+    });
+    0
+}

@@ -1,0 +1,142 @@
+//! eBPF programs of the tracer. Each program is a thin entry point around a
+//! `try_` body; every failure path bumps a counter in [`STATS`] so that user
+//! space can report what was lost. Records are laid out in `tracer-common`.
+#![no_std]
+#![no_main]
+
+mod func;
+mod lifecycle;
+mod sample;
+mod syscalls;
+mod tcp;
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use tracer_common::{
+    record::{Header, SyscallEnter, TracepointOffsets},
+    stats::{STAT_COUNT, Stat},
+};
+
+/// The one ring buffer; user space overrides its size (`--ring-size`).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Traced processes by tgid.
+#[map]
+static TRACED_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(32768, 0);
+
+/// Socket fds of traced processes, key `(tgid << 32) | fd`. LRU: a leaked
+/// entry (fd closed by a path we do not see, e.g. dup2 over it) ages out.
+#[map]
+static SOCKET_FDS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(65536, 0);
+
+/// System calls in progress, by tid.
+#[map]
+static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
+
+/// Loss counters, indexed by `Stat`.
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_COUNT, 0);
+
+#[unsafe(no_mangle)]
+static SAMPLE_ALL: u32 = 0;
+#[unsafe(no_mangle)]
+static WAKEUP_BYTES: u64 = 256 * 1024;
+#[unsafe(no_mangle)]
+static FOLLOW_CHILDREN: u32 = 1;
+#[unsafe(no_mangle)]
+static TRACE_SYSCALLS: u32 = 1;
+#[unsafe(no_mangle)]
+static TP_OFFSETS: TracepointOffsets = TracepointOffsets::ABSENT;
+
+/// Reads a global set by user space; volatile so the compiler keeps the load
+/// (the loader rewrites the value in the object's .rodata).
+#[inline(always)]
+fn global<T: Copy>(value: &'static T) -> T {
+    // SAFETY: a valid static reference.
+    unsafe { core::ptr::read_volatile(value) }
+}
+
+#[inline(always)]
+fn count(stat: Stat) {
+    if let Some(counter) = STATS.get_ptr_mut(stat as u32) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
+        unsafe { *counter += 1 };
+    }
+}
+
+#[inline(always)]
+fn is_traced(tgid: u32) -> bool {
+    // SAFETY: the value is only read for presence.
+    unsafe { TRACED_PIDS.get(&tgid) }.is_some()
+}
+
+/// Current (tgid, tid).
+#[inline(always)]
+fn current() -> (u32, u32) {
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    ((pid_tgid >> 32) as u32, pid_tgid as u32)
+}
+
+#[inline(always)]
+fn header(kind: u16, size: usize, pid: u32, tid: u32) -> Header {
+    // SAFETY: helpers without preconditions.
+    let (ts_ns, cpu) = unsafe {
+        (
+            aya_ebpf::helpers::generated::bpf_ktime_get_ns(),
+            aya_ebpf::helpers::generated::bpf_get_smp_processor_id(),
+        )
+    };
+    Header {
+        ts_ns,
+        pid,
+        tid,
+        kind,
+        size: size as u16,
+        cpu,
+    }
+}
+
+/// Writes `record` into the ring. Wakes the reader only when enough data is
+/// pending: a wakeup per record costs microseconds (user space also drains on
+/// a timer, so nothing waits longer than that period).
+#[inline(always)]
+fn emit<T: 'static>(record: T) {
+    emit_with(record, false);
+}
+
+/// Like [`emit`], and wakes the reader now: for rare events user space must
+/// act on while the process still exists (exec, fork).
+#[inline(always)]
+fn emit_urgent<T: 'static>(record: T) {
+    emit_with(record, true);
+}
+
+#[inline(always)]
+fn emit_with<T: 'static>(record: T, urgent: bool) {
+    let Some(mut entry) = EVENTS.reserve::<T>(0) else {
+        count(Stat::RingFull);
+        return;
+    };
+    entry.write(record);
+    let flags = if urgent || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= global(&WAKEUP_BYTES) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(flags as u64);
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects the loop, so no program can actually panic.
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
