@@ -1,0 +1,183 @@
+//! Reading a whole capture: metadata gathered, record chunks kept raw and
+//! decoded on demand, a truncated tail reported instead of failing.
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{BufReader, Read},
+    path::{Path, PathBuf},
+};
+
+use tracer_common::capture::{
+    CaptureError, CaptureHeader, CaptureReader, Chunk, End, Meta, ObjectSymbols, Probe,
+    ProcessInfo, RawRecords, RecordError, Stats, Symbol,
+};
+
+use super::types::Event;
+
+/// Errors decoding a capture.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The file could not be opened.
+    #[error("cannot open capture {path}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The capture is damaged or not a capture.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    /// The capture has no header item.
+    #[error("capture has no header chunk")]
+    NoHeader,
+    /// A record inside a chunk is malformed.
+    #[error("in the records chunk at byte offset {chunk_offset}")]
+    Record {
+        /// Offset of the chunk in the file.
+        chunk_offset: u64,
+        /// The cause.
+        #[source]
+        source: RecordError,
+    },
+}
+
+/// A capture read into memory.
+#[derive(Debug)]
+pub struct Capture {
+    /// The header.
+    pub header: CaptureHeader,
+    /// Process snapshots by pid, in the order written.
+    pub processes: BTreeMap<u32, Vec<ProcessInfo>>,
+    /// Symbol tables by object path.
+    pub objects: BTreeMap<String, ObjectSymbols>,
+    /// Function probes, indexed by `func_id`.
+    pub probes: Vec<Probe>,
+    /// Kernel symbols seen in samples, sorted by address.
+    pub kernel_symbols: Vec<Symbol>,
+    /// Last loss counters written.
+    pub stats: Option<Stats>,
+    /// End marker; `None` when the recorder did not close the file.
+    pub end: Option<End>,
+    /// Record chunks: (file offset, bytes).
+    pub chunks: Vec<(u64, Vec<u8>)>,
+    /// Set when the file ends inside a chunk (a killed recorder).
+    pub truncated: Option<CaptureError>,
+}
+
+impl Capture {
+    /// Reads the capture at `path`.
+    pub fn open(path: &Path) -> Result<Self, DecodeError> {
+        let file = File::open(path).map_err(|source| DecodeError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::read(BufReader::with_capacity(1 << 20, file))
+    }
+
+    /// Reads a capture from any reader. A truncated tail is kept in
+    /// [`Capture::truncated`]; any other damage is an error.
+    pub fn read(input: impl Read) -> Result<Self, DecodeError> {
+        let mut reader = CaptureReader::new(input)?;
+        let mut header = None;
+        let mut capture = Capture {
+            header: CaptureHeader::default(),
+            processes: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            probes: Vec::new(),
+            kernel_symbols: Vec::new(),
+            stats: None,
+            end: None,
+            chunks: Vec::new(),
+            truncated: None,
+        };
+        loop {
+            match reader.next_chunk() {
+                Ok(Some(Chunk::Records { offset, bytes })) => capture.chunks.push((offset, bytes)),
+                Ok(Some(Chunk::Meta { meta, .. })) => match *meta {
+                    Meta::Header(h) => header = Some(h),
+                    Meta::Process(p) => capture.processes.entry(p.pid).or_default().push(p),
+                    Meta::Object(o) => {
+                        capture.objects.insert(o.path.clone(), o);
+                    }
+                    Meta::Probes { probes } => {
+                        for p in probes {
+                            let id = p.func_id as usize;
+                            if capture.probes.len() <= id {
+                                capture.probes.resize(id + 1, Probe::default());
+                            }
+                            capture.probes[id] = p;
+                        }
+                    }
+                    Meta::KernelSymbols { symbols } => capture.kernel_symbols.extend(symbols),
+                    Meta::Stats(s) => capture.stats = Some(s),
+                    Meta::End(e) => capture.end = Some(e),
+                },
+                Ok(None) => break,
+                Err(e @ CaptureError::Truncated { .. }) if header.is_some() => {
+                    capture.truncated = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        capture.header = header.ok_or(DecodeError::NoHeader)?;
+        capture.kernel_symbols.sort_by_key(|s| s.addr);
+        capture.kernel_symbols.dedup_by_key(|s| s.addr);
+        Ok(capture)
+    }
+
+    /// Every event in file order.
+    pub fn events(&self) -> impl Iterator<Item = Result<Event, DecodeError>> + '_ {
+        self.chunks
+            .iter()
+            .flat_map(|(offset, bytes)| decode_records(*offset, bytes))
+    }
+
+    /// The probe of `func_id`.
+    pub fn probe(&self, func_id: u32) -> Option<&Probe> {
+        self.probes
+            .get(func_id as usize)
+            .filter(|p| !p.object.is_empty())
+    }
+
+    /// Name of the function probed as `func_id`.
+    pub fn function_name(&self, func_id: u32) -> String {
+        self.probe(func_id)
+            .map(|p| p.symbol.clone())
+            .unwrap_or_else(|| format!("func#{func_id}"))
+    }
+
+    /// Records lost by the eBPF side (ring full), from the last counters.
+    pub fn lost_records(&self) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s.counters.get("ring_full").copied())
+            .unwrap_or(0)
+    }
+
+    /// The most recent name of process `pid`.
+    pub fn comm(&self, pid: u32) -> Option<&str> {
+        self.processes
+            .get(&pid)
+            .and_then(|v| v.last())
+            .map(|p| p.comm.as_str())
+    }
+}
+
+/// Decodes the records of one records chunk (the one decoding path for
+/// files and live rings).
+pub fn decode_records(
+    chunk_offset: u64,
+    bytes: &[u8],
+) -> impl Iterator<Item = Result<Event, DecodeError>> + '_ {
+    RawRecords::new(bytes).filter_map(move |item| match item {
+        Ok((header, rec)) => Event::decode(&header, rec).map(Ok),
+        Err(source) => Some(Err(DecodeError::Record {
+            chunk_offset,
+            source,
+        })),
+    })
+}

@@ -1,0 +1,373 @@
+//! Events as text lines or JSON lines, and a capture summary.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracer_common::record::{SYSCALL_UNFINISHED, lifecycle};
+
+use super::{Capture, Event, Symbolizer, addr_string, syscall_name, types::comm_string};
+
+/// Renders the events of one capture.
+pub struct Formatter<'a> {
+    capture: &'a Capture,
+    symbolizer: Symbolizer<'a>,
+    start_ns: u64,
+}
+
+impl<'a> Formatter<'a> {
+    /// A formatter for `capture`; times are shown relative to its start.
+    pub fn new(capture: &'a Capture) -> Self {
+        Self {
+            capture,
+            symbolizer: Symbolizer::new(capture),
+            start_ns: capture.header.clock.monotonic_ns,
+        }
+    }
+
+    fn rel(&self, ts: u64) -> f64 {
+        (ts as i128 - self.start_ns as i128) as f64 / 1e9
+    }
+
+    fn user(&self, pid: u32, addr: u64) -> String {
+        match self.symbolizer.user(pid, addr) {
+            Some(loc) => loc.to_string(),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    fn kernel(&self, addr: u64) -> String {
+        match self.symbolizer.kernel(addr) {
+            Some(loc) => loc.to_string(),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// One line of text for `event`.
+    pub fn text(&self, event: &Event) -> String {
+        let h = event.header();
+        let mut line = format!(
+            "{:>14.6} {:>7}/{:<7} {:<8} ",
+            self.rel(h.ts_ns),
+            h.pid,
+            h.tid,
+            event.kind_name()
+        );
+        match event {
+            Event::Entry { rec, args } => {
+                let _ = write!(
+                    line,
+                    "{} from {}",
+                    self.capture.function_name(rec.func_id),
+                    self.user(h.pid, rec.call_site)
+                );
+                if let Some(a) = args {
+                    let _ = write!(
+                        line,
+                        " args=({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})",
+                        a[0], a[1], a[2], a[3], a[4], a[5]
+                    );
+                }
+            }
+            Event::Return(r) => {
+                let _ = write!(
+                    line,
+                    "{} = {} ({:#x})",
+                    self.capture.function_name(r.func_id),
+                    r.ret as i64,
+                    r.ret
+                );
+            }
+            Event::Syscall(s) => {
+                let _ = write!(line, "{}(", syscall_name(s.nr));
+                if s.fd >= 0 {
+                    let _ = write!(line, "fd={}", s.fd);
+                }
+                if let Some(addr) = addr_string(&s.addr) {
+                    let _ = write!(line, "{}{addr}", if s.fd >= 0 { ", " } else { "" });
+                }
+                if s.flags & SYSCALL_UNFINISHED != 0 {
+                    let _ = write!(
+                        line,
+                        ") unfinished, blocked for {:.6} s",
+                        (h.ts_ns.saturating_sub(s.enter_ns)) as f64 / 1e9
+                    );
+                } else {
+                    let _ = write!(
+                        line,
+                        ") = {} [{:.1} us]",
+                        s.ret,
+                        (h.ts_ns.saturating_sub(s.enter_ns)) as f64 / 1e3
+                    );
+                }
+            }
+            Event::Sample(s) => {
+                let _ = write!(
+                    line,
+                    "{} user={}",
+                    comm_string(&s.comm),
+                    if s.user_ip != 0 {
+                        self.user(h.pid, s.user_ip)
+                    } else {
+                        "-".into()
+                    }
+                );
+                if s.kernel_ip != 0 {
+                    let _ = write!(line, " kernel={}", self.kernel(s.kernel_ip));
+                }
+            }
+            Event::Lifecycle(l) => {
+                let _ = match l.event {
+                    lifecycle::FORK => write!(line, "child {}", l.child_tid),
+                    lifecycle::EXEC => write!(line, "{}", comm_string(&l.comm)),
+                    _ => write!(
+                        line,
+                        "{}{}",
+                        comm_string(&l.comm),
+                        if l.group_dead != 0 {
+                            " (process ended)"
+                        } else {
+                            ""
+                        }
+                    ),
+                };
+            }
+            Event::TcpRetransmit(t) => {
+                let _ = write!(
+                    line,
+                    "{} -> {} state {}",
+                    tcp_addr(t.family, &t.saddr, t.sport),
+                    tcp_addr(t.family, &t.daddr, t.dport),
+                    t.state
+                );
+            }
+            Event::Unknown(h) => {
+                let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
+            }
+        }
+        line
+    }
+
+    /// `event` as a JSON object.
+    pub fn json(&self, event: &Event) -> Value {
+        let h = event.header();
+        let mut v = json!({
+            "t": self.rel(h.ts_ns),
+            "ts_ns": h.ts_ns,
+            "pid": h.pid,
+            "tid": h.tid,
+            "cpu": h.cpu,
+            "kind": event.kind_name(),
+        });
+        let obj = v.as_object_mut().expect("constructed as an object");
+        match event {
+            Event::Entry { rec, args } => {
+                obj.insert(
+                    "function".into(),
+                    json!(self.capture.function_name(rec.func_id)),
+                );
+                obj.insert("func_id".into(), json!(rec.func_id));
+                obj.insert("ip".into(), json!(rec.ip));
+                obj.insert("call_site".into(), json!(rec.call_site));
+                obj.insert(
+                    "call_site_symbol".into(),
+                    json!(self.user(h.pid, rec.call_site)),
+                );
+                if let Some(a) = args {
+                    obj.insert("args".into(), json!(a));
+                }
+            }
+            Event::Return(r) => {
+                obj.insert(
+                    "function".into(),
+                    json!(self.capture.function_name(r.func_id)),
+                );
+                obj.insert("func_id".into(), json!(r.func_id));
+                obj.insert("ret".into(), json!(r.ret as i64));
+            }
+            Event::Syscall(s) => {
+                obj.insert("syscall".into(), json!(syscall_name(s.nr)));
+                obj.insert("fd".into(), json!(s.fd));
+                obj.insert("ret".into(), json!(s.ret));
+                obj.insert("arg".into(), json!(s.arg));
+                obj.insert("enter_ns".into(), json!(s.enter_ns));
+                obj.insert(
+                    "unfinished".into(),
+                    json!(s.flags & SYSCALL_UNFINISHED != 0),
+                );
+                if let Some(a) = addr_string(&s.addr) {
+                    obj.insert("addr".into(), json!(a));
+                }
+            }
+            Event::Sample(s) => {
+                obj.insert("comm".into(), json!(comm_string(&s.comm)));
+                obj.insert("user_ip".into(), json!(s.user_ip));
+                if s.user_ip != 0 {
+                    obj.insert("user_symbol".into(), json!(self.user(h.pid, s.user_ip)));
+                }
+                obj.insert("kernel_ip".into(), json!(s.kernel_ip));
+                if s.kernel_ip != 0 {
+                    obj.insert("kernel_symbol".into(), json!(self.kernel(s.kernel_ip)));
+                }
+            }
+            Event::Lifecycle(l) => {
+                obj.insert("comm".into(), json!(comm_string(&l.comm)));
+                if l.event == lifecycle::FORK {
+                    obj.insert("child_tid".into(), json!(l.child_tid));
+                }
+                if l.event == lifecycle::EXIT {
+                    obj.insert("process_ended".into(), json!(l.group_dead != 0));
+                }
+            }
+            Event::TcpRetransmit(t) => {
+                obj.insert("local".into(), json!(tcp_addr(t.family, &t.saddr, t.sport)));
+                obj.insert(
+                    "remote".into(),
+                    json!(tcp_addr(t.family, &t.daddr, t.dport)),
+                );
+                obj.insert("state".into(), json!(t.state));
+            }
+            Event::Unknown(h) => {
+                obj.insert("record_kind".into(), json!(h.kind));
+            }
+        }
+        v
+    }
+}
+
+fn tcp_addr(family: u16, addr: &[u8; 16], port: u16) -> String {
+    let sa = tracer_common::record::SockAddr {
+        family,
+        port_be: port.to_be(),
+        _pad: 0,
+        addr: *addr,
+    };
+    addr_string(&sa).unwrap_or_else(|| "?".into())
+}
+
+/// What a capture holds, in numbers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Host the capture was recorded on.
+    pub host: String,
+    /// Seconds between the first and the last event.
+    pub span_s: f64,
+    /// Events by kind.
+    pub events: BTreeMap<String, u64>,
+    /// Function entries by function name.
+    pub calls: BTreeMap<String, u64>,
+    /// System calls by name.
+    pub syscalls: BTreeMap<String, u64>,
+    /// Events by process, keyed "comm[pid]".
+    pub processes: BTreeMap<String, u64>,
+    /// eBPF-side loss counters (non-zero ones).
+    pub losses: BTreeMap<String, u64>,
+    /// Whether the recorder closed the file.
+    pub complete: bool,
+    /// The truncation, when the file ends inside a chunk.
+    pub truncated: Option<String>,
+    /// Malformed records skipped.
+    pub malformed: u64,
+}
+
+impl Summary {
+    /// Summarizes `capture`.
+    pub fn of(capture: &Capture) -> Self {
+        let mut s = Summary {
+            host: capture.header.host.clone(),
+            complete: capture.end.is_some(),
+            truncated: capture.truncated.as_ref().map(ToString::to_string),
+            ..Default::default()
+        };
+        let (mut first, mut last) = (u64::MAX, 0);
+        let mut per_pid: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut per_func: BTreeMap<u32, u64> = BTreeMap::new();
+        for event in capture.events() {
+            let Ok(event) = event else {
+                s.malformed += 1;
+                continue;
+            };
+            let h = event.header();
+            first = first.min(h.ts_ns);
+            last = last.max(h.ts_ns);
+            *s.events.entry(event.kind_name().to_string()).or_default() += 1;
+            *per_pid.entry(h.pid).or_default() += 1;
+            match &event {
+                Event::Entry { rec, .. } => *per_func.entry(rec.func_id).or_default() += 1,
+                Event::Syscall(sc) => *s.syscalls.entry(syscall_name(sc.nr)).or_default() += 1,
+                _ => {}
+            }
+        }
+        s.span_s = if last >= first {
+            (last - first) as f64 / 1e9
+        } else {
+            0.0
+        };
+        s.calls = per_func
+            .into_iter()
+            .map(|(id, n)| (capture.function_name(id), n))
+            .collect();
+        s.processes = per_pid
+            .into_iter()
+            .map(|(pid, n)| (format!("{}[{pid}]", capture.comm(pid).unwrap_or("?")), n))
+            .collect();
+        if let Some(stats) = &capture.stats {
+            s.losses = stats
+                .counters
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let total: u64 = self.events.values().sum();
+        writeln!(
+            f,
+            "capture from {}: {total} events over {:.3} s",
+            self.host, self.span_s
+        )?;
+        let list = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(f, "  events:    {}", list(&self.events))?;
+        if !self.calls.is_empty() {
+            writeln!(f, "  calls:     {}", list(&self.calls))?;
+        }
+        if !self.syscalls.is_empty() {
+            writeln!(f, "  syscalls:  {}", list(&self.syscalls))?;
+        }
+        writeln!(f, "  processes: {}", list(&self.processes))?;
+        if self.losses.is_empty() {
+            writeln!(f, "  losses:    none")?;
+        } else {
+            writeln!(f, "  LOSSES:    {}", list(&self.losses))?;
+        }
+        if let Some(t) = &self.truncated {
+            writeln!(
+                f,
+                "  WARNING:   {t}: the recorder did not finish; everything before it was read"
+            )?;
+        } else if !self.complete {
+            writeln!(
+                f,
+                "  WARNING:   no end marker: the recorder did not close this capture"
+            )?;
+        }
+        if self.malformed > 0 {
+            writeln!(
+                f,
+                "  WARNING:   {} malformed record chunks skipped",
+                self.malformed
+            )?;
+        }
+        Ok(())
+    }
+}

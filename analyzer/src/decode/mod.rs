@@ -1,0 +1,13 @@
+//! Decoding captures: [`Capture`] reads a file's chunks and metadata,
+//! [`Event`] is one decoded record, [`Symbolizer`] turns addresses into
+//! functions with the symbol tables stored in the capture, and [`format`]
+//! renders events as text or JSON lines.
+
+mod capture;
+pub mod format;
+mod symbolize;
+mod types;
+
+pub use capture::{Capture, DecodeError, decode_records};
+pub use symbolize::{Location, Symbolizer};
+pub use types::{Event, addr_string, syscall_name};

@@ -1,0 +1,179 @@
+//! Addresses to functions, offline, with the process maps and symbol tables
+//! stored in the capture.
+
+use std::collections::HashMap;
+
+use tracer_common::capture::{ObjectSymbols, Symbol};
+
+use super::Capture;
+
+/// Where an address is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location<'a> {
+    /// Object path (or `[kernel]`).
+    pub object: &'a str,
+    /// Enclosing function, when known.
+    pub symbol: Option<&'a str>,
+    /// Offset from the function's start (or from the object's start when the
+    /// function is unknown: the object-relative virtual address).
+    pub offset: u64,
+}
+
+impl std::fmt::Display for Location<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let base = self.object.rsplit('/').next().unwrap_or(self.object);
+        match self.symbol {
+            Some(sym) if self.offset == 0 => write!(f, "{sym}"),
+            Some(sym) => write!(f, "{sym}+{:#x}", self.offset),
+            None => write!(f, "{base}+{:#x}", self.offset),
+        }
+    }
+}
+
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    object: usize,
+}
+
+/// Resolves addresses of one capture.
+pub struct Symbolizer<'a> {
+    objects: Vec<(&'a str, Option<&'a ObjectSymbols>)>,
+    maps: HashMap<u32, Vec<Mapping>>,
+    kernel: &'a [Symbol],
+}
+
+impl<'a> Symbolizer<'a> {
+    /// Indexes `capture`'s maps and symbol tables.
+    pub fn new(capture: &'a Capture) -> Self {
+        let mut objects: Vec<(&str, Option<&ObjectSymbols>)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut maps: HashMap<u32, Vec<Mapping>> = HashMap::new();
+        for (pid, snapshots) in &capture.processes {
+            let list = maps.entry(*pid).or_default();
+            // Latest snapshot first: after an exec its maps are the right ones.
+            for snap in snapshots.iter().rev() {
+                for m in &snap.maps {
+                    if m.path.is_empty() {
+                        continue;
+                    }
+                    let idx = *index.entry(m.path.as_str()).or_insert_with(|| {
+                        objects.push((m.path.as_str(), capture.objects.get(&m.path)));
+                        objects.len() - 1
+                    });
+                    list.push(Mapping {
+                        start: m.start,
+                        end: m.end,
+                        offset: m.offset,
+                        object: idx,
+                    });
+                }
+            }
+        }
+        Self {
+            objects,
+            maps,
+            kernel: &capture.kernel_symbols,
+        }
+    }
+
+    /// The location of user address `addr` in process `pid`.
+    pub fn user(&self, pid: u32, addr: u64) -> Option<Location<'a>> {
+        let map = self
+            .maps
+            .get(&pid)?
+            .iter()
+            .find(|m| addr >= m.start && addr < m.end)?;
+        let (object, table) = self.objects[map.object];
+        let file_offset = addr - map.start + map.offset;
+        let Some(table) = table else {
+            return Some(Location {
+                object,
+                symbol: None,
+                offset: file_offset,
+            });
+        };
+        let vaddr = table
+            .segments
+            .iter()
+            .find(|s| file_offset >= s.offset && file_offset < s.offset + s.filesz)
+            .map(|s| file_offset - s.offset + s.vaddr)
+            .unwrap_or(file_offset);
+        Some(match lookup(&table.symbols, vaddr) {
+            Some(sym) => Location {
+                object,
+                symbol: Some(&sym.name),
+                offset: vaddr - sym.addr,
+            },
+            None => Location {
+                object,
+                symbol: None,
+                offset: vaddr,
+            },
+        })
+    }
+
+    /// The location of kernel address `addr`.
+    pub fn kernel(&self, addr: u64) -> Option<Location<'a>> {
+        let idx = self
+            .kernel
+            .partition_point(|s| s.addr <= addr)
+            .checked_sub(1)?;
+        let sym = &self.kernel[idx];
+        Some(Location {
+            object: "[kernel]",
+            symbol: Some(&sym.name),
+            offset: addr - sym.addr,
+        })
+    }
+}
+
+/// The symbol containing `vaddr` in a table sorted by address.
+fn lookup(symbols: &[Symbol], vaddr: u64) -> Option<&Symbol> {
+    let idx = symbols
+        .partition_point(|s| s.addr <= vaddr)
+        .checked_sub(1)?;
+    // Several names may share an address; any of them contains vaddr equally.
+    let sym = &symbols[idx];
+    (sym.size == 0 || vaddr < sym.addr + sym.size).then_some(sym)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn syms() -> Vec<Symbol> {
+        vec![
+            Symbol {
+                addr: 0x1000,
+                size: 0x10,
+                name: "a".into(),
+            },
+            Symbol {
+                addr: 0x1010,
+                size: 0x20,
+                name: "b".into(),
+            },
+            Symbol {
+                addr: 0x2000,
+                size: 0,
+                name: "c".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn finds_enclosing_symbols() {
+        let s = syms();
+        assert_eq!(lookup(&s, 0x1000).map(|s| s.name.as_str()), Some("a"));
+        assert_eq!(lookup(&s, 0x101f).map(|s| s.name.as_str()), Some("b"));
+        assert_eq!(lookup(&s, 0x1030), None, "past b's end");
+        assert_eq!(
+            lookup(&s, 0x2400).map(|s| s.name.as_str()),
+            Some("c"),
+            "size 0 extends"
+        );
+        assert_eq!(lookup(&s, 0x10), None);
+    }
+}

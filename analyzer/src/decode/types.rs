@@ -1,0 +1,153 @@
+//! Decoded events: the record structs of `tracer-common`, by kind.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use tracer_common::{
+    record::{
+        FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
+        kind,
+    },
+    syscall,
+};
+
+/// One decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Function entry; `args` when the probe recorded argument registers.
+    Entry {
+        /// The record.
+        rec: FuncEntry,
+        /// rdi, rsi, rdx, rcx, r8, r9.
+        args: Option<[u64; 6]>,
+    },
+    /// Function return.
+    Return(FuncReturn),
+    /// A system call.
+    Syscall(Syscall),
+    /// An instruction-pointer sample.
+    Sample(Sample),
+    /// Fork, exec or exit.
+    Lifecycle(Lifecycle),
+    /// A TCP retransmission.
+    TcpRetransmit(TcpRetransmit),
+    /// A record of a kind this build does not know (skipped, counted).
+    Unknown(Header),
+}
+
+impl Event {
+    /// Decodes one record (header included). `None` if it is shorter than its kind.
+    #[inline]
+    pub fn decode(header: &Header, bytes: &[u8]) -> Option<Self> {
+        Some(match header.kind {
+            kind::FUNC_ENTRY => Self::Entry {
+                rec: FuncEntry::read_from(bytes)?,
+                args: None,
+            },
+            kind::FUNC_ENTRY_ARGS => {
+                let full = tracer_common::record::FuncEntryArgs::read_from(bytes)?;
+                Self::Entry {
+                    rec: full.entry,
+                    args: Some(full.args),
+                }
+            }
+            kind::FUNC_RETURN => Self::Return(FuncReturn::read_from(bytes)?),
+            kind::SYSCALL => Self::Syscall(Syscall::read_from(bytes)?),
+            kind::SAMPLE => Self::Sample(Sample::read_from(bytes)?),
+            kind::LIFECYCLE => Self::Lifecycle(Lifecycle::read_from(bytes)?),
+            kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
+            _ => Self::Unknown(*header),
+        })
+    }
+
+    /// The record's header.
+    pub fn header(&self) -> &Header {
+        match self {
+            Self::Entry { rec, .. } => &rec.header,
+            Self::Return(r) => &r.header,
+            Self::Syscall(r) => &r.header,
+            Self::Sample(r) => &r.header,
+            Self::Lifecycle(r) => &r.header,
+            Self::TcpRetransmit(r) => &r.header,
+            Self::Unknown(h) => h,
+        }
+    }
+
+    /// Short name of the event's kind.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Entry { .. } => "entry",
+            Self::Return(_) => "return",
+            Self::Syscall(_) => "syscall",
+            Self::Sample(_) => "sample",
+            Self::Lifecycle(l) => match l.event {
+                tracer_common::record::lifecycle::FORK => "fork",
+                tracer_common::record::lifecycle::EXEC => "exec",
+                _ => "exit",
+            },
+            Self::TcpRetransmit(_) => "tcp_retransmit",
+            Self::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// Name of system call `nr`.
+pub fn syscall_name(nr: u32) -> String {
+    syscall::name(nr)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("syscall_{nr}"))
+}
+
+/// A socket address as text (`1.2.3.4:80`, `[::1]:80`, `unix:/path`), or
+/// `None` when absent.
+pub fn addr_string(addr: &SockAddr) -> Option<String> {
+    let port = u16::from_be(addr.port_be);
+    match addr.family {
+        2 => {
+            let ip = Ipv4Addr::new(addr.addr[0], addr.addr[1], addr.addr[2], addr.addr[3]);
+            Some(format!("{ip}:{port}"))
+        }
+        10 => Some(format!("[{}]:{port}", Ipv6Addr::from(addr.addr))),
+        1 => {
+            let end = addr
+                .addr
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(addr.addr.len());
+            Some(format!(
+                "unix:{}",
+                String::from_utf8_lossy(&addr.addr[..end])
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A NUL-padded command name as text.
+pub(crate) fn comm_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_addresses() {
+        let v4 = SockAddr {
+            family: 2,
+            port_be: 8080u16.to_be(),
+            _pad: 0,
+            addr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        };
+        assert_eq!(addr_string(&v4).as_deref(), Some("127.0.0.1:8080"));
+        let mut v6 = SockAddr {
+            family: 10,
+            port_be: 443u16.to_be(),
+            ..Default::default()
+        };
+        v6.addr[15] = 1;
+        assert_eq!(addr_string(&v6).as_deref(), Some("[::1]:443"));
+        assert_eq!(addr_string(&SockAddr::default()), None);
+    }
+}

@@ -1,0 +1,200 @@
+//! Command-line arguments. clap types stay in this file; they are turned into
+//! library configurations with `TryFrom`.
+
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand};
+use tracer::{
+    record::{RecordConfig, Target},
+    targets::FunctionPattern,
+};
+
+/// Record what running, unmodified processes do (function calls, socket
+/// system calls, CPU samples) with eBPF, and replay the captures offline.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None, propagate_version = true)]
+pub struct Args {
+    /// More log output (-v: info, -vv: debug, includes eBPF-side logs).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Record processes into a capture file (needs root).
+    ///
+    /// Examples:
+    ///   tracer record -p 1234 -f 'handle_*' -o server.capture
+    ///   tracer record --exe /usr/sbin/glusterfsd -f 'libglusterfs.so.0:syncop_*' --duration 60s
+    ///   tracer record -a 'libmpich.so.12:MPI_*' -- mpiexec -n 2 ./cpi
+    ///
+    /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
+    /// process has exited, then prints a summary with any records lost.
+    #[command(verbatim_doc_comment)]
+    Record(RecordArgs),
+    /// Print a capture's events, symbolized, and a summary.
+    #[command(alias = "dump")]
+    Replay(ReplayArgs),
+}
+
+/// `tracer record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Trace this running process and all its threads (repeatable).
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace every process running this executable, including ones started later (repeatable).
+    #[arg(long = "exe", value_name = "PATH")]
+    pub exes: Vec<PathBuf>,
+    /// Trace calls of functions matching [OBJECT:]GLOB, searched in .symtab and
+    /// .dynsym. Without OBJECT, the target's executable; OBJECT names a loaded
+    /// shared object by file name or prefix (libc, libmpich.so.12). Repeatable.
+    #[arg(short, long = "functions", value_name = "PATTERN")]
+    pub functions: Vec<String>,
+    /// Like --functions, and also record the first six integer arguments of each call.
+    #[arg(short = 'a', long = "args", value_name = "PATTERN")]
+    pub args: Vec<String>,
+    /// Do not trace socket system calls (traced by default).
+    #[arg(long)]
+    pub no_syscalls: bool,
+    /// CPU samples per second per CPU (perf cpu-clock); 0 turns sampling off.
+    #[arg(long, value_name = "HZ", default_value_t = 99)]
+    pub sample_hz: u64,
+    /// Sample every process on the node, not only traced ones (a CPU hog shows up by name).
+    #[arg(long)]
+    pub sample_all: bool,
+    /// Do not follow children forked by traced processes.
+    #[arg(long)]
+    pub no_follow: bool,
+    /// Ring buffer size (power of two; K, M suffixes).
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size)]
+    pub ring_size: u32,
+    /// Stop after this long (e.g. 30s, 500ms, 2m).
+    #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Capture file to write (created with mode 0600).
+    #[arg(short, long, value_name = "FILE", default_value = "trace.capture")]
+    pub output: PathBuf,
+    /// Command to start and trace from its first instruction.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// `tracer replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The capture file.
+    pub capture: PathBuf,
+    /// Print events as JSON lines (the summary goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Print only the summary.
+    #[arg(long, short)]
+    pub summary: bool,
+}
+
+impl TryFrom<RecordArgs> for RecordConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: RecordArgs) -> anyhow::Result<Self> {
+        let mut targets: Vec<Target> = a.pids.into_iter().map(Target::Pid).collect();
+        targets.extend(a.exes.into_iter().map(Target::Exe));
+        if !a.command.is_empty() {
+            targets.push(Target::Command(a.command));
+        }
+        let mut functions = Vec::new();
+        for p in &a.functions {
+            functions.push(FunctionPattern::parse(p, false)?);
+        }
+        for p in &a.args {
+            functions.push(FunctionPattern::parse(p, true)?);
+        }
+        Ok(RecordConfig {
+            targets,
+            functions,
+            syscalls: !a.no_syscalls,
+            sample_hz: a.sample_hz,
+            sample_all: a.sample_all,
+            follow: !a.no_follow,
+            ring_bytes: a.ring_size,
+            duration: a.duration,
+            output: a.output,
+            argv: std::env::args().collect(),
+            ..RecordConfig::default()
+        })
+    }
+}
+
+fn parse_size(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size like 8M or 65536"))?;
+    let bytes = n.checked_mul(mult).ok_or("size too large")?;
+    u32::try_from(bytes).map_err(|_| "ring sizes above 2G are not supported".to_string())
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("'{s}' is not a duration like 30s, 500ms or 2m");
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_sizes_and_durations() {
+        assert_eq!(parse_size("8M"), Ok(8 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 parsecs").is_err());
+    }
+
+    #[test]
+    fn command_after_double_dash_becomes_a_target() {
+        let args = Args::parse_from(["tracer", "record", "-f", "main", "--", "/bin/true", "x"]);
+        let Command::Record(rec) = args.command else {
+            panic!("record expected")
+        };
+        let config = RecordConfig::try_from(rec).expect("valid");
+        assert_eq!(
+            config.targets,
+            vec![Target::Command(vec!["/bin/true".into(), "x".into()])]
+        );
+        assert_eq!(config.sample_hz, 99);
+    }
+}

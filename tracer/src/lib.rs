@@ -1,0 +1,18 @@
+//! The privileged half of the tracer: attach eBPF probes to running,
+//! unmodified processes and record what they do into capture files.
+//!
+//! - [`targets`] resolves `[OBJECT:]GLOB` function patterns to probe sites;
+//!   [`elf`] and [`procfs`] read what that needs from disk and `/proc`.
+//! - [`loader`] loads the embedded eBPF object and attaches its programs.
+//! - [`record`] runs a recording session; [`sink`] writes the capture.
+//! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
+//!
+//! Decoding captures lives in the `analyzer` crate, shared with `tracer replay`.
+
+pub mod elf;
+pub mod loader;
+pub mod procfs;
+pub mod record;
+pub mod sink;
+pub mod targets;
+pub mod tracefs;

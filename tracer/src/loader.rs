@@ -1,0 +1,395 @@
+//! Loads the embedded eBPF object, sets its globals, and attaches its
+//! programs: uprobes per traced function, syscall and lifecycle tracepoints,
+//! perf sampling. Owns the maps user space talks to.
+
+use std::{collections::BTreeMap, io, path::Path};
+
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{
+        PerfEvent, ProgramError, TracePoint, UProbe,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
+};
+use tracer_common::{
+    COOKIE_ARGS, TRACED_ROOT,
+    capture::Probe,
+    globals, maps, programs,
+    record::{SyscallEnter, TracepointOffsets},
+    stats::{STAT_COUNT, STAT_NAMES},
+    syscall,
+};
+
+/// The eBPF object built by `build.rs`, embedded so the binary is self-contained.
+static EBPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
+
+/// Errors loading or attaching.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The kernel refused to load the programs.
+    #[error("loading the eBPF programs failed{hint}")]
+    Load {
+        /// Advice when the cause is known (not root).
+        hint: &'static str,
+        /// The cause.
+        #[source]
+        source: EbpfError,
+    },
+    /// A program is missing from the object (a build problem).
+    #[error("program {name} is missing from the eBPF object")]
+    MissingProgram {
+        /// The program.
+        name: &'static str,
+    },
+    /// A map is missing or has the wrong type.
+    #[error("map {name} is missing or has the wrong type")]
+    Map {
+        /// The map.
+        name: &'static str,
+        /// The cause.
+        #[source]
+        source: MapError,
+    },
+    /// Loading or attaching a program failed.
+    #[error("attaching {what} failed")]
+    Attach {
+        /// What was being attached.
+        what: String,
+        /// The cause.
+        #[source]
+        source: ProgramError,
+    },
+}
+
+/// How to load the programs.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Ring buffer size in bytes (a power of two, at least a page).
+    pub ring_bytes: u32,
+    /// Pending bytes above which producers wake the reader.
+    pub wakeup_bytes: u64,
+    /// Sample every process, not only traced ones.
+    pub sample_all: bool,
+    /// Follow children of traced processes.
+    pub follow_children: bool,
+    /// Trace socket system calls.
+    pub syscalls: bool,
+    /// Tracepoint field offsets of this kernel.
+    pub offsets: TracepointOffsets,
+}
+
+/// The loaded programs and the maps user space uses.
+pub struct Loaded {
+    ebpf: Ebpf,
+    ring: Option<RingBuf<MapData>>,
+    traced: HashMap<MapData, u32, u32>,
+    sockets: HashMap<MapData, u64, u8>,
+    inflight: HashMap<MapData, u32, SyscallEnter>,
+    stats: PerCpuArray<MapData, u64>,
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    loaded_uprobes: bool,
+    /// Number of kernel attachments made (perf links).
+    pub links: usize,
+}
+
+fn take<T: TryFrom<aya::maps::Map, Error = MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, LoadError> {
+    let map = ebpf.take_map(name).ok_or(LoadError::Map {
+        name,
+        source: MapError::InvalidName { name: name.into() },
+    })?;
+    T::try_from(map).map_err(|source| LoadError::Map { name, source })
+}
+
+fn attach_err(what: impl Into<String>) -> impl FnOnce(ProgramError) -> LoadError {
+    let what = what.into();
+    move |source| LoadError::Attach { what, source }
+}
+
+impl Loaded {
+    /// Loads the object with `opts` (programs are loaded into the kernel, not attached).
+    pub fn load(opts: &LoadOptions) -> Result<Self, LoadError> {
+        raise_memlock();
+        let sample_all = u32::from(opts.sample_all);
+        let follow = u32::from(opts.follow_children);
+        let syscalls = u32::from(opts.syscalls);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(globals::SAMPLE_ALL, &sample_all, true)
+            .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
+            .override_global(globals::FOLLOW_CHILDREN, &follow, true)
+            .override_global(globals::TRACE_SYSCALLS, &syscalls, true)
+            .override_global(globals::TP_OFFSETS, &opts.offsets, true)
+            .map_max_entries(maps::EVENTS, opts.ring_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(|source| {
+                let denied = matches!(&source, EbpfError::MapError(MapError::CreateError { io_error, .. })
+                    if io_error.kind() == io::ErrorKind::PermissionDenied)
+                    || matches!(&source, EbpfError::ProgramError(ProgramError::LoadError { io_error, .. })
+                    if io_error.kind() == io::ErrorKind::PermissionDenied);
+                let hint = if denied {
+                    ": permission denied. The tracer must run as root (or with CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN)"
+                } else {
+                    ""
+                };
+                LoadError::Load { hint, source }
+            })?;
+        // The log ring exists only when the programs log; debug logs are rare events.
+        let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
+        let ring = take::<RingBuf<MapData>>(&mut ebpf, maps::EVENTS)?;
+        let traced = take(&mut ebpf, maps::TRACED_PIDS)?;
+        let sockets = take(&mut ebpf, maps::SOCKET_FDS)?;
+        let inflight = take(&mut ebpf, maps::INFLIGHT)?;
+        let stats = take(&mut ebpf, maps::STATS)?;
+        Ok(Self {
+            ebpf,
+            ring: Some(ring),
+            traced,
+            sockets,
+            inflight,
+            stats,
+            logger,
+            loaded_uprobes: false,
+            links: 0,
+        })
+    }
+
+    /// Takes the ring buffer (once) for the reader.
+    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
+    }
+
+    /// Forwards eBPF log messages to the `log` crate.
+    pub fn flush_logs(&mut self) {
+        if let Some(logger) = &mut self.logger {
+            logger.flush();
+        }
+    }
+
+    fn tracepoint(&mut self, program: &'static str) -> Result<&mut TracePoint, LoadError> {
+        let prog: &mut TracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(LoadError::MissingProgram { name: program })?
+            .try_into()
+            .map_err(attach_err(program))?;
+        if prog.fd().is_err() {
+            prog.load()
+                .map_err(attach_err(format!("{program} (load)")))?;
+        }
+        Ok(prog)
+    }
+
+    /// Attaches fork/exec/exit tracking.
+    pub fn attach_lifecycle(&mut self) -> Result<(), LoadError> {
+        for (program, event) in [
+            (programs::PROC_FORK, "sched_process_fork"),
+            (programs::PROC_EXEC, "sched_process_exec"),
+            (programs::PROC_EXIT, "sched_process_exit"),
+        ] {
+            self.tracepoint(program)?
+                .attach("sched", event)
+                .map_err(attach_err(format!("sched:{event}")))?;
+            self.links += 1;
+        }
+        Ok(())
+    }
+
+    /// Attaches the entry and exit tracepoints of every traced system call
+    /// this kernel has; returns the names of the calls it lacks.
+    pub fn attach_syscalls(&mut self) -> Result<Vec<&'static str>, LoadError> {
+        let mut missing = Vec::new();
+        for (_, name) in syscall::TRACED {
+            if !crate::tracefs::has_event("syscalls", &format!("sys_enter_{name}")) {
+                missing.push(*name);
+                continue;
+            }
+            for (program, dir) in [(programs::SYS_ENTER, "enter"), (programs::SYS_EXIT, "exit")] {
+                let event = format!("sys_{dir}_{name}");
+                self.tracepoint(program)?
+                    .attach("syscalls", &event)
+                    .map_err(attach_err(format!("syscalls:{event}")))?;
+                self.links += 1;
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Attaches `tcp:tcp_retransmit_skb`; false when the kernel lacks it.
+    pub fn attach_tcp(&mut self) -> Result<bool, LoadError> {
+        if !crate::tracefs::has_event("tcp", "tcp_retransmit_skb") {
+            return Ok(false);
+        }
+        self.tracepoint(programs::TCP_RETRANSMIT)?
+            .attach("tcp", "tcp_retransmit_skb")
+            .map_err(attach_err("tcp:tcp_retransmit_skb"))?;
+        self.links += 1;
+        Ok(true)
+    }
+
+    /// Starts cpu-clock sampling at `hz` on every online CPU; returns the CPU count.
+    pub fn attach_sampling(&mut self, hz: u64) -> Result<usize, LoadError> {
+        let cpus = aya::util::online_cpus().map_err(|(_, e)| LoadError::Attach {
+            what: "perf sampling (reading online cpus)".into(),
+            source: ProgramError::IOError(e),
+        })?;
+        let prog: &mut PerfEvent = self
+            .ebpf
+            .program_mut(programs::SAMPLE)
+            .ok_or(LoadError::MissingProgram {
+                name: programs::SAMPLE,
+            })?
+            .try_into()
+            .map_err(attach_err(programs::SAMPLE))?;
+        prog.load().map_err(attach_err("perf sampling (load)"))?;
+        for cpu in &cpus {
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu: *cpu },
+                SamplePolicy::Frequency(hz),
+                false,
+            )
+            .map_err(attach_err(format!("perf sampling on cpu {cpu}")))?;
+            self.links += 1;
+        }
+        Ok(cpus.len())
+    }
+
+    fn load_uprobes(&mut self) -> Result<(), LoadError> {
+        if self.loaded_uprobes {
+            return Ok(());
+        }
+        for name in [programs::FUNC_ENTRY, programs::FUNC_RETURN] {
+            let prog: &mut UProbe = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(LoadError::MissingProgram { name })?
+                .try_into()
+                .map_err(attach_err(name))?;
+            prog.load().map_err(attach_err(format!("{name} (load)")))?;
+        }
+        self.loaded_uprobes = true;
+        Ok(())
+    }
+
+    /// Attaches entry and return probes at `probe`, for every process of its
+    /// object; the programs keep only traced processes' events.
+    pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
+        self.load_uprobes()?;
+        let cookie = u64::from(probe.func_id) | if probe.args { COOKIE_ARGS } else { 0 };
+        for name in [programs::FUNC_ENTRY, programs::FUNC_RETURN] {
+            let prog: &mut UProbe = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(LoadError::MissingProgram { name })?
+                .try_into()
+                .map_err(attach_err(name))?;
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(probe.file_offset),
+                cookie: Some(cookie),
+            };
+            prog.attach(point, Path::new(&probe.object), UProbeScope::AllProcesses)
+                .map_err(attach_err(format!(
+                    "{name} at {}:{}",
+                    probe.object, probe.symbol
+                )))?;
+            self.links += 1;
+        }
+        Ok(())
+    }
+
+    /// Attaches an enrolment probe at `file_offset` (an executable's entry
+    /// point): every process that starts running it becomes traced.
+    pub fn attach_enroll(&mut self, exe: &Path, file_offset: u64) -> Result<(), LoadError> {
+        self.load_uprobes()?;
+        let prog: &mut UProbe = self
+            .ebpf
+            .program_mut(programs::FUNC_ENTRY)
+            .ok_or(LoadError::MissingProgram {
+                name: programs::FUNC_ENTRY,
+            })?
+            .try_into()
+            .map_err(attach_err(programs::FUNC_ENTRY))?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+            cookie: Some(tracer_common::COOKIE_ENROLL),
+        };
+        prog.attach(point, exe, UProbeScope::AllProcesses)
+            .map_err(attach_err(format!("entry point of {}", exe.display())))?;
+        self.links += 1;
+        Ok(())
+    }
+
+    /// Marks `pid` as traced (`root`: named by the user) and registers its
+    /// open sockets so their reads and writes are recorded.
+    pub fn trace_pid(&mut self, pid: u32, root: bool) -> Result<(), LoadError> {
+        let value = if root {
+            TRACED_ROOT
+        } else {
+            tracer_common::TRACED_CHILD
+        };
+        self.traced
+            .insert(pid, value, 0)
+            .map_err(|source| LoadError::Map {
+                name: maps::TRACED_PIDS,
+                source,
+            })?;
+        for fd in crate::procfs::socket_fds(pid) {
+            self.sockets
+                .insert((u64::from(pid) << 32) | u64::from(fd), 1, 0)
+                .map_err(|source| LoadError::Map {
+                    name: maps::SOCKET_FDS,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Registers the open sockets of `pid` (a forked child inherits its parent's).
+    pub fn register_sockets(&mut self, pid: u32) {
+        for fd in crate::procfs::socket_fds(pid) {
+            let _ = self
+                .sockets
+                .insert((u64::from(pid) << 32) | u64::from(fd), 1, 0);
+        }
+    }
+
+    /// Whether `pid` is in the traced set.
+    pub fn is_traced(&self, pid: u32) -> bool {
+        self.traced.get(&pid, 0).is_ok()
+    }
+
+    /// Counters summed over CPUs, by name.
+    pub fn read_stats(&self) -> BTreeMap<String, u64> {
+        (0..STAT_COUNT)
+            .map(|i| {
+                let total = self.stats.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0);
+                (STAT_NAMES[i as usize].to_string(), total)
+            })
+            .collect()
+    }
+
+    /// System calls in progress now, by tid.
+    pub fn inflight(&self) -> Vec<(u32, SyscallEnter)> {
+        self.inflight.iter().filter_map(Result::ok).collect()
+    }
+}
+
+/// Raises `RLIMIT_MEMLOCK`: kernels before 5.11 charge BPF maps against it.
+fn raise_memlock() {
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid pointer to an initialised rlimit.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+    if rc != 0 {
+        log::debug!(
+            "setrlimit(RLIMIT_MEMLOCK) failed: {}",
+            io::Error::last_os_error()
+        );
+    }
+}

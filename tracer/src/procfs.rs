@@ -1,0 +1,224 @@
+//! What `/proc` says about a process: executable, command line, maps, socket
+//! descriptors, parent, and the environment variables that identify its role.
+
+use std::{
+    collections::BTreeMap,
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use tracer_common::capture::{MapEntry, ProcessInfo};
+
+/// Environment variables recorded when present: MPI launchers set them, and
+/// they tell which rank a process is.
+pub const ROLE_ENV: &[&str] = &[
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "MPI_LOCALRANKID",
+    "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
+];
+
+/// Errors reading `/proc`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    /// The process does not exist (or is gone).
+    #[error("no process with pid {pid}")]
+    NoSuchProcess {
+        /// The pid.
+        pid: u32,
+    },
+    /// Reading a file under `/proc/PID` failed.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn read(path: PathBuf) -> Result<String, ProcError> {
+    fs::read(&path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|source| ProcError::Read { path, source })
+}
+
+/// Whether process `pid` exists.
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Path of the executable of `pid`.
+pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/exe"));
+    fs::read_link(&path).map_err(|source| {
+        if exists(pid) {
+            ProcError::Read { path, source }
+        } else {
+            ProcError::NoSuchProcess { pid }
+        }
+    })
+}
+
+/// Parses `/proc/PID/maps` text.
+pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(6, ' ');
+            let range = parts.next()?;
+            let perms = parts.next()?;
+            let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
+            let _dev = parts.next()?;
+            let _inode = parts.next()?;
+            let path = parts.next().unwrap_or("").trim().to_string();
+            let (start, end) = range.split_once('-')?;
+            Some(MapEntry {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset,
+                perms: perms.to_string(),
+                path,
+            })
+        })
+        .collect()
+}
+
+/// Executable mappings of `pid`.
+pub fn exec_maps(pid: u32) -> Result<Vec<MapEntry>, ProcError> {
+    let text = read(PathBuf::from(format!("/proc/{pid}/maps")))?;
+    Ok(parse_maps(&text)
+        .into_iter()
+        .filter(|m| m.perms.contains('x'))
+        .collect())
+}
+
+/// A snapshot of process `pid`, taken at `now_ns`.
+pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, ProcError> {
+    if !exists(pid) {
+        return Err(ProcError::NoSuchProcess { pid });
+    }
+    let status = read(PathBuf::from(format!("/proc/{pid}/status")))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    };
+    // /proc/TID exists for threads too; only thread-group leaders are processes.
+    if field("Tgid:").parse::<u32>().ok() != Some(pid) {
+        return Err(ProcError::NoSuchProcess { pid });
+    }
+    let cmdline = read(PathBuf::from(format!("/proc/{pid}/cmdline")))?
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let env = fs::read(format!("/proc/{pid}/environ"))
+        .map(|bytes| role_env(&bytes))
+        .unwrap_or_default();
+    Ok(ProcessInfo {
+        pid,
+        ppid: field("PPid:").parse().unwrap_or(0),
+        seen_ns: now_ns,
+        traced,
+        comm: field("Name:"),
+        exe: exe(pid)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        cmdline,
+        env,
+        maps: exec_maps(pid)?,
+    })
+}
+
+fn role_env(environ: &[u8]) -> BTreeMap<String, String> {
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            ROLE_ENV
+                .contains(&k)
+                .then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// Socket descriptors open in `pid` (from `/proc/PID/fd`).
+pub fn socket_fds(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let entry = entry.ok()?;
+        let target = fs::read_link(entry.path()).ok()?;
+        target
+            .to_string_lossy()
+            .starts_with("socket:[")
+            .then(|| entry.file_name().to_str()?.parse().ok())?
+    })
+    .collect()
+}
+
+/// Thread ids of `pid`.
+pub fn threads(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Children of `pid` (all threads' children), for following processes that
+/// were started before the tracer attached.
+pub fn children(pid: u32) -> Vec<u32> {
+    threads(pid)
+        .into_iter()
+        .filter_map(|tid| fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let text = "55d0c0a00000-55d0c0a01000 r-xp 00001000 fe:01 1234   /usr/bin/x y\n\
+                    7ffd1000-7ffd2000 rw-p 00000000 00:00 0 \n";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 2);
+        assert_eq!(maps[0].start, 0x55d0c0a00000);
+        assert_eq!(maps[0].offset, 0x1000);
+        assert_eq!(maps[0].path, "/usr/bin/x y");
+        assert_eq!(maps[1].path, "");
+    }
+
+    #[test]
+    fn keeps_only_role_variables() {
+        let env = role_env(b"PATH=/bin\0PMI_RANK=3\0X=1\0PMI_SIZE=4\0");
+        assert_eq!(env.len(), 2);
+        assert_eq!(env["PMI_RANK"], "3");
+    }
+
+    #[test]
+    fn snapshot_of_self_has_executable_maps() {
+        let me = std::process::id();
+        let info = snapshot(me, 1, true).expect("own process");
+        assert_eq!(info.pid, me);
+        assert!(info.maps.iter().any(|m| m.path == info.exe), "{info:?}");
+        assert!(matches!(
+            snapshot(u32::MAX - 1, 0, false),
+            Err(ProcError::NoSuchProcess { .. })
+        ));
+    }
+}

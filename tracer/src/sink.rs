@@ -1,0 +1,144 @@
+//! Writes records and metadata to a capture file: records are batched into
+//! chunks of about `chunk_bytes`, and every chunk goes to the kernel as soon
+//! as it is complete, so a killed recorder loses at most the open batch.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::BufWriter,
+    os::unix::fs::OpenOptionsExt as _,
+    path::{Path, PathBuf},
+};
+
+use tracer_common::{
+    capture::{CaptureError, CaptureHeader, CaptureWriter, Meta},
+    record::Header,
+};
+
+/// Errors writing a capture.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The file could not be created.
+    #[error("cannot create capture file {path}")]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing failed.
+    #[error("writing capture file {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: CaptureError,
+    },
+}
+
+/// Number of record kinds counted (index = kind).
+pub const KINDS: usize = 8;
+
+/// A capture file being written.
+#[derive(Debug)]
+pub struct Sink {
+    path: PathBuf,
+    writer: CaptureWriter<BufWriter<File>>,
+    pending: Vec<u8>,
+    chunk_bytes: usize,
+    /// Records written, by kind.
+    pub counts: [u64; KINDS],
+}
+
+impl Sink {
+    /// Creates `path` (mode 0600, truncating) and writes the header.
+    pub fn create(
+        path: &Path,
+        header: &CaptureHeader,
+        chunk_bytes: usize,
+    ) -> Result<Self, SinkError> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|source| SinkError::Create {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let writer = CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), header).map_err(
+            |source| SinkError::Write {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
+        let mut sink = Self {
+            path: path.to_path_buf(),
+            writer,
+            pending: Vec::with_capacity(chunk_bytes + 4096),
+            chunk_bytes,
+            counts: [0; KINDS],
+        };
+        sink.flush()?;
+        Ok(sink)
+    }
+
+    fn err(&self) -> impl FnOnce(CaptureError) -> SinkError + use<> {
+        let path = self.path.clone();
+        move |source| SinkError::Write { path, source }
+    }
+
+    /// Appends one raw record (as delivered by the ring buffer).
+    #[inline]
+    pub fn push(&mut self, record: &[u8], header: &Header) -> Result<(), SinkError> {
+        self.pending.extend_from_slice(record);
+        if let Some(count) = self.counts.get_mut(usize::from(header.kind)) {
+            *count += 1;
+        }
+        if self.pending.len() >= self.chunk_bytes {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), SinkError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let err = self.err();
+        self.writer.write_records(&self.pending).map_err(err)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes a metadata item (after the records pushed before it).
+    pub fn meta(&mut self, meta: &Meta) -> Result<(), SinkError> {
+        self.write_pending()?;
+        let err = self.err();
+        self.writer.write_meta(meta).map_err(err)
+    }
+
+    /// Writes the open batch and hands everything to the kernel.
+    pub fn flush(&mut self) -> Result<(), SinkError> {
+        self.write_pending()?;
+        let err = self.err();
+        self.writer.flush().map_err(err)
+    }
+
+    /// Records written so far (all kinds).
+    pub fn records(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.writer.bytes_written() + self.pending.len() as u64
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,353 @@
+//! Which functions to probe: `[OBJECT:]GLOB` patterns resolved against the
+//! ELF symbol tables of a target's executable and shared objects.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use globset::{Glob, GlobMatcher};
+use tracer_common::capture::Probe;
+
+use crate::{
+    elf::{ElfError, ElfSymbols, file_offset},
+    procfs::{self, ProcError},
+};
+
+/// Errors resolving patterns.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// A pattern is not a valid glob.
+    #[error("invalid function pattern '{pattern}'")]
+    BadPattern {
+        /// The pattern.
+        pattern: String,
+        /// The cause.
+        #[source]
+        source: globset::Error,
+    },
+    /// No object of the target matches a pattern's object part.
+    #[error(
+        "pattern '{pattern}': no object named '{object}' is loaded by the target (objects: {available})"
+    )]
+    NoObject {
+        /// The pattern.
+        pattern: String,
+        /// Its object part.
+        object: String,
+        /// The objects that were searched.
+        available: String,
+    },
+    /// A pattern matched no function.
+    #[error("pattern '{pattern}' matches no function in {objects}{hint}")]
+    NoMatch {
+        /// The pattern.
+        pattern: String,
+        /// The objects searched.
+        objects: String,
+        /// Advice, e.g. about stripped binaries.
+        hint: String,
+    },
+    /// An object could not be read.
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+    /// A process could not be inspected.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    /// A function's address is outside every loadable segment.
+    #[error("{symbol} in {object} is at {vaddr:#x}, outside every loadable segment")]
+    NoSegment {
+        /// The object.
+        object: String,
+        /// The symbol.
+        symbol: String,
+        /// Its address.
+        vaddr: u64,
+    },
+}
+
+/// A parsed `[OBJECT:]GLOB` pattern.
+#[derive(Debug, Clone)]
+pub struct FunctionPattern {
+    raw: String,
+    object: Option<String>,
+    object_glob: Option<GlobMatcher>,
+    function: GlobMatcher,
+    /// Record the argument registers of matching functions.
+    pub args: bool,
+}
+
+impl FunctionPattern {
+    /// Parses `pattern`; with `args`, entry records carry the argument registers.
+    pub fn parse(pattern: &str, args: bool) -> Result<Self, TargetError> {
+        let bad = |source| TargetError::BadPattern {
+            pattern: pattern.to_string(),
+            source,
+        };
+        let (object, function) = match pattern.rsplit_once(':') {
+            Some((o, f)) if !o.is_empty() => (Some(o.to_string()), f),
+            _ => (None, pattern),
+        };
+        let function = Glob::new(function).map_err(bad)?.compile_matcher();
+        let object_glob = object
+            .as_deref()
+            .map(Glob::new)
+            .transpose()
+            .map_err(bad)?
+            .map(|g| g.compile_matcher());
+        Ok(Self {
+            raw: pattern.to_string(),
+            object,
+            object_glob,
+            function,
+            args,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// Whether this pattern applies to object `path` (`main` is the target's executable).
+    fn applies_to(&self, path: &Path, main: bool) -> bool {
+        let Some(object) = &self.object else {
+            return main;
+        };
+        if path.as_os_str() == object.as_str() {
+            return true;
+        }
+        let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
+            return false;
+        };
+        // "libc" matches libc.so.6, "libmpich.so.12" matches itself.
+        base == object
+            || base
+                .strip_prefix(object.as_str())
+                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+            || self.object_glob.as_ref().is_some_and(|g| g.is_match(base))
+    }
+}
+
+/// The objects of a target: its executable first, then its shared objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetObjects {
+    /// The executable.
+    pub exe: PathBuf,
+    /// Shared objects, in load order, without the executable.
+    pub libs: Vec<PathBuf>,
+}
+
+impl TargetObjects {
+    /// Objects mapped executable in running process `pid`.
+    pub fn of_pid(pid: u32) -> Result<Self, TargetError> {
+        let exe = procfs::exe(pid)?;
+        let mut libs = Vec::new();
+        for map in procfs::exec_maps(pid)? {
+            let path = PathBuf::from(&map.path);
+            if map.path.starts_with('/') && path != exe && !libs.contains(&path) {
+                libs.push(path);
+            }
+        }
+        Ok(Self { exe, libs })
+    }
+
+    /// Objects of an executable that is not running yet: the executable and
+    /// what the dynamic loader would load for it (`ldd`).
+    pub fn of_executable(exe: &Path) -> Self {
+        let libs = Command::new("ldd")
+            .arg(exe)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| parse_ldd(&String::from_utf8_lossy(&out.stdout)))
+            .unwrap_or_default();
+        Self {
+            exe: exe.to_path_buf(),
+            libs,
+        }
+    }
+
+    fn all(&self) -> impl Iterator<Item = (&Path, bool)> {
+        std::iter::once((self.exe.as_path(), true))
+            .chain(self.libs.iter().map(|l| (l.as_path(), false)))
+    }
+}
+
+fn parse_ldd(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, rest)) => rest.trim(),
+                None => line,
+            };
+            let path = path.split(" (").next()?.trim();
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Resolves `patterns` against `objects`, appending new probes to `probes`
+/// (a function already there is not added twice; its id stays). Returns the
+/// number of functions each pattern matched.
+pub fn resolve(
+    patterns: &[FunctionPattern],
+    objects: &TargetObjects,
+    probes: &mut Vec<Probe>,
+    cache: &mut BTreeMap<PathBuf, ElfSymbols>,
+) -> Result<Vec<usize>, TargetError> {
+    let mut counts = Vec::with_capacity(patterns.len());
+    for pattern in patterns {
+        let targets: Vec<&Path> = objects
+            .all()
+            .filter(|(p, main)| pattern.applies_to(p, *main))
+            .map(|(p, _)| p)
+            .collect();
+        if targets.is_empty() {
+            let available = objects
+                .all()
+                .map(|(p, _)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(TargetError::NoObject {
+                pattern: pattern.raw.clone(),
+                object: pattern.object.clone().unwrap_or_default(),
+                available,
+            });
+        }
+        let mut matched = 0;
+        let mut stripped = Vec::new();
+        for path in &targets {
+            if !cache.contains_key(*path) {
+                cache.insert(path.to_path_buf(), ElfSymbols::read(path)?);
+            }
+            let elf = &cache[*path];
+            if !elf.has_symtab {
+                stripped.push(path.display().to_string());
+            }
+            // Group names by address: aliases (MPI_Send/PMPI_Send) are one function.
+            let mut by_addr: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+            for sym in &elf.table.symbols {
+                by_addr.entry(sym.addr).or_default().push(&sym.name);
+            }
+            for (vaddr, names) in by_addr {
+                let Some(name) = names.iter().find(|n| pattern.function.is_match(n)) else {
+                    continue;
+                };
+                matched += 1;
+                let object = path.display().to_string();
+                if let Some(existing) = probes
+                    .iter_mut()
+                    .find(|p| p.object == object && p.vaddr == vaddr)
+                {
+                    existing.args |= pattern.args;
+                    continue;
+                }
+                let file_offset = file_offset(&elf.table.segments, vaddr).ok_or_else(|| {
+                    TargetError::NoSegment {
+                        object: object.clone(),
+                        symbol: name.to_string(),
+                        vaddr,
+                    }
+                })?;
+                probes.push(Probe {
+                    func_id: probes.len() as u32,
+                    object,
+                    symbol: name.to_string(),
+                    aliases: names
+                        .iter()
+                        .filter(|n| *n != name)
+                        .map(|n| n.to_string())
+                        .collect(),
+                    vaddr,
+                    file_offset,
+                    args: pattern.args,
+                });
+            }
+        }
+        if matched == 0 {
+            let hint = if stripped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} has no .symtab (stripped): only exported functions can be named. \
+                     Install its debug symbols or rebuild without stripping",
+                    stripped.join(", ")
+                )
+            };
+            let objects = targets
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(TargetError::NoMatch {
+                pattern: pattern.raw.clone(),
+                objects,
+                hint,
+            });
+        }
+        counts.push(matched);
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_part_matches_by_basename() {
+        let p = FunctionPattern::parse("libc:malloc", false).expect("valid");
+        assert!(p.applies_to(Path::new("/lib/x86_64-linux-gnu/libc.so.6"), false));
+        assert!(!p.applies_to(Path::new("/lib/x86_64-linux-gnu/libcrypt.so.1"), false));
+        let p = FunctionPattern::parse("libmpich.so.12:MPI_*", false).expect("valid");
+        assert!(p.applies_to(Path::new("/usr/lib/x86_64-linux-gnu/libmpich.so.12"), false));
+        let p = FunctionPattern::parse("handle_*", false).expect("valid");
+        assert!(p.applies_to(Path::new("/usr/bin/x"), true));
+        assert!(!p.applies_to(Path::new("/lib/libc.so.6"), false));
+    }
+
+    #[test]
+    fn parses_ldd_output() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffc)\n\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f)\n\
+                    \t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
+        assert_eq!(
+            parse_ldd(text),
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libm.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+    }
+
+    #[test]
+    fn resolves_own_functions_and_reports_misses() {
+        let exe = std::env::current_exe().expect("exe");
+        let objects = TargetObjects {
+            exe: exe.clone(),
+            libs: vec![],
+        };
+        let mut probes = Vec::new();
+        let mut cache = BTreeMap::new();
+        let pats = [FunctionPattern::parse("main", true).expect("valid")];
+        let counts = resolve(&pats, &objects, &mut probes, &mut cache).expect("main resolves");
+        assert_eq!(counts, vec![1]);
+        assert_eq!(probes[0].symbol, "main");
+        assert!(probes[0].args);
+        // Resolving again adds nothing.
+        resolve(&pats, &objects, &mut probes, &mut cache).expect("again");
+        assert_eq!(probes.len(), 1);
+        let none = [FunctionPattern::parse("no_such_function_*", false).expect("valid")];
+        assert!(matches!(
+            resolve(&none, &objects, &mut probes, &mut cache),
+            Err(TargetError::NoMatch { .. })
+        ));
+        let nolib = [FunctionPattern::parse("libnothere:f", false).expect("valid")];
+        assert!(matches!(
+            resolve(&nolib, &objects, &mut probes, &mut cache),
+            Err(TargetError::NoObject { .. })
+        ));
+    }
+}
