@@ -1,0 +1,223 @@
+//! Helpers for the end-to-end tests: build the C fixtures, run the tracer
+//! binary on them, read the captures back with the analyzer library.
+//!
+//! The tests need root (they load eBPF programs). Without root they skip with
+//! a printed reason, unless `EFTRACE_REQUIRE_ROOT` is set (CI), where skipping
+//! would hide a failure.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use analyzer::{Capture, Event, Symbolizer};
+
+/// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
+pub fn tracer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer");
+    assert!(
+        p.exists(),
+        "no tracer binary at {}: run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// Whether privileged tests can run; prints why not, or panics under CI.
+pub fn privileged() -> bool {
+    // SAFETY: no preconditions.
+    let root = unsafe { libc_geteuid() } == 0;
+    if !root {
+        assert!(
+            std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+            "EFTRACE_REQUIRE_ROOT is set but the tests do not run as root"
+        );
+        eprintln!("skipped: needs root to load eBPF programs");
+    }
+    root
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+static BUILD_DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Compiles `tests/fixtures/NAME.c` once per test run and returns the binary,
+/// copied to `as_name` when given (so it runs under another command name).
+pub fn fixture(name: &str, as_name: Option<&str>) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = BUILD_DIR.get_or_init(|| tempfile::tempdir().expect("temp dir for fixtures"));
+    let out = dir.path().join(as_name.unwrap_or(name));
+    if !out.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(format!("{name}.c"));
+        let status = Command::new("gcc")
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("gcc runs");
+        assert!(status.success(), "compiling {}", src.display());
+    }
+    out
+}
+
+/// A finished `tracer` run.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `tracer ARGS` to completion (bounded by 60 s).
+pub fn tracer(args: &[&str]) -> Run {
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(tracer_bin())
+        .args(args)
+        .output()
+        .expect("tracer runs");
+    Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A tracer running in the background.
+pub struct Background {
+    /// The tracer process.
+    pub child: Child,
+    /// Lines it printed on stderr before it said it was recording.
+    pub stderr_lines: Vec<String>,
+}
+
+impl Background {
+    /// Starts `tracer ARGS` and waits until it prints that it is recording.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(tracer_bin())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tracer starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut reader = BufReader::new(stderr);
+        let mut lines = Vec::new();
+        let started = Instant::now();
+        loop {
+            let mut line = String::new();
+            let n = reader.read_line(&mut line).expect("read tracer stderr");
+            assert!(n > 0, "tracer exited before recording: {lines:?}");
+            let recording = line.contains("recording");
+            lines.push(line);
+            if recording {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "tracer did not start: {lines:?}"
+            );
+        }
+        // Keep draining stderr so the tracer never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                sink.clear();
+            }
+        });
+        Self {
+            child,
+            stderr_lines: lines,
+        }
+    }
+
+    /// Sends `signal` and waits for the tracer to exit.
+    pub fn stop(mut self, signal: &str) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .expect("kill runs");
+        self.child.wait().expect("tracer exits")
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a capture, panicking with the error if it cannot be read.
+pub fn capture(path: &Path) -> Capture {
+    Capture::open(path).unwrap_or_else(|e| panic!("reading {}: {e:?}", path.display()))
+}
+
+/// All events of a capture.
+pub fn events(capture: &Capture) -> Vec<Event> {
+    capture
+        .events()
+        .collect::<Result<_, _>>()
+        .expect("records decode")
+}
+
+/// Function entries per (pid, function name).
+pub fn entries_by_function(capture: &Capture) -> BTreeMap<(u32, String), usize> {
+    let mut counts = BTreeMap::new();
+    for e in events(capture) {
+        if let Event::Entry { rec, .. } = e {
+            *counts
+                .entry((rec.header.pid, capture.function_name(rec.func_id)))
+                .or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Function returns per function name: the list of return values, in order.
+pub fn returns_by_function(capture: &Capture) -> BTreeMap<String, Vec<i64>> {
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for e in events(capture) {
+        if let Event::Return(r) = e {
+            out.entry(capture.function_name(r.func_id))
+                .or_default()
+                .push(r.ret as i64);
+        }
+    }
+    out
+}
+
+/// Call sites of `function`'s entries, symbolized, with counts.
+pub fn call_sites(capture: &Capture, function: &str) -> BTreeMap<String, usize> {
+    let sym = Symbolizer::new(capture);
+    let mut out = BTreeMap::new();
+    for e in events(capture) {
+        if let Event::Entry { rec, .. } = e
+            && capture.function_name(rec.func_id) == function
+        {
+            let site = sym
+                .user(rec.header.pid, rec.call_site)
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "?".into());
+            *out.entry(site).or_default() += 1;
+        }
+    }
+    out
+}

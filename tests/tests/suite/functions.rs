@@ -1,0 +1,154 @@
+//! Function entry/return probes on the `calls` fixture.
+
+use std::{
+    io::Write as _,
+    process::{Command, Stdio},
+};
+
+use tests::{
+    Background, call_sites, capture, entries_by_function, fixture, privileged, returns_by_function,
+    tracer,
+};
+
+/// Exact entry and return counts, return values and distinct call sites.
+#[test]
+fn counts_returns_and_call_sites_are_exact() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("f.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "site_*",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "run",
+        "7",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let counts = entries_by_function(&cap);
+    let per_fn: Vec<(&str, usize)> = counts.iter().map(|((_, f), n)| (f.as_str(), *n)).collect();
+    assert_eq!(per_fn, vec![("leaf", 7 + 3), ("site_a", 1), ("site_b", 3)]);
+    let rets = returns_by_function(&cap);
+    assert_eq!(rets["leaf"], vec![0, 2, 4, 6, 8, 10, 12, 20, 22, 24]);
+    assert_eq!(rets["site_a"], vec![42]);
+    assert_eq!(rets["site_b"], vec![21, 23, 25]);
+    // leaf is called from one place in site_a and one in site_b.
+    let sites = call_sites(&cap, "leaf");
+    assert_eq!(sites.len(), 2, "{sites:?}");
+    assert_eq!(
+        sites
+            .iter()
+            .filter(|(s, _)| s.starts_with("site_a+"))
+            .map(|(_, n)| *n)
+            .sum::<usize>(),
+        7,
+        "{sites:?}"
+    );
+    assert_eq!(
+        sites
+            .iter()
+            .filter(|(s, _)| s.starts_with("site_b+"))
+            .map(|(_, n)| *n)
+            .sum::<usize>(),
+        3,
+        "{sites:?}"
+    );
+    assert!(cap.end.is_some(), "the capture was closed");
+    assert_eq!(cap.lost_records(), 0);
+}
+
+/// `-a` records the argument registers.
+#[test]
+fn argument_registers_are_recorded() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("a.capture");
+    let run = tracer(&[
+        "record",
+        "-a",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "run",
+        "4",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let args: Vec<u64> = tests::events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            analyzer::Event::Entry { args: Some(a), .. } => Some(a[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(args, vec![0, 1, 2, 3, 10, 11, 12]);
+}
+
+/// Attaching to a process that is already running.
+#[test]
+fn attaches_to_a_running_pid() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let mut target = Command::new(&calls)
+        .args(["wait", "5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("fixture starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("p.capture");
+    let pid = target.id().to_string();
+    let bg = Background::start(&[
+        "record",
+        "-p",
+        &pid,
+        "-f",
+        "leaf",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    target
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release the fixture");
+    assert!(target.wait().expect("fixture exits").success());
+    let mut child = bg;
+    let status = child
+        .child
+        .wait()
+        .expect("tracer exits when its target did");
+    assert!(status.success());
+    let cap = capture(&out);
+    let counts = entries_by_function(&cap);
+    assert_eq!(
+        counts.get(&(target.id(), "leaf".to_string())),
+        Some(&8),
+        "{counts:?}"
+    );
+    assert_eq!(
+        cap.end.as_ref().map(|e| e.reason.as_str()),
+        Some("targets exited")
+    );
+}

@@ -1,0 +1,65 @@
+//! Following children across fork and exec.
+
+use analyzer::Event;
+use tests::{capture, entries_by_function, events, fixture, privileged, tracer};
+use tracer_common::record::lifecycle;
+
+/// A forked child is traced, and still traced after it execs.
+#[test]
+fn follows_fork_and_exec() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("l.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "fork",
+        "4",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let evs = events(&cap);
+    let fork = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::Lifecycle(l) if l.event == lifecycle::FORK => Some(*l),
+            _ => None,
+        })
+        .expect("a fork event");
+    let (parent, child) = (fork.header.pid, fork.child_tid);
+    assert_ne!(parent, child);
+    let exec_of_child = evs.iter().any(
+        |e| matches!(e, Event::Lifecycle(l) if l.event == lifecycle::EXEC && l.header.pid == child),
+    );
+    assert!(exec_of_child, "the child's exec is recorded");
+    let counts = entries_by_function(&cap);
+    // run(4): 4 from site_a + 3 from site_b; then the exec'd image: 2.
+    assert_eq!(
+        counts.get(&(child, "leaf".to_string())),
+        Some(&9),
+        "{counts:?}"
+    );
+    assert_eq!(
+        counts.get(&(parent, "leaf".to_string())),
+        None,
+        "{counts:?}"
+    );
+    let child_exits = evs.iter().filter(|e| matches!(e, Event::Lifecycle(l) if l.event == lifecycle::EXIT && l.header.pid == child && l.group_dead == 1)).count();
+    assert_eq!(child_exits, 1);
+    assert!(
+        cap.processes
+            .get(&child)
+            .is_some_and(|snaps| snaps.iter().any(|p| p.cmdline.iter().any(|a| a == "exec"))),
+        "the exec'd image was snapshotted"
+    );
+}

@@ -1,0 +1,108 @@
+//! Instruction-pointer samples.
+
+use std::process::Command;
+
+use analyzer::{Event, Symbolizer};
+use tests::{capture, events, fixture, privileged, tracer};
+
+/// Samples of a busy traced process land in its hot function.
+#[test]
+fn samples_land_in_the_hot_function() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("h.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "250",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "spin",
+        "1200",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let sym = Symbolizer::new(&cap);
+    let samples: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Sample(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(samples.len() >= 100, "{} samples", samples.len());
+    let in_hot = samples
+        .iter()
+        .filter(|s| {
+            sym.user(s.header.pid, s.user_ip)
+                .and_then(|l| l.symbol.map(str::to_string))
+                .is_some_and(|f| f == "hot" || f.contains("clock_gettime"))
+        })
+        .count();
+    assert!(
+        in_hot * 10 >= samples.len() * 8,
+        "{in_hot} of {} samples in hot()",
+        samples.len()
+    );
+}
+
+/// `--sample-all` sees an untraced busy process by name.
+#[test]
+fn sample_all_sees_another_busy_process() {
+    if !privileged() {
+        return;
+    }
+    let hog = fixture("calls", Some("hogger"));
+    let mut busy = Command::new(&hog)
+        .args(["spin", "2500"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("hog starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("all.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-all",
+        "--sample-hz",
+        "200",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        "sleep",
+        "1",
+    ]);
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let sym = Symbolizer::new(&cap);
+    let hog_samples: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Sample(s) if s.comm.starts_with(b"hogger\0") => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        hog_samples.len() >= 50,
+        "{} samples of the hog",
+        hog_samples.len()
+    );
+    let symbolized = hog_samples
+        .iter()
+        .filter(|s| {
+            sym.user(s.header.pid, s.user_ip)
+                .is_some_and(|l| l.symbol == Some("hot"))
+        })
+        .count();
+    assert!(
+        symbolized * 2 >= hog_samples.len(),
+        "{symbolized} of {} hog samples symbolized to hot()",
+        hog_samples.len()
+    );
+}

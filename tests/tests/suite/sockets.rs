@@ -1,0 +1,91 @@
+//! Socket system calls on the loopback client/server fixture.
+
+use analyzer::{
+    Event,
+    decode::{addr_string, syscall_name},
+};
+use tests::{capture, events, fixture, privileged, tracer};
+
+/// connect/accept carry the right addresses; byte counts add up.
+#[test]
+fn addresses_and_byte_counts_match_the_fixture() {
+    if !privileged() {
+        return;
+    }
+    let net = fixture("net", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("s.capture");
+    let port_file = dir.path().join("port");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        net.to_str().expect("utf8"),
+        port_file.to_str().expect("utf8"),
+        "7",
+        "3000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let port: u16 = std::fs::read_to_string(&port_file)
+        .expect("port file")
+        .trim()
+        .parse()
+        .expect("port");
+    let cap = capture(&out);
+    let calls: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Syscall(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let named = |name: &str| {
+        calls
+            .iter()
+            .filter(move |s| syscall_name(s.nr) == name)
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    let connect = named("connect");
+    assert_eq!(connect.len(), 1);
+    assert_eq!(
+        addr_string(&connect[0].addr),
+        Some(format!("127.0.0.1:{port}"))
+    );
+    assert_eq!(connect[0].ret, 0);
+    let client = connect[0].header.pid;
+    let accept = named("accept");
+    assert_eq!(accept.len(), 1);
+    let server = accept[0].header.pid;
+    assert_ne!(client, server);
+    let peer = addr_string(&accept[0].addr).expect("accept has the peer address");
+    assert!(
+        peer.starts_with("127.0.0.1:") && !peer.ends_with(&format!(":{port}")),
+        "{peer}"
+    );
+    let bind = named("bind");
+    assert_eq!(bind.len(), 1);
+    let written: i64 = named("write")
+        .iter()
+        .filter(|s| s.header.pid == client)
+        .map(|s| s.ret)
+        .sum();
+    assert_eq!(written, 7 * 3000);
+    let read: i64 = named("read")
+        .iter()
+        .filter(|s| s.header.pid == server && s.fd == accept[0].ret as i32)
+        .map(|s| s.ret)
+        .sum();
+    assert_eq!(read, 7 * 3000);
+    let reply = named("sendto");
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].ret, format!("got {}", 7 * 3000).len() as i64);
+    assert!(named("poll").iter().all(|s| s.header.pid == server) && !named("poll").is_empty());
+    assert_eq!(named("shutdown").len(), 1);
+    assert!(named("listen").len() == 1 && named("socket").len() == 2);
+    // Only socket descriptors: the fixture's stdout writes are not recorded.
+    assert!(calls.iter().all(|s| s.fd != 1), "stdout is not a socket");
+}
