@@ -53,6 +53,10 @@ pub mod programs {
     pub const TCP_RETRANSMIT: &str = "tcp_retransmit";
     /// perf cpu-clock sampling.
     pub const SAMPLE: &str = "sample";
+    /// Empty uprobe, for overhead benchmarks.
+    pub const EMPTY_ENTRY: &str = "empty_entry";
+    /// Empty uretprobe, for overhead benchmarks.
+    pub const EMPTY_RETURN: &str = "empty_return";
 }
 
 /// Names of the globals user space sets with `EbpfLoader::override_global`.

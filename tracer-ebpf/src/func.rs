@@ -86,3 +86,16 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
     });
     0
 }
+
+/// Empty entry program: attached by `tracer record --bench-empty-probe` so
+/// benchmarks can compare the tracing cost with the bare uprobe cost.
+#[uprobe]
+pub fn empty_entry(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// Empty return program, the pair of [`empty_entry`].
+#[uretprobe]
+pub fn empty_return(_ctx: RetProbeContext) -> u32 {
+    0
+}

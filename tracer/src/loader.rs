@@ -262,7 +262,12 @@ impl Loaded {
         if self.loaded_uprobes {
             return Ok(());
         }
-        for name in [programs::FUNC_ENTRY, programs::FUNC_RETURN] {
+        for name in [
+            programs::FUNC_ENTRY,
+            programs::FUNC_RETURN,
+            programs::EMPTY_ENTRY,
+            programs::EMPTY_RETURN,
+        ] {
             let prog: &mut UProbe = self
                 .ebpf
                 .program_mut(name)
@@ -278,9 +283,18 @@ impl Loaded {
     /// Attaches entry and return probes at `probe`, for every process of its
     /// object; the programs keep only traced processes' events.
     pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
+        self.attach_pair(probe, [programs::FUNC_ENTRY, programs::FUNC_RETURN])
+    }
+
+    /// Attaches the empty programs at `probe` (overhead benchmarks only).
+    pub fn attach_empty_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
+        self.attach_pair(probe, [programs::EMPTY_ENTRY, programs::EMPTY_RETURN])
+    }
+
+    fn attach_pair(&mut self, probe: &Probe, names: [&'static str; 2]) -> Result<(), LoadError> {
         self.load_uprobes()?;
         let cookie = u64::from(probe.func_id) | if probe.args { COOKIE_ARGS } else { 0 };
-        for name in [programs::FUNC_ENTRY, programs::FUNC_RETURN] {
+        for name in names {
             let prog: &mut UProbe = self
                 .ebpf
                 .program_mut(name)

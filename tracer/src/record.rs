@@ -50,6 +50,8 @@ pub struct RecordConfig {
     pub targets: Vec<Target>,
     /// Function patterns.
     pub functions: Vec<FunctionPattern>,
+    /// Functions that get empty probes (benchmarks: the bare uprobe cost).
+    pub empty_probes: Vec<FunctionPattern>,
     /// Trace socket system calls.
     pub syscalls: bool,
     /// Sampling frequency (0: off).
@@ -79,6 +81,7 @@ impl Default for RecordConfig {
         Self {
             targets: Vec::new(),
             functions: Vec::new(),
+            empty_probes: Vec::new(),
             syscalls: true,
             sample_hz: 0,
             sample_all: false,
@@ -576,6 +579,7 @@ pub async fn record(
 
     // 1. Resolve every target and the functions to probe, before touching the kernel.
     let mut probes = Vec::new();
+    let mut empty_probes = Vec::new();
     let mut elf_cache = BTreeMap::new();
     let mut enroll = Vec::new();
     let mut root_pids = Vec::new();
@@ -613,6 +617,14 @@ pub async fn record(
                 TargetObjects::of_executable(&path)
             }
         };
+        if !config.empty_probes.is_empty() {
+            targets::resolve(
+                &config.empty_probes,
+                &objects,
+                &mut empty_probes,
+                &mut elf_cache,
+            )?;
+        }
         if !config.functions.is_empty() {
             let counts =
                 targets::resolve(&config.functions, &objects, &mut probes, &mut elf_cache)?;
@@ -663,6 +675,9 @@ pub async fn record(
     }
     for probe in &probes {
         loaded.attach_probe(probe)?;
+    }
+    for probe in &empty_probes {
+        loaded.attach_empty_probe(probe)?;
     }
     for (exe, offset) in &enroll {
         loaded.attach_enroll(exe, *offset)?;

@@ -1,11 +1,148 @@
-//! Benchmarks (figures for issue notes, not pass/fail tests).
+//! `cargo xtask bench`: figures for issue notes, not pass/fail tests.
+//!
+//! - overhead: ns per call of an unprobed function, of one with an empty
+//!   uprobe+uretprobe pair, and of one traced with records, in the same run;
+//! - event rate: calls flooded through the tracer into a capture, with the
+//!   records lost (if any) as the tracer reports them.
+//!
+//! The decode rate is `cargo bench -p analyzer --bench decode`.
 
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
 use clap::Args;
+
+use crate::{build_c, build_tracer, is_root, root, target_dir};
 
 /// `cargo xtask bench` options.
 #[derive(Debug, Args)]
-pub(crate) struct BenchArgs {}
+pub(crate) struct BenchArgs {
+    /// Calls per overhead measurement.
+    #[arg(long, default_value_t = 500_000)]
+    calls: u64,
+    /// Calls per process in the event-rate floods.
+    #[arg(long, default_value_t = 1_000_000)]
+    flood_calls: u64,
+    /// Repetitions of each measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+}
 
-pub(crate) fn run_benches(_args: &BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("benchmarks are not written yet")
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct TracedRun {
+    stdout: String,
+    stderr: String,
+}
+
+fn traced(tracer: &std::path::Path, args: &[&str], command: &[&str]) -> anyhow::Result<TracedRun> {
+    let capture = target_dir().join("xtask/bench.capture");
+    let out = Command::new(tracer)
+        .args(["record", "--no-syscalls", "--sample-hz", "0", "-o"])
+        .arg(&capture)
+        .args(args)
+        .arg("--")
+        .args(command)
+        .output()
+        .context("running the tracer")?;
+    let run = TracedRun {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    if !out.status.success() {
+        bail!("tracer failed: {}", run.stderr);
+    }
+    Ok(run)
+}
+
+/// Records lost according to the tracer's summary.
+fn losses(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("LOSSES: ring_full "))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
+    if !is_root() {
+        bail!("benchmarks attach probes: run as root");
+    }
+    let tracer = build_tracer(true)?;
+    let bench = build_c(&root().join("xtask/bench/bench.c"), "bench")?;
+    let bench = bench.to_str().context("utf-8 path")?;
+
+    println!(
+        "== overhead per call ({} calls, median of {})",
+        args.calls, args.repeat
+    );
+    let mut rows = Vec::new();
+    for _ in 0..args.repeat {
+        let calls = args.calls.to_string();
+        let run = traced(
+            &tracer,
+            &["-f", "traced_fn", "--bench-empty-probe", "empty_fn"],
+            &[bench, "compare", &calls],
+        )?;
+        let nums: Vec<f64> = run
+            .stdout
+            .split_whitespace()
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        if nums.len() != 3 {
+            bail!("unexpected bench output: {}", run.stdout);
+        }
+        rows.push((nums[0], nums[1], nums[2]));
+    }
+    let plain = median(rows.iter().map(|r| r.0).collect());
+    let empty = median(rows.iter().map(|r| r.1).collect());
+    let full = median(rows.iter().map(|r| r.2).collect());
+    println!("  unprobed function:               {plain:8.1} ns/call");
+    println!("  empty uprobe+uretprobe pair:     {empty:8.1} ns/call");
+    println!("  traced (entry+return records):   {full:8.1} ns/call");
+    println!(
+        "  ratio traced / empty pair:       {:8.2}x (target <= 1.2x)",
+        full / empty
+    );
+    println!(
+        "  added cost ratio:                {:8.2}x ((traced-unprobed)/(empty-unprobed))",
+        (full - plain) / (empty - plain)
+    );
+
+    println!(
+        "\n== event rate into a capture file ({} calls per process, 2 events per call)",
+        args.flood_calls
+    );
+    for (procs, ring) in [(1, "8M"), (1, "64M"), (2, "64M")] {
+        let mut rates = Vec::new();
+        let mut lost = Vec::new();
+        for _ in 0..args.repeat {
+            let n = args.flood_calls.to_string();
+            let p = procs.to_string();
+            let run = traced(
+                &tracer,
+                &["-f", "traced_fn", "--ring-size", ring],
+                &[bench, "flood", &n, &p],
+            )?;
+            let secs: f64 = run
+                .stdout
+                .trim()
+                .parse()
+                .with_context(|| format!("bench output: {}", run.stdout))?;
+            rates.push((2 * args.flood_calls * procs) as f64 / secs);
+            lost.push(losses(&run.stderr));
+        }
+        println!(
+            "  {procs} producer(s), ring {ring:>3}: {:6.2} M events/s, lost {} (per run: {:?})",
+            median(rates) / 1e6,
+            lost.iter().max().copied().unwrap_or(0),
+            lost
+        );
+    }
+    println!("\n(decode rate: cargo bench -p analyzer --bench decode)");
+    Ok(())
 }

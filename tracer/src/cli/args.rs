@@ -58,6 +58,9 @@ pub struct RecordArgs {
     /// Like --functions, and also record the first six integer arguments of each call.
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
     pub args: Vec<String>,
+    /// Attach empty programs to matching functions (overhead benchmarks).
+    #[arg(long, value_name = "PATTERN", hide = true)]
+    pub bench_empty_probe: Vec<String>,
     /// Do not trace socket system calls (traced by default).
     #[arg(long)]
     pub no_syscalls: bool,
@@ -113,9 +116,15 @@ impl TryFrom<RecordArgs> for RecordConfig {
         for p in &a.args {
             functions.push(FunctionPattern::parse(p, true)?);
         }
+        let empty_probes = a
+            .bench_empty_probe
+            .iter()
+            .map(|p| FunctionPattern::parse(p, false))
+            .collect::<Result<_, _>>()?;
         Ok(RecordConfig {
             targets,
             functions,
+            empty_probes,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
