@@ -9,5 +9,5 @@ mod symbolize;
 mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
-pub use symbolize::{Location, Symbolizer};
+pub use symbolize::{Location, Symbolizer, is_uretprobe_trampoline};
 pub use types::{Event, addr_string, syscall_name};

@@ -80,6 +80,13 @@ impl<'a> Symbolizer<'a> {
 
     /// The location of user address `addr` in process `pid`.
     pub fn user(&self, pid: u32, addr: u64) -> Option<Location<'a>> {
+        if is_uretprobe_trampoline(addr) {
+            return Some(Location {
+                object: "[uprobes]",
+                symbol: Some("[uretprobe trampoline]"),
+                offset: 0,
+            });
+        }
         let map = self
             .maps
             .get(&pid)?
@@ -127,6 +134,15 @@ impl<'a> Symbolizer<'a> {
             offset: addr - sym.addr,
         })
     }
+}
+
+/// Whether `addr` is in the page the kernel maps for uretprobes on x86-64
+/// (`[uprobes]`, one page below the top of the 47-bit user address space).
+/// A function's return address reads as this page when its caller is itself
+/// under a uretprobe and reached it by a tail call (`jmp`): the caller's real
+/// return address is held by the kernel, so the call site is the caller's.
+pub fn is_uretprobe_trampoline(addr: u64) -> bool {
+    (0x7fff_ffff_e000..0x7fff_ffff_f000).contains(&addr)
 }
 
 /// The symbol containing `vaddr` in a table sorted by address.
