@@ -1,10 +1,15 @@
 //! Offline (and live) analysis of captures written by `tracer record`.
 //!
 //! The pipeline runs one way: [`decode`] turns a capture into typed,
-//! symbolized events; later stages (units and features, models, scores,
-//! reports) build on it. `tracer replay` uses [`decode`] too, so there is one
-//! decoding path for files and for live rings.
+//! symbolized events; [`units`] cuts each thread's calls and socket calls
+//! into execution units with call trees; [`model`] learns mergeable models of
+//! normal runs; [`score`] gives each unit of a trial run its suspect score
+//! (Maruyama & Matsuoka). `tracer replay` uses [`decode`] too, so there is
+//! one decoding path for files and for live rings.
 
 pub mod decode;
+pub mod model;
+pub mod score;
+pub mod units;
 
 pub use decode::{Capture, DecodeError, Event, Symbolizer};

@@ -1,12 +1,19 @@
 //! `analyzer`: offline analysis of captures.
 
-use std::{io::Write as _, path::PathBuf, process::ExitCode};
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use analyzer::{
     Capture,
     decode::format::{Formatter, Summary},
+    model::GlobalModel,
+    score::{Scoring, UnitScore, score_processes},
+    units::{Variant, decompose_capture},
 };
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
 /// Analyse captures written by `tracer record`.
@@ -35,6 +42,158 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the execution units of a capture (initializer, handlers, finalizer).
+    Units {
+        /// The capture file.
+        capture: PathBuf,
+        /// Decomposition: 000 (handler units) or 001 (also pre/post-processing).
+        #[arg(long, value_enum, default_value = "000")]
+        variant: Variant,
+    },
+    /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelCommand {
+    /// Learn a global model from captures of normal runs.
+    ///
+    /// Example: analyzer model learn normal-*.capture -o model.json
+    Learn {
+        /// Captures of fault-free runs.
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// Where to write the model (JSON).
+        #[arg(short, long, default_value = "model.json")]
+        output: PathBuf,
+        /// Merge into this existing model instead of starting empty.
+        #[arg(long)]
+        merge: Option<PathBuf>,
+        /// Decomposition: 000 or 001.
+        #[arg(long, value_enum, default_value = "000")]
+        variant: Variant,
+    },
+    /// Score the units of captures against a model; most suspect first.
+    ///
+    /// Example: analyzer model score --model model.json faulty.capture
+    Score {
+        /// The model learned with `model learn`.
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Captures to score.
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// nodes (000, eq. 1-2) or edges (001).
+        #[arg(long, value_enum, default_value = "nodes")]
+        scoring: Scoring,
+        /// Units to show.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// JSON instead of a table (every unit).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn open(path: &Path) -> anyhow::Result<Capture> {
+    let cap = Capture::open(path).with_context(|| format!("reading {}", path.display()))?;
+    if let Some(t) = &cap.truncated {
+        eprintln!(
+            "analyzer: warning: {}: {t}; using the complete part",
+            path.display()
+        );
+    }
+    if cap.lost_records() > 0 {
+        eprintln!(
+            "analyzer: warning: {}: {} records were lost while recording",
+            path.display(),
+            cap.lost_records()
+        );
+    }
+    Ok(cap)
+}
+
+fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading model {}", path.display()))?;
+    let mut model: GlobalModel = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a model", path.display()))?;
+    if model.version != analyzer::model::MODEL_VERSION {
+        bail!(
+            "model {} has version {}, this build reads {}",
+            path.display(),
+            model.version,
+            analyzer::model::MODEL_VERSION
+        );
+    }
+    for g in &mut model.groups {
+        for t in [
+            &mut g.initializer,
+            &mut g.finalizer,
+            &mut g.pre_process,
+            &mut g.post_process,
+        ] {
+            t.prepare();
+        }
+        for t in g.handlers.values_mut() {
+            t.prepare();
+        }
+    }
+    Ok(model)
+}
+
+fn print_scores(
+    out: &mut impl std::io::Write,
+    scores: &[UnitScore],
+    top: usize,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:>4} {:>6}  {:<22} {:>7} {:<12} {:>9} {:<12} {:<21} why",
+        "rank", "score", "process@host", "tid", "unit", "t (s)", "wall (UTC)", "peer"
+    )?;
+    for (i, s) in scores.iter().take(top).enumerate() {
+        let why = if s.reason.is_empty() {
+            s.differences
+                .iter()
+                .take(2)
+                .map(|d| {
+                    format!(
+                        "{:?} {} (p={:.2})",
+                        d.kind,
+                        d.path.rsplit(" > ").next().unwrap_or(&d.path),
+                        d.p
+                    )
+                    .to_lowercase()
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        } else {
+            s.reason.clone()
+        };
+        writeln!(
+            out,
+            "{:>4} {:>6.3}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
+            i + 1,
+            s.score,
+            format!("{}[{}]@{}", s.comm, s.pid, s.host),
+            s.tid,
+            s.kind.name(),
+            s.t_s,
+            s.wall,
+            s.peer.as_deref().unwrap_or("-"),
+            why
+        )?;
+    }
+    if scores.len() > top {
+        writeln!(
+            out,
+            "({} more units; --top N or --json for all)",
+            scores.len() - top
+        )?;
+    }
+    Ok(())
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -42,8 +201,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.command {
         Command::Events { capture, json } => {
-            let cap = Capture::open(&capture)
-                .with_context(|| format!("reading {}", capture.display()))?;
+            let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);
             for event in cap.events() {
                 let event = event?;
@@ -53,18 +211,121 @@ fn run(args: Args) -> anyhow::Result<()> {
                     writeln!(out, "{}", fmt.text(&event))?;
                 }
             }
-            if let Some(t) = &cap.truncated {
-                eprintln!("warning: {t}; the events before it were printed");
-            }
         }
         Command::Summary { capture, json } => {
-            let cap = Capture::open(&capture)
-                .with_context(|| format!("reading {}", capture.display()))?;
+            let cap = open(&capture)?;
             let summary = Summary::of(&cap);
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
             } else {
                 write!(out, "{summary}")?;
+            }
+        }
+        Command::Units { capture, variant } => {
+            let cap = open(&capture)?;
+            for p in decompose_capture(&cap, variant) {
+                writeln!(
+                    out,
+                    "{}[{}] signature: {}",
+                    p.comm,
+                    p.pid,
+                    if p.signature.is_empty() {
+                        "(none)".into()
+                    } else {
+                        p.signature.join(" | ")
+                    }
+                )?;
+                for u in &p.units {
+                    let t = (u.start_ns as f64 - cap.header.clock.monotonic_ns as f64) / 1e9;
+                    writeln!(
+                        out,
+                        "  {:>10.6} tid {:>7} {:<12} {:>4} nodes  {}{}",
+                        t,
+                        u.tid,
+                        u.kind.name(),
+                        u.nodes.len(),
+                        u.fd.map(|fd| format!("fd {fd} ")).unwrap_or_default(),
+                        u.peer.as_deref().unwrap_or("")
+                    )?;
+                }
+            }
+        }
+        Command::Model(ModelCommand::Learn {
+            captures,
+            output,
+            merge,
+            variant,
+        }) => {
+            let mut model = match &merge {
+                Some(path) => load_model(path)?,
+                None => GlobalModel::new(variant),
+            };
+            if model.variant != variant {
+                bail!(
+                    "the model to merge into was learned with variant {:?}, not {:?}",
+                    model.variant,
+                    variant
+                );
+            }
+            let mut processes = 0;
+            for path in &captures {
+                let cap = open(path)?;
+                for p in decompose_capture(&cap, variant) {
+                    model.learn(&p);
+                    processes += 1;
+                }
+                model.sources.push(path.display().to_string());
+            }
+            let json = serde_json::to_vec(&model)?;
+            std::fs::write(&output, &json)
+                .with_context(|| format!("writing {}", output.display()))?;
+            writeln!(
+                out,
+                "learned {processes} processes from {} captures into {} process groups; model {} ({} bytes)",
+                captures.len(),
+                model.groups.len(),
+                output.display(),
+                json.len()
+            )?;
+            for g in &model.groups {
+                writeln!(
+                    out,
+                    "  group of {} processes (e.g. {}): {} handler models",
+                    g.processes,
+                    g.examples.join(", "),
+                    g.handlers.len()
+                )?;
+            }
+        }
+        Command::Model(ModelCommand::Score {
+            model,
+            captures,
+            scoring,
+            top,
+            json,
+        }) => {
+            let model = load_model(&model)?;
+            let mut scores = Vec::new();
+            for path in &captures {
+                let cap = open(path)?;
+                let processes = decompose_capture(&cap, model.variant);
+                scores.extend(score_processes(
+                    &model,
+                    &cap,
+                    &path.display().to_string(),
+                    &processes,
+                    scoring,
+                ));
+            }
+            scores.sort_by(|a, b| {
+                b.score
+                    .total_cmp(&a.score)
+                    .then(a.start_ns.cmp(&b.start_ns))
+            });
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&scores)?)?;
+            } else {
+                print_scores(&mut out, &scores, top)?;
             }
         }
     }

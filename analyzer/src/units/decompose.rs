@@ -1,0 +1,418 @@
+//! Cutting thread traces into execution units (000 §2.2; 001 §2.2).
+//!
+//! The event loop is found from the trace alone: the frame (call-tree node)
+//! from which a wait (select/poll/epoll) is made most often with a receive
+//! following before the next wait; on a tie the deeper (inner) loop wins, as
+//! 001 prescribes. Everything before its first wait is the initializer, after
+//! the loop frame returns the finalizer.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use tracer_common::syscall::{flag, spec};
+
+use super::{
+    ConnectionKey, NodeTable, ProcessUnits, TraceEntry, TraceEntryKind, Unit, UnitKind,
+    connections::{self, ReceiveInfo},
+    trace::thread_traces,
+};
+use crate::decode::Capture;
+
+/// Which paper's decomposition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Variant {
+    /// 000: initializer, handler units (one per accept/recv), finalizer.
+    #[default]
+    #[value(name = "000")]
+    #[serde(rename = "000")]
+    Paper000,
+    /// 001: as 000, plus pre- and post-processing units of each loop iteration.
+    #[value(name = "001")]
+    #[serde(rename = "001")]
+    Paper001,
+}
+
+fn is_wait(kind: TraceEntryKind) -> bool {
+    matches!(kind, TraceEntryKind::Syscall { nr, .. } if spec(nr).is_some_and(|s| s.flags & flag::WAIT != 0))
+}
+
+/// Decomposes every traced process of `capture`.
+pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnits> {
+    let mut out = Vec::new();
+    for (pid, traces) in thread_traces(capture) {
+        let (receives, establishing) =
+            connections::track(&traces.nodes, &traces.threads, &traces.peers);
+        let mut units = Vec::new();
+        let mut signature = Vec::new();
+        for (tid, entries) in &traces.threads {
+            let thread_units = decompose(&traces.nodes, *tid, entries, &receives, variant);
+            for u in thread_units
+                .iter()
+                .filter(|u| u.kind == UnitKind::Initializer)
+            {
+                for i in u.entries.0..u.entries.1 {
+                    if let Some(stack) = establishing.get(&(*tid, i)) {
+                        signature.push(stack.clone());
+                    }
+                }
+            }
+            units.extend(thread_units);
+        }
+        signature.sort();
+        signature.dedup();
+        out.push(ProcessUnits {
+            pid,
+            comm: capture.comm(pid).unwrap_or("?").to_string(),
+            host: capture.header.host.clone(),
+            signature,
+            nodes: traces.nodes,
+            units,
+        });
+    }
+    out
+}
+
+/// Cuts one thread's entries into units. `receives` maps (tid, entry index)
+/// of accept/receive calls to their connection.
+pub(crate) fn decompose(
+    nodes: &NodeTable,
+    tid: u32,
+    entries: &[TraceEntry],
+    receives: &HashMap<(u32, usize), ReceiveInfo>,
+    variant: Variant,
+) -> Vec<Unit> {
+    let n = entries.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut b = Builder {
+        nodes,
+        tid,
+        entries,
+        units: Vec::new(),
+    };
+    let Some(loop_node) = find_loop(nodes, tid, entries, receives) else {
+        b.push(UnitKind::Initializer, 0, n, None);
+        return b.units;
+    };
+    let waits: Vec<usize> = (0..n)
+        .filter(|&i| is_wait(entries[i].kind) && nodes.parent(entries[i].node) == loop_node)
+        .collect();
+    let (first_wait, last_wait) = (waits[0], waits[waits.len() - 1]);
+    let loop_end = if loop_node == NodeTable::ROOT {
+        n
+    } else {
+        (last_wait..n)
+            .find(|&i| entries[i].kind == TraceEntryKind::Return && entries[i].node == loop_node)
+            .unwrap_or(n)
+    };
+    // Handler starts: receives, consecutive ones on one fd merged.
+    let mut starts = Vec::new();
+    let mut last_fd = None;
+    for (i, entry) in entries.iter().enumerate().take(loop_end).skip(first_wait) {
+        if waits.binary_search(&i).is_ok() {
+            last_fd = None;
+        }
+        let (Some(_), TraceEntryKind::Syscall { fd, .. }) = (receives.get(&(tid, i)), entry.kind)
+        else {
+            continue;
+        };
+        if last_fd != Some(fd) {
+            starts.push(i);
+        }
+        last_fd = Some(fd);
+    }
+    match variant {
+        Variant::Paper000 => {
+            let first = starts.first().copied().unwrap_or(loop_end);
+            b.push(UnitKind::Initializer, 0, first, None);
+            for (j, &s) in starts.iter().enumerate() {
+                let end = starts.get(j + 1).copied().unwrap_or(loop_end);
+                b.push(UnitKind::Handler, s, end, receives.get(&(tid, s)));
+            }
+        }
+        Variant::Paper001 => {
+            b.push(UnitKind::Initializer, 0, first_wait, None);
+            let depth_loop = nodes.depth(loop_node) as u32;
+            for (k, &w) in waits.iter().enumerate() {
+                let iter_end = waits.get(k + 1).copied().unwrap_or(loop_end);
+                let hs: Vec<usize> = starts
+                    .iter()
+                    .copied()
+                    .filter(|&s| s >= w && s < iter_end)
+                    .collect();
+                let mut at = w;
+                for (j, &s) in hs.iter().enumerate() {
+                    if at < s {
+                        b.push(
+                            if j == 0 {
+                                UnitKind::PreProcess
+                            } else {
+                                UnitKind::PostProcess
+                            },
+                            at,
+                            s,
+                            None,
+                        );
+                    }
+                    let limit = hs.get(j + 1).copied().unwrap_or(iter_end);
+                    // The handler ends when its frames return to the loop's depth.
+                    let end = (s + 1..limit)
+                        .find(|&i| {
+                            entries[i].kind == TraceEntryKind::Return
+                                && entries[i].depth <= depth_loop
+                        })
+                        .map_or(limit, |i| i + 1);
+                    b.push(UnitKind::Handler, s, end, receives.get(&(tid, s)));
+                    at = end;
+                }
+                if at < iter_end {
+                    b.push(
+                        if hs.is_empty() {
+                            UnitKind::PreProcess
+                        } else {
+                            UnitKind::PostProcess
+                        },
+                        at,
+                        iter_end,
+                        None,
+                    );
+                }
+            }
+        }
+    }
+    b.push(UnitKind::Finalizer, loop_end, n, None);
+    b.units
+}
+
+/// The loop frame: most waits followed by a receive; deeper wins ties.
+fn find_loop(
+    nodes: &NodeTable,
+    tid: u32,
+    entries: &[TraceEntry],
+    receives: &HashMap<(u32, usize), ReceiveInfo>,
+) -> Option<u32> {
+    let mut counts: HashMap<u32, usize> = HashMap::new();
+    let mut pending: Option<u32> = None;
+    for (i, e) in entries.iter().enumerate() {
+        if is_wait(e.kind) {
+            pending = Some(nodes.parent(e.node));
+        } else if receives.contains_key(&(tid, i))
+            && let Some(p) = pending.take()
+        {
+            *counts.entry(p).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, c)| *c >= 2)
+        .max_by_key(|(node, c)| {
+            (
+                *c,
+                if *node == NodeTable::ROOT {
+                    0
+                } else {
+                    nodes.depth(*node)
+                },
+            )
+        })
+        .map(|(node, _)| node)
+}
+
+struct Builder<'a> {
+    nodes: &'a NodeTable,
+    tid: u32,
+    entries: &'a [TraceEntry],
+    units: Vec<Unit>,
+}
+
+impl Builder<'_> {
+    fn push(&mut self, kind: UnitKind, start: usize, end: usize, recv: Option<&ReceiveInfo>) {
+        if start >= end {
+            return;
+        }
+        // Coverage: every node on the path to every entry of the unit.
+        let mut seen = HashSet::new();
+        for e in &self.entries[start..end] {
+            let mut node = e.node;
+            while node != NodeTable::ROOT && seen.insert(node) {
+                node = self.nodes.parent(node);
+            }
+        }
+        let mut nodes: Vec<u32> = seen.into_iter().collect();
+        nodes.sort_unstable();
+        let fd = match (recv, self.entries[start].kind) {
+            (Some(_), TraceEntryKind::Syscall { fd, .. }) => Some(fd),
+            _ => None,
+        };
+        self.units.push(Unit {
+            kind,
+            tid: self.tid,
+            start_ns: self.entries[start].ts_ns,
+            end_ns: self.entries[end - 1].ts_ns,
+            nodes,
+            connection: recv
+                .map(|r| r.key.clone())
+                .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),
+            fd,
+            peer: recv.and_then(|r| r.peer.clone()),
+            entries: (start, end),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::syscall::nr;
+
+    use super::*;
+    use crate::units::NodeKey;
+
+    /// main calls serve, whose loop polls, accepts on fd 3, then receives
+    /// twice on fd 4 (one unit) and sends, then receives once on fd 5; serve
+    /// returns, main closes.
+    fn trace() -> (
+        NodeTable,
+        Vec<TraceEntry>,
+        HashMap<(u32, usize), ReceiveInfo>,
+    ) {
+        let mut t = NodeTable::default();
+        let k = |t: &mut NodeTable, site: &str, callee: &str| {
+            t.key(NodeKey {
+                site: site.into(),
+                callee: callee.into(),
+            })
+        };
+        let main_k = k(&mut t, "", "main");
+        let serve_k = k(&mut t, "main+0x10", "serve");
+        let handle_k = k(&mut t, "serve+0x20", "handle");
+        let main = t.child(NodeTable::ROOT, main_k);
+        let serve = t.child(main, serve_k);
+        let handle = t.child(serve, handle_k);
+        let sys = |t: &mut NodeTable, parent: u32, n: u32| {
+            let key = k(t, "", &format!("sys:{n}"));
+            t.child(parent, key)
+        };
+        let (bind, poll, accept) = (
+            sys(&mut t, main, nr::BIND),
+            sys(&mut t, serve, nr::POLL),
+            sys(&mut t, serve, nr::ACCEPT),
+        );
+        let (recv, close) = (
+            sys(&mut t, handle, nr::RECVFROM),
+            sys(&mut t, main, nr::CLOSE),
+        );
+        let send = sys(&mut t, serve, nr::SENDTO);
+        let call = |node, depth| TraceEntry {
+            ts_ns: 0,
+            kind: TraceEntryKind::Call,
+            node,
+            depth,
+        };
+        let ret = |node, depth| TraceEntry {
+            ts_ns: 0,
+            kind: TraceEntryKind::Return,
+            node,
+            depth,
+        };
+        let sc = |node, n, fd, depth| TraceEntry {
+            ts_ns: 0,
+            kind: TraceEntryKind::Syscall { nr: n, fd, ret: 8 },
+            node,
+            depth,
+        };
+        let mut e = vec![call(main, 1), sc(bind, nr::BIND, 3, 1), call(serve, 2)];
+        e.extend([sc(poll, nr::POLL, -1, 2), sc(accept, nr::ACCEPT, 3, 2)]);
+        e.extend([
+            sc(poll, nr::POLL, -1, 2),
+            call(handle, 3),
+            sc(recv, nr::RECVFROM, 4, 3),
+            sc(recv, nr::RECVFROM, 4, 3),
+            ret(handle, 2),
+        ]);
+        // Work in the loop after the handler returned: post-processing (001).
+        e.push(sc(send, nr::SENDTO, 4, 2));
+        e.extend([
+            sc(poll, nr::POLL, -1, 2),
+            call(handle, 3),
+            sc(recv, nr::RECVFROM, 5, 3),
+            ret(handle, 2),
+        ]);
+        e.extend([ret(serve, 1), sc(close, nr::CLOSE, 3, 1), ret(main, 0)]);
+        for (i, entry) in e.iter_mut().enumerate() {
+            entry.ts_ns = i as u64;
+        }
+        let mut receives = HashMap::new();
+        for i in [4, 7, 8, 13] {
+            receives.insert(
+                (1, i),
+                ReceiveInfo {
+                    key: ConnectionKey(format!("conn{i}")),
+                    peer: None,
+                },
+            );
+        }
+        (t, e, receives)
+    }
+
+    #[test]
+    fn paper_000_cuts_at_accepts_and_receives() {
+        let (t, e, r) = trace();
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let shape: Vec<(UnitKind, usize, usize)> = units
+            .iter()
+            .map(|u| (u.kind, u.entries.0, u.entries.1))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (UnitKind::Initializer, 0, 4),
+                (UnitKind::Handler, 4, 7),
+                // Two receives on fd 4 are one unit.
+                (UnitKind::Handler, 7, 13),
+                (UnitKind::Handler, 13, 15),
+                (UnitKind::Finalizer, 15, 18),
+            ]
+        );
+        assert_eq!(units[2].fd, Some(4));
+        // Coverage includes the open frames' path: main > serve > handle > recv.
+        assert!(units[2].nodes.len() >= 4);
+    }
+
+    #[test]
+    fn paper_001_adds_pre_and_post_processing() {
+        let (t, e, r) = trace();
+        let units = decompose(&t, 1, &e, &r, Variant::Paper001);
+        let kinds: Vec<UnitKind> = units.iter().map(|u| u.kind).collect();
+        use UnitKind::*;
+        assert_eq!(
+            kinds,
+            vec![
+                Initializer,
+                PreProcess,
+                Handler,
+                PreProcess,
+                Handler,
+                PostProcess,
+                PreProcess,
+                Handler,
+                Finalizer
+            ]
+        );
+        // The fd 4 handler ends when handle returns to the loop's depth.
+        let h = units
+            .iter()
+            .filter(|u| u.kind == Handler)
+            .nth(1)
+            .map(|u| u.entries);
+        assert_eq!(h, Some((7, 10)));
+    }
+
+    #[test]
+    fn a_thread_without_a_loop_is_one_initializer() {
+        let (t, e, _) = trace();
+        let units = decompose(&t, 1, &e, &HashMap::new(), Variant::Paper000);
+        assert_eq!(units.len(), 1);
+        assert_eq!(units[0].kind, UnitKind::Initializer);
+    }
+}

@@ -1,0 +1,76 @@
+//! Units and the processes they belong to.
+
+use serde::{Deserialize, Serialize};
+
+use super::ConnectionKey;
+
+/// Kind of an execution unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitKind {
+    /// From the start of the thread to the event loop.
+    Initializer,
+    /// One event: from an `accept` or `recv` to the next.
+    Handler,
+    /// 001 variant: from the loop's wait to the first handler of an iteration.
+    PreProcess,
+    /// 001 variant: from the end of the last handler to the next wait.
+    PostProcess,
+    /// After the event loop until the thread ends.
+    Finalizer,
+}
+
+impl UnitKind {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Initializer => "initializer",
+            Self::Handler => "handler",
+            Self::PreProcess => "pre-process",
+            Self::PostProcess => "post-process",
+            Self::Finalizer => "finalizer",
+        }
+    }
+}
+
+/// One execution unit of one thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    /// Kind.
+    pub kind: UnitKind,
+    /// Thread id.
+    pub tid: u32,
+    /// First event time, `CLOCK_MONOTONIC` ns.
+    pub start_ns: u64,
+    /// Last event time, `CLOCK_MONOTONIC` ns.
+    pub end_ns: u64,
+    /// Call-tree nodes that appear in the unit (ids of the process's
+    /// [`super::NodeTable`]), sorted, each once (coverage, not frequency).
+    pub nodes: Vec<u32>,
+    /// For handler units: the connection the event came from.
+    pub connection: Option<ConnectionKey>,
+    /// For handler units: the descriptor.
+    pub fd: Option<i32>,
+    /// For handler units: the peer address, when known.
+    pub peer: Option<String>,
+    /// Index of the first and one past the last trace entry of the thread.
+    pub entries: (usize, usize),
+}
+
+/// The units of one process, and what identifies its role.
+#[derive(Clone, Debug)]
+pub struct ProcessUnits {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Host name.
+    pub host: String,
+    /// The process signature (000 §2.4): the call stacks to establishing
+    /// calls in its initializer units, as node-path strings, sorted.
+    pub signature: Vec<String>,
+    /// Call-tree nodes of this process.
+    pub nodes: super::NodeTable,
+    /// Units of every thread, in time order per thread.
+    pub units: Vec<Unit>,
+}
