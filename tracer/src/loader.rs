@@ -92,6 +92,8 @@ pub struct Loaded {
     loaded_uprobes: bool,
     /// Number of kernel attachments made (perf links).
     pub links: usize,
+    tracepoint_links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
 }
 
 fn take<T: TryFrom<aya::maps::Map, Error = MapError>>(
@@ -154,6 +156,8 @@ impl Loaded {
             logger,
             loaded_uprobes: false,
             links: 0,
+            tracepoint_links: Vec::new(),
+            uprobe_links: Vec::new(),
         })
     }
 
@@ -190,9 +194,11 @@ impl Loaded {
             (programs::PROC_EXEC, "sched_process_exec"),
             (programs::PROC_EXIT, "sched_process_exit"),
         ] {
-            self.tracepoint(program)?
+            let id = self
+                .tracepoint(program)?
                 .attach("sched", event)
                 .map_err(attach_err(format!("sched:{event}")))?;
+            self.tracepoint_links.push((program, id));
             self.links += 1;
         }
         Ok(())
@@ -209,9 +215,11 @@ impl Loaded {
             }
             for (program, dir) in [(programs::SYS_ENTER, "enter"), (programs::SYS_EXIT, "exit")] {
                 let event = format!("sys_{dir}_{name}");
-                self.tracepoint(program)?
+                let id = self
+                    .tracepoint(program)?
                     .attach("syscalls", &event)
                     .map_err(attach_err(format!("syscalls:{event}")))?;
+                self.tracepoint_links.push((program, id));
                 self.links += 1;
             }
         }
@@ -305,11 +313,13 @@ impl Loaded {
                 location: UProbeAttachLocation::AbsoluteOffset(probe.file_offset),
                 cookie: Some(cookie),
             };
-            prog.attach(point, Path::new(&probe.object), UProbeScope::AllProcesses)
+            let id = prog
+                .attach(point, Path::new(&probe.object), UProbeScope::AllProcesses)
                 .map_err(attach_err(format!(
                     "{name} at {}:{}",
                     probe.object, probe.symbol
                 )))?;
+            self.uprobe_links.push((name, id));
             self.links += 1;
         }
         Ok(())
@@ -331,10 +341,42 @@ impl Loaded {
             location: UProbeAttachLocation::AbsoluteOffset(file_offset),
             cookie: Some(tracer_common::COOKIE_ENROLL),
         };
-        prog.attach(point, exe, UProbeScope::AllProcesses)
+        let id = prog
+            .attach(point, exe, UProbeScope::AllProcesses)
             .map_err(attach_err(format!("entry point of {}", exe.display())))?;
+        self.uprobe_links.push((programs::FUNC_ENTRY, id));
         self.links += 1;
         Ok(())
+    }
+
+    /// Detaches everything, many links at once: each detach waits for an RCU
+    /// grace period in the kernel (tens of ms here), and done one by one they
+    /// add up to seconds; concurrent detaches share grace periods.
+    pub fn detach(mut self) {
+        let mut links: Vec<Box<dyn Send>> = Vec::new();
+        for (name, id) in std::mem::take(&mut self.tracepoint_links) {
+            let prog: Option<&mut TracePoint> =
+                self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
+                links.push(Box::new(link));
+            }
+        }
+        for (name, id) in std::mem::take(&mut self.uprobe_links) {
+            let prog: Option<&mut UProbe> =
+                self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
+                links.push(Box::new(link));
+            }
+        }
+        let per_thread = links.len().div_ceil(32).max(1);
+        std::thread::scope(|scope| {
+            let mut links = links;
+            while !links.is_empty() {
+                let chunk: Vec<_> = links.drain(..per_thread.min(links.len())).collect();
+                scope.spawn(move || drop(chunk));
+            }
+        });
+        drop(self);
     }
 
     /// Marks `pid` as traced (`root`: named by the user) and registers its

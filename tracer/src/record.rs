@@ -560,7 +560,8 @@ fn read_kallsyms() -> Vec<(u64, String)> {
 }
 
 /// Runs a recording to its end and returns its summary. `progress` receives
-/// one-line status messages meant for a person (attach steps, notes).
+/// one-line status messages meant for a person (attach steps, notes) and,
+/// last, the multi-line summary (before the slow detach).
 pub async fn record(
     config: RecordConfig,
     progress: &mut dyn FnMut(&str),
@@ -869,7 +870,7 @@ pub async fn record(
         })
         .map(|(pid, comm)| (*pid, comm.clone()))
         .collect();
-    Ok(Summary {
+    let summary = Summary {
         reason,
         elapsed: started.elapsed(),
         records,
@@ -879,7 +880,12 @@ pub async fn record(
         bytes: sink.bytes(),
         output: sink.path().to_path_buf(),
         command_status,
-    })
+    };
+    // Tell the user before detaching: the kernel takes an RCU grace period
+    // per tracepoint and uprobe link, seconds in all (see Loaded::detach).
+    progress(&summary.to_string());
+    loaded.detach();
+    Ok(summary)
 }
 
 fn tgid_of(tid: u32) -> u32 {

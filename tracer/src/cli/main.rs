@@ -29,9 +29,14 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let mut progress = |msg: &str| eprintln!("tracer: {msg}");
-    let summary = runtime.block_on(record(config, &mut progress))?;
-    eprint!("{summary}");
+    let mut progress = |msg: &str| {
+        if msg.contains('\n') {
+            eprint!("{msg}"); // the summary
+        } else {
+            eprintln!("tracer: {msg}");
+        }
+    };
+    runtime.block_on(record(config, &mut progress))?;
     Ok(ExitCode::SUCCESS)
 }
 
