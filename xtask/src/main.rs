@@ -3,8 +3,8 @@
 //!
 //! - `test`: build the tracer, then run every test (the privileged `tests`
 //!   crate included, which needs root).
-//! - `demo`: build, start the bundled event-driven client/server under the
-//!   tracer, replay the capture and print what it holds.
+//! - `demo`: trace a ring of event-driven daemons in normal runs, learn a
+//!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
 
 mod bench;
@@ -34,7 +34,8 @@ enum Task {
         #[arg(last = true)]
         cargo_args: Vec<String>,
     },
-    /// Run the built-in demo: trace a small client/server, replay, summarize.
+    /// Run the built-in demo: learn a daemon ring's normal behaviour, inject a
+    /// fault, localize it.
     Demo,
     /// Run the benchmarks and print their figures.
     Bench(bench::BenchArgs),
@@ -132,51 +133,100 @@ fn test(cargo_args: &[String]) -> anyhow::Result<()> {
     run(&mut cmd)
 }
 
+/// The functions the demo traces in the ring daemons.
+pub(crate) const RING_FUNCTIONS: &[&str] = &[
+    "-f",
+    "handle_*",
+    "-f",
+    "*_msg",
+    "-f",
+    "close_connection",
+    "-f",
+    "main_loop",
+    "-f",
+    "connect_rhs",
+    "-f",
+    "listen_port",
+    "-f",
+    "finish",
+];
+
+fn step(text: &str) {
+    println!("\n== {text}");
+}
+
 fn demo() -> anyhow::Result<()> {
     if !is_root() {
         bail!("the demo loads eBPF programs: run it as root (after `sudo scripts/setup`)");
     }
+    step("building the tracer, the analyzer and the daemon ring");
     let tracer = build_tracer(true)?;
-    let echo = build_c(&root().join("xtask/demo/echo.c"), "demo-echo")?;
-    let capture = target_dir().join("xtask/demo.capture");
-    println!(
-        "== demo: tracing a poll() echo server and 3 clients (functions, socket calls, CPU samples)"
-    );
-    run(Command::new(&tracer)
-        .args([
-            "record",
-            "-f",
-            "serve",
-            "-f",
-            "on_*",
-            "-f",
-            "handle_request",
-            "-f",
-            "send_reply",
-            "-o",
-        ])
-        .arg(&capture)
-        .arg("--")
-        .arg(&echo)
-        .args(["3", "20"]))?;
-    println!("\n== replay: the first events of {}", capture.display());
-    let out = Command::new(&tracer)
-        .arg("replay")
-        .arg(&capture)
-        .output()
-        .context("replaying the demo capture")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    for line in text.lines().filter(|l| !l.contains(" sample ")).take(30) {
-        println!("{line}");
+    let analyzer = target_dir().join("release/analyzer");
+    let ring = build_c(&root().join("tests/fixtures/ring.c"), "ring")?;
+    let dir = target_dir().join("xtask/demo");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    // Ports from the process id, so two demos on one machine do not collide.
+    let base = 20000 + (std::process::id() % 2000) * 10;
+    let record = |name: &str, port: u32, fault: Option<u32>| -> anyhow::Result<PathBuf> {
+        let capture = dir.join(format!("{name}.capture"));
+        let mut cmd = Command::new(&tracer);
+        cmd.args(["record", "--sample-hz", "0"])
+            .args(RING_FUNCTIONS)
+            .arg("-o")
+            .arg(&capture)
+            .arg("--")
+            .arg(&ring);
+        cmd.args(["4", "10", &port.to_string()]);
+        if let Some(node) = fault {
+            cmd.arg(node.to_string());
+        }
+        let out = cmd.output().context("running the tracer")?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("recording {name} failed: {stderr}");
+        }
+        let summary = stderr
+            .lines()
+            .find(|l| l.starts_with("recorded"))
+            .unwrap_or("");
+        println!("  {name}: {summary}");
+        Ok(capture)
+    };
+    step("recording 3 normal runs of a 4-daemon token ring (poll loops, 10 rounds)");
+    let mut normal = Vec::new();
+    for i in 0..3 {
+        normal.push(record(&format!("normal-{}", i + 1), base + i * 10, None)?);
     }
-    println!("\n== summary");
-    run(Command::new(&tracer)
-        .args(["replay", "--summary"])
-        .arg(&capture))?;
+    step("learning the model of normal behaviour");
+    let model = dir.join("model.json");
+    run(Command::new(&analyzer)
+        .args(["model", "learn", "-o"])
+        .arg(&model)
+        .args(&normal))?;
+    step(
+        "recording a run with the partial-receive fault injected at daemon 2 (the ring hangs; it is stopped after 1.5 s)",
+    );
+    let faulty = record("faulty", base + 30, Some(2))?;
+    step("a fresh normal run, scored against the model (its highest scores)");
+    let trial = record("normal-trial", base + 40, None)?;
+    run(Command::new(&analyzer)
+        .args(["model", "score", "--top", "3", "--model"])
+        .arg(&model)
+        .arg(&trial))?;
+    step("the faulty run, scored: most suspect execution units first");
+    let svg = dir.join("scores.svg");
+    run(Command::new(&analyzer)
+        .args(["model", "score", "--top", "10", "--model"])
+        .arg(&model)
+        .arg(&faulty)
+        .arg("--svg")
+        .arg(&svg))?;
     println!(
-        "\n(full event list: {} replay {}; JSON lines: add --json)",
-        tracer.display(),
-        capture.display()
+        "\nDaemon 3 got a partial header and closed its left-hand connection (the 'unexpected close_connection' unit);\n\
+         daemon 2 saw that connection reset (a handler on a connection never seen serving input in normal runs).\n\
+         Captures, model and plot: {}",
+        dir.display()
     );
     Ok(())
 }

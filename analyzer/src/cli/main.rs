@@ -10,6 +10,7 @@ use analyzer::{
     Capture,
     decode::format::{Formatter, Summary},
     model::GlobalModel,
+    report::{Series, scatter_svg},
     score::{Scoring, UnitScore, score_processes},
     units::{Variant, decompose_capture},
 };
@@ -93,6 +94,9 @@ enum ModelCommand {
         /// JSON instead of a table (every unit).
         #[arg(long)]
         json: bool,
+        /// Also write an SVG plot of every unit's score over time (000 Figure 6).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
 }
 
@@ -194,6 +198,41 @@ fn print_scores(
         )?;
     }
     Ok(())
+}
+
+/// Every unit's score against its start time, by unit kind; the top three named.
+fn scores_svg(scores: &[UnitScore]) -> String {
+    let mut series: Vec<Series> = Vec::new();
+    for s in scores {
+        let label = s.kind.name();
+        match series.iter_mut().find(|x| x.label == label) {
+            Some(x) => x.points.push((s.t_s, s.score)),
+            None => series.push(Series {
+                label: label.to_string(),
+                points: vec![(s.t_s, s.score)],
+            }),
+        }
+    }
+    let labels: Vec<(f64, f64, String)> = scores
+        .iter()
+        .take(3)
+        .enumerate()
+        .map(|(i, s)| {
+            (
+                s.t_s,
+                s.score,
+                format!("#{} {}[{}] {}", i + 1, s.comm, s.pid, s.kind.name()),
+            )
+        })
+        .collect();
+    scatter_svg(
+        "Suspect scores of execution units",
+        "seconds since the capture started",
+        "suspect score",
+        1.0,
+        &series,
+        &labels,
+    )
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -303,6 +342,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             scoring,
             top,
             json,
+            svg,
         }) => {
             let model = load_model(&model)?;
             let mut scores = Vec::new();
@@ -326,6 +366,17 @@ fn run(args: Args) -> anyhow::Result<()> {
                 writeln!(out, "{}", serde_json::to_string_pretty(&scores)?)?;
             } else {
                 print_scores(&mut out, &scores, top)?;
+            }
+            if let Some(path) = svg {
+                std::fs::write(&path, scores_svg(&scores))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                if !json {
+                    writeln!(
+                        out,
+                        "plot of every unit's score over time: {}",
+                        path.display()
+                    )?;
+                }
             }
         }
     }

@@ -134,9 +134,10 @@ impl CallTreeModel {
                 *counts.entry(n).or_default() += 1;
             }
         }
-        // Map process nodes to model nodes, parents first (lower depth first).
+        // Map process nodes to model nodes, parents first (lower depth first),
+        // in key order so that models do not depend on hash order.
         let mut order: Vec<u32> = counts.keys().copied().collect();
-        order.sort_by_key(|n| table.depth(*n));
+        order.sort_by_cached_key(|n| (table.depth(*n), table.path_string(*n)));
         let mut mapped: HashMap<u32, u32> = HashMap::new();
         let total = units.len() as f64;
         for n in order {
@@ -160,6 +161,13 @@ impl CallTreeModel {
         }
         self.models += 1;
         self.units += units.len() as u64;
+    }
+
+    /// The model as `path -> mean probability`, independent of node order.
+    pub fn canonical(&self) -> std::collections::BTreeMap<String, f64> {
+        (0..self.nodes.len() as u32)
+            .map(|n| (self.path_string(n), self.p(n)))
+            .collect()
     }
 
     /// Adds another model's process models to this one.

@@ -122,18 +122,46 @@ pub(crate) fn decompose(
         }
         last_fd = Some(fd);
     }
+    // A handler unit begins with the loop-level call that encloses its
+    // receive (handle_input -> recv), not at the receive itself, so the
+    // handler's own entry is not left in the previous unit.
+    let depth_loop = if loop_node == NodeTable::ROOT {
+        0
+    } else {
+        nodes.depth(loop_node) as u32
+    };
+    let waits_ref = &waits;
+    let mut floor = first_wait;
+    let receive_at: Vec<usize> = starts.clone();
+    for (s, receive) in starts.iter_mut().zip(&receive_at) {
+        let mut j = *s;
+        while j > floor {
+            j -= 1;
+            let e = &entries[j];
+            if waits_ref.binary_search(&j).is_ok()
+                || (e.kind == TraceEntryKind::Return && e.depth <= depth_loop)
+            {
+                break;
+            }
+            if e.kind == TraceEntryKind::Call && e.depth == depth_loop + 1 {
+                *s = j;
+                break;
+            }
+        }
+        // The next handler may not reach back past this one's receive.
+        floor = receive + 1;
+    }
     match variant {
         Variant::Paper000 => {
             let first = starts.first().copied().unwrap_or(loop_end);
             b.push(UnitKind::Initializer, 0, first, None);
             for (j, &s) in starts.iter().enumerate() {
                 let end = starts.get(j + 1).copied().unwrap_or(loop_end);
-                b.push(UnitKind::Handler, s, end, receives.get(&(tid, s)));
+                b.push_handler(s, end, receive_at[j], receives);
             }
         }
         Variant::Paper001 => {
             b.push(UnitKind::Initializer, 0, first_wait, None);
-            let depth_loop = nodes.depth(loop_node) as u32;
             for (k, &w) in waits.iter().enumerate() {
                 let iter_end = waits.get(k + 1).copied().unwrap_or(loop_end);
                 let hs: Vec<usize> = starts
@@ -163,7 +191,8 @@ pub(crate) fn decompose(
                                 && entries[i].depth <= depth_loop
                         })
                         .map_or(limit, |i| i + 1);
-                    b.push(UnitKind::Handler, s, end, receives.get(&(tid, s)));
+                    let r = receive_at[starts.iter().position(|&x| x == s).unwrap_or(0)];
+                    b.push_handler(s, end, r, receives);
                     at = end;
                 }
                 if at < iter_end {
@@ -227,6 +256,29 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// A handler unit over `start..end` whose receive is entry `receive`.
+    fn push_handler(
+        &mut self,
+        start: usize,
+        end: usize,
+        receive: usize,
+        receives: &HashMap<(u32, usize), ReceiveInfo>,
+    ) {
+        let recv = receives.get(&(self.tid, receive));
+        let fd = match self.entries[receive].kind {
+            TraceEntryKind::Syscall { fd, .. } => Some(fd),
+            _ => None,
+        };
+        self.push(UnitKind::Handler, start, end, recv);
+        if let Some(u) = self
+            .units
+            .last_mut()
+            .filter(|u| u.kind == UnitKind::Handler)
+        {
+            u.fd = fd;
+        }
+    }
+
     fn push(&mut self, kind: UnitKind, start: usize, end: usize, recv: Option<&ReceiveInfo>) {
         if start >= end {
             return;
@@ -241,10 +293,6 @@ impl Builder<'_> {
         }
         let mut nodes: Vec<u32> = seen.into_iter().collect();
         nodes.sort_unstable();
-        let fd = match (recv, self.entries[start].kind) {
-            (Some(_), TraceEntryKind::Syscall { fd, .. }) => Some(fd),
-            _ => None,
-        };
         self.units.push(Unit {
             kind,
             tid: self.tid,
@@ -254,7 +302,7 @@ impl Builder<'_> {
             connection: recv
                 .map(|r| r.key.clone())
                 .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),
-            fd,
+            fd: None,
             peer: recv.and_then(|r| r.peer.clone()),
             entries: (start, end),
         });
@@ -367,10 +415,11 @@ mod tests {
             shape,
             vec![
                 (UnitKind::Initializer, 0, 4),
-                (UnitKind::Handler, 4, 7),
-                // Two receives on fd 4 are one unit.
-                (UnitKind::Handler, 7, 13),
-                (UnitKind::Handler, 13, 15),
+                (UnitKind::Handler, 4, 6),
+                // Two receives on fd 4 are one unit, from the call of the
+                // handler function that made them.
+                (UnitKind::Handler, 6, 12),
+                (UnitKind::Handler, 12, 15),
                 (UnitKind::Finalizer, 15, 18),
             ]
         );
@@ -405,7 +454,7 @@ mod tests {
             .filter(|u| u.kind == Handler)
             .nth(1)
             .map(|u| u.entries);
-        assert_eq!(h, Some((7, 10)));
+        assert_eq!(h, Some((6, 10)));
     }
 
     #[test]

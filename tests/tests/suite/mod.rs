@@ -2,5 +2,6 @@ mod capture_file;
 mod errors;
 mod functions;
 mod lifecycle;
+mod model;
 mod sampling;
 mod sockets;

@@ -1,0 +1,5 @@
+//! Reports for people: SVG plots of scores over time (the papers' figures).
+
+mod svg;
+
+pub use svg::{Series, scatter_svg};

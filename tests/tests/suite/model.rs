@@ -1,0 +1,195 @@
+//! Model-based localization (papers 000/001) end to end: a ring of traced
+//! daemons, normal runs learned, the partial-receive fault localized.
+
+use analyzer::{
+    model::GlobalModel,
+    score::{DifferenceKind, Scoring, score_processes},
+    units::{UnitKind, Variant, decompose_capture},
+};
+use tests::{capture, fixture, privileged, tracer};
+
+const FUNCTIONS: &[&str] = &[
+    "-f",
+    "handle_*",
+    "-f",
+    "*_msg",
+    "-f",
+    "close_connection",
+    "-f",
+    "main_loop",
+    "-f",
+    "connect_rhs",
+    "-f",
+    "listen_port",
+    "-f",
+    "finish",
+];
+
+/// Records one ring run (4 daemons, 10 rounds) and returns the capture path.
+fn ring_run(
+    dir: &std::path::Path,
+    name: &str,
+    port: u16,
+    fault: Option<u16>,
+) -> std::path::PathBuf {
+    let ring = fixture("ring", None);
+    let out = dir.join(format!("{name}.capture"));
+    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
+    args.extend(FUNCTIONS.iter().map(|s| s.to_string()));
+    args.extend([
+        "-o".into(),
+        out.display().to_string(),
+        "--".into(),
+        ring.display().to_string(),
+    ]);
+    args.extend(["4".into(), "10".into(), port.to_string()]);
+    if let Some(node) = fault {
+        args.push(node.to_string());
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = tracer(&refs);
+    assert!(run.status.success(), "{}", run.stderr);
+    out
+}
+
+fn base_port() -> u16 {
+    20000 + (std::process::id() % 1000) as u16 * 20
+}
+
+/// Normal runs score low; in the faulty run the unit that handles the
+/// connection reset ranks first and the faulty daemon's closing unit is in
+/// the top 3. Checked for both papers' decompositions and scorings.
+#[test]
+fn the_partial_receive_fault_is_localized() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = base_port();
+    let normal: Vec<_> = (0..3)
+        .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
+        .collect();
+    let trial = ring_run(dir.path(), "trial", base + 15, None);
+    // The fault at daemon 2: daemon 3 gets a partial header and closes its
+    // left-hand connection; daemon 2 sees its right-hand connection reset.
+    let faulty_base = base + 10_000;
+    let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
+    for (variant, scoring) in [
+        (Variant::Paper000, Scoring::Nodes),
+        (Variant::Paper001, Scoring::Edges),
+    ] {
+        let mut model = GlobalModel::new(variant);
+        for path in &normal {
+            for p in decompose_capture(&capture(path), variant) {
+                model.learn(&p);
+            }
+        }
+        assert_eq!(
+            model.groups.len(),
+            1,
+            "all daemons share one role (and the launcher has no units with connections)"
+        );
+
+        let trial_cap = capture(&trial);
+        let trial_scores = score_processes(
+            &model,
+            &trial_cap,
+            "trial",
+            &decompose_capture(&trial_cap, variant),
+            scoring,
+        );
+        let worst_normal = trial_scores[0].score;
+        assert!(
+            worst_normal < 0.5,
+            "{variant:?}: a normal run scores {worst_normal}: {:?}",
+            trial_scores[0]
+        );
+
+        let cap = capture(&faulty);
+        let scores = score_processes(
+            &model,
+            &cap,
+            "faulty",
+            &decompose_capture(&cap, variant),
+            scoring,
+        );
+        let first = &scores[0];
+        // Daemon 2's right-hand side is daemon 3, listening on base + 3.
+        assert_eq!(first.kind, UnitKind::Handler, "{first:?}");
+        assert_eq!(
+            first.peer.as_deref(),
+            Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()),
+            "{variant:?}: {first:?}"
+        );
+        assert_eq!(first.score, 1.0);
+        let closing = scores[..3].iter().find(|s| {
+            s.differences.iter().any(|d| {
+                d.kind == DifferenceKind::Unexpected
+                    && d.path.contains("handle_lhs_input")
+                    && d.path.contains("close_connection@")
+            })
+        });
+        assert!(
+            closing.is_some(),
+            "{variant:?}: the closing unit is not in the top 3: {:#?}",
+            &scores[..3]
+        );
+    }
+}
+
+/// Models merge: learning two halves and merging equals learning all.
+#[test]
+fn models_learned_in_parts_merge_to_the_whole() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = base_port() + 5_000;
+    let runs: Vec<_> = (0..2)
+        .map(|i| ring_run(dir.path(), &format!("m{i}"), base + i * 5, None))
+        .collect();
+    let mut whole = GlobalModel::new(Variant::Paper000);
+    let mut parts = Vec::new();
+    for path in &runs {
+        let mut part = GlobalModel::new(Variant::Paper000);
+        for p in decompose_capture(&capture(path), Variant::Paper000) {
+            whole.learn(&p);
+            part.learn(&p);
+        }
+        parts.push(part);
+    }
+    let mut merged = GlobalModel::new(Variant::Paper000);
+    for part in &parts {
+        merged.merge(part);
+    }
+    assert_eq!(merged.groups.len(), whole.groups.len());
+    for (a, b) in merged.groups.iter().zip(&whole.groups) {
+        assert_eq!(
+            (a.signature.clone(), a.processes),
+            (b.signature.clone(), b.processes)
+        );
+        let trees = |g: &analyzer::model::GroupModel| {
+            let mut t = vec![
+                ("init".to_string(), g.initializer.canonical()),
+                ("fin".to_string(), g.finalizer.canonical()),
+            ];
+            t.extend(g.handlers.iter().map(|(k, v)| (k.clone(), v.canonical())));
+            t
+        };
+        for ((ka, ta), (kb, tb)) in trees(a).into_iter().zip(trees(b)) {
+            assert_eq!(ka, kb);
+            assert_eq!(
+                ta.keys().collect::<Vec<_>>(),
+                tb.keys().collect::<Vec<_>>(),
+                "{ka}"
+            );
+            for (path, p) in &ta {
+                assert!(
+                    (p - tb[path]).abs() < 1e-9,
+                    "{ka} {path}: {p} vs {}",
+                    tb[path]
+                );
+            }
+        }
+    }
+}
