@@ -11,6 +11,7 @@ pub mod decode;
 pub mod model;
 pub mod report;
 pub mod score;
+pub mod sequitur;
 pub mod units;
 
 pub use decode::{Capture, DecodeError, Event, Symbolizer};
