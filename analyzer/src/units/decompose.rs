@@ -164,11 +164,10 @@ pub(crate) fn decompose(
             b.push(UnitKind::Initializer, 0, first_wait, None);
             for (k, &w) in waits.iter().enumerate() {
                 let iter_end = waits.get(k + 1).copied().unwrap_or(loop_end);
-                let hs: Vec<usize> = starts
-                    .iter()
-                    .copied()
-                    .filter(|&s| s >= w && s < iter_end)
-                    .collect();
+                // `starts` is sorted: this iteration's handlers are a slice of it.
+                let lo = starts.partition_point(|&s| s < w);
+                let hi = starts.partition_point(|&s| s < iter_end);
+                let hs = &starts[lo..hi];
                 let mut at = w;
                 for (j, &s) in hs.iter().enumerate() {
                     if at < s {
@@ -191,8 +190,7 @@ pub(crate) fn decompose(
                                 && entries[i].depth <= depth_loop
                         })
                         .map_or(limit, |i| i + 1);
-                    let r = receive_at[starts.iter().position(|&x| x == s).unwrap_or(0)];
-                    b.push_handler(s, end, r, receives);
+                    b.push_handler(s, end, receive_at[lo + j], receives);
                     at = end;
                 }
                 if at < iter_end {
