@@ -21,11 +21,23 @@ use tracer_common::{
 const ITERATIONS: u64 = 400_000;
 
 fn build() -> (Vec<u8>, u64) {
-    let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader { format_version: FORMAT_VERSION, ..Default::default() }).expect("writer");
+    let mut w = CaptureWriter::new(
+        Vec::new(),
+        &CaptureHeader {
+            format_version: FORMAT_VERSION,
+            ..Default::default()
+        },
+    )
+    .expect("writer");
     let probes = ["main_loop", "handle_input", "send_msg", "handle_rare"]
         .iter()
         .enumerate()
-        .map(|(i, s)| Probe { func_id: i as u32, object: "/bench".into(), symbol: (*s).into(), ..Default::default() })
+        .map(|(i, s)| Probe {
+            func_id: i as u32,
+            object: "/bench".into(),
+            symbol: (*s).into(),
+            ..Default::default()
+        })
         .collect();
     w.write_meta(&Meta::Probes { probes }).expect("probes");
     let mut buf = Vec::with_capacity(1 << 20);
@@ -33,33 +45,98 @@ fn build() -> (Vec<u8>, u64) {
     let mut n = 0u64;
     let mut h = |k: u16, size: usize| {
         ts += 100;
-        Header { ts_ns: ts, pid: 7, tid: 7, kind: k, size: size as u16, cpu: 0 }
+        Header {
+            ts_ns: ts,
+            pid: 7,
+            tid: 7,
+            kind: k,
+            size: size as u16,
+            cpu: 0,
+        }
     };
-    let entry = |h: Header, f: u32, site: u64| FuncEntry { header: h, func_id: f, _pad: 0, ip: 0, call_site: site };
-    let ret = |h: Header, f: u32| FuncReturn { header: h, func_id: f, _pad: 0, ret: 0 };
-    let sys = |h: Header, call: u32, fd: i32| Syscall { header: h, enter_ns: h.ts_ns, nr: call, fd, ret: 8, ..Default::default() };
+    let entry = |h: Header, f: u32, site: u64| FuncEntry {
+        header: h,
+        func_id: f,
+        _pad: 0,
+        ip: 0,
+        call_site: site,
+    };
+    let ret = |h: Header, f: u32| FuncReturn {
+        header: h,
+        func_id: f,
+        _pad: 0,
+        ret: 0,
+    };
+    let sys = |h: Header, call: u32, fd: i32| Syscall {
+        header: h,
+        enter_ns: h.ts_ns,
+        nr: call,
+        fd,
+        ret: 8,
+        ..Default::default()
+    };
     let push = |buf: &mut Vec<u8>, bytes: &[u8], n: &mut u64| {
         buf.extend_from_slice(bytes);
         *n += 1;
     };
-    push(&mut buf, entry(h(kind::FUNC_ENTRY, 48), 0, 0x10).as_bytes(), &mut n);
-    push(&mut buf, sys(h(kind::SYSCALL, 88), nr::SOCKET, -1).as_bytes(), &mut n);
+    push(
+        &mut buf,
+        entry(h(kind::FUNC_ENTRY, 48), 0, 0x10).as_bytes(),
+        &mut n,
+    );
+    push(
+        &mut buf,
+        sys(h(kind::SYSCALL, 88), nr::SOCKET, -1).as_bytes(),
+        &mut n,
+    );
     for i in 0..ITERATIONS {
         let fd = 4 + (i % 3) as i32;
-        push(&mut buf, sys(h(kind::SYSCALL, 88), nr::POLL, -1).as_bytes(), &mut n);
-        push(&mut buf, entry(h(kind::FUNC_ENTRY, 48), 1, 0x20).as_bytes(), &mut n);
-        push(&mut buf, sys(h(kind::SYSCALL, 88), nr::RECVFROM, fd).as_bytes(), &mut n);
+        push(
+            &mut buf,
+            sys(h(kind::SYSCALL, 88), nr::POLL, -1).as_bytes(),
+            &mut n,
+        );
+        push(
+            &mut buf,
+            entry(h(kind::FUNC_ENTRY, 48), 1, 0x20).as_bytes(),
+            &mut n,
+        );
+        push(
+            &mut buf,
+            sys(h(kind::SYSCALL, 88), nr::RECVFROM, fd).as_bytes(),
+            &mut n,
+        );
         let sender = if i % 97 == 0 { 3 } else { 2 };
-        push(&mut buf, entry(h(kind::FUNC_ENTRY, 48), sender, 0x30).as_bytes(), &mut n);
-        push(&mut buf, sys(h(kind::SYSCALL, 88), nr::SENDTO, fd).as_bytes(), &mut n);
-        push(&mut buf, ret(h(kind::FUNC_RETURN, 40), sender).as_bytes(), &mut n);
-        push(&mut buf, ret(h(kind::FUNC_RETURN, 40), 1).as_bytes(), &mut n);
+        push(
+            &mut buf,
+            entry(h(kind::FUNC_ENTRY, 48), sender, 0x30).as_bytes(),
+            &mut n,
+        );
+        push(
+            &mut buf,
+            sys(h(kind::SYSCALL, 88), nr::SENDTO, fd).as_bytes(),
+            &mut n,
+        );
+        push(
+            &mut buf,
+            ret(h(kind::FUNC_RETURN, 40), sender).as_bytes(),
+            &mut n,
+        );
+        push(
+            &mut buf,
+            ret(h(kind::FUNC_RETURN, 40), 1).as_bytes(),
+            &mut n,
+        );
         if buf.len() > 1 << 20 {
             w.write_records(&buf).expect("records");
             buf.clear();
         }
     }
-    push(&mut buf, ret(h(kind::FUNC_RETURN, 40), 0).as_bytes(), &mut n);
+    push(
+        &mut buf,
+        ret(h(kind::FUNC_RETURN, 40), 0).as_bytes(),
+        &mut n,
+    );
     w.write_records(&buf).expect("records");
     (w.into_inner(), n)
 }

@@ -697,6 +697,13 @@ pub async fn record(
     })?;
     let mut tracker = Tracker::new();
     tracker.elf_cache = elf_cache;
+    // Probed objects' symbols go in even if no snapshot of a process
+    // catches them mapped: the analyzer can place them from the probe hits.
+    for probe in &probes {
+        if tracker.objects_written.insert(probe.object.clone()) {
+            tracker.pending_objects.push(PathBuf::from(&probe.object));
+        }
+    }
     for pid in &root_pids {
         loaded.trace_pid(*pid, true)?;
         tracker.roots.insert(*pid);

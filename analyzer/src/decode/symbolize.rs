@@ -1,11 +1,11 @@
 //! Addresses to functions, offline, with the process maps and symbol tables
 //! stored in the capture.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::OnceLock};
 
 use tracer_common::capture::{ObjectSymbols, Symbol};
 
-use super::Capture;
+use super::{Capture, Event};
 
 /// Where an address is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,10 +37,24 @@ struct Mapping {
     object: usize,
 }
 
+/// Where a probed object was loaded in one process, learned from the probe
+/// hits themselves: a function entry's runtime address minus the function's
+/// address in its object. Covers processes whose `/proc` snapshot was missed
+/// (one that execs and exits before the recorder looks).
+struct Anchor<'a> {
+    start: u64,
+    end: u64,
+    bias: u64,
+    object: &'a str,
+    table: &'a ObjectSymbols,
+}
+
 /// Resolves addresses of one capture.
 pub struct Symbolizer<'a> {
+    capture: &'a Capture,
     objects: Vec<(&'a str, Option<&'a ObjectSymbols>)>,
     maps: HashMap<u32, Vec<Mapping>>,
+    anchors: OnceLock<HashMap<u32, Vec<Anchor<'a>>>>,
     kernel: &'a [Symbol],
 }
 
@@ -72,10 +86,54 @@ impl<'a> Symbolizer<'a> {
             }
         }
         Self {
+            capture,
             objects,
             maps,
+            anchors: OnceLock::new(),
             kernel: &capture.kernel_symbols,
         }
+    }
+
+    /// Load addresses of probed objects per process, from the first entry
+    /// record of each (process, probe). Built on first need: one pass over
+    /// the records, only when a process's maps do not cover an address.
+    fn anchors(&self) -> &HashMap<u32, Vec<Anchor<'a>>> {
+        self.anchors.get_or_init(|| {
+            let capture = self.capture;
+            let mut seen: std::collections::HashSet<(u32, &str)> = Default::default();
+            let mut anchors: HashMap<u32, Vec<Anchor<'a>>> = HashMap::new();
+            for event in capture.events().flatten() {
+                let Event::Entry { rec, .. } = event else {
+                    continue;
+                };
+                let Some(probe) = capture.probe(rec.func_id) else {
+                    continue;
+                };
+                let pid = rec.header.pid;
+                if !seen.insert((pid, probe.object.as_str())) {
+                    continue;
+                }
+                let Some(table) = capture.objects.get(&probe.object) else {
+                    continue;
+                };
+                let bias = rec.ip.wrapping_sub(probe.vaddr);
+                let lo = table.segments.iter().map(|s| s.vaddr).min().unwrap_or(0);
+                let hi = table
+                    .segments
+                    .iter()
+                    .map(|s| s.vaddr + s.filesz)
+                    .max()
+                    .unwrap_or(0);
+                anchors.entry(pid).or_default().push(Anchor {
+                    start: lo.wrapping_add(bias),
+                    end: hi.wrapping_add(bias),
+                    bias,
+                    object: probe.object.as_str(),
+                    table,
+                });
+            }
+            anchors
+        })
     }
 
     /// The location of user address `addr` in process `pid`.
@@ -89,9 +147,16 @@ impl<'a> Symbolizer<'a> {
         }
         let map = self
             .maps
-            .get(&pid)?
-            .iter()
-            .find(|m| addr >= m.start && addr < m.end)?;
+            .get(&pid)
+            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end));
+        let Some(map) = map else {
+            let anchor = self
+                .anchors()
+                .get(&pid)?
+                .iter()
+                .find(|a| addr >= a.start && addr < a.end)?;
+            return Some(locate(anchor.object, anchor.table, addr - anchor.bias));
+        };
         let (object, table) = self.objects[map.object];
         let file_offset = addr - map.start + map.offset;
         let Some(table) = table else {
@@ -107,18 +172,7 @@ impl<'a> Symbolizer<'a> {
             .find(|s| file_offset >= s.offset && file_offset < s.offset + s.filesz)
             .map(|s| file_offset - s.offset + s.vaddr)
             .unwrap_or(file_offset);
-        Some(match lookup(&table.symbols, vaddr) {
-            Some(sym) => Location {
-                object,
-                symbol: Some(&sym.name),
-                offset: vaddr - sym.addr,
-            },
-            None => Location {
-                object,
-                symbol: None,
-                offset: vaddr,
-            },
-        })
+        Some(locate(object, table, vaddr))
     }
 
     /// The location of kernel address `addr`.
@@ -143,6 +197,22 @@ impl<'a> Symbolizer<'a> {
 /// return address is held by the kernel, so the call site is the caller's.
 pub fn is_uretprobe_trampoline(addr: u64) -> bool {
     (0x7fff_ffff_e000..0x7fff_ffff_f000).contains(&addr)
+}
+
+/// The location of object-relative `vaddr` in `object`.
+fn locate<'a>(object: &'a str, table: &'a ObjectSymbols, vaddr: u64) -> Location<'a> {
+    match lookup(&table.symbols, vaddr) {
+        Some(sym) => Location {
+            object,
+            symbol: Some(&sym.name),
+            offset: vaddr - sym.addr,
+        },
+        None => Location {
+            object,
+            symbol: None,
+            offset: vaddr,
+        },
+    }
 }
 
 /// The symbol containing `vaddr` in a table sorted by address.
@@ -191,5 +261,64 @@ mod tests {
             "size 0 extends"
         );
         assert_eq!(lookup(&s, 0x10), None);
+    }
+
+    /// A process with no snapshot (it exec'd and exited before the recorder
+    /// looked) still has its call sites placed, from where its probes hit.
+    #[test]
+    fn places_unsnapshotted_processes_from_probe_hits() {
+        use tracer_common::{
+            capture::{Probe, Segment},
+            record::{FuncEntry, Header, Pod, kind},
+        };
+        let object = "/bin/app".to_string();
+        let table = ObjectSymbols {
+            path: object.clone(),
+            build_id: None,
+            segments: vec![Segment {
+                vaddr: 0x1000,
+                offset: 0x1000,
+                filesz: 0x2000,
+            }],
+            symbols: syms(),
+        };
+        let bias = 0x5555_0000_0000;
+        let entry = FuncEntry {
+            header: Header {
+                ts_ns: 1,
+                pid: 42,
+                tid: 42,
+                kind: kind::FUNC_ENTRY,
+                size: size_of::<FuncEntry>() as u16,
+                cpu: 0,
+            },
+            func_id: 0,
+            _pad: 0,
+            ip: bias + 0x1010,
+            call_site: bias + 0x1004,
+        };
+        let capture = Capture {
+            header: Default::default(),
+            processes: Default::default(),
+            objects: [(object.clone(), table)].into_iter().collect(),
+            probes: vec![Probe {
+                func_id: 0,
+                object: object.clone(),
+                symbol: "b".into(),
+                vaddr: 0x1010,
+                file_offset: 0x1010,
+                ..Default::default()
+            }],
+            kernel_symbols: Vec::new(),
+            stats: None,
+            end: None,
+            chunks: vec![(0, entry.as_bytes().to_vec())],
+            truncated: None,
+        };
+        let sym = Symbolizer::new(&capture);
+        let site = sym.user(42, bias + 0x1004).expect("placed");
+        assert_eq!((site.symbol, site.offset), (Some("a"), 4));
+        assert_eq!(sym.user(42, bias + 0x9000), None, "outside the object");
+        assert_eq!(sym.user(43, bias + 0x1004), None, "another process");
     }
 }

@@ -58,8 +58,9 @@ fn sample_all_sees_another_busy_process() {
         return;
     }
     let hog = fixture("calls", Some("hogger"));
+    // Spins until killed: the recording may start late on a loaded machine.
     let mut busy = Command::new(&hog)
-        .args(["spin", "2500"])
+        .args(["spin", "60000"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("hog starts");
@@ -74,7 +75,7 @@ fn sample_all_sees_another_busy_process() {
         out.to_str().expect("utf8"),
         "--",
         "sleep",
-        "1",
+        "2",
     ]);
     let _ = busy.kill();
     let _ = busy.wait();
