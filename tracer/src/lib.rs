@@ -11,6 +11,7 @@
 
 pub mod elf;
 pub mod loader;
+pub mod multi;
 pub mod procfs;
 pub mod record;
 pub mod sink;

@@ -2,7 +2,12 @@
 //! programs: uprobes per traced function, syscall and lifecycle tracepoints,
 //! perf sampling. Owns the maps user space talks to.
 
-use std::{collections::BTreeMap, io, path::Path};
+use std::{
+    collections::BTreeMap,
+    io,
+    os::fd::{AsFd as _, OwnedFd},
+    path::Path,
+};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
@@ -21,6 +26,8 @@ use tracer_common::{
     stats::{STAT_COUNT, STAT_NAMES},
     syscall,
 };
+
+use crate::multi::{self, MultiPrograms};
 
 /// The eBPF object built by `build.rs`, embedded so the binary is self-contained.
 static EBPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
@@ -78,6 +85,8 @@ pub struct LoadOptions {
     pub syscalls: bool,
     /// Tracepoint field offsets of this kernel.
     pub offsets: TracepointOffsets,
+    /// Use uprobe_multi links where the kernel has them.
+    pub uprobe_multi: bool,
 }
 
 /// The loaded programs and the maps user space uses.
@@ -90,8 +99,17 @@ pub struct Loaded {
     stats: PerCpuArray<MapData, u64>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     loaded_uprobes: bool,
-    /// Number of kernel attachments made (perf links).
+    /// Number of kernel attachments made (perf and uprobe_multi links).
     pub links: usize,
+    /// Of those, uprobe_multi links.
+    pub multi_link_count: usize,
+    /// Fds of the maps aya created, for the uprobe_multi copies of the programs.
+    map_fds: Vec<(String, OwnedFd)>,
+    /// The uprobe_multi programs: `None` before first use, `Some(Err)` when
+    /// this kernel cannot have them (then each probe is its own perf link).
+    multi: Option<Result<MultiPrograms, String>>,
+    multi_links: Vec<OwnedFd>,
+    allow_multi: bool,
     tracepoint_links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
     uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
 }
@@ -139,6 +157,13 @@ impl Loaded {
                 };
                 LoadError::Load { hint, source }
             })?;
+        let map_fds = ebpf
+            .maps()
+            .filter_map(|(name, map)| {
+                let fd = map_data(map).fd().as_fd().try_clone_to_owned().ok()?;
+                Some((name.to_string(), fd))
+            })
+            .collect();
         // The log ring exists only when the programs log; debug logs are rare events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
         let ring = take::<RingBuf<MapData>>(&mut ebpf, maps::EVENTS)?;
@@ -156,6 +181,11 @@ impl Loaded {
             logger,
             loaded_uprobes: false,
             links: 0,
+            multi_link_count: 0,
+            map_fds,
+            multi: None,
+            multi_links: Vec::new(),
+            allow_multi: opts.uprobe_multi,
             tracepoint_links: Vec::new(),
             uprobe_links: Vec::new(),
         })
@@ -288,6 +318,69 @@ impl Loaded {
         Ok(())
     }
 
+    /// Attaches entry and return probes at every probe, for every process of
+    /// their objects; the programs keep only traced processes' events. One
+    /// uprobe_multi link per object and direction where the kernel has them
+    /// (fast to attach and to detach), else one perf link per probe.
+    pub fn attach_probes(&mut self, probes: &[Probe]) -> Result<(), LoadError> {
+        if probes.is_empty() {
+            return Ok(());
+        }
+        self.load_uprobes()?;
+        if self.multi.is_none() && !self.allow_multi {
+            self.multi = Some(Err("turned off".into()));
+        }
+        if self.multi.is_none() {
+            self.multi = Some(
+                MultiPrograms::load(
+                    EBPF_OBJECT,
+                    &self.map_fds,
+                    programs::FUNC_ENTRY,
+                    programs::FUNC_RETURN,
+                )
+                .map_err(|e| format!("{e:#}")),
+            );
+        }
+        if let Some(Ok(multi)) = &self.multi {
+            let groups = multi::group_by_object(probes.iter().map(|p| {
+                (
+                    p.object.as_str(),
+                    p.file_offset,
+                    u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
+                )
+            }));
+            let mut links = Vec::new();
+            let mut failed = None;
+            'objects: for (path, offsets, cookies) in &groups {
+                for ret in [false, true] {
+                    match multi.attach(Path::new(path), offsets, cookies, ret) {
+                        Ok(fd) => links.push(fd),
+                        Err(e) => {
+                            failed = Some(e);
+                            break 'objects;
+                        }
+                    }
+                }
+            }
+            match failed {
+                None => {
+                    self.links += links.len();
+                    self.multi_link_count += links.len();
+                    self.multi_links.extend(links);
+                    return Ok(());
+                }
+                // One perf link per probe below names the probe at fault.
+                Some(e) => log::debug!("uprobe_multi: {e:#}; one link per probe"),
+            }
+        } else if let Some(Err(e)) = &self.multi {
+            log::debug!("no uprobe_multi ({e}); one link per probe");
+        }
+        for probe in probes {
+            self.attach_probe(probe)?;
+        }
+        Ok(())
+    }
+
     /// Attaches entry and return probes at `probe`, for every process of its
     /// object; the programs keep only traced processes' events.
     pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
@@ -354,6 +447,9 @@ impl Loaded {
     /// add up to seconds; concurrent detaches share grace periods.
     pub fn detach(mut self) {
         let mut links: Vec<Box<dyn Send>> = Vec::new();
+        for link in std::mem::take(&mut self.multi_links) {
+            links.push(Box::new(link));
+        }
         for (name, id) in std::mem::take(&mut self.tracepoint_links) {
             let prog: Option<&mut TracePoint> =
                 self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
@@ -447,5 +543,42 @@ fn raise_memlock() {
             "setrlimit(RLIMIT_MEMLOCK) failed: {}",
             io::Error::last_os_error()
         );
+    }
+}
+
+/// The map data behind any map variant.
+fn map_data(map: &aya::maps::Map) -> &MapData {
+    use aya::maps::Map;
+    match map {
+        Map::Array(d)
+        | Map::ArrayOfMaps(d)
+        | Map::BloomFilter(d)
+        | Map::CgroupArray(d)
+        | Map::CgroupStorage(d)
+        | Map::CgrpStorage(d)
+        | Map::CpuMap(d)
+        | Map::DevMap(d)
+        | Map::DevMapHash(d)
+        | Map::HashMap(d)
+        | Map::HashOfMaps(d)
+        | Map::InodeStorage(d)
+        | Map::LpmTrie(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::PerCpuCgroupStorage(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::PerfEventArray(d)
+        | Map::ProgramArray(d)
+        | Map::Queue(d)
+        | Map::ReusePortSockArray(d)
+        | Map::RingBuf(d)
+        | Map::SockHash(d)
+        | Map::SockMap(d)
+        | Map::SkStorage(d)
+        | Map::Stack(d)
+        | Map::StackTraceMap(d)
+        | Map::Unsupported(d)
+        | Map::XskMap(d) => d,
     }
 }

@@ -52,6 +52,9 @@ pub struct RecordConfig {
     pub functions: Vec<FunctionPattern>,
     /// Functions that get empty probes (benchmarks: the bare uprobe cost).
     pub empty_probes: Vec<FunctionPattern>,
+    /// Attach function probes with uprobe_multi links where the kernel has
+    /// them (fast attach and detach), else one perf link per probe.
+    pub uprobe_multi: bool,
     /// Trace socket system calls.
     pub syscalls: bool,
     /// Sampling frequency (0: off).
@@ -82,6 +85,7 @@ impl Default for RecordConfig {
             targets: Vec::new(),
             functions: Vec::new(),
             empty_probes: Vec::new(),
+            uprobe_multi: true,
             syscalls: true,
             sample_hz: 0,
             sample_all: false,
@@ -627,13 +631,24 @@ pub async fn record(
             )?;
         }
         if !config.functions.is_empty() {
-            let counts =
+            let resolved =
                 targets::resolve(&config.functions, &objects, &mut probes, &mut elf_cache)?;
-            for (pattern, n) in config.functions.iter().zip(counts) {
+            for (pattern, r) in config.functions.iter().zip(resolved) {
+                let names: Vec<String> =
+                    r.objects.iter().map(|p| p.display().to_string()).collect();
                 progress(&format!(
-                    "{}: {n} function(s) in {}",
+                    "{}: {} function(s) in {}{}",
                     pattern.as_str(),
-                    objects.exe.display()
+                    r.functions,
+                    names.join(", "),
+                    if r.from_system {
+                        format!(
+                            " (not loaded by {} itself: probed for the processes that load it)",
+                            objects.exe.display()
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             }
         }
@@ -650,6 +665,7 @@ pub async fn record(
         follow_children: config.follow,
         syscalls: config.syscalls,
         offsets: tracefs::tracepoint_offsets(),
+        uprobe_multi: config.uprobe_multi,
     })?;
     let attach_started = Instant::now();
     loaded.attach_lifecycle()?;
@@ -674,9 +690,7 @@ pub async fn record(
             config.sample_hz
         ));
     }
-    for probe in &probes {
-        loaded.attach_probe(probe)?;
-    }
+    loaded.attach_probes(&probes)?;
     for probe in &empty_probes {
         loaded.attach_empty_probe(probe)?;
     }
@@ -684,9 +698,14 @@ pub async fn record(
         loaded.attach_enroll(exe, *offset)?;
     }
     progress(&format!(
-        "attached {} function probes ({} links) in {:.0} ms",
+        "attached {} function probes ({} links{}) in {:.0} ms",
         probes.len(),
         loaded.links,
+        if loaded.multi_link_count > 0 {
+            format!(", {} of them uprobe_multi", loaded.multi_link_count)
+        } else {
+            String::new()
+        },
         attach_started.elapsed().as_secs_f64() * 1e3
     ));
 

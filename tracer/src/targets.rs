@@ -29,7 +29,7 @@ pub enum TargetError {
     },
     /// No object of the target matches a pattern's object part.
     #[error(
-        "pattern '{pattern}': no object named '{object}' is loaded by the target (objects: {available})"
+        "pattern '{pattern}': no object named '{object}' is loaded by the target (objects: {available}) or known to the loader cache (ldconfig -p)"
     )]
     NoObject {
         /// The pattern.
@@ -189,22 +189,77 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The `--mpi` preset: the `MPI_*` functions of the MPI library, with their
+/// argument registers (peers, roots, ops). MPICH ABI (MPICH, Intel MPI, Cray)
+/// and Open MPI sonames.
+pub const MPI_PATTERN: &str = "{libmpich.so.12*,libmpi.so.12*,libmpi.so.40*}:MPI_*";
+
+/// Libraries known to the dynamic loader's cache (`ldconfig -p`) that
+/// `pattern`'s object part names, resolved to their files. Lets a pattern name
+/// a library the target itself does not load yet: `mpiexec` never loads
+/// `libmpich.so.12`, the ranks it starts do, and uprobes on the library's
+/// file see every process that maps it later.
+fn system_libraries(pattern: &FunctionPattern) -> Vec<PathBuf> {
+    if pattern.object.is_none() {
+        return Vec::new();
+    }
+    let Ok(out) = Command::new("ldconfig").arg("-p").output() else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "\tlibmpich.so.12 (libc6,x86-64) => /lib/x86_64-linux-gnu/libmpich.so.12"
+        let Some((name, path)) = line.trim().split_once(" => ") else {
+            continue;
+        };
+        if !name.contains("x86-64") {
+            continue;
+        }
+        let path = Path::new(path);
+        if !pattern.applies_to(path, false) {
+            continue;
+        }
+        if let Ok(real) = path.canonicalize()
+            && !found.contains(&real)
+        {
+            found.push(real);
+        }
+    }
+    found
+}
+
+/// What one pattern resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Functions matched.
+    pub functions: usize,
+    /// Objects searched.
+    pub objects: Vec<PathBuf>,
+    /// The objects came from the loader's cache, not from the target.
+    pub from_system: bool,
+}
+
 /// Resolves `patterns` against `objects`, appending new probes to `probes`
-/// (a function already there is not added twice; its id stays). Returns the
-/// number of functions each pattern matched.
+/// (a function already there is not added twice; its id stays). A pattern
+/// whose object the target does not load falls back to the system's
+/// libraries of that name.
 pub fn resolve(
     patterns: &[FunctionPattern],
     objects: &TargetObjects,
     probes: &mut Vec<Probe>,
     cache: &mut BTreeMap<PathBuf, ElfSymbols>,
-) -> Result<Vec<usize>, TargetError> {
+) -> Result<Vec<Resolved>, TargetError> {
     let mut counts = Vec::with_capacity(patterns.len());
     for pattern in patterns {
-        let targets: Vec<&Path> = objects
+        let mut targets: Vec<PathBuf> = objects
             .all()
             .filter(|(p, main)| pattern.applies_to(p, *main))
-            .map(|(p, _)| p)
+            .map(|(p, _)| p.to_path_buf())
             .collect();
+        let from_system = targets.is_empty();
+        if from_system {
+            targets = system_libraries(pattern);
+        }
         if targets.is_empty() {
             let available = objects
                 .all()
@@ -220,10 +275,10 @@ pub fn resolve(
         let mut matched = 0;
         let mut stripped = Vec::new();
         for path in &targets {
-            if !cache.contains_key(*path) {
-                cache.insert(path.to_path_buf(), ElfSymbols::read(path)?);
+            if !cache.contains_key(path) {
+                cache.insert(path.clone(), ElfSymbols::read(path)?);
             }
-            let elf = &cache[*path];
+            let elf = &cache[path];
             if !elf.has_symtab {
                 stripped.push(path.display().to_string());
             }
@@ -288,7 +343,11 @@ pub fn resolve(
                 hint,
             });
         }
-        counts.push(matched);
+        counts.push(Resolved {
+            functions: matched,
+            objects: targets,
+            from_system,
+        });
     }
     Ok(counts)
 }
@@ -333,7 +392,8 @@ mod tests {
         let mut cache = BTreeMap::new();
         let pats = [FunctionPattern::parse("main", true).expect("valid")];
         let counts = resolve(&pats, &objects, &mut probes, &mut cache).expect("main resolves");
-        assert_eq!(counts, vec![1]);
+        assert_eq!(counts[0].functions, 1);
+        assert!(!counts[0].from_system);
         assert_eq!(probes[0].symbol, "main");
         assert!(probes[0].args);
         // Resolving again adds nothing.

@@ -10,31 +10,57 @@ use tests::{
     tracer,
 };
 
-/// Exact entry and return counts, return values and distinct call sites.
+/// Exact entry and return counts, return values and distinct call sites,
+/// with function probes in uprobe_multi links (the default).
 #[test]
 fn counts_returns_and_call_sites_are_exact() {
+    counts_returns_and_call_sites(&[]);
+}
+
+/// The same through one perf link per probe (kernels without uprobe_multi).
+#[test]
+fn counts_are_exact_with_one_perf_link_per_probe() {
+    counts_returns_and_call_sites(&["--no-uprobe-multi"]);
+}
+
+fn counts_returns_and_call_sites(extra: &[&str]) {
     if !privileged() {
         return;
     }
     let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("f.capture");
-    let run = tracer(&[
-        "record",
-        "-f",
-        "leaf",
-        "-f",
-        "site_*",
-        "--sample-hz",
-        "0",
-        "-o",
-        out.to_str().expect("utf8"),
-        "--",
-        calls.to_str().expect("utf8"),
-        "run",
-        "7",
-    ]);
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(extra);
+    // uprobe_multi: one entry and one return link for the object's 3 functions.
+    let multi = extra.is_empty();
+    let run = tracer(
+        &[
+            argv.as_slice(),
+            &[
+                "-f",
+                "leaf",
+                "-f",
+                "site_*",
+                "--sample-hz",
+                "0",
+                "-o",
+                out.to_str().expect("utf8"),
+                "--",
+                calls.to_str().expect("utf8"),
+                "run",
+                "7",
+            ],
+        ]
+        .concat(),
+    );
     assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(
+        run.stderr.contains("links, 2 of them uprobe_multi)"),
+        multi,
+        "{}",
+        run.stderr
+    );
     let cap = capture(&out);
     let counts = entries_by_function(&cap);
     let per_fn: Vec<(&str, usize)> = counts.iter().map(|((_, f), n)| (f.as_str(), *n)).collect();

@@ -6,7 +6,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use clap::{Parser, Subcommand};
 use tracer::{
     record::{RecordConfig, Target},
-    targets::FunctionPattern,
+    targets::{FunctionPattern, MPI_PATTERN},
 };
 
 /// Record what running, unmodified processes do (function calls, socket
@@ -58,9 +58,19 @@ pub struct RecordArgs {
     /// Like --functions, and also record the first six integer arguments of each call.
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
     pub args: Vec<String>,
+    /// Trace the MPI library's MPI_* functions with their arguments (peers,
+    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40.
+    /// Works through a launcher that does not load the library itself, e.g.
+    ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
+    #[arg(long)]
+    pub mpi: bool,
     /// Attach empty programs to matching functions (overhead benchmarks).
     #[arg(long, value_name = "PATTERN", hide = true)]
     pub bench_empty_probe: Vec<String>,
+    /// One perf link per function probe even where uprobe_multi links exist
+    /// (tests compare the two paths).
+    #[arg(long, hide = true)]
+    pub no_uprobe_multi: bool,
     /// Do not trace socket system calls (traced by default).
     #[arg(long)]
     pub no_syscalls: bool,
@@ -116,6 +126,9 @@ impl TryFrom<RecordArgs> for RecordConfig {
         for p in &a.args {
             functions.push(FunctionPattern::parse(p, true)?);
         }
+        if a.mpi {
+            functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
+        }
         let empty_probes = a
             .bench_empty_probe
             .iter()
@@ -125,6 +138,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             targets,
             functions,
             empty_probes,
+            uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
