@@ -3,9 +3,12 @@
 
 use std::{collections::HashMap, sync::OnceLock};
 
-use tracer_common::capture::{ObjectSymbols, Symbol};
+use tracer_common::{
+    capture::{ObjectSymbols, RawRecords, Symbol},
+    record::{FuncEntry, Pod as _, kind},
+};
 
-use super::{Capture, Event};
+use super::Capture;
 
 /// Where an address is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,10 +105,16 @@ impl<'a> Symbolizer<'a> {
             let capture = self.capture;
             let mut seen: std::collections::HashSet<(u32, &str)> = Default::default();
             let mut anchors: HashMap<u32, Vec<Anchor<'a>>> = HashMap::new();
-            for event in capture.events().flatten() {
-                let Event::Entry { rec, .. } = event else {
-                    continue;
-                };
+            // Raw records, entries only: cheaper than decoding every event.
+            let entries = capture.chunks.iter().flat_map(|(_, bytes)| {
+                RawRecords::new(bytes).filter_map(|r| {
+                    let (header, bytes) = r.ok()?;
+                    matches!(header.kind, kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS)
+                        .then(|| FuncEntry::read_from(bytes))
+                        .flatten()
+                })
+            });
+            for rec in entries {
                 let Some(probe) = capture.probe(rec.func_id) else {
                     continue;
                 };

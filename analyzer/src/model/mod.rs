@@ -122,7 +122,7 @@ impl GlobalModel {
         }
         let mut by_conn: BTreeMap<&str, Vec<_>> = BTreeMap::new();
         for u in process.units.iter().filter(|u| u.kind == UnitKind::Handler) {
-            let key = u.connection.as_ref().map_or("unknown", |c| c.0.as_str());
+            let key = u.connection.as_ref().map_or("unknown", |c| c.as_str());
             by_conn.entry(key).or_default().push(u);
         }
         for (conn, units) in by_conn {

@@ -128,7 +128,7 @@ impl CallTreeModel {
     /// connection): `p_g = n_g / n_f`, with `n_f` the unit count for
     /// top-level nodes (000 §2.3).
     pub fn merge_process(&mut self, table: &NodeTable, units: &[&Unit]) {
-        let mut counts: HashMap<u32, u32> = HashMap::new();
+        let mut counts: rustc_hash::FxHashMap<u32, u32> = Default::default();
         for u in units {
             for &n in &u.nodes {
                 *counts.entry(n).or_default() += 1;
@@ -138,7 +138,7 @@ impl CallTreeModel {
         // in key order so that models do not depend on hash order.
         let mut order: Vec<u32> = counts.keys().copied().collect();
         order.sort_by_cached_key(|n| (table.depth(*n), table.path_string(*n)));
-        let mut mapped: HashMap<u32, u32> = HashMap::new();
+        let mut mapped: rustc_hash::FxHashMap<u32, u32> = Default::default();
         let total = units.len() as f64;
         for n in order {
             let parent = table.parent(n);

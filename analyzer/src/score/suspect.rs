@@ -192,7 +192,7 @@ pub fn score_processes(
     for p in processes {
         let group = model.group(&p.signature);
         for u in &p.units {
-            let connection = u.connection.as_ref().map(|c| c.0.clone());
+            let connection = u.connection.as_ref().map(|c| c.0.to_string());
             let (score, reason, differences) = match group {
                 None => (
                     1.0,

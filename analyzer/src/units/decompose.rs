@@ -6,14 +6,14 @@
 //! 001 prescribes. Everything before its first wait is the initializer, after
 //! the loop frame returns the finalizer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use tracer_common::syscall::{flag, spec};
 
 use super::{
     ConnectionKey, NodeTable, ProcessUnits, TraceEntry, TraceEntryKind, Unit, UnitKind,
-    connections::{self, ReceiveInfo},
+    connections::{self, ReceiveInfo, Receives},
     trace::thread_traces,
 };
 use crate::decode::Capture;
@@ -45,7 +45,9 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
         let mut units = Vec::new();
         let mut signature = Vec::new();
         for (tid, entries) in &traces.threads {
-            let thread_units = decompose(&traces.nodes, *tid, entries, &receives, variant);
+            let none = Receives::default();
+            let thread_receives = receives.get(tid).unwrap_or(&none);
+            let thread_units = decompose(&traces.nodes, *tid, entries, thread_receives, variant);
             for u in thread_units
                 .iter()
                 .filter(|u| u.kind == UnitKind::Initializer)
@@ -78,7 +80,7 @@ pub(crate) fn decompose(
     nodes: &NodeTable,
     tid: u32,
     entries: &[TraceEntry],
-    receives: &HashMap<(u32, usize), ReceiveInfo>,
+    receives: &Receives,
     variant: Variant,
 ) -> Vec<Unit> {
     let n = entries.len();
@@ -90,14 +92,20 @@ pub(crate) fn decompose(
         tid,
         entries,
         units: Vec::new(),
+        mark: vec![0; nodes.len()],
+        stamp: 0,
     };
-    let Some(loop_node) = find_loop(nodes, tid, entries, receives) else {
+    let Some(loop_node) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
         return b.units;
     };
     let waits: Vec<usize> = (0..n)
         .filter(|&i| is_wait(entries[i].kind) && nodes.parent(entries[i].node) == loop_node)
         .collect();
+    let mut wait_at = vec![false; n];
+    for &w in &waits {
+        wait_at[w] = true;
+    }
     let (first_wait, last_wait) = (waits[0], waits[waits.len() - 1]);
     let loop_end = if loop_node == NodeTable::ROOT {
         n
@@ -110,11 +118,10 @@ pub(crate) fn decompose(
     let mut starts = Vec::new();
     let mut last_fd = None;
     for (i, entry) in entries.iter().enumerate().take(loop_end).skip(first_wait) {
-        if waits.binary_search(&i).is_ok() {
+        if wait_at[i] {
             last_fd = None;
         }
-        let (Some(_), TraceEntryKind::Syscall { fd, .. }) = (receives.get(&(tid, i)), entry.kind)
-        else {
+        let (Some(_), TraceEntryKind::Syscall { fd, .. }) = (receives.get(i), entry.kind) else {
             continue;
         };
         if last_fd != Some(fd) {
@@ -130,7 +137,6 @@ pub(crate) fn decompose(
     } else {
         nodes.depth(loop_node) as u32
     };
-    let waits_ref = &waits;
     let mut floor = first_wait;
     let receive_at: Vec<usize> = starts.clone();
     for (s, receive) in starts.iter_mut().zip(&receive_at) {
@@ -138,9 +144,7 @@ pub(crate) fn decompose(
         while j > floor {
             j -= 1;
             let e = &entries[j];
-            if waits_ref.binary_search(&j).is_ok()
-                || (e.kind == TraceEntryKind::Return && e.depth <= depth_loop)
-            {
+            if wait_at[j] || (e.kind == TraceEntryKind::Return && e.depth <= depth_loop) {
                 break;
             }
             if e.kind == TraceEntryKind::Call && e.depth == depth_loop + 1 {
@@ -213,18 +217,13 @@ pub(crate) fn decompose(
 }
 
 /// The loop frame: most waits followed by a receive; deeper wins ties.
-fn find_loop(
-    nodes: &NodeTable,
-    tid: u32,
-    entries: &[TraceEntry],
-    receives: &HashMap<(u32, usize), ReceiveInfo>,
-) -> Option<u32> {
+fn find_loop(nodes: &NodeTable, entries: &[TraceEntry], receives: &Receives) -> Option<u32> {
     let mut counts: HashMap<u32, usize> = HashMap::new();
     let mut pending: Option<u32> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
             pending = Some(nodes.parent(e.node));
-        } else if receives.contains_key(&(tid, i))
+        } else if receives.contains(i)
             && let Some(p) = pending.take()
         {
             *counts.entry(p).or_default() += 1;
@@ -251,18 +250,15 @@ struct Builder<'a> {
     tid: u32,
     entries: &'a [TraceEntry],
     units: Vec<Unit>,
+    /// `mark[node] == stamp`: node already counted in the unit being built.
+    mark: Vec<u32>,
+    stamp: u32,
 }
 
 impl Builder<'_> {
     /// A handler unit over `start..end` whose receive is entry `receive`.
-    fn push_handler(
-        &mut self,
-        start: usize,
-        end: usize,
-        receive: usize,
-        receives: &HashMap<(u32, usize), ReceiveInfo>,
-    ) {
-        let recv = receives.get(&(self.tid, receive));
+    fn push_handler(&mut self, start: usize, end: usize, receive: usize, receives: &Receives) {
+        let recv = receives.get(receive);
         let fd = match self.entries[receive].kind {
             TraceEntryKind::Syscall { fd, .. } => Some(fd),
             _ => None,
@@ -282,14 +278,16 @@ impl Builder<'_> {
             return;
         }
         // Coverage: every node on the path to every entry of the unit.
-        let mut seen = HashSet::new();
+        self.stamp += 1;
+        let mut nodes: Vec<u32> = Vec::new();
         for e in &self.entries[start..end] {
             let mut node = e.node;
-            while node != NodeTable::ROOT && seen.insert(node) {
+            while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
+                self.mark[node as usize] = self.stamp;
+                nodes.push(node);
                 node = self.nodes.parent(node);
             }
         }
-        let mut nodes: Vec<u32> = seen.into_iter().collect();
         nodes.sort_unstable();
         self.units.push(Unit {
             kind,
@@ -301,7 +299,7 @@ impl Builder<'_> {
                 .map(|r| r.key.clone())
                 .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),
             fd: None,
-            peer: recv.and_then(|r| r.peer.clone()),
+            peer: recv.and_then(|r| r.peer.as_deref().map(str::to_string)),
             entries: (start, end),
         });
     }
@@ -317,11 +315,7 @@ mod tests {
     /// main calls serve, whose loop polls, accepts on fd 3, then receives
     /// twice on fd 4 (one unit) and sends, then receives once on fd 5; serve
     /// returns, main closes.
-    fn trace() -> (
-        NodeTable,
-        Vec<TraceEntry>,
-        HashMap<(u32, usize), ReceiveInfo>,
-    ) {
+    fn trace() -> (NodeTable, Vec<TraceEntry>, Receives) {
         let mut t = NodeTable::default();
         let k = |t: &mut NodeTable, site: &str, callee: &str| {
             t.key(NodeKey {
@@ -388,12 +382,12 @@ mod tests {
         for (i, entry) in e.iter_mut().enumerate() {
             entry.ts_ns = i as u64;
         }
-        let mut receives = HashMap::new();
+        let mut receives = Receives::new(e.len());
         for i in [4, 7, 8, 13] {
             receives.insert(
-                (1, i),
+                i,
                 ReceiveInfo {
-                    key: ConnectionKey(format!("conn{i}")),
+                    key: ConnectionKey(format!("conn{i}").into()),
                     peer: None,
                 },
             );
@@ -458,7 +452,7 @@ mod tests {
     #[test]
     fn a_thread_without_a_loop_is_one_initializer() {
         let (t, e, _) = trace();
-        let units = decompose(&t, 1, &e, &HashMap::new(), Variant::Paper000);
+        let units = decompose(&t, 1, &e, &Receives::default(), Variant::Paper000);
         assert_eq!(units.len(), 1);
         assert_eq!(units[0].kind, UnitKind::Initializer);
     }

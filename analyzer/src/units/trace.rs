@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rustc_hash::FxHashMap;
 use tracer_common::syscall::nr;
 
 use crate::decode::{
@@ -28,10 +29,10 @@ pub struct NodeKey {
 #[derive(Clone, Debug, Default)]
 pub struct NodeTable {
     keys: Vec<NodeKey>,
-    key_ids: HashMap<NodeKey, u32>,
+    key_ids: FxHashMap<NodeKey, u32>,
     /// (parent node or [`NodeTable::ROOT`], key id) per node.
     nodes: Vec<(u32, u32)>,
-    node_ids: HashMap<(u32, u32), u32>,
+    node_ids: FxHashMap<(u32, u32), u32>,
 }
 
 impl NodeTable {
@@ -156,121 +157,320 @@ pub struct ThreadTraces {
     pub nodes: NodeTable,
     /// Entries by thread id, in time order.
     pub threads: BTreeMap<u32, Vec<TraceEntry>>,
-    /// Peer addresses of connect/accept/recvfrom entries, by (tid, index).
+    /// Peer addresses of connect/accept entries, by (tid, index).
     pub peers: HashMap<(u32, usize), String>,
 }
 
+/// What [`thread_traces`] takes from one event.
+#[derive(Clone, Copy)]
+enum Item {
+    Call { func_id: u32, site: u64 },
+    Return { func_id: u32 },
+    Syscall { nr: u32, fd: i32, ret: i64 },
+}
+
+/// One process's node table and key caches while traces are built.
+#[derive(Default)]
+struct ProcessBuilder {
+    nodes: NodeTable,
+    site_keys: FxHashMap<(u64, u32), u32>,
+    sys_keys: FxHashMap<u32, u32>,
+    peers: HashMap<(u32, usize), String>,
+    threads: FxHashMap<u32, ThreadBuilder>,
+}
+
+/// One thread's call stack and entries while its trace is built.
+#[derive(Default)]
+struct ThreadBuilder {
+    /// (node, func_id, call site) per open call.
+    stack: Vec<(u32, u32, u64)>,
+    entries: Vec<TraceEntry>,
+    last_ts: u64,
+}
+
+impl ProcessBuilder {
+    /// Appends one item of thread `tid`; `false` (and nothing appended) if
+    /// it is older than the thread's last entry.
+    #[inline]
+    fn push(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        t: u64,
+        item: Item,
+        peer: Option<String>,
+        (sym, capture): (&Symbolizer<'_>, &Capture),
+    ) -> bool {
+        let thread = self.threads.entry(tid).or_default();
+        if thread.last_ts > t {
+            return false;
+        }
+        thread.last_ts = t;
+        let nodes = &mut self.nodes;
+        let parent = thread.stack.last().map_or(NodeTable::ROOT, |f| f.0);
+        match item {
+            Item::Call { func_id, site } => {
+                // A tail call from a function under a uretprobe returns
+                // to the trampoline: its real call site is the caller's.
+                let site = if is_uretprobe_trampoline(site) {
+                    thread.stack.last().map_or(0, |f| f.2)
+                } else {
+                    site
+                };
+                let key = *self.site_keys.entry((site, func_id)).or_insert_with(|| {
+                    let site_name = sym
+                        .user(pid, site)
+                        .map(|l| l.to_string())
+                        .unwrap_or_default();
+                    nodes.key(NodeKey {
+                        site: site_name,
+                        callee: capture.function_name(func_id),
+                    })
+                });
+                let node = nodes.child(parent, key);
+                thread.stack.push((node, func_id, site));
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Call,
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+            Item::Return { func_id } => {
+                // Pop to the matching frame; a return with no frame
+                // (the call began before recording) is dropped.
+                let Some(pos) = thread.stack.iter().rposition(|f| f.1 == func_id) else {
+                    return true;
+                };
+                let node = thread.stack[pos].0;
+                thread.stack.truncate(pos);
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Return,
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+            Item::Syscall { nr, fd, ret } => {
+                let key = *self.sys_keys.entry(nr).or_insert_with(|| {
+                    nodes.key(NodeKey {
+                        site: String::new(),
+                        callee: format!("sys:{}", syscall_name(nr)),
+                    })
+                });
+                let node = nodes.child(parent, key);
+                if let Some(peer) = peer {
+                    self.peers.insert((tid, thread.entries.len()), peer);
+                }
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Syscall { nr, fd, ret },
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+        }
+        true
+    }
+
+    fn finish(self) -> ThreadTraces {
+        ThreadTraces {
+            nodes: self.nodes,
+            threads: self
+                .threads
+                .into_iter()
+                .map(|(tid, t)| (tid, t.entries))
+                .collect(),
+            peers: self.peers,
+        }
+    }
+}
+
+/// The trace item of `event`, with its process, thread, time and, for an
+/// establishing call, the peer address.
+#[inline]
+fn item(event: &Event) -> Option<(u32, u32, u64, Item, Option<String>)> {
+    Some(match event {
+        Event::Entry { rec, .. } => (
+            rec.header.pid,
+            rec.header.tid,
+            rec.header.ts_ns,
+            Item::Call {
+                func_id: rec.func_id,
+                site: rec.call_site,
+            },
+            None,
+        ),
+        Event::Return(r) => (
+            r.header.pid,
+            r.header.tid,
+            r.header.ts_ns,
+            Item::Return { func_id: r.func_id },
+            None,
+        ),
+        Event::Syscall(s) => (
+            s.header.pid,
+            s.header.tid,
+            // Recorded at exit; placed at entry.
+            s.enter_ns,
+            Item::Syscall {
+                nr: s.nr,
+                fd: s.fd,
+                ret: s.ret,
+            },
+            // Peers name connections at their establishment only.
+            if matches!(s.nr, nr::CONNECT | nr::ACCEPT | nr::ACCEPT4) {
+                addr_string(&s.addr)
+            } else {
+                None
+            },
+        ),
+        _ => return None,
+    })
+}
+
 /// Builds the traces of every traced process in `capture`.
+///
+/// A thread's records reach the ring in the order they happened (a system
+/// call is recorded at its exit, but its thread runs nothing else in
+/// between), so one pass usually builds everything; a capture where some
+/// thread's times go backwards is sorted per thread first.
 pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     let sym = Symbolizer::new(capture);
-    // Gather per (pid, tid); syscalls sort by their entry time.
-    let mut raw: BTreeMap<u32, BTreeMap<u32, Vec<(u64, Event)>>> = BTreeMap::new();
+    let mut processes: FxHashMap<u32, ProcessBuilder> = FxHashMap::default();
+    let mut in_order = true;
     for event in capture.events().filter_map(Result::ok) {
-        let (pid, tid, t) = match &event {
-            Event::Entry { rec, .. } => (rec.header.pid, rec.header.tid, rec.header.ts_ns),
-            Event::Return(r) => (r.header.pid, r.header.tid, r.header.ts_ns),
-            Event::Syscall(s) => (s.header.pid, s.header.tid, s.enter_ns),
-            _ => continue,
-        };
-        raw.entry(pid)
-            .or_default()
-            .entry(tid)
-            .or_default()
-            .push((t, event));
-    }
-    let mut out = BTreeMap::new();
-    for (pid, threads) in raw {
-        let mut nodes = NodeTable::default();
-        let mut site_keys: HashMap<(u64, u32), u32> = HashMap::new();
-        let mut sys_keys: HashMap<u32, u32> = HashMap::new();
-        let mut peers = HashMap::new();
-        let mut traces = BTreeMap::new();
-        for (tid, mut events) in threads {
-            events.sort_by_key(|(t, _)| *t);
-            let mut stack: Vec<(u32, u32, u64)> = Vec::new(); // (node, func_id, call site)
-            let mut entries = Vec::with_capacity(events.len());
-            for (t, event) in events {
-                let parent = stack.last().map_or(NodeTable::ROOT, |f| f.0);
-                match event {
-                    Event::Entry { rec, .. } => {
-                        // A tail call from a function under a uretprobe returns
-                        // to the trampoline: its real call site is the caller's.
-                        let site = if is_uretprobe_trampoline(rec.call_site) {
-                            stack.last().map_or(0, |f| f.2)
-                        } else {
-                            rec.call_site
-                        };
-                        let key = *site_keys.entry((site, rec.func_id)).or_insert_with(|| {
-                            let site_name = sym
-                                .user(pid, site)
-                                .map(|l| l.to_string())
-                                .unwrap_or_default();
-                            nodes.key(NodeKey {
-                                site: site_name,
-                                callee: capture.function_name(rec.func_id),
-                            })
-                        });
-                        let node = nodes.child(parent, key);
-                        stack.push((node, rec.func_id, site));
-                        entries.push(TraceEntry {
-                            ts_ns: t,
-                            kind: TraceEntryKind::Call,
-                            node,
-                            depth: stack.len() as u32,
-                        });
-                    }
-                    Event::Return(r) => {
-                        // Pop to the matching frame; a return with no frame
-                        // (the call began before recording) is dropped.
-                        let Some(pos) = stack.iter().rposition(|f| f.1 == r.func_id) else {
-                            continue;
-                        };
-                        let node = stack[pos].0;
-                        stack.truncate(pos);
-                        entries.push(TraceEntry {
-                            ts_ns: t,
-                            kind: TraceEntryKind::Return,
-                            node,
-                            depth: stack.len() as u32,
-                        });
-                    }
-                    Event::Syscall(s) => {
-                        let key = *sys_keys.entry(s.nr).or_insert_with(|| {
-                            nodes.key(NodeKey {
-                                site: String::new(),
-                                callee: format!("sys:{}", syscall_name(s.nr)),
-                            })
-                        });
-                        let node = nodes.child(parent, key);
-                        if matches!(s.nr, nr::CONNECT | nr::ACCEPT | nr::ACCEPT4 | nr::RECVFROM)
-                            && let Some(a) = addr_string(&s.addr)
-                        {
-                            peers.insert((tid, entries.len()), a);
-                        }
-                        entries.push(TraceEntry {
-                            ts_ns: t,
-                            kind: TraceEntryKind::Syscall {
-                                nr: s.nr,
-                                fd: s.fd,
-                                ret: s.ret,
-                            },
-                            node,
-                            depth: stack.len() as u32,
-                        });
-                    }
-                    _ => {}
-                }
+        if let Some((pid, tid, t, it, peer)) = item(&event) {
+            let p = processes.entry(pid).or_default();
+            if !p.push(pid, tid, t, it, peer, (&sym, capture)) {
+                in_order = false;
+                break;
             }
-            traces.insert(tid, entries);
         }
-        out.insert(
-            pid,
-            ThreadTraces {
-                nodes,
-                threads: traces,
-                peers,
-            },
+    }
+    if !in_order {
+        processes.clear();
+        type Items = Vec<(u64, Item, Option<String>)>;
+        let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
+        for event in capture.events().filter_map(Result::ok) {
+            if let Some((pid, tid, t, it, peer)) = item(&event) {
+                raw.entry((pid, tid)).or_default().push((t, it, peer));
+            }
+        }
+        let mut raw: Vec<_> = raw.into_iter().collect();
+        raw.sort_unstable_by_key(|(k, _)| *k);
+        for ((pid, tid), mut items) in raw {
+            // Stable: records of one time keep their ring order.
+            items.sort_by_key(|(t, _, _)| *t);
+            let p = processes.entry(pid).or_default();
+            for (t, it, peer) in items {
+                // Sorted: always accepted.
+                p.push(pid, tid, t, it, peer, (&sym, capture));
+            }
+        }
+    }
+    processes
+        .into_iter()
+        .map(|(pid, p)| (pid, p.finish()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::record::{FuncEntry, FuncReturn, Header, Pod, Syscall, kind};
+
+    use super::*;
+
+    fn header(kind_: u16, size: usize, ts_ns: u64) -> Header {
+        Header {
+            ts_ns,
+            pid: 7,
+            tid: 7,
+            kind: kind_,
+            size: size as u16,
+            cpu: 0,
+        }
+    }
+
+    fn capture(records: &[Vec<u8>]) -> Capture {
+        Capture {
+            header: Default::default(),
+            processes: Default::default(),
+            objects: Default::default(),
+            probes: Vec::new(),
+            kernel_symbols: Vec::new(),
+            stats: None,
+            end: None,
+            chunks: vec![(0, records.concat())],
+            truncated: None,
+        }
+    }
+
+    fn call(ts: u64) -> Vec<u8> {
+        FuncEntry {
+            header: header(kind::FUNC_ENTRY, size_of::<FuncEntry>(), ts),
+            func_id: 0,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn ret(ts: u64) -> Vec<u8> {
+        FuncReturn {
+            header: header(kind::FUNC_RETURN, size_of::<FuncReturn>(), ts),
+            func_id: 0,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn recv(enter: u64, exit: u64) -> Vec<u8> {
+        Syscall {
+            header: header(kind::SYSCALL, size_of::<Syscall>(), exit),
+            enter_ns: enter,
+            nr: nr::RECVFROM,
+            fd: 4,
+            ret: 8,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn shape(capture: &Capture) -> Vec<(u64, &'static str, u32)> {
+        let traces = thread_traces(capture);
+        traces[&7].threads[&7]
+            .iter()
+            .map(|e| {
+                let k = match e.kind {
+                    TraceEntryKind::Call => "call",
+                    TraceEntryKind::Return => "return",
+                    TraceEntryKind::Syscall { .. } => "syscall",
+                };
+                (e.ts_ns, k, e.depth)
+            })
+            .collect()
+    }
+
+    /// A receive made inside a call is a leaf under it, placed at its entry time.
+    #[test]
+    fn builds_one_thread_in_one_pass() {
+        let c = capture(&[call(10), recv(20, 25), ret(30)]);
+        assert_eq!(
+            shape(&c),
+            vec![(10, "call", 1), (20, "syscall", 1), (30, "return", 0)]
         );
     }
-    out
+
+    /// Records out of time order within a thread are sorted first.
+    #[test]
+    fn sorts_a_thread_whose_times_go_backwards() {
+        let c = capture(&[call(10), ret(30), recv(20, 25)]);
+        assert_eq!(
+            shape(&c),
+            vec![(10, "call", 1), (20, "syscall", 1), (30, "return", 0)]
+        );
+    }
 }
