@@ -10,11 +10,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rustc_hash::FxHashMap;
-use tracer_common::syscall::nr;
-
-use crate::decode::{
-    Capture, Event, Symbolizer, addr_string, is_uretprobe_trampoline, syscall_name,
+use tracer_common::{
+    capture::RawRecords,
+    record::{FuncEntry, FuncReturn, Header, Pod as _, Syscall, kind},
+    syscall::nr,
 };
+
+use crate::decode::{Capture, Symbolizer, addr_string, is_uretprobe_trampoline, syscall_name};
 
 /// One step of a call path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,7 +34,10 @@ pub struct NodeTable {
     key_ids: FxHashMap<NodeKey, u32>,
     /// (parent node or [`NodeTable::ROOT`], key id) per node.
     nodes: Vec<(u32, u32)>,
-    node_ids: FxHashMap<(u32, u32), u32>,
+    /// (key id, child) per node, and of the root: fan-out is small, so a
+    /// scan beats hashing on every trace entry.
+    children: Vec<Vec<(u32, u32)>>,
+    root_children: Vec<(u32, u32)>,
 }
 
 impl NodeTable {
@@ -53,12 +58,18 @@ impl NodeTable {
     /// The node for `key_id` under `parent`, created if new.
     #[inline]
     pub fn child(&mut self, parent: u32, key_id: u32) -> u32 {
-        if let Some(id) = self.node_ids.get(&(parent, key_id)) {
-            return *id;
+        let list = if parent == Self::ROOT {
+            &mut self.root_children
+        } else {
+            &mut self.children[parent as usize]
+        };
+        if let Some(&(_, id)) = list.iter().find(|(k, _)| *k == key_id) {
+            return id;
         }
         let id = self.nodes.len() as u32;
+        list.push((key_id, id));
         self.nodes.push((parent, key_id));
-        self.node_ids.insert((parent, key_id), id);
+        self.children.push(Vec::new());
         id
     }
 
@@ -286,47 +297,69 @@ impl ProcessBuilder {
     }
 }
 
-/// The trace item of `event`, with its process, thread, time and, for an
-/// establishing call, the peer address.
+/// The trace item of a raw record (header included in `bytes`), with its
+/// process, thread, time and, for an establishing call, the peer address.
+/// Reads only the fields it needs: this runs for every record.
 #[inline]
-fn item(event: &Event) -> Option<(u32, u32, u64, Item, Option<String>)> {
-    Some(match event {
-        Event::Entry { rec, .. } => (
-            rec.header.pid,
-            rec.header.tid,
-            rec.header.ts_ns,
-            Item::Call {
-                func_id: rec.func_id,
-                site: rec.call_site,
-            },
-            None,
-        ),
-        Event::Return(r) => (
-            r.header.pid,
-            r.header.tid,
-            r.header.ts_ns,
-            Item::Return { func_id: r.func_id },
-            None,
-        ),
-        Event::Syscall(s) => (
-            s.header.pid,
-            s.header.tid,
-            // Recorded at exit; placed at entry.
-            s.enter_ns,
-            Item::Syscall {
-                nr: s.nr,
-                fd: s.fd,
-                ret: s.ret,
-            },
-            // Peers name connections at their establishment only.
-            if matches!(s.nr, nr::CONNECT | nr::ACCEPT | nr::ACCEPT4) {
-                addr_string(&s.addr)
-            } else {
-                None
-            },
-        ),
+fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<String>)> {
+    let (pid, tid) = (header.pid, header.tid);
+    Some(match header.kind {
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+            let rec = FuncEntry::read_from(bytes)?;
+            (
+                pid,
+                tid,
+                header.ts_ns,
+                Item::Call {
+                    func_id: rec.func_id,
+                    site: rec.call_site,
+                },
+                None,
+            )
+        }
+        kind::FUNC_RETURN => {
+            let rec = FuncReturn::read_from(bytes)?;
+            (
+                pid,
+                tid,
+                header.ts_ns,
+                Item::Return {
+                    func_id: rec.func_id,
+                },
+                None,
+            )
+        }
+        kind::SYSCALL => {
+            let s = Syscall::read_from(bytes)?;
+            (
+                pid,
+                tid,
+                // Recorded at exit; placed at entry.
+                s.enter_ns,
+                Item::Syscall {
+                    nr: s.nr,
+                    fd: s.fd,
+                    ret: s.ret,
+                },
+                // Peers name connections at their establishment only.
+                if matches!(s.nr, nr::CONNECT | nr::ACCEPT | nr::ACCEPT4) {
+                    addr_string(&s.addr)
+                } else {
+                    None
+                },
+            )
+        }
         _ => return None,
     })
+}
+
+/// Every record of `capture` as (header, bytes); damaged chunks end early
+/// (the decoder reports them; traces use what is readable).
+fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
+    capture
+        .chunks
+        .iter()
+        .flat_map(|(_, bytes)| RawRecords::new(bytes).map_while(Result::ok))
 }
 
 /// Builds the traces of every traced process in `capture`.
@@ -339,8 +372,8 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     let sym = Symbolizer::new(capture);
     let mut processes: FxHashMap<u32, ProcessBuilder> = FxHashMap::default();
     let mut in_order = true;
-    for event in capture.events().filter_map(Result::ok) {
-        if let Some((pid, tid, t, it, peer)) = item(&event) {
+    for (header, bytes) in raw_records(capture) {
+        if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
             let p = processes.entry(pid).or_default();
             if !p.push(pid, tid, t, it, peer, (&sym, capture)) {
                 in_order = false;
@@ -352,8 +385,8 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
-        for event in capture.events().filter_map(Result::ok) {
-            if let Some((pid, tid, t, it, peer)) = item(&event) {
+        for (header, bytes) in raw_records(capture) {
+            if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
                 raw.entry((pid, tid)).or_default().push((t, it, peer));
             }
         }
@@ -377,7 +410,7 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::record::{FuncEntry, FuncReturn, Header, Pod, Syscall, kind};
+    use tracer_common::record::Pod;
 
     use super::*;
 
