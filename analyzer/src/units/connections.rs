@@ -111,11 +111,14 @@ pub(crate) fn track(
     threads: &std::collections::BTreeMap<u32, Vec<TraceEntry>>,
     peers: &HashMap<(u32, usize), String>,
 ) -> (FxHashMap<u32, Receives>, ByEntry<String>) {
-    let mut calls: Vec<(u64, u32, usize, u32, i32, i64, u32)> = Vec::new();
-    for (tid, entries) in threads {
+    // System calls of all threads in time order: (time, thread, entry index).
+    let threads: Vec<(u32, &[TraceEntry])> =
+        threads.iter().map(|(t, e)| (*t, e.as_slice())).collect();
+    let mut calls: Vec<(u64, u32, u32)> = Vec::new();
+    for (k, (_, entries)) in threads.iter().enumerate() {
         for (i, e) in entries.iter().enumerate() {
-            if let TraceEntryKind::Syscall { nr, fd, ret } = e.kind {
-                calls.push((e.ts_ns, *tid, i, nr, fd, ret, e.node));
+            if matches!(e.kind, TraceEntryKind::Syscall { .. }) {
+                calls.push((e.ts_ns, k as u32, i as u32));
             }
         }
     }
@@ -123,18 +126,21 @@ pub(crate) fn track(
         calls.sort_by_key(|c| c.0);
     }
     let mut sockets: FxHashMap<i32, Socket> = FxHashMap::default();
-    let mut receives: FxHashMap<u32, Receives> = threads
+    let mut receives: Vec<Receives> = threads
         .iter()
-        .map(|(tid, entries)| (*tid, Receives::new(entries.len())))
+        .map(|(_, entries)| Receives::new(entries.len()))
         .collect();
-    let mut receive = |tid: u32, i: usize, info: ReceiveInfo| {
-        if let Some(r) = receives.get_mut(&tid) {
-            r.insert(i, info);
-        }
-    };
     let mut establishing = ByEntry::default();
     let unknown = info(None);
-    for (_, tid, i, call, fd, ret, node) in calls {
+    for (_, k, i) in calls {
+        let (tid, entries) = threads[k as usize];
+        let i = i as usize;
+        let e = &entries[i];
+        let TraceEntryKind::Syscall { nr: call, fd, ret } = e.kind else {
+            continue;
+        };
+        let node = e.node;
+        let receive = &mut receives[k as usize];
         let path = || nodes.path_string(node);
         match call {
             nr::SOCKET if ret >= 0 => {
@@ -166,7 +172,7 @@ pub(crate) fn track(
                 let listener = sockets
                     .get_mut(&fd)
                     .map_or_else(|| unknown.clone(), Socket::info);
-                receive(tid, i, listener);
+                receive.insert(i, listener);
             }
             nr::CLOSE => {
                 sockets.remove(&fd);
@@ -175,11 +181,12 @@ pub(crate) fn track(
                 let r = sockets
                     .get_mut(&fd)
                     .map_or_else(|| unknown.clone(), Socket::info);
-                receive(tid, i, r);
+                receive.insert(i, r);
             }
             _ => {}
         }
     }
+    let receives = threads.iter().map(|(tid, _)| *tid).zip(receives).collect();
     (receives, establishing)
 }
 
