@@ -17,6 +17,8 @@ fn losses_are_counted_and_reported() {
         "record",
         "-f",
         "leaf",
+        // Only this process's records: no system-wide TCP retransmits.
+        "--no-syscalls",
         "--ring-size",
         "4096",
         "--sample-hz",
@@ -62,12 +64,26 @@ fn killed_recorder_leaves_a_readable_prefix_and_corruption_is_named() {
         "--",
         calls.to_str().expect("utf8"),
         "spin",
-        "5000",
+        "25000",
     ]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill once some chunks are on disk (a loaded machine starts slowly).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline
+        && !(out.exists() && tests::events(&capture(&out)).len() > 100)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let status = bg.stop("KILL");
     assert!(!status.success());
     let cap = capture(&out);
+    // The spinner outlives its killed recorder: stop it.
+    for (pid, snaps) in &cap.processes {
+        if snaps.iter().any(|p| p.comm == "calls") {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
     assert!(cap.end.is_none(), "a killed recorder wrote no end marker");
     assert!(
         tests::events(&cap).len() > 100,

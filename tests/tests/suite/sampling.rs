@@ -23,7 +23,7 @@ fn samples_land_in_the_hot_function() {
         "--",
         calls.to_str().expect("utf8"),
         "spin",
-        "1200",
+        "2500",
     ]);
     assert!(run.status.success(), "{}", run.stderr);
     let cap = capture(&out);
