@@ -31,8 +31,8 @@ pub use features::{CaptureSource, Features, MetricVectors, ServerInfo, Windowed,
 pub use train::{minimal_threshold, train};
 pub use types::{
     Cell, Culprit, Distance, Metric, PeersConfig, PeersError, REPORT_VERSION, Report, RootCause,
-    ServerSplit, ServerThreshold, ServerVerdict, ServerWindow, THRESHOLDS_VERSION, Thresholds,
-    TrainingRun, WindowReport,
+    ServerEndpoint, ServerSplit, ServerThreshold, ServerVerdict, ServerWindow, THRESHOLDS_VERSION,
+    Thresholds, TrainingRun, WindowReport,
 };
 
 /// A run cut into windows and scored: every server's score per metric and

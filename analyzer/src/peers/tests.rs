@@ -14,7 +14,7 @@ use tracer_common::{
 };
 
 use super::*;
-use crate::decode::Capture;
+use crate::decode::{Capture, Event};
 
 /// Wall clock at the start of every run, a multiple of every shift used.
 const T0: u64 = 1_800_000_000_000_000_000;
@@ -643,6 +643,84 @@ fn retransmissions_indict_a_server_whose_functions_look_normal() {
         r.servers[3].retransmit_peers.get("127.0.0.1"),
         Some(&(2 * requests))
     );
+}
+
+/// Servers that bound before recording began leave no address in the
+/// capture: the user names their ports, and retransmissions are placed.
+#[test]
+fn given_endpoints_place_retransmissions_of_servers_bound_before_recording() {
+    let mut cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let mut captures = run(
+        99,
+        40,
+        &[(
+            3,
+            Fault {
+                retransmit_from: Some(10.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    // Drop the bind records: recording started after the servers did.
+    for (_, cap) in &mut captures {
+        for (offset, bytes) in &mut cap.chunks {
+            let kept: Vec<u8> = crate::decode::decode_records(*offset, bytes)
+                .filter_map(Result::ok)
+                .filter(|e| !matches!(e, Event::Syscall(s) if s.nr == nr::BIND))
+                .flat_map(|e| match e {
+                    Event::Entry { rec, .. } => rec.as_bytes().to_vec(),
+                    Event::Return(r) => r.as_bytes().to_vec(),
+                    Event::Syscall(s) => s.as_bytes().to_vec(),
+                    Event::Sample(s) => s.as_bytes().to_vec(),
+                    Event::TcpRetransmit(r) => r.as_bytes().to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            *bytes = kept;
+        }
+    }
+    let blind = diagnose(&scored("blind", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert!(blind.faulty.is_empty(), "nothing places them");
+    assert!(
+        blind.notes.iter().any(|n| n.contains("matched no server")),
+        "{:?}",
+        blind.notes
+    );
+    cfg.endpoints = (0..4)
+        .map(|s| {
+            format!("server{s}=127.0.0.1:{}", port(s))
+                .parse()
+                .expect("endpoint")
+        })
+        .collect();
+    let r = diagnose(&scored("told", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    cfg.endpoints = vec!["nobody=1".parse().expect("endpoint")];
+    assert!(matches!(
+        scored("x", &captures, &cfg),
+        Err(PeersError::BadConfig { .. })
+    ));
+}
+
+#[test]
+fn endpoints_parse_with_and_without_an_address() {
+    let e: ServerEndpoint = "b1=49152".parse().expect("port only");
+    assert_eq!((e.label.as_str(), e.ip, e.port), ("b1", None, 49152));
+    let e: ServerEndpoint = "/bricks/b=x=10.0.0.2:7".parse().expect("address");
+    assert_eq!(
+        (e.label.as_str(), e.ip, e.port),
+        ("/bricks/b=x", Some([10, 0, 0, 2].into()), 7)
+    );
+    assert!("b1".parse::<ServerEndpoint>().is_err());
+    assert!("b1=host:7".parse::<ServerEndpoint>().is_err());
 }
 
 #[test]

@@ -94,8 +94,7 @@ pub enum Distance {
     Relative,
     /// Σ (p−q)² / max(p, q).
     RelativeScaled,
-    /// ½ Σ (p log(p/q) + q log(q/p)), zero components smoothed (see
-    /// [`crate::peers::KL_EPSILON`]).
+    /// ½ Σ (p log(p/q) + q log(q/p)); a zero component counts as half a unit.
     SymmetricKl,
 }
 
@@ -153,6 +152,46 @@ pub struct PeersConfig {
     pub k: usize,
     /// Servers from captures.
     pub split: ServerSplit,
+    /// Listening endpoints of servers given by the user, for servers whose
+    /// `bind` happened before recording started (the captures then hold no
+    /// address of theirs to place TCP retransmissions with). Per run, so
+    /// not stored with the thresholds.
+    #[serde(skip)]
+    pub endpoints: Vec<ServerEndpoint>,
+}
+
+/// A server's listening endpoint, given by the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerEndpoint {
+    /// Server label.
+    pub label: String,
+    /// Address, `None` for any address of the server's host.
+    pub ip: Option<std::net::IpAddr>,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl std::str::FromStr for ServerEndpoint {
+    type Err = String;
+
+    /// `LABEL=PORT` or `LABEL=ADDR:PORT` (`[v6]:PORT` for IPv6).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not LABEL=PORT or LABEL=ADDR:PORT");
+        let (label, rest) = text.rsplit_once('=').ok_or_else(bad)?;
+        if let Ok(port) = rest.parse::<u16>() {
+            return Ok(Self {
+                label: label.to_string(),
+                ip: None,
+                port,
+            });
+        }
+        let sa: std::net::SocketAddr = rest.parse().map_err(|_| bad())?;
+        Ok(Self {
+            label: label.to_string(),
+            ip: Some(sa.ip()),
+            port: sa.port(),
+        })
+    }
 }
 
 impl Default for PeersConfig {
@@ -169,6 +208,7 @@ impl Default for PeersConfig {
             metrics: Metric::ALL.to_vec(),
             k: 3,
             split: ServerSplit::PerCapture,
+            endpoints: Vec::new(),
         }
     }
 }
