@@ -168,7 +168,11 @@ fn capture(server: usize, seed: u64, slow: bool) -> (Capture, u64) {
                 &mut buf,
             );
             // Most samples in a few hot kernel functions, the rest spread.
-            let k = if next() % 5 == 0 { next() % KSYMS } else { next() % 8 };
+            let k = if next() % 5 == 0 {
+                next() % KSYMS
+            } else {
+                next() % 8
+            };
             let s = Sample {
                 header: header(now, pid, kind::SAMPLE, 56),
                 user_ip: 0,

@@ -432,6 +432,37 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
 mod tests {
     use super::*;
 
+    /// A directory is a run; loose files join the run of their directory.
+    #[test]
+    fn runs_group_by_directory() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir(d).expect("dir");
+            for f in ["s1.capture", "s0.capture", "run.json"] {
+                std::fs::write(d.join(f), b"").expect("file");
+            }
+        }
+        std::fs::write(
+            a.join("endpoints.txt"),
+            "# ports\ns0=49152\n\ns1=10.0.0.1:7\n",
+        )
+        .expect("endpoints");
+        let runs = runs_of(&[a.clone(), b.join("s1.capture"), b.join("s0.capture")]).expect("runs");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].1, vec![a.join("s0.capture"), a.join("s1.capture")]);
+        assert_eq!(runs[1].1, vec![b.join("s1.capture"), b.join("s0.capture")]);
+        let e = read_endpoints(&a.join("endpoints.txt")).expect("endpoints");
+        assert_eq!((e.len(), e[1].port), (2, 7));
+        std::fs::write(b.join("endpoints.txt"), "s0 49152\n").expect("bad");
+        let err = read_endpoints(&b.join("endpoints.txt")).expect_err("no =");
+        assert!(err.to_string().contains(":1:"), "{err}");
+        assert!(
+            runs_of(&[root.path().to_path_buf()]).is_err(),
+            "no captures in root"
+        );
+    }
+
     #[test]
     fn durations_read_like_people_write_them() {
         assert_eq!(duration_ns("60s"), Ok(60_000_000_000));

@@ -10,7 +10,8 @@ use super::types::{Report, Thresholds};
 /// `!` faulty), root causes, notes.
 pub fn report_text(report: &Report, distance: super::Distance) -> String {
     let mut s = String::new();
-    let servers: Vec<&str> = report.servers.iter().map(|v| v.server.as_str()).collect();
+    let full: Vec<&str> = report.servers.iter().map(|v| v.server.as_str()).collect();
+    let servers = short_labels(&full);
     let width = servers.iter().map(|l| l.len()).max().unwrap_or(0).max(12) + 2;
     let window_s = report
         .windows
@@ -24,11 +25,23 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
         s,
         "peer comparison of {} servers over {} windows of {window_s} s every {shift_s} s; \
          faulty = anomalous in {} of the last {} windows",
-        servers.len(),
+        full.len(),
         report.windows.len(),
         report.k,
         2 * report.k - 1
     );
+    if servers.iter().zip(&full).any(|(a, b)| a != b) {
+        let _ = writeln!(
+            s,
+            "servers: {}",
+            servers
+                .iter()
+                .zip(&full)
+                .map(|(a, b)| format!("{a} = {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if report.faulty.is_empty() {
         let _ = writeln!(s, "verdict: no server is faulty");
     }
@@ -139,6 +152,56 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
     s
 }
 
+/// Labels without the part every label shares, for table columns
+/// (`/srv/b1/fs/brick` … `/srv/b4/fs/brick` → `b1` … `b4`); cut only at
+/// separators, and left whole when that would leave one empty.
+pub fn short_labels(labels: &[&str]) -> Vec<String> {
+    let sep = |c: char| !c.is_alphanumeric();
+    if labels.len() < 2 {
+        return labels.iter().map(|l| l.to_string()).collect();
+    }
+    let first = labels[0];
+    // Longest common prefix ending just after a separator.
+    let mut prefix = 0;
+    for (i, c) in first.char_indices() {
+        if labels.iter().any(|l| !l[i..].starts_with(c)) {
+            break;
+        }
+        if sep(c) {
+            prefix = i + c.len_utf8();
+        }
+    }
+    // Longest common suffix starting at a separator.
+    let mut suffix = 0;
+    for (n, c) in first.chars().rev().enumerate() {
+        let len: usize = first.chars().rev().take(n + 1).map(char::len_utf8).sum();
+        if labels
+            .iter()
+            .any(|l| l.len() < len || !l.ends_with(&first[first.len() - len..]))
+        {
+            break;
+        }
+        if sep(c) {
+            suffix = len;
+        }
+    }
+    let short: Vec<String> = labels
+        .iter()
+        .map(|l| {
+            l.get(prefix..l.len().saturating_sub(suffix))
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    let mut unique = short.clone();
+    unique.sort();
+    unique.dedup();
+    if short.iter().any(String::is_empty) || unique.len() != short.len() {
+        return labels.iter().map(|l| l.to_string()).collect();
+    }
+    short
+}
+
 /// A summary of trained thresholds.
 pub fn thresholds_text(t: &Thresholds) -> String {
     let mut s = String::new();
@@ -226,10 +289,19 @@ pub fn report_svg(report: &Report) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let title = if report.faulty.is_empty() {
+    let full: Vec<&str> = report.servers.iter().map(|v| v.server.as_str()).collect();
+    let short = short_labels(&full);
+    let faulty: Vec<&str> = report
+        .servers
+        .iter()
+        .zip(&short)
+        .filter(|(v, _)| v.faulty)
+        .map(|(_, l)| l.as_str())
+        .collect();
+    let title = if faulty.is_empty() {
         "Peer comparison: no server faulty".to_string()
     } else {
-        format!("Peer comparison: faulty {}", report.faulty.join(", "))
+        format!("Peer comparison: faulty {}", faulty.join(", "))
     };
     let _ = writeln!(
         s,
@@ -247,7 +319,7 @@ pub fn report_svg(report: &Report) -> String {
             w - right + 32.0,
             w - right + 38.0,
             ly + 4.0,
-            escape(&v.server),
+            escape(&short[i]),
             if v.faulty { " (faulty)" } else { "" }
         );
     }
@@ -350,4 +422,25 @@ pub fn report_svg(report: &Report) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_labels_drop_what_every_label_shares() {
+        let l = [
+            "/tmp/g/server1/fs/brick",
+            "/tmp/g/server2/fs/brick",
+            "/tmp/g/server10/fs/brick",
+        ];
+        assert_eq!(short_labels(&l), vec!["server1", "server2", "server10"]);
+        // Cut at separators only: "b1x" and "b2x" keep their tails.
+        assert_eq!(short_labels(&["b1x", "b2x"]), vec!["b1x", "b2x"]);
+        assert_eq!(short_labels(&["srv[10]", "srv[11]"]), vec!["10", "11"]);
+        // One label contained in another would become empty: keep them whole.
+        assert_eq!(short_labels(&["/a/", "/a/b/"]), vec!["/a/", "/a/b/"]);
+        assert_eq!(short_labels(&["x"]), vec!["x"]);
+    }
 }
