@@ -139,6 +139,11 @@ pub(crate) struct FeatureArgs {
         allow_hyphen_values = true
     )]
     label_arg: Option<String>,
+    /// Read each server's listening port from its command line, the value
+    /// after this argument (e.g. `--brick-port` for GlusterFS bricks), to
+    /// place TCP retransmissions of servers that bound before recording.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    port_arg: Option<String>,
     #[command(flatten)]
     endpoints: EndpointArgs,
 }
@@ -171,6 +176,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             min_threshold: a.min_threshold,
             metrics: a.metrics,
             k: a.k,
+            port_arg: a.port_arg,
             endpoints: a.endpoints.endpoints,
             split: if a.split_processes {
                 ServerSplit::PerProcess {

@@ -294,6 +294,8 @@ pub fn extract(
     let mut own: Vec<HashMap<u32, usize>> = Vec::with_capacity(sources.len());
     // Per capture: its server when one capture is one server.
     let mut capture_server: Vec<Option<usize>> = vec![None; sources.len()];
+    // (server, listening port) read from command lines (`cfg.port_arg`).
+    let mut cmdline_ports: Vec<(usize, u16)> = Vec::new();
     for (ci, src) in sources.iter().enumerate() {
         let cap = src.capture;
         let mut map = HashMap::new();
@@ -363,6 +365,19 @@ pub fn extract(
                 }
             }
         }
+        if let Some(arg) = &cfg.port_arg {
+            for (pid, server) in &map {
+                let port = traced
+                    .get(pid)
+                    .and_then(|p| arg_value(&p.cmdline, arg))
+                    .and_then(|v| v.parse::<u16>().ok());
+                if let Some(port) = port
+                    && !cmdline_ports.contains(&(*server, port))
+                {
+                    cmdline_ports.push((*server, port));
+                }
+            }
+        }
         own.push(map);
     }
     for (i, a) in servers.iter().enumerate() {
@@ -401,6 +416,17 @@ pub fn extract(
         interners[Metric::SocketBytes.index()].id(name);
     }
     let mut endpoints: Vec<Endpoints> = (0..hosts.len()).map(|_| Endpoints::default()).collect();
+    for (s, port) in &cmdline_ports {
+        let host = hosts
+            .iter()
+            .position(|h| *h == servers[*s].host)
+            .unwrap_or(0);
+        endpoints[host]
+            .bound
+            .entry(*port)
+            .or_default()
+            .push((None, *s));
+    }
     for e in &cfg.endpoints {
         let Some(s) = servers.iter().position(|x| x.label == e.label) else {
             return Err(PeersError::BadConfig {

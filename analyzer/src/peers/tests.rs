@@ -257,6 +257,7 @@ fn run(
                         "/usr/sbin/srv".into(),
                         "--brick-name".into(),
                         format!("/bricks/b{s}"),
+                        format!("--port={}", port(s)),
                     ],
                     ..Default::default()
                 }))
@@ -697,6 +698,16 @@ fn given_endpoints_place_retransmissions_of_servers_bound_before_recording() {
         })
         .collect();
     let r = diagnose(&scored("told", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    // Or from the servers' command lines.
+    cfg.endpoints.clear();
+    cfg.port_arg = Some("--port".into());
+    let r = diagnose(&scored("argv", &captures, &cfg).expect("run"), &t, 3, 10);
     assert_eq!(
         r.faulty,
         vec!["server3"],

@@ -152,6 +152,11 @@ pub struct PeersConfig {
     pub k: usize,
     /// Servers from captures.
     pub split: ServerSplit,
+    /// Read each server's listening port from the command-line value after
+    /// this argument (`--brick-port` for GlusterFS bricks), to place TCP
+    /// retransmissions when the server bound before recording started.
+    #[serde(default)]
+    pub port_arg: Option<String>,
     /// Listening endpoints of servers given by the user, for servers whose
     /// `bind` happened before recording started (the captures then hold no
     /// address of theirs to place TCP retransmissions with). Per run, so
@@ -208,6 +213,7 @@ impl Default for PeersConfig {
             metrics: Metric::ALL.to_vec(),
             k: 3,
             split: ServerSplit::PerCapture,
+            port_arg: None,
             endpoints: Vec::new(),
         }
     }
