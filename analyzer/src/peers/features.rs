@@ -459,6 +459,7 @@ pub fn extract(
         vec![Vec::new(); hosts.len()];
     let mut events = 0u64;
     let mut unattributed = 0u64;
+    let mut malformed = 0u64;
 
     // Pass 1, per capture: function calls, socket calls, spans.
     for (ci, src) in sources.iter().enumerate() {
@@ -500,7 +501,10 @@ pub fn extract(
         let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
         let mut last_ts = start_mono;
         for event in cap.events() {
-            let Ok(event) = event else { continue };
+            let Ok(event) = event else {
+                malformed += 1;
+                continue;
+            };
             events += 1;
             let h = *event.header();
             if h.ts_ns > last_ts {
@@ -799,6 +803,11 @@ pub fn extract(
                 unplaced += 1;
             }
         }
+    }
+    if malformed > 0 {
+        notes.push(format!(
+            "{malformed} malformed records were skipped (a damaged capture chunk)"
+        ));
     }
     if unattributed > 0 {
         notes.push(format!(
