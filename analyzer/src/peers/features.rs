@@ -147,6 +147,9 @@ impl Interner {
 struct Bins {
     bin_ns: u64,
     base_ns: u64,
+    /// Times from here on are ignored: a damaged timestamp must not grow a
+    /// series to the end of time.
+    limit_ns: u64,
     series: Vec<[HashMap<u32, Vec<f64>>; 5]>,
 }
 
@@ -163,7 +166,7 @@ impl Bins {
     /// Adds `value` at wall-clock time `t_ns`.
     #[inline]
     fn add(&mut self, server: usize, metric: Metric, comp: u32, t_ns: u64, value: f64) {
-        if t_ns < self.base_ns {
+        if t_ns < self.base_ns || t_ns >= self.limit_ns {
             return;
         }
         let bin = ((t_ns - self.base_ns) / self.bin_ns) as usize;
@@ -181,6 +184,7 @@ impl Bins {
         per_ns: f64,
     ) {
         let mut t = t0.max(self.base_ns);
+        let t1 = t1.min(self.limit_ns);
         while t < t1 {
             let bin = ((t - self.base_ns) / self.bin_ns) as usize;
             let bin_end = self.base_ns + (bin as u64 + 1) * self.bin_ns;
@@ -403,9 +407,27 @@ pub fn extract(
         .map(|s| s.capture.header.clock.realtime_ns)
         .collect();
     let base_ns = starts.iter().copied().min().unwrap_or(0) / bin_ns * bin_ns;
+    // Where recording surely ended: the last end marker, or for a capture
+    // without one (a killed recorder) a generous month after its start.
+    let limit_ns = sources
+        .iter()
+        .map(|s| {
+            let c = s.capture;
+            match &c.end {
+                Some(e) => to_rt(offset(c), e.stop_ns).saturating_add(bin_ns),
+                None => c
+                    .header
+                    .clock
+                    .realtime_ns
+                    .saturating_add(31 * 86_400 * 1_000_000_000),
+            }
+        })
+        .max()
+        .unwrap_or(u64::MAX);
     let mut bins = Bins {
         bin_ns,
         base_ns,
+        limit_ns,
         series: (0..servers.len()).map(|_| Default::default()).collect(),
     };
     let mut interners: [Interner; 5] = Default::default();
