@@ -175,6 +175,17 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             }
         })
         .collect();
+    let faulty_by_metric = metrics
+        .iter()
+        .map(|m| {
+            let servers = verdicts
+                .iter()
+                .filter(|v| v.metrics.contains(m))
+                .map(|v| v.server.clone())
+                .collect();
+            (*m, servers)
+        })
+        .collect();
     Report {
         version: REPORT_VERSION,
         faulty: verdicts
@@ -182,6 +193,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             .filter(|v| v.faulty)
             .map(|v| v.server.clone())
             .collect(),
+        faulty_by_metric,
         k,
         metrics,
         servers: verdicts,

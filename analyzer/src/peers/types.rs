@@ -407,6 +407,9 @@ pub struct Report {
     pub version: u32,
     /// Labels of the servers found faulty (combined over metrics).
     pub faulty: Vec<String>,
+    /// Labels of the servers found faulty by each metric alone (every
+    /// compared metric is a key), for per-metric accuracy tables.
+    pub faulty_by_metric: BTreeMap<Metric, Vec<String>>,
     /// k of the k-of-(2k−1) rule.
     pub k: usize,
     /// Metrics compared.
