@@ -48,7 +48,8 @@ pub(crate) enum PeersCommand {
     /// servers) and verdicts, the faulty servers and the functions that
     /// differ most on them. Window, shift, distance and server labelling
     /// come from the thresholds file. Exit status 0 whatever the verdict;
-    /// with --json, `.faulty` lists the faulty servers' labels.
+    /// with --json, `.faulty` lists the faulty servers' labels and
+    /// `.faulty_by_metric` those each metric alone found.
     ///
     /// Example: analyzer peers diagnose --thresholds thresholds.json run-7/ --svg run-7.svg
     #[command(verbatim_doc_comment)]
