@@ -5,7 +5,8 @@
 //! into execution units with call trees; [`model`] learns mergeable models of
 //! normal runs; [`score`] gives each unit of a trial run its suspect score
 //! (Maruyama & Matsuoka); [`peers`] compares servers with their peers
-//! window by window to find the faulty one (Kasick et al.). `tracer replay` uses [`decode`] too, so there is
+//! window by window to find the faulty one (Kasick et al.). `tracer replay`
+//! uses [`decode`] too, so there is
 //! one decoding path for files and for live rings.
 
 pub mod decode;
