@@ -4,11 +4,14 @@
 //! symbolized events; [`units`] cuts each thread's calls and socket calls
 //! into execution units with call trees; [`model`] learns mergeable models of
 //! normal runs; [`score`] gives each unit of a trial run its suspect score
-//! (Maruyama & Matsuoka). `tracer replay` uses [`decode`] too, so there is
+//! (Maruyama & Matsuoka); [`peers`] compares servers with their peers
+//! window by window to find the faulty one (Kasick et al.). `tracer replay`
+//! uses [`decode`] too, so there is
 //! one decoding path for files and for live rings.
 
 pub mod decode;
 pub mod model;
+pub mod peers;
 pub mod report;
 pub mod score;
 pub mod sequitur;

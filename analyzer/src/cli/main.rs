@@ -17,6 +17,8 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod peers;
+
 /// Analyse captures written by `tracer record`.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
@@ -54,6 +56,9 @@ enum Command {
     /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Find the faulty server by comparing servers with their peers (Kasick et al.).
+    #[command(subcommand)]
+    Peers(peers::PeersCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -379,6 +384,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Peers(command) => peers::run(command, &mut out)?,
     }
     out.flush()?;
     Ok(())

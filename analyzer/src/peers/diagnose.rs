@@ -1,0 +1,297 @@
+//! Indictment and root cause (Kasick et al. §5.1–5.2): a server is anomalous
+//! in a window when its score is above its threshold, faulty when anomalous in
+//! at least k of the last 2k−1 windows; the combined verdict is faulty in any
+//! metric. For each faulty server, the components ranked by their summed
+//! distance to the median server over its anomalous windows.
+
+use std::collections::BTreeMap;
+
+use super::{
+    Scored,
+    distance::{median_vector, term},
+    types::{
+        Cell, Culprit, Metric, REPORT_VERSION, Report, RootCause, ServerVerdict, ServerWindow,
+        Thresholds, WindowReport,
+    },
+};
+
+/// Whether each window ends a stretch of the last 2k−1 windows (fewer at the
+/// start) with at least k anomalous ones.
+pub fn k_of_2k_minus_1(anomalous: &[bool], k: usize) -> Vec<bool> {
+    let span = 2 * k.max(1) - 1;
+    (0..anomalous.len())
+        .map(|w| {
+            let from = (w + 1).saturating_sub(span);
+            anomalous[from..=w].iter().filter(|a| **a).count() >= k
+        })
+        .collect()
+}
+
+/// Components ranked by Σ over `windows` of term(server, median server),
+/// largest first, at most `top`.
+pub fn rank_components(
+    measure: super::Distance,
+    components: &[String],
+    vectors: &[Vec<Vec<f64>>],
+    server: usize,
+    windows: &[usize],
+    top: usize,
+) -> Vec<Culprit> {
+    let mut sum = vec![0.0; components.len()];
+    let mut delta = vec![0.0; components.len()];
+    for w in windows {
+        let median = median_vector(&vectors[*w]);
+        let mine = &vectors[*w][server];
+        for c in 0..components.len() {
+            sum[c] += term(measure, mine[c], median[c]);
+            delta[c] += mine[c] - median[c];
+        }
+    }
+    let mut order: Vec<usize> = (0..components.len()).filter(|c| sum[*c] > 0.0).collect();
+    order.sort_by(|a, b| {
+        sum[*b]
+            .total_cmp(&sum[*a])
+            .then(components[*a].cmp(&components[*b]))
+    });
+    order
+        .into_iter()
+        .take(top)
+        .map(|c| Culprit {
+            component: components[c].clone(),
+            distance: sum[c],
+            mean_delta: delta[c] / windows.len().max(1) as f64,
+        })
+        .collect()
+}
+
+/// Diagnoses a scored run against trained thresholds.
+pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> Report {
+    let measure = thresholds.config.distance;
+    let n_servers = run.servers.len();
+    let n_windows = run.windowed.starts.len();
+    let mut notes = run.notes.clone();
+    let mut metrics = Vec::new();
+    // cells[w][s][metric]
+    let mut cells: Vec<Vec<BTreeMap<Metric, Cell>>> =
+        vec![vec![BTreeMap::new(); n_servers]; n_windows];
+    let mut verdicts: Vec<ServerVerdict> = run
+        .servers
+        .iter()
+        .map(|s| ServerVerdict {
+            server: s.label.clone(),
+            faulty: false,
+            metrics: Vec::new(),
+            first_faulty_window: None,
+            anomalous_windows: BTreeMap::new(),
+            source: s.source.clone(),
+            retransmit_peers: BTreeMap::new(),
+        })
+        .collect();
+    let mut root_causes = Vec::new();
+    let mut dimensions = BTreeMap::new();
+    for (mi, mv) in run.windowed.metrics.iter().enumerate() {
+        let metric = mv.metric;
+        if !thresholds.metrics.contains_key(&metric) {
+            notes.push(format!(
+                "metric {} was not trained (no data in the training runs): skipped",
+                metric.name()
+            ));
+            continue;
+        }
+        metrics.push(metric);
+        dimensions.insert(metric, mv.components.len());
+        for (s, server) in run.servers.iter().enumerate() {
+            let Some((threshold, own)) = thresholds.get(metric, &server.label) else {
+                continue;
+            };
+            if !own {
+                notes.push(format!(
+                    "server {} has no trained {} threshold; using the largest trained one ({threshold})",
+                    server.label,
+                    metric.name()
+                ));
+            }
+            let anomalous: Vec<bool> = (0..n_windows)
+                .map(|w| run.scores[mi][w][s] > threshold)
+                .collect();
+            let faulty = k_of_2k_minus_1(&anomalous, k);
+            for w in 0..n_windows {
+                cells[w][s].insert(
+                    metric,
+                    Cell {
+                        score: run.scores[mi][w][s],
+                        threshold,
+                        anomalous: anomalous[w],
+                        faulty: faulty[w],
+                    },
+                );
+            }
+            let anomalous_windows: Vec<usize> = (0..n_windows).filter(|w| anomalous[*w]).collect();
+            let v = &mut verdicts[s];
+            v.anomalous_windows.insert(metric, anomalous_windows.len());
+            if let Some(first) = faulty.iter().position(|f| *f) {
+                v.faulty = true;
+                v.metrics.push(metric);
+                v.first_faulty_window = Some(v.first_faulty_window.map_or(first, |x| x.min(first)));
+                root_causes.push(RootCause {
+                    server: server.label.clone(),
+                    metric,
+                    anomalous_windows: anomalous_windows.len(),
+                    top: rank_components(
+                        measure,
+                        &mv.components,
+                        &mv.vectors,
+                        s,
+                        &anomalous_windows,
+                        top,
+                    ),
+                });
+            }
+        }
+    }
+    for (s, v) in verdicts.iter_mut().enumerate() {
+        v.retransmit_peers = run.retransmit_peers[s]
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+    }
+    let first = run.windowed.starts.first().copied().unwrap_or(0);
+    let windows = (0..n_windows)
+        .map(|w| {
+            let start = run.windowed.starts[w];
+            WindowReport {
+                index: w,
+                start_ns: start,
+                end_ns: start + run.windowed.window_ns,
+                t_s: (start - first) as f64 / 1e9,
+                wall: wall_clock(start),
+                servers: (0..n_servers)
+                    .map(|s| ServerWindow {
+                        server: run.servers[s].label.clone(),
+                        faulty: cells[w][s].values().any(|c| c.faulty),
+                        metrics: std::mem::take(&mut cells[w][s]),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let faulty_by_metric = metrics
+        .iter()
+        .map(|m| {
+            let servers = verdicts
+                .iter()
+                .filter(|v| v.metrics.contains(m))
+                .map(|v| v.server.clone())
+                .collect();
+            (*m, servers)
+        })
+        .collect();
+    Report {
+        version: REPORT_VERSION,
+        faulty: verdicts
+            .iter()
+            .filter(|v| v.faulty)
+            .map(|v| v.server.clone())
+            .collect(),
+        faulty_by_metric,
+        k,
+        metrics,
+        servers: verdicts,
+        windows,
+        root_causes,
+        dimensions,
+        notes,
+    }
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a wall-clock time in ns since the epoch.
+fn wall_clock(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    let s = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600 % 24,
+        s / 60 % 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::Distance;
+
+    #[test]
+    fn k_of_the_last_2k_minus_1_windows() {
+        let a = |s: &str| s.chars().map(|c| c == '1').collect::<Vec<_>>();
+        let f = |v: Vec<bool>| {
+            v.iter()
+                .map(|b| if *b { '1' } else { '0' })
+                .collect::<String>()
+        };
+        // k = 3: 3 of the last 5.
+        assert_eq!(f(k_of_2k_minus_1(&a("1101000"), 3)), "0001100");
+        assert_eq!(f(k_of_2k_minus_1(&a("1010100"), 3)), "0000100");
+        assert_eq!(
+            f(k_of_2k_minus_1(&a("1001001"), 3)),
+            "0000000",
+            "3 in 7, never 3 in 5"
+        );
+        assert_eq!(f(k_of_2k_minus_1(&a("0111111"), 3)), "0001111");
+        // k = 1: any anomaly.
+        assert_eq!(f(k_of_2k_minus_1(&a("0100"), 1)), "0100");
+        // k = 2: 2 of the last 3.
+        assert_eq!(f(k_of_2k_minus_1(&a("10100"), 2)), "00100");
+    }
+
+    /// Server 3 differs from the median (2, 10, 5) by (+8, 0, −1) in window 0
+    /// and from the median (2.5, 10, 5) by (+5.5, 0, −3) in window 1: f0 ranks
+    /// first with 13.5, f2 second with 4, f1 (no difference) not at all.
+    #[test]
+    fn root_cause_ranks_by_summed_component_distance_to_the_median() {
+        let names: Vec<String> = ["f0", "f1", "f2"].iter().map(|s| s.to_string()).collect();
+        let w0 = vec![
+            vec![2.0, 10.0, 5.0],
+            vec![2.0, 10.0, 5.0],
+            vec![1.0, 10.0, 6.0],
+            vec![10.0, 10.0, 4.0],
+        ];
+        let w1 = vec![
+            vec![2.0, 10.0, 5.0],
+            vec![2.0, 9.0, 5.0],
+            vec![3.0, 11.0, 5.0],
+            vec![8.0, 10.0, 2.0],
+        ];
+        // Medians: w0 (2, 10, 5); w1 (2.5, 10, 5).
+        let got = rank_components(Distance::Manhattan, &names, &[w0, w1], 3, &[0, 1], 10);
+        let summary: Vec<(&str, f64, f64)> = got
+            .iter()
+            .map(|c| (c.component.as_str(), c.distance, c.mean_delta))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("f0", 8.0 + 5.5, (8.0 + 5.5) / 2.0),
+                ("f2", 1.0 + 3.0, -2.0)
+            ]
+        );
+        let top1 = rank_components(
+            Distance::Manhattan,
+            &names,
+            &[vec![vec![0.0; 3]; 3]],
+            0,
+            &[0],
+            1,
+        );
+        assert!(top1.is_empty(), "no difference, nothing to blame");
+    }
+
+    #[test]
+    fn wall_clock_is_utc_time_of_day() {
+        assert_eq!(
+            wall_clock(((13 * 3600 + 4 * 60 + 5) * 1000 + 67) * 1_000_000),
+            "13:04:05.067"
+        );
+    }
+}

@@ -1,0 +1,991 @@
+//! Feature extraction: captures → servers → per-server time series of every
+//! component of every metric, in bins aligned on wall-clock time; then the
+//! per-window feature vectors with the paper's dimensionality reduction.
+//!
+//! Attribution rules (why they are what they are):
+//! - Function entries/returns and socket system calls come from the capture
+//!   that defines the server (the tracer records them for traced processes
+//!   only).
+//! - IP samples: when a host has a capture recorded with `--sample-all`, the
+//!   first such capture is that host's only sample source (several tracers on
+//!   one host each sample the whole node; using one keeps the rate
+//!   right). A sample of a server's process belongs to that server; a sample
+//!   of any other process (a hog, a kernel thread) belongs to the node, so it
+//!   is added to every server recorded on that host. When all servers share
+//!   one host, node samples are identical on all of them and cancel in every
+//!   peer distance: a rogue process is then only visible through what it
+//!   does to the servers themselves. Without `--sample-all`, each capture's
+//!   samples of its own servers are used. Idle-task samples (pid 0) are not
+//!   counted, as the paper's unhalted-cycle samples never saw idle time.
+//! - TCP retransmissions are attributed by address only: to the server whose
+//!   socket it was (its bound address, or the peer of a connection it
+//!   accepted or, when only one server connected there, made; or an endpoint
+//!   the user gave), and to the server a same-host peer was retransmitting
+//!   to. Their pid is not used: they fire in softirq or timer context, and on
+//!   a real four-brick GlusterFS capture under 5% loss not one of the faulty
+//!   brick's 79 retransmissions carried its pid (most carried the FUSE
+//!   client's or a compiler's). Every tracer on a host records every
+//!   retransmission of the host, so duplicates across captures of one host
+//!   are counted once.
+//! - Time is exclusive wall-clock time: while a function is the innermost
+//!   traced frame of a thread, its time runs (system calls and blocking
+//!   included), and it is spread over the bins it falls into, so a call that
+//!   blocks for minutes shows in every window it blocks in. Calls still open
+//!   when recording stopped are charged up to the stop.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
+
+use tracer_common::{record::lifecycle, syscall::nr};
+
+use super::types::{Metric, PeersConfig, PeersError, ServerSplit};
+use crate::decode::{Capture, Event, Symbolizer};
+
+/// Components of [`Metric::Retransmits`].
+pub const RETRANSMIT_COMPONENTS: [&str; 2] =
+    ["retransmits by the server", "retransmits to the server"];
+/// Components of [`Metric::SocketBytes`].
+pub const SOCKET_BYTE_COMPONENTS: [&str; 2] = ["bytes received", "bytes sent"];
+
+/// One capture given to the analysis.
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureSource<'a> {
+    /// Where it was read from.
+    pub path: &'a std::path::Path,
+    /// Server label when one capture is one server (the file stem).
+    pub label: &'a str,
+    /// The capture.
+    pub capture: &'a Capture,
+}
+
+/// A server found in the captures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerInfo {
+    /// Label (file stem, or per process `comm[pid]` / a command-line value).
+    pub label: String,
+    /// Where it came from.
+    pub source: String,
+    /// Host (name and boot id) it ran on.
+    pub host: String,
+    /// Wall-clock span its capture covers, ns.
+    pub span: (u64, u64),
+}
+
+/// Per-server, per-metric binned series of a run.
+#[derive(Clone, Debug)]
+pub struct Features {
+    /// Run name.
+    pub run: String,
+    /// The servers.
+    pub servers: Vec<ServerInfo>,
+    /// Bin width, ns (gcd of WinSize and WinShift).
+    pub bin_ns: u64,
+    /// Wall-clock start of bin 0, ns.
+    pub base_ns: u64,
+    /// Component names per metric (indexed by [`Metric::index`]).
+    pub components: [Vec<String>; 5],
+    /// `series[server][metric]`: component → value per bin.
+    pub series: Vec<[HashMap<u32, Vec<f64>>; 5]>,
+    /// Retransmissions per server and remote address, over the whole run.
+    pub retransmit_peers: Vec<HashMap<String, u64>>,
+    /// Records read.
+    pub events: u64,
+    /// Things worth knowing (unattributed records).
+    pub notes: Vec<String>,
+}
+
+/// Feature vectors of one metric in every window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricVectors {
+    /// The metric.
+    pub metric: Metric,
+    /// Kept components (after dimensionality reduction).
+    pub components: Vec<String>,
+    /// `vectors[window][server][component]`.
+    pub vectors: Vec<Vec<Vec<f64>>>,
+}
+
+/// Windows of a run with their feature vectors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Windowed {
+    /// Window starts, wall-clock ns.
+    pub starts: Vec<u64>,
+    /// WinSize, ns.
+    pub window_ns: u64,
+    /// Per metric asked for.
+    pub metrics: Vec<MetricVectors>,
+    /// Wall-clock span all servers recorded together.
+    pub common_span: (u64, u64),
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Interned component names.
+#[derive(Default)]
+struct Interner {
+    names: Vec<String>,
+    ids: HashMap<String, u32>,
+}
+
+impl Interner {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+}
+
+/// Where values land: series per server and metric, binned.
+struct Bins {
+    bin_ns: u64,
+    base_ns: u64,
+    /// Times from here on are ignored: a damaged timestamp must not grow a
+    /// series to the end of time.
+    limit_ns: u64,
+    series: Vec<[HashMap<u32, Vec<f64>>; 5]>,
+}
+
+impl Bins {
+    #[inline]
+    fn slot(&mut self, server: usize, metric: Metric, comp: u32, bin: usize) -> &mut f64 {
+        let v = self.series[server][metric.index()].entry(comp).or_default();
+        if v.len() <= bin {
+            v.resize(bin + 1, 0.0);
+        }
+        &mut v[bin]
+    }
+
+    /// Adds `value` at wall-clock time `t_ns`.
+    #[inline]
+    fn add(&mut self, server: usize, metric: Metric, comp: u32, t_ns: u64, value: f64) {
+        if t_ns < self.base_ns || t_ns >= self.limit_ns {
+            return;
+        }
+        let bin = ((t_ns - self.base_ns) / self.bin_ns) as usize;
+        *self.slot(server, metric, comp, bin) += value;
+    }
+
+    /// Adds `per_ns` for every ns of [t0, t1), split over the bins it spans.
+    fn add_interval(
+        &mut self,
+        server: usize,
+        metric: Metric,
+        comp: u32,
+        t0: u64,
+        t1: u64,
+        per_ns: f64,
+    ) {
+        let mut t = t0.max(self.base_ns);
+        let t1 = t1.min(self.limit_ns);
+        while t < t1 {
+            let bin = ((t - self.base_ns) / self.bin_ns) as usize;
+            let bin_end = self.base_ns + (bin as u64 + 1) * self.bin_ns;
+            let until = bin_end.min(t1);
+            *self.slot(server, metric, comp, bin) += (until - t) as f64 * per_ns;
+            t = until;
+        }
+    }
+}
+
+/// A TCP endpoint, IPv4-mapped IPv6 addresses folded to IPv4.
+type Endpoint = (IpAddr, u16);
+
+fn ip_of(family: u16, addr: &[u8; 16]) -> Option<IpAddr> {
+    match family {
+        2 => Some(IpAddr::V4(Ipv4Addr::new(
+            addr[0], addr[1], addr[2], addr[3],
+        ))),
+        10 => {
+            let v6 = Ipv6Addr::from(*addr);
+            Some(match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Socket endpoints of the servers of one host, learned from their system
+/// calls, to place retransmissions.
+#[derive(Default)]
+struct Endpoints {
+    /// Bound (listening) ports: (address, or `None` for a wildcard) → server.
+    bound: HashMap<u16, Vec<(Option<IpAddr>, usize)>>,
+    /// Peers of accepted connections.
+    accepted: HashMap<Endpoint, usize>,
+    /// Targets of connections made, with every server that made one.
+    connected: HashMap<Endpoint, Vec<usize>>,
+}
+
+impl Endpoints {
+    fn bound_by(&self, (ip, port): Endpoint) -> Option<usize> {
+        let list = self.bound.get(&port)?;
+        list.iter()
+            .find(|(a, _)| *a == Some(ip))
+            .or_else(|| list.iter().find(|(a, _)| a.is_none()))
+            .map(|(_, s)| *s)
+    }
+
+    /// (the server whose socket `local` is, the server `remote` is a socket of).
+    fn classify(&self, local: Endpoint, remote: Endpoint) -> (Option<usize>, Option<usize>) {
+        let by = self
+            .bound_by(local)
+            .or_else(|| self.accepted.get(&remote).copied())
+            .or_else(|| match self.connected.get(&remote).map(Vec::as_slice) {
+                Some([only]) => Some(*only),
+                _ => None,
+            });
+        let to = self
+            .bound_by(remote)
+            .or_else(|| self.accepted.get(&local).copied());
+        (by, to)
+    }
+}
+
+/// Per-thread state for exclusive time.
+struct Thread {
+    /// (component, func_id, time the frame last became the innermost).
+    stack: Vec<(u32, u32, u64)>,
+    /// Since when the stack has been empty.
+    idle_since: u64,
+}
+
+/// Extracts the features of one run (one experiment: every server recorded
+/// over the same period).
+pub fn extract(
+    run: &str,
+    sources: &[CaptureSource<'_>],
+    cfg: &PeersConfig,
+) -> Result<Features, PeersError> {
+    cfg.validate()?;
+    let bin_ns = gcd(cfg.window_ns, cfg.shift_ns);
+    let mut notes = Vec::new();
+
+    // Hosts, and each capture's wall-clock offset.
+    let mut hosts: Vec<String> = Vec::new();
+    let host_of: Vec<usize> = sources
+        .iter()
+        .map(|s| {
+            let h = format!(
+                "{} (boot {})",
+                s.capture.header.host, s.capture.header.boot_id
+            );
+            match hosts.iter().position(|x| *x == h) {
+                Some(i) => i,
+                None => {
+                    hosts.push(h);
+                    hosts.len() - 1
+                }
+            }
+        })
+        .collect();
+    let offset = |c: &Capture| {
+        i128::from(c.header.clock.realtime_ns) - i128::from(c.header.clock.monotonic_ns)
+    };
+    let to_rt = |off: i128, t: u64| u64::try_from(i128::from(t) + off).unwrap_or(0);
+
+    // Servers and each capture's pid → server map.
+    let mut servers: Vec<ServerInfo> = Vec::new();
+    let mut own: Vec<HashMap<u32, usize>> = Vec::with_capacity(sources.len());
+    // Per capture: its server when one capture is one server.
+    let mut capture_server: Vec<Option<usize>> = vec![None; sources.len()];
+    // (server, listening port) read from command lines (`cfg.port_arg`).
+    let mut cmdline_ports: Vec<(usize, u16)> = Vec::new();
+    for (ci, src) in sources.iter().enumerate() {
+        let cap = src.capture;
+        let mut map = HashMap::new();
+        let traced: HashMap<u32, &tracer_common::capture::ProcessInfo> = cap
+            .processes
+            .iter()
+            .filter_map(|(pid, snaps)| {
+                let last = snaps.iter().rev().find(|p| p.traced)?;
+                Some((*pid, last))
+            })
+            .collect();
+        let new_server = |servers: &mut Vec<ServerInfo>, label: String, source: String| {
+            servers.push(ServerInfo {
+                label,
+                source,
+                host: hosts[host_of[ci]].clone(),
+                span: (0, 0),
+            });
+            servers.len() - 1
+        };
+        match &cfg.split {
+            ServerSplit::PerCapture => {
+                let s = new_server(
+                    &mut servers,
+                    src.label.to_string(),
+                    src.path.display().to_string(),
+                );
+                capture_server[ci] = Some(s);
+                for pid in traced.keys() {
+                    map.insert(*pid, s);
+                }
+            }
+            ServerSplit::PerProcess { label_arg } => {
+                // Roots: traced processes whose parent is not traced here.
+                let mut roots: Vec<u32> = traced
+                    .iter()
+                    .filter(|(_, p)| !traced.contains_key(&p.ppid))
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                roots.sort_unstable();
+                for pid in roots {
+                    let p = traced[&pid];
+                    let label = label_arg
+                        .as_deref()
+                        .and_then(|arg| arg_value(&p.cmdline, arg))
+                        .unwrap_or_else(|| format!("{}[{pid}]", p.comm));
+                    let s = new_server(
+                        &mut servers,
+                        label,
+                        format!("{} pid {pid}", src.path.display()),
+                    );
+                    map.insert(pid, s);
+                }
+                for pid in traced.keys() {
+                    let mut cur = *pid;
+                    let mut hops = 0;
+                    while !map.contains_key(&cur) && hops < 64 {
+                        match traced.get(&cur) {
+                            Some(p) => cur = p.ppid,
+                            None => break,
+                        }
+                        hops += 1;
+                    }
+                    if let Some(s) = map.get(&cur).copied() {
+                        map.insert(*pid, s);
+                    }
+                }
+            }
+        }
+        if let Some(arg) = &cfg.port_arg {
+            for (pid, server) in &map {
+                let port = traced
+                    .get(pid)
+                    .and_then(|p| arg_value(&p.cmdline, arg))
+                    .and_then(|v| v.parse::<u16>().ok());
+                if let Some(port) = port
+                    && !cmdline_ports.contains(&(*server, port))
+                {
+                    cmdline_ports.push((*server, port));
+                }
+            }
+        }
+        own.push(map);
+    }
+    for (i, a) in servers.iter().enumerate() {
+        if let Some(b) = servers[..i].iter().find(|b| b.label == a.label) {
+            return Err(PeersError::DuplicateLabel {
+                run: run.to_string(),
+                label: a.label.clone(),
+                first: b.source.clone(),
+                second: a.source.clone(),
+            });
+        }
+    }
+    if servers.len() < 3 {
+        return Err(PeersError::TooFewServers {
+            run: run.to_string(),
+            found: servers.len(),
+            min: 3,
+        });
+    }
+
+    let starts: Vec<u64> = sources
+        .iter()
+        .map(|s| s.capture.header.clock.realtime_ns)
+        .collect();
+    let base_ns = starts.iter().copied().min().unwrap_or(0) / bin_ns * bin_ns;
+    // Where recording surely ended: the last end marker, or for a capture
+    // without one (a killed recorder) a generous month after its start.
+    let limit_ns = sources
+        .iter()
+        .map(|s| {
+            let c = s.capture;
+            match &c.end {
+                Some(e) => to_rt(offset(c), e.stop_ns).saturating_add(bin_ns),
+                None => c
+                    .header
+                    .clock
+                    .realtime_ns
+                    .saturating_add(31 * 86_400 * 1_000_000_000),
+            }
+        })
+        .max()
+        .unwrap_or(u64::MAX);
+    let mut bins = Bins {
+        bin_ns,
+        base_ns,
+        limit_ns,
+        series: (0..servers.len()).map(|_| Default::default()).collect(),
+    };
+    let mut interners: [Interner; 5] = Default::default();
+    for name in RETRANSMIT_COMPONENTS {
+        interners[Metric::Retransmits.index()].id(name);
+    }
+    for name in SOCKET_BYTE_COMPONENTS {
+        interners[Metric::SocketBytes.index()].id(name);
+    }
+    let mut endpoints: Vec<Endpoints> = (0..hosts.len()).map(|_| Endpoints::default()).collect();
+    for (s, port) in &cmdline_ports {
+        let host = hosts
+            .iter()
+            .position(|h| *h == servers[*s].host)
+            .unwrap_or(0);
+        endpoints[host]
+            .bound
+            .entry(*port)
+            .or_default()
+            .push((None, *s));
+    }
+    for e in &cfg.endpoints {
+        let Some(s) = servers.iter().position(|x| x.label == e.label) else {
+            return Err(PeersError::BadConfig {
+                what: format!(
+                    "endpoint for `{}`, which is no server of {run} (servers: {})",
+                    e.label,
+                    servers
+                        .iter()
+                        .map(|s| s.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        };
+        let host = hosts
+            .iter()
+            .position(|h| *h == servers[s].host)
+            .unwrap_or(0);
+        let ip = e.ip.map(|ip| match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        });
+        endpoints[host]
+            .bound
+            .entry(e.port)
+            .or_default()
+            .push((ip, s));
+    }
+    let mut retransmits: Vec<Vec<(usize, tracer_common::record::TcpRetransmit)>> =
+        vec![Vec::new(); hosts.len()];
+    let mut events = 0u64;
+    let mut unattributed = 0u64;
+    let mut malformed = 0u64;
+
+    // Pass 1, per capture: function calls, socket calls, spans.
+    for (ci, src) in sources.iter().enumerate() {
+        let cap = src.capture;
+        let off = offset(cap);
+        let host = host_of[ci];
+        let start_mono = cap.header.clock.monotonic_ns;
+        let map = &mut own[ci];
+        let default_server = capture_server[ci];
+        // func_id → function component (the probe's symbol; qualified by
+        // object when one symbol is probed in several objects).
+        let mut symbol_count: HashMap<&str, usize> = HashMap::new();
+        for p in &cap.probes {
+            if !p.object.is_empty() {
+                *symbol_count.entry(p.symbol.as_str()).or_default() += 1;
+            }
+        }
+        let funcs: Vec<u32> = cap
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(id, p)| {
+                let name = if p.object.is_empty() {
+                    format!("func#{id}")
+                } else if symbol_count.get(p.symbol.as_str()).copied().unwrap_or(0) > 1 {
+                    format!("{} [{}]", p.symbol, basename(&p.object))
+                } else {
+                    p.symbol.clone()
+                };
+                interners[Metric::Time.index()].id(&name)
+            })
+            .collect();
+        let mut func_comp = |id: u32| -> u32 {
+            match funcs.get(id as usize) {
+                Some(c) => *c,
+                None => interners[Metric::Time.index()].id(&format!("func#{id}")),
+            }
+        };
+        let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
+        let mut last_ts = start_mono;
+        for event in cap.events() {
+            let Ok(event) = event else {
+                malformed += 1;
+                continue;
+            };
+            events += 1;
+            let h = *event.header();
+            if h.ts_ns > last_ts {
+                last_ts = h.ts_ns;
+            }
+            let server = |map: &mut HashMap<u32, usize>, pid: u32| -> Option<usize> {
+                if let Some(s) = map.get(&pid) {
+                    return Some(*s);
+                }
+                let s = default_server?;
+                map.insert(pid, s);
+                Some(s)
+            };
+            match event {
+                Event::Entry { rec, .. } => {
+                    let Some(s) = server(map, h.pid) else {
+                        unattributed += 1;
+                        continue;
+                    };
+                    let comp = func_comp(rec.func_id);
+                    bins.add(s, Metric::Count, comp, to_rt(off, h.ts_ns), 1.0);
+                    let th = threads.entry((h.pid, h.tid)).or_insert(Thread {
+                        stack: Vec::new(),
+                        idle_since: start_mono,
+                    });
+                    if let Some(top) = th.stack.last() {
+                        bins.add_interval(
+                            s,
+                            Metric::Time,
+                            top.0,
+                            to_rt(off, top.2),
+                            to_rt(off, h.ts_ns),
+                            1e-6,
+                        );
+                    }
+                    th.stack.push((comp, rec.func_id, h.ts_ns));
+                }
+                Event::Return(r) => {
+                    let Some(s) = server(map, h.pid) else {
+                        unattributed += 1;
+                        continue;
+                    };
+                    let th = threads.entry((h.pid, h.tid)).or_insert(Thread {
+                        stack: Vec::new(),
+                        idle_since: start_mono,
+                    });
+                    match th.stack.iter().rposition(|f| f.1 == r.func_id) {
+                        Some(pos) => {
+                            if let Some(top) = th.stack.last() {
+                                bins.add_interval(
+                                    s,
+                                    Metric::Time,
+                                    top.0,
+                                    to_rt(off, top.2),
+                                    to_rt(off, h.ts_ns),
+                                    1e-6,
+                                );
+                            }
+                            th.stack.truncate(pos);
+                            match th.stack.last_mut() {
+                                Some(top) => top.2 = h.ts_ns,
+                                None => th.idle_since = h.ts_ns,
+                            }
+                        }
+                        // The call began before recording: with nothing
+                        // traced open, it was the innermost frame since the
+                        // thread's last traced activity.
+                        None if th.stack.is_empty() => {
+                            let comp = func_comp(r.func_id);
+                            bins.add_interval(
+                                s,
+                                Metric::Time,
+                                comp,
+                                to_rt(off, th.idle_since),
+                                to_rt(off, h.ts_ns),
+                                1e-6,
+                            );
+                            th.idle_since = h.ts_ns;
+                        }
+                        None => {}
+                    }
+                }
+                Event::Syscall(sc) => {
+                    let Some(s) = server(map, h.pid) else {
+                        unattributed += 1;
+                        continue;
+                    };
+                    let t = to_rt(off, h.ts_ns);
+                    match sc.nr {
+                        nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG if sc.ret > 0 => {
+                            bins.add(s, Metric::SocketBytes, 0, t, sc.ret as f64);
+                        }
+                        nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG if sc.ret > 0 => {
+                            bins.add(s, Metric::SocketBytes, 1, t, sc.ret as f64);
+                        }
+                        nr::BIND if sc.ret == 0 => {
+                            if let Some(ip) = ip_of(sc.addr.family, &sc.addr.addr) {
+                                let port = u16::from_be(sc.addr.port_be);
+                                let ip = (!ip.is_unspecified()).then_some(ip);
+                                endpoints[host].bound.entry(port).or_default().push((ip, s));
+                            }
+                        }
+                        nr::ACCEPT | nr::ACCEPT4 if sc.ret >= 0 => {
+                            if let Some(ip) = ip_of(sc.addr.family, &sc.addr.addr) {
+                                endpoints[host]
+                                    .accepted
+                                    .insert((ip, u16::from_be(sc.addr.port_be)), s);
+                            }
+                        }
+                        // 0, or -EINPROGRESS for a non-blocking connect.
+                        nr::CONNECT if sc.ret == 0 || sc.ret == -115 => {
+                            if let Some(ip) = ip_of(sc.addr.family, &sc.addr.addr) {
+                                let list = endpoints[host]
+                                    .connected
+                                    .entry((ip, u16::from_be(sc.addr.port_be)))
+                                    .or_default();
+                                if !list.contains(&s) {
+                                    list.push(s);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Event::Lifecycle(l) => match l.event {
+                    lifecycle::FORK => {
+                        if let Some(s) = map.get(&h.pid).copied() {
+                            map.entry(l.child_tid).or_insert(s);
+                        }
+                    }
+                    lifecycle::EXIT => {
+                        if let Some(th) = threads.remove(&(h.pid, h.tid))
+                            && let (Some(top), Some(s)) =
+                                (th.stack.last(), map.get(&h.pid).copied())
+                        {
+                            bins.add_interval(
+                                s,
+                                Metric::Time,
+                                top.0,
+                                to_rt(off, top.2),
+                                to_rt(off, h.ts_ns),
+                                1e-6,
+                            );
+                        }
+                    }
+                    _ => {}
+                },
+                Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
+                Event::Sample(_) | Event::Unknown(_) => {}
+            }
+        }
+        let end_mono = cap
+            .end
+            .as_ref()
+            .map_or(last_ts, |e| e.stop_ns.max(start_mono));
+        // Calls still open when recording stopped run until the stop.
+        for ((pid, _), th) in threads {
+            if let (Some(top), Some(s)) = (th.stack.last(), map.get(&pid).copied()) {
+                bins.add_interval(
+                    s,
+                    Metric::Time,
+                    top.0,
+                    to_rt(off, top.2),
+                    to_rt(off, end_mono),
+                    1e-6,
+                );
+            }
+        }
+        let span = (cap.header.clock.realtime_ns, to_rt(off, end_mono));
+        for s in map.values().copied().collect::<HashSet<_>>() {
+            servers[s].span = span;
+        }
+        if let Some(s) = capture_server[ci] {
+            servers[s].span = span;
+        }
+    }
+    interners[Metric::Count.index()] = Interner {
+        names: interners[Metric::Time.index()].names.clone(),
+        ids: interners[Metric::Time.index()].ids.clone(),
+    };
+
+    // Pass 2, per host: samples from the host's sample source(s).
+    for (host, _) in hosts.iter().enumerate() {
+        let on_host: Vec<usize> = (0..sources.len()).filter(|c| host_of[*c] == host).collect();
+        let host_servers: Vec<usize> = (0..servers.len())
+            .filter(|s| servers[*s].host == hosts[host])
+            .collect();
+        let mut host_pids: HashMap<u32, usize> = HashMap::new();
+        for c in &on_host {
+            host_pids.extend(own[*c].iter().map(|(p, s)| (*p, *s)));
+        }
+        let node_wide = on_host
+            .iter()
+            .copied()
+            .find(|c| sources[*c].capture.header.settings.sample_all);
+        let sample_sources: Vec<usize> = match node_wide {
+            Some(c) => vec![c],
+            None => on_host.clone(),
+        };
+        for c in sample_sources {
+            let cap = sources[c].capture;
+            let off = offset(cap);
+            let sym = Symbolizer::new(cap);
+            let mut cache: HashMap<(u32, u64), u32> = HashMap::new();
+            for event in cap.events() {
+                let Ok(Event::Sample(smp)) = event else {
+                    continue;
+                };
+                let pid = smp.header.pid;
+                if pid == 0 {
+                    continue;
+                }
+                let target = match host_pids.get(&pid) {
+                    Some(s) => Some(*s),
+                    None if node_wide.is_some() => None,
+                    None => continue,
+                };
+                if node_wide.is_none() && !own[c].contains_key(&pid) {
+                    continue;
+                }
+                let (ip, kernel) = if smp.kernel_ip != 0 {
+                    (smp.kernel_ip, true)
+                } else if smp.user_ip != 0 {
+                    (smp.user_ip, false)
+                } else {
+                    continue;
+                };
+                let comp = match cache.get(&(pid, ip)) {
+                    Some(c) => *c,
+                    None => {
+                        let program = cap
+                            .comm(pid)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| comm_text(&smp.comm));
+                        let place = if kernel {
+                            let f = sym.kernel(ip).and_then(|l| l.symbol).unwrap_or("?");
+                            format!("[kernel]:{f}")
+                        } else {
+                            match sym.user(pid, ip) {
+                                Some(l) => {
+                                    format!("{}:{}", basename(l.object), l.symbol.unwrap_or("?"))
+                                }
+                                None => "[unknown]:?".to_string(),
+                            }
+                        };
+                        let id =
+                            interners[Metric::Samples.index()].id(&format!("{program} {place}"));
+                        cache.insert((pid, ip), id);
+                        id
+                    }
+                };
+                let t = to_rt(off, smp.header.ts_ns);
+                match target {
+                    Some(s) => bins.add(s, Metric::Samples, comp, t, 1.0),
+                    None => {
+                        for s in &host_servers {
+                            bins.add(*s, Metric::Samples, comp, t, 1.0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // Retransmissions, once per host.
+    let mut retransmit_peers: Vec<HashMap<String, u64>> = vec![HashMap::new(); servers.len()];
+    let mut unplaced = 0u64;
+    for (host, list) in retransmits.iter().enumerate() {
+        let mut seen = HashSet::new();
+        for (c, t) in list {
+            if !seen.insert((
+                t.header.ts_ns,
+                t.header.cpu,
+                t.saddr,
+                t.daddr,
+                t.sport,
+                t.dport,
+            )) {
+                continue;
+            }
+            let (Some(lip), Some(rip)) = (ip_of(t.family, &t.saddr), ip_of(t.family, &t.daddr))
+            else {
+                continue;
+            };
+            let (by, to) = endpoints[host].classify((lip, t.sport), (rip, t.dport));
+            let at = to_rt(offset(sources[*c].capture), t.header.ts_ns);
+            if let Some(s) = by {
+                bins.add(s, Metric::Retransmits, 0, at, 1.0);
+                *retransmit_peers[s].entry(rip.to_string()).or_default() += 1;
+            }
+            if let Some(s) = to {
+                bins.add(s, Metric::Retransmits, 1, at, 1.0);
+                *retransmit_peers[s].entry(lip.to_string()).or_default() += 1;
+            }
+            if by.is_none() && to.is_none() {
+                unplaced += 1;
+            }
+        }
+    }
+    if malformed > 0 {
+        notes.push(format!(
+            "{malformed} malformed records were skipped (a damaged capture chunk)"
+        ));
+    }
+    if unattributed > 0 {
+        notes.push(format!(
+            "{unattributed} function/socket records of processes that belong to no server were ignored"
+        ));
+    }
+    if unplaced > 0 {
+        notes.push(format!(
+            "{unplaced} TCP retransmissions matched no server's sockets (other traffic on the host) and were ignored"
+        ));
+    }
+
+    Ok(Features {
+        run: run.to_string(),
+        servers,
+        bin_ns,
+        base_ns,
+        components: interners.map(|i| i.names),
+        series: bins.series,
+        retransmit_peers,
+        events,
+        notes,
+    })
+}
+
+/// The value after `arg` in `cmdline` (`arg VALUE` or `arg=VALUE`).
+fn arg_value(cmdline: &[String], arg: &str) -> Option<String> {
+    let prefix = format!("{arg}=");
+    cmdline.iter().enumerate().find_map(|(i, a)| {
+        if a == arg {
+            cmdline.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&prefix).map(str::to_string)
+        }
+    })
+}
+
+fn comm_text(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Features {
+    /// The wall-clock span every server recorded.
+    pub fn common_span(&self) -> (u64, u64) {
+        let start = self.servers.iter().map(|s| s.span.0).max().unwrap_or(0);
+        let end = self.servers.iter().map(|s| s.span.1).min().unwrap_or(0);
+        (start, end.max(start))
+    }
+
+    /// Cuts the series into windows of `cfg.window_ns` every `cfg.shift_ns`
+    /// (starts aligned on multiples of the shift in wall-clock time, so runs
+    /// recorded on different hosts line up), inside the span every server
+    /// recorded, and keeps the components that reach the minimum in at least
+    /// one window on one server (Kasick et al. §5.1).
+    pub fn windows(&self, cfg: &PeersConfig) -> Windowed {
+        let (start, end) = self.common_span();
+        let mut starts = Vec::new();
+        let mut w = start.div_ceil(cfg.shift_ns) * cfg.shift_ns;
+        while w + cfg.window_ns <= end {
+            starts.push(w);
+            w += cfg.shift_ns;
+        }
+        let per_window = (cfg.window_ns / self.bin_ns) as usize;
+        let first_bins: Vec<usize> = starts
+            .iter()
+            .map(|s| ((s - self.base_ns) / self.bin_ns) as usize)
+            .collect();
+        // Sum of a component's bins in every window.
+        let sums = |series: &Vec<f64>| -> Vec<f64> {
+            first_bins
+                .iter()
+                .map(|b| {
+                    let lo = (*b).min(series.len());
+                    let hi = (b + per_window).min(series.len());
+                    series[lo..hi].iter().sum()
+                })
+                .collect()
+        };
+        // Per metric: component → per server → per window sums.
+        let windowed: [HashMap<u32, Vec<Vec<f64>>>; 5] = std::array::from_fn(|m| {
+            let mut out: HashMap<u32, Vec<Vec<f64>>> = HashMap::new();
+            for (s, series) in self.series.iter().enumerate() {
+                for (comp, values) in &series[m] {
+                    out.entry(*comp)
+                        .or_insert_with(|| vec![vec![0.0; starts.len()]; self.servers.len()])[s] =
+                        sums(values);
+                }
+            }
+            out
+        });
+        let peak = |m: Metric, comp: u32| -> f64 {
+            windowed[m.index()].get(&comp).map_or(0.0, |per_server| {
+                per_server.iter().flatten().copied().fold(0.0, f64::max)
+            })
+        };
+        let kept = |m: Metric| -> Vec<u32> {
+            let n = self.components[m.index()].len() as u32;
+            let mut ids: Vec<u32> = match m {
+                Metric::Samples => (0..n)
+                    .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_samples))
+                    .collect(),
+                Metric::Time => (0..n)
+                    .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_time_ms))
+                    .collect(),
+                Metric::Count => (0..n)
+                    .filter(|c| {
+                        peak(Metric::Time, *c) >= cfg.scaled(cfg.min_time_ms)
+                            || (cfg.min_calls > 0.0 && peak(m, *c) >= cfg.scaled(cfg.min_calls))
+                    })
+                    .collect(),
+                Metric::Retransmits | Metric::SocketBytes => (0..n).collect(),
+            };
+            // A stable order for reports and tests.
+            ids.sort_by(|a, b| {
+                self.components[m.index()][*a as usize]
+                    .cmp(&self.components[m.index()][*b as usize])
+            });
+            ids
+        };
+        let metrics = cfg
+            .metrics
+            .iter()
+            .map(|m| {
+                let ids = kept(*m);
+                let zero = vec![vec![0.0; starts.len()]; self.servers.len()];
+                let columns: Vec<&Vec<Vec<f64>>> = ids
+                    .iter()
+                    .map(|c| windowed[m.index()].get(c).unwrap_or(&zero))
+                    .collect();
+                let vectors = (0..starts.len())
+                    .map(|w| {
+                        (0..self.servers.len())
+                            .map(|s| columns.iter().map(|col| col[s][w]).collect())
+                            .collect()
+                    })
+                    .collect();
+                MetricVectors {
+                    metric: *m,
+                    components: ids
+                        .iter()
+                        .map(|c| self.components[m.index()][*c as usize].clone())
+                        .collect(),
+                    vectors,
+                }
+            })
+            .collect();
+        Windowed {
+            starts,
+            window_ns: cfg.window_ns,
+            metrics,
+            common_span: (start, end),
+        }
+    }
+}

@@ -1,0 +1,833 @@
+//! The whole pipeline on synthetic captures: four servers on one host, each
+//! recorded by its own tracer (or all by one), serving requests in lock-step;
+//! one of them slowed, busier, or losing packets.
+
+use tracer_common::{
+    capture::{
+        CaptureHeader, CaptureWriter, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo,
+        RecordSettings, Symbol,
+    },
+    record::{
+        FuncEntry, FuncReturn, Header, Pod as _, Sample, SockAddr, Syscall, TcpRetransmit, kind,
+    },
+    syscall::nr,
+};
+
+use super::*;
+use crate::decode::{Capture, Event};
+
+/// Wall clock at the start of every run, a multiple of every shift used.
+const T0: u64 = 1_800_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+const HOG_PID: u32 = 999;
+const KSYMS: [(&str, u64); 3] = [
+    ("vfs_read", 0xffff_1000),
+    ("tcp_recvmsg", 0xffff_2000),
+    ("hog_loop", 0xffff_3000),
+];
+
+/// What goes wrong on one server, from a time on (seconds into the run).
+#[derive(Clone, Copy, Default)]
+struct Fault {
+    /// `read_disk` takes 4× as long.
+    slow_from: Option<f64>,
+    /// `lookup` is called 3× as often.
+    busy_from: Option<f64>,
+    /// Its connections retransmit.
+    retransmit_from: Option<f64>,
+}
+
+/// Raw records with their times.
+type Records = Vec<(u64, Vec<u8>)>;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [1 − x, 1 + x].
+    fn jitter(&mut self, x: f64) -> f64 {
+        1.0 + x * ((self.next() % 2001) as f64 / 1000.0 - 1.0)
+    }
+}
+
+fn header(ts: u64, pid: u32, k: u16, size: usize) -> Header {
+    Header {
+        ts_ns: ts,
+        pid,
+        tid: pid,
+        kind: k,
+        size: size as u16,
+        cpu: 0,
+    }
+}
+
+fn port(server: usize) -> u16 {
+    49152 + server as u16
+}
+
+fn pid(server: usize) -> u32 {
+    1000 + server as u32
+}
+
+/// Records of server `s` (monotonic times from `m0`), and the host-wide
+/// records (samples of everything, retransmissions) it contributes.
+fn server_records(
+    s: usize,
+    m0: u64,
+    seconds: u64,
+    seed: u64,
+    fault: Fault,
+    hog: bool,
+) -> (Records, Records) {
+    let mut rng = Rng(seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(s as u64 + 1)));
+    let p = pid(s);
+    let (mut own, mut host) = (Vec::new(), Vec::new());
+    let entry = |ts: u64, f: u32| {
+        let r = FuncEntry {
+            header: header(ts, p, kind::FUNC_ENTRY, 48),
+            func_id: f,
+            _pad: 0,
+            ip: 0x1000 + u64::from(f),
+            call_site: 0,
+        };
+        (ts, r.as_bytes().to_vec())
+    };
+    let ret = |ts: u64, f: u32| {
+        let r = FuncReturn {
+            header: header(ts, p, kind::FUNC_RETURN, 40),
+            func_id: f,
+            _pad: 0,
+            ret: 0,
+        };
+        (ts, r.as_bytes().to_vec())
+    };
+    let sample = |ts: u64, pid: u32, ksym: usize| {
+        let r = Sample {
+            header: header(ts, pid, kind::SAMPLE, 56),
+            user_ip: 0,
+            kernel_ip: KSYMS[ksym].1 + 8,
+            comm: *b"srv\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        };
+        (ts, r.as_bytes().to_vec())
+    };
+    let mut addr = SockAddr {
+        family: 2,
+        port_be: port(s).to_be(),
+        _pad: 0,
+        addr: [0; 16],
+    };
+    addr.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    let bind = Syscall {
+        header: header(m0 + MS, p, kind::SYSCALL, 88),
+        enter_ns: m0 + MS,
+        nr: nr::BIND,
+        fd: 3,
+        ret: 0,
+        addr,
+        ..Default::default()
+    };
+    own.push((m0 + MS, bind.as_bytes().to_vec()));
+    let after = |from: Option<f64>, t: u64| from.is_some_and(|f| t >= m0 + (f * 1e9) as u64);
+    // Ten requests a second, in lock-step across servers (a few ms apart).
+    let mut t = m0 + 100 * MS + s as u64 * 3 * MS;
+    while t + 100 * MS < m0 + seconds * SEC {
+        own.push(entry(t, 0)); // serve
+        let mut now = t + MS;
+        own.push(entry(now, 1)); // read_disk
+        let slow = if after(fault.slow_from, t) { 4.0 } else { 1.0 };
+        let disk = (10.0 * slow * rng.jitter(0.05) * MS as f64) as u64;
+        for k in 0..disk / (10 * MS) + 1 {
+            host.push(sample(now + k * 10 * MS + 2 * MS, p, 0));
+        }
+        now += disk;
+        own.push(ret(now, 1));
+        let lookups = if after(fault.busy_from, t) { 9 } else { 3 };
+        for _ in 0..lookups {
+            own.push(entry(now, 2));
+            now += (0.2 * rng.jitter(0.05) * MS as f64) as u64;
+            own.push(ret(now, 2));
+        }
+        let read = Syscall {
+            header: header(now + 100_000, p, kind::SYSCALL, 88),
+            enter_ns: now,
+            nr: nr::READ,
+            fd: 5,
+            ret: 4096,
+            ..Default::default()
+        };
+        own.push((now + 100_000, read.as_bytes().to_vec()));
+        host.push(sample(now + 50_000, p, 1));
+        now += MS;
+        own.push(ret(now, 0));
+        if hog {
+            host.push(sample(t + 50 * MS, HOG_PID, 2));
+        }
+        if after(fault.retransmit_from, t) {
+            // The server's own segment, and the client's towards it.
+            let mut by = TcpRetransmit {
+                header: header(t + 20 * MS, 0, kind::TCP_RETRANSMIT, 64),
+                sport: port(s),
+                dport: 40000,
+                family: 2,
+                state: 1,
+                ..Default::default()
+            };
+            by.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+            by.daddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+            host.push((by.header.ts_ns, by.as_bytes().to_vec()));
+            let mut to = by;
+            to.header.ts_ns += MS;
+            to.header.pid = pid((s + 1) % 4); // softirq: whoever ran
+            (to.sport, to.dport) = (40001, port(s));
+            host.push((to.header.ts_ns, to.as_bytes().to_vec()));
+        }
+        t += 100 * MS;
+    }
+    (own, host)
+}
+
+/// Captures of a run of four servers on one host: one per server (each
+/// tracer also sees every sample and retransmission of the host), or one
+/// holding all four (`together`).
+fn run(
+    seed: u64,
+    seconds: u64,
+    faults: &[(usize, Fault)],
+    hog: bool,
+    together: bool,
+) -> Vec<(String, Capture)> {
+    let n = 4;
+    // One host, one monotonic clock; the recorders start a little apart.
+    let m0 = 5 * SEC;
+    let started = |c: usize| c as u64 * 77 * MS;
+    let mut own = Vec::new();
+    let mut host = Vec::new();
+    for s in 0..n {
+        let fault = faults
+            .iter()
+            .find(|(i, _)| *i == s)
+            .map(|(_, f)| *f)
+            .unwrap_or_default();
+        let (o, h) = server_records(s, 0, seconds, seed, fault, hog && s == 0);
+        own.push(o);
+        host.extend(h);
+    }
+    let groups: Vec<Vec<usize>> = if together {
+        vec![(0..n).collect()]
+    } else {
+        (0..n).map(|s| vec![s]).collect()
+    };
+    groups
+        .iter()
+        .enumerate()
+        .map(|(c, members)| {
+            let shift = m0;
+            let mut w = CaptureWriter::new(
+                Vec::new(),
+                &CaptureHeader {
+                    format_version: FORMAT_VERSION,
+                    host: "node1".into(),
+                    boot_id: "boot".into(),
+                    clock: ClockRef {
+                        monotonic_ns: m0 + started(c),
+                        realtime_ns: T0 + started(c),
+                    },
+                    settings: RecordSettings {
+                        sample_hz: 100,
+                        sample_all: true,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .expect("writer");
+            for s in 0..n {
+                w.write_meta(&Meta::Process(ProcessInfo {
+                    pid: pid(s),
+                    ppid: 1,
+                    traced: members.contains(&s),
+                    comm: "srv".into(),
+                    exe: "/usr/sbin/srv".into(),
+                    cmdline: vec![
+                        "/usr/sbin/srv".into(),
+                        "--brick-name".into(),
+                        format!("/bricks/b{s}"),
+                        format!("--port={}", port(s)),
+                    ],
+                    ..Default::default()
+                }))
+                .expect("process");
+            }
+            let probes = ["serve", "read_disk", "lookup"]
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Probe {
+                    func_id: i as u32,
+                    object: "/usr/lib/libsrv.so".into(),
+                    symbol: (*f).into(),
+                    ..Default::default()
+                })
+                .collect();
+            w.write_meta(&Meta::Probes { probes }).expect("probes");
+            w.write_meta(&Meta::KernelSymbols {
+                symbols: KSYMS
+                    .iter()
+                    .map(|(name, addr)| Symbol {
+                        addr: *addr,
+                        size: 0x100,
+                        name: (*name).into(),
+                    })
+                    .collect(),
+            })
+            .expect("ksyms");
+            let mut records: Vec<(u64, Vec<u8>)> = members
+                .iter()
+                .flat_map(|s| own[*s].iter().cloned())
+                .chain(host.iter().cloned())
+                .collect();
+            records.sort_by_key(|(t, _)| *t);
+            let mut bytes = Vec::new();
+            for (_, mut r) in records {
+                // Times relative to the run's start, on the host's clock.
+                let ts = u64::from_le_bytes(r[..8].try_into().expect("8 bytes")) + shift;
+                r[..8].copy_from_slice(&ts.to_le_bytes());
+                if u16::from_le_bytes([r[16], r[17]]) == kind::SYSCALL {
+                    let enter = u64::from_le_bytes(r[24..32].try_into().expect("8 bytes")) + shift;
+                    r[24..32].copy_from_slice(&enter.to_le_bytes());
+                }
+                bytes.extend_from_slice(&r);
+            }
+            w.write_records(&bytes).expect("records");
+            w.write_meta(&Meta::End(End {
+                stop_ns: shift + seconds * SEC,
+                reason: "duration".into(),
+            }))
+            .expect("end");
+            let name = if together {
+                "all".to_string()
+            } else {
+                format!("server{c}")
+            };
+            (
+                name,
+                Capture::read(w.into_inner().as_slice()).expect("capture"),
+            )
+        })
+        .collect()
+}
+
+fn config(split: ServerSplit) -> PeersConfig {
+    PeersConfig {
+        window_ns: 4 * SEC,
+        shift_ns: 2 * SEC,
+        split,
+        ..Default::default()
+    }
+}
+
+fn scored(
+    name: &str,
+    captures: &[(String, Capture)],
+    cfg: &PeersConfig,
+) -> Result<Scored, PeersError> {
+    let path = std::path::PathBuf::from(format!("{name}.capture"));
+    let sources: Vec<CaptureSource<'_>> = captures
+        .iter()
+        .map(|(label, capture)| CaptureSource {
+            path: &path,
+            label,
+            capture,
+        })
+        .collect();
+    analyze(name, &sources, cfg, 1)
+}
+
+fn trained(cfg: &PeersConfig, together: bool) -> Thresholds {
+    let runs: Vec<Scored> = [11, 22]
+        .iter()
+        .map(|seed| {
+            scored(
+                &format!("clean{seed}"),
+                &run(*seed, 40, &[], false, together),
+                cfg,
+            )
+            .expect("clean run")
+        })
+        .collect();
+    train(&runs, cfg).expect("train")
+}
+
+fn diagnosed(
+    cfg: &PeersConfig,
+    thresholds: &Thresholds,
+    faults: &[(usize, Fault)],
+    hog: bool,
+    together: bool,
+) -> Report {
+    let s = scored("trial", &run(99, 40, faults, hog, together), cfg).expect("trial run");
+    diagnose(&s, thresholds, cfg.k, 10)
+}
+
+#[test]
+fn windows_align_on_wall_clock_and_keep_the_busy_functions() {
+    let cfg = config(ServerSplit::PerCapture);
+    let s = scored("r", &run(1, 40, &[], false, false), &cfg).expect("run");
+    // Windows start on multiples of the shift in wall-clock time, once every
+    // recorder runs (the last started at T0 + 231 ms), while 4 s fit.
+    assert_eq!(s.windowed.starts.len(), 18);
+    assert_eq!(s.windowed.starts[0], T0 + 2 * SEC);
+    assert_eq!(s.windowed.common_span, (T0 + 231 * MS, T0 + 40 * SEC));
+    let time = &s.windowed.metrics[s.metric_index(Metric::Time).expect("time")];
+    // lookup takes 0.6 ms a request (24 ms a window, under the 66.7 ms
+    // minimum of a 4 s window): dropped from time, kept in count by calls.
+    assert_eq!(time.components, vec!["read_disk", "serve"]);
+    let count = &s.windowed.metrics[s.metric_index(Metric::Count).expect("count")];
+    assert_eq!(count.components, vec!["lookup", "read_disk", "serve"]);
+    // 40 requests per window, 3 lookups each, identical on every server.
+    for v in &count.vectors[3] {
+        assert_eq!(v, &vec![120.0, 40.0, 40.0]);
+    }
+    // Exclusive time: read_disk ≈ 40 × 10 ms; serve ≈ 40 × 2 ms (its own
+    // 1 ms before and after the callees, not the callees' time).
+    let v = &time.vectors[3][0];
+    assert!((v[0] - 400.0).abs() < 25.0, "read_disk {v:?}");
+    assert!((v[1] - 80.0).abs() < 5.0, "serve {v:?}");
+    // Node samples: every server got the same, once per sample (the other
+    // captures' copies of the host's samples are not counted again).
+    let samples = &s.windowed.metrics[s.metric_index(Metric::Samples).expect("samples")];
+    assert!(
+        samples
+            .components
+            .iter()
+            .any(|c| c == "srv [kernel]:vfs_read"),
+        "{:?}",
+        samples.components
+    );
+    let total: f64 = samples.vectors[3][0].iter().sum();
+    assert!(
+        (80.0..=120.0).contains(&total),
+        "samples of server 0 in a window: {total}"
+    );
+}
+
+#[test]
+fn exclusive_time_is_spread_over_the_bins_a_call_spans() {
+    // One thread: f 0–10 ms calls g 2–5 ms; bins of 4 ms.
+    let mut w = CaptureWriter::new(
+        Vec::new(),
+        &CaptureHeader {
+            clock: ClockRef {
+                monotonic_ns: 0,
+                realtime_ns: T0,
+            },
+            ..Default::default()
+        },
+    )
+    .expect("writer");
+    let probes = ["f", "g"]
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Probe {
+            func_id: i as u32,
+            object: "/x".into(),
+            symbol: (*f).into(),
+            ..Default::default()
+        })
+        .collect();
+    w.write_meta(&Meta::Probes { probes }).expect("probes");
+    let e = |ts, f| {
+        FuncEntry {
+            header: header(ts, 7, kind::FUNC_ENTRY, 48),
+            func_id: f,
+            _pad: 0,
+            ip: 0,
+            call_site: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let r = |ts, f| {
+        FuncReturn {
+            header: header(ts, 7, kind::FUNC_RETURN, 40),
+            func_id: f,
+            _pad: 0,
+            ret: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    // The last entry's time is damaged (far past the end): ignored.
+    let bytes = [
+        e(0, 0),
+        e(2 * MS, 1),
+        r(5 * MS, 1),
+        r(10 * MS, 0),
+        e(u64::MAX / 2, 1),
+    ]
+    .concat();
+    w.write_records(&bytes).expect("records");
+    w.write_meta(&Meta::End(End {
+        stop_ns: 12 * MS,
+        reason: String::new(),
+    }))
+    .expect("end");
+    let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+    let path = std::path::PathBuf::from("x");
+    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
+        .iter()
+        .map(|l| CaptureSource {
+            path: &path,
+            label: l,
+            capture: &cap,
+        })
+        .collect();
+    let cfg = PeersConfig {
+        window_ns: 4 * MS,
+        shift_ns: 4 * MS,
+        ..Default::default()
+    };
+    let f = extract("x", &sources, &cfg).expect("features");
+    let time = &f.series[0][Metric::Time.index()];
+    let by_name = |n: &str| {
+        &time[&(f.components[Metric::Time.index()]
+            .iter()
+            .position(|c| c == n)
+            .expect("component") as u32)]
+    };
+    // f: 0–2 and 5–10 ms → bins [2, 1 (5–8 is 3, minus nothing) ...]:
+    // bin 0 (0–4): 2 ms; bin 1 (4–8): 3 ms; bin 2 (8–12): 2 ms. g: bin 0 2 ms, bin 1 1 ms.
+    assert_eq!(by_name("f"), &vec![2.0, 3.0, 2.0]);
+    assert_eq!(by_name("g"), &vec![2.0, 1.0]);
+    let count = &f.series[0][Metric::Count.index()];
+    assert_eq!(
+        count.values().map(|v| v.iter().sum::<f64>()).sum::<f64>(),
+        2.0
+    );
+}
+
+#[test]
+fn symmetric_servers_are_not_indicted() {
+    let cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    assert_eq!(t.runs.len(), 2);
+    for m in Metric::ALL {
+        assert_eq!(t.metrics[&m].len(), 4, "{m:?} has a threshold per server");
+    }
+    // A hog on the shared host is sampled too: node samples land on every
+    // server alike and cancel.
+    let r = diagnosed(&cfg, &t, &[], true, false);
+    assert!(
+        r.faulty.is_empty(),
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    assert!(r.root_causes.is_empty());
+}
+
+#[test]
+fn a_slower_function_indicts_its_server_and_tops_the_root_cause() {
+    let cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let r = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            2,
+            Fault {
+                slow_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    let v = &r.servers[2];
+    assert!(v.metrics.contains(&Metric::Time), "{text}");
+    // Indicted after the fault began: the first faulty window starts after 12 s.
+    let first = v.first_faulty_window.expect("faulty window");
+    assert!(
+        r.windows[first].t_s >= 8.0,
+        "window {first} at {} s",
+        r.windows[first].t_s
+    );
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|c| c.server == "server2" && c.metric == Metric::Time)
+        .expect("time root cause");
+    assert_eq!(rc.top[0].component, "read_disk", "{text}");
+    assert!(rc.top[0].mean_delta > 0.0, "slower, not faster");
+    // Samples saw it too: more time in the kernel's read path.
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|c| c.server == "server2" && c.metric == Metric::Samples)
+        .expect("samples root cause");
+    assert_eq!(rc.top[0].component, "srv [kernel]:vfs_read", "{text}");
+    let svg = render::report_svg(&r);
+    assert!(svg.starts_with("<svg") && svg.contains("faulty server2"));
+    assert_eq!(svg.matches("<polyline").count(), 4 * r.metrics.len());
+}
+
+#[test]
+fn a_more_frequent_function_indicts_its_server_by_count() {
+    let cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let r = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            1,
+            Fault {
+                busy_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server1"], "{text}");
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|c| c.metric == Metric::Count)
+        .expect("count root cause");
+    assert_eq!(
+        (rc.server.as_str(), rc.top[0].component.as_str()),
+        ("server1", "lookup")
+    );
+    // 9 instead of 3 lookups per request, 40 requests a window: +240 in a
+    // window all in the fault, less in the one where it began.
+    assert!(
+        rc.top[0].mean_delta > 200.0 && rc.top[0].mean_delta <= 240.0,
+        "{}",
+        rc.top[0].mean_delta
+    );
+}
+
+#[test]
+fn retransmissions_indict_a_server_whose_functions_look_normal() {
+    let cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let r = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            3,
+            Fault {
+                retransmit_from: Some(10.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server3"], "{text}");
+    assert_eq!(r.servers[3].metrics, vec![Metric::Retransmits], "{text}");
+    assert_eq!(r.faulty_by_metric[&Metric::Retransmits], vec!["server3"]);
+    assert!(r.faulty_by_metric[&Metric::Time].is_empty());
+    assert_eq!(r.faulty_by_metric.len(), 5, "every metric is a key");
+    let rc = &r.root_causes[0];
+    assert_eq!(rc.top.len(), 2, "both directions: {:?}", rc.top);
+    // Each retransmission counted once although all four captures hold it:
+    // 40 requests in a 4 s window, one retransmission each way per request.
+    let cell = &r.windows[10].servers[3].metrics[&Metric::Retransmits];
+    assert_eq!(cell.score, 80.0, "{text}");
+    assert_eq!(
+        r.windows[10].servers[0].metrics[&Metric::Retransmits].score,
+        0.0
+    );
+    let requests = (0u64..)
+        .map(|k| 109 + 100 * k)
+        .take_while(|t| t + 100 < 40_000)
+        .filter(|t| *t >= 10_000)
+        .count() as u64;
+    assert_eq!(
+        r.servers[3].retransmit_peers.get("127.0.0.1"),
+        Some(&(2 * requests))
+    );
+}
+
+/// Servers that bound before recording began leave no address in the
+/// capture: the user names their ports, and retransmissions are placed.
+#[test]
+fn given_endpoints_place_retransmissions_of_servers_bound_before_recording() {
+    let mut cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let mut captures = run(
+        99,
+        40,
+        &[(
+            3,
+            Fault {
+                retransmit_from: Some(10.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    // Drop the bind records: recording started after the servers did.
+    for (_, cap) in &mut captures {
+        for (offset, bytes) in &mut cap.chunks {
+            let kept: Vec<u8> = crate::decode::decode_records(*offset, bytes)
+                .filter_map(Result::ok)
+                .filter(|e| !matches!(e, Event::Syscall(s) if s.nr == nr::BIND))
+                .flat_map(|e| match e {
+                    Event::Entry { rec, .. } => rec.as_bytes().to_vec(),
+                    Event::Return(r) => r.as_bytes().to_vec(),
+                    Event::Syscall(s) => s.as_bytes().to_vec(),
+                    Event::Sample(s) => s.as_bytes().to_vec(),
+                    Event::TcpRetransmit(r) => r.as_bytes().to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            *bytes = kept;
+        }
+    }
+    let blind = diagnose(&scored("blind", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert!(blind.faulty.is_empty(), "nothing places them");
+    assert!(
+        blind.notes.iter().any(|n| n.contains("matched no server")),
+        "{:?}",
+        blind.notes
+    );
+    cfg.endpoints = (0..4)
+        .map(|s| {
+            format!("server{s}=127.0.0.1:{}", port(s))
+                .parse()
+                .expect("endpoint")
+        })
+        .collect();
+    let r = diagnose(&scored("told", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    // Or from the servers' command lines.
+    cfg.endpoints.clear();
+    cfg.port_arg = Some("--port".into());
+    let r = diagnose(&scored("argv", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    cfg.endpoints = vec!["nobody=1".parse().expect("endpoint")];
+    assert!(matches!(
+        scored("x", &captures, &cfg),
+        Err(PeersError::BadConfig { .. })
+    ));
+}
+
+#[test]
+fn endpoints_parse_with_and_without_an_address() {
+    let e: ServerEndpoint = "b1=49152".parse().expect("port only");
+    assert_eq!((e.label.as_str(), e.ip, e.port), ("b1", None, 49152));
+    let e: ServerEndpoint = "/bricks/b=x=10.0.0.2:7".parse().expect("address");
+    assert_eq!(
+        (e.label.as_str(), e.ip, e.port),
+        ("/bricks/b=x", Some([10, 0, 0, 2].into()), 7)
+    );
+    assert!("b1".parse::<ServerEndpoint>().is_err());
+    assert!("b1=host:7".parse::<ServerEndpoint>().is_err());
+}
+
+#[test]
+fn one_capture_of_several_daemons_splits_per_process() {
+    let cfg = config(ServerSplit::PerProcess {
+        label_arg: Some("--brick-name".into()),
+    });
+    let t = trained(&cfg, true);
+    assert!(t.metrics[&Metric::Time].contains_key("/bricks/b0"));
+    let r = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            2,
+            Fault {
+                slow_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        true,
+    );
+    assert_eq!(
+        r.faulty,
+        vec!["/bricks/b2"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    // Without a label argument the label is comm[pid].
+    let cfg = config(ServerSplit::PerProcess { label_arg: None });
+    let s = scored("x", &run(3, 10, &[], false, true), &cfg).expect("run");
+    let labels: Vec<&str> = s.servers.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        vec!["srv[1000]", "srv[1001]", "srv[1002]", "srv[1003]"]
+    );
+}
+
+#[test]
+fn too_short_a_training_run_is_a_clear_error() {
+    let cfg = config(ServerSplit::PerCapture);
+    let short = scored("short", &run(5, 7, &[], false, false), &cfg).expect("scored");
+    assert_eq!(short.windowed.starts.len(), 1);
+    let err = train(&[short], &cfg).expect_err("1 window < 2k−1 = 5");
+    assert!(
+        matches!(
+            err,
+            PeersError::TooFewWindows {
+                windows: 1,
+                min: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let two = run(5, 40, &[], false, false)
+        .into_iter()
+        .take(2)
+        .collect::<Vec<_>>();
+    let err = scored("two", &two, &cfg).expect_err("two servers");
+    assert!(
+        matches!(
+            err,
+            PeersError::TooFewServers {
+                found: 2,
+                min: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn thresholds_round_trip_through_json_with_a_version() {
+    let cfg = config(ServerSplit::PerCapture);
+    let t = trained(&cfg, false);
+    let json = serde_json::to_string(&t).expect("json");
+    assert!(json.contains("\"version\":1"));
+    let back: Thresholds = serde_json::from_str(&json).expect("parse");
+    assert_eq!(back, t);
+    for th in t.metrics[&Metric::Time].values() {
+        assert!(
+            th.threshold >= 2.0 * th.minimal && th.minimal >= th.max_score,
+            "{th:?}"
+        );
+    }
+}

@@ -1,0 +1,161 @@
+//! Thresholds by training on fault-free runs (Kasick et al. §5.1, "Threshold
+//! selection"): per server and metric, the smallest threshold (a multiple of
+//! the resolution; the paper uses integers) that leaves no training window
+//! anomalous, found by binary search, then doubled as a cushion.
+
+use std::collections::BTreeMap;
+
+use super::{
+    Scored,
+    types::{
+        Metric, PeersConfig, PeersError, ServerThreshold, THRESHOLDS_VERSION, Thresholds,
+        TrainingRun,
+    },
+};
+
+/// The smallest `k · resolution` (k = 0, 1, 2, …) that no score exceeds: a
+/// window is anomalous when its score is *above* the threshold.
+pub fn minimal_threshold(scores: &[f64], resolution: f64) -> f64 {
+    let max = scores.iter().copied().fold(0.0, f64::max);
+    let ok = |k: u64| scores.iter().all(|s| *s <= k as f64 * resolution);
+    // An upper bound that surely works, despite rounding.
+    let mut hi = (max / resolution).ceil() as u64;
+    while !ok(hi) {
+        hi += 1;
+    }
+    let mut lo = 0u64;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo as f64 * resolution
+}
+
+/// Learns thresholds from scored fault-free runs. Each run must have at least
+/// 2k−1 windows, or the anomaly filter could never have judged it.
+pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersError> {
+    if runs.is_empty() {
+        return Err(PeersError::NoRuns);
+    }
+    let min_windows = 2 * cfg.k.max(1) - 1;
+    for run in runs {
+        let n = run.windowed.starts.len();
+        if n < min_windows {
+            let (a, b) = run.windowed.common_span;
+            return Err(PeersError::TooFewWindows {
+                run: run.run.clone(),
+                windows: n,
+                min: min_windows,
+                window_s: cfg.window_ns as f64 / 1e9,
+                shift_s: cfg.shift_ns as f64 / 1e9,
+                span_s: b.saturating_sub(a) as f64 / 1e9,
+            });
+        }
+    }
+    let resolution = cfg.resolution();
+    let mut metrics: BTreeMap<Metric, BTreeMap<String, ServerThreshold>> = BTreeMap::new();
+    for metric in &cfg.metrics {
+        // A metric with no component in any run (nothing was sampled, say)
+        // cannot be trained; diagnosis skips it and says so.
+        let used = runs.iter().any(|r| {
+            r.windowed
+                .metrics
+                .iter()
+                .any(|m| m.metric == *metric && !m.components.is_empty())
+        });
+        if !used {
+            continue;
+        }
+        let mut per_server: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for run in runs {
+            let Some(mi) = run.metric_index(*metric) else {
+                continue;
+            };
+            for window in &run.scores[mi] {
+                for (s, score) in window.iter().enumerate() {
+                    per_server
+                        .entry(run.servers[s].label.clone())
+                        .or_default()
+                        .push(*score);
+                }
+            }
+        }
+        let thresholds = per_server
+            .into_iter()
+            .map(|(label, scores)| {
+                let minimal = minimal_threshold(&scores, resolution);
+                let t = ServerThreshold {
+                    threshold: (2.0 * minimal).max(cfg.min_threshold),
+                    minimal,
+                    max_score: scores.iter().copied().fold(0.0, f64::max),
+                    windows: scores.len(),
+                };
+                (label, t)
+            })
+            .collect();
+        metrics.insert(*metric, thresholds);
+    }
+    Ok(Thresholds {
+        version: THRESHOLDS_VERSION,
+        config: cfg.clone(),
+        metrics,
+        runs: runs
+            .iter()
+            .map(|r| TrainingRun {
+                name: r.run.clone(),
+                servers: r.servers.iter().map(|s| s.label.clone()).collect(),
+                windows: r.windowed.starts.len(),
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The found threshold removes every anomaly, and one step less would
+    /// leave at least one (minimality), for many score sets and resolutions.
+    #[test]
+    fn binary_search_finds_the_minimal_threshold_that_removes_all_anomalies() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..500 {
+            let n = 1 + (next() % 40) as usize;
+            let scores: Vec<f64> = (0..n).map(|_| (next() % 100_000) as f64 / 37.0).collect();
+            let res = [1.0, 0.01, 0.5, 7.0][round % 4];
+            let t = minimal_threshold(&scores, res);
+            assert!(
+                scores.iter().all(|s| *s <= t),
+                "round {round}: {t} leaves an anomaly"
+            );
+            let k = (t / res).round();
+            assert!((k * res - t).abs() < 1e-9, "a multiple of the resolution");
+            if k > 0.0 {
+                let less = (k - 1.0) * res;
+                assert!(
+                    scores.iter().any(|s| *s > less),
+                    "round {round}: {less} would do"
+                );
+            }
+        }
+    }
+
+    /// Paper: the minimum integer threshold; scores 3.2, 7 and 0 need 7.
+    #[test]
+    fn integer_thresholds_as_in_the_paper() {
+        assert_eq!(minimal_threshold(&[3.2, 7.0, 0.0], 1.0), 7.0);
+        assert_eq!(minimal_threshold(&[3.2, 7.01], 1.0), 8.0);
+        assert_eq!(minimal_threshold(&[0.0, 0.0], 1.0), 0.0);
+        assert_eq!(minimal_threshold(&[], 1.0), 0.0);
+    }
+}

@@ -1,0 +1,504 @@
+//! What the peer comparison is configured with and what it produces: metrics,
+//! distance measures, the trained thresholds (a serde model) and the
+//! diagnosis report (serde), plus the module's error type.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::DecodeError;
+
+/// Version of the [`Thresholds`] model format.
+pub const THRESHOLDS_VERSION: u32 = 1;
+/// Version of the [`Report`] format.
+pub const REPORT_VERSION: u32 = 1;
+
+/// One behaviour metric compared across servers (Kasick et al. §5.1 compare
+/// one metric at a time; the last two are this project's kernel network
+/// signals, which the paper's §7.2 asks for).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// IP samples per (program, binary, function): computational demand.
+    Samples,
+    /// Calls per traced function.
+    Count,
+    /// Exclusive time per traced function in ms (own time minus callees',
+    /// blocked time included).
+    Time,
+    /// TCP retransmissions of the server's connections (by the server, and
+    /// by peers on the same host towards it).
+    Retransmits,
+    /// Bytes received and sent by the server's socket system calls.
+    SocketBytes,
+}
+
+impl Metric {
+    /// Every metric, in report order.
+    pub const ALL: [Metric; 5] = [
+        Self::Samples,
+        Self::Count,
+        Self::Time,
+        Self::Retransmits,
+        Self::SocketBytes,
+    ];
+
+    /// Index in [`Metric::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Samples => "samples",
+            Self::Count => "count",
+            Self::Time => "time",
+            Self::Retransmits => "retransmits",
+            Self::SocketBytes => "socket-bytes",
+        }
+    }
+
+    /// Unit of a component (and of a Manhattan distance).
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Samples => "samples",
+            Self::Count => "calls",
+            Self::Time => "ms",
+            Self::Retransmits => "retransmits",
+            Self::SocketBytes => "bytes",
+        }
+    }
+}
+
+/// Distance between two feature vectors (Kasick et al. §5.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Distance {
+    /// Σ |p−q| (the paper's choice, best overall).
+    #[default]
+    Manhattan,
+    /// Σ |p−q| / max(p, q).
+    Relative,
+    /// Σ (p−q)² / max(p, q).
+    RelativeScaled,
+    /// ½ Σ (p log(p/q) + q log(q/p)); a zero component counts as half a unit.
+    SymmetricKl,
+}
+
+/// How captures map to servers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum ServerSplit {
+    /// One server per capture file (one `tracer record` per server daemon);
+    /// label = the capture's file stem.
+    #[default]
+    PerCapture,
+    /// One server per traced root process of each capture (one tracer
+    /// recording several daemons with `-p A -p B`); its followed children
+    /// belong to it.
+    PerProcess {
+        /// Label each server with the value that follows this argument in
+        /// its command line (`--brick-name`, `-a`); `comm[pid]` when absent.
+        label_arg: Option<String>,
+    },
+}
+
+/// Parameters of feature extraction, scoring and training.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeersConfig {
+    /// WinSize, ns (paper: 60 s).
+    pub window_ns: u64,
+    /// WinShift, ns (paper: 30 s).
+    pub shift_ns: u64,
+    /// Distance measure (paper: Manhattan).
+    pub distance: Distance,
+    /// Dimensionality reduction: keep a samples component that reaches this
+    /// many samples in one window on one server, per 60 s of window (paper:
+    /// 100 in its 60 s windows); scaled linearly to `window_ns`.
+    pub min_samples: f64,
+    /// Keep a time (and count) component that reaches this many ms in one
+    /// window on one server, per 60 s of window (paper: 1 s); scaled.
+    pub min_time_ms: f64,
+    /// Also keep a count component that reaches this many calls in one
+    /// window on one server, per 60 s of window (beyond the paper, which keeps
+    /// count components by time only: frequent cheap calls such as socket
+    /// reads carry the receive-pktloss signal); 0 disables it.
+    pub min_calls: f64,
+    /// Thresholds are searched in steps of this many metric units
+    /// (paper: integers); `None` = 1 unit, 0.01 for the unitless relative
+    /// distance.
+    pub resolution: Option<f64>,
+    /// Lower bound of a trained threshold, in metric units: a metric that was
+    /// identical on every server in training (all distances 0, e.g. no
+    /// retransmits) would otherwise flag any difference at all.
+    pub min_threshold: f64,
+    /// Metrics to use.
+    pub metrics: Vec<Metric>,
+    /// k: a server is faulty when anomalous in at least k of the last 2k−1
+    /// windows (paper: 3). Training runs need 2k−1 windows.
+    pub k: usize,
+    /// Servers from captures.
+    pub split: ServerSplit,
+    /// Read each server's listening port from the command-line value after
+    /// this argument (`--brick-port` for GlusterFS bricks), to place TCP
+    /// retransmissions when the server bound before recording started.
+    #[serde(default)]
+    pub port_arg: Option<String>,
+    /// Listening endpoints of servers given by the user, for servers whose
+    /// `bind` happened before recording started (the captures then hold no
+    /// address of theirs to place TCP retransmissions with). Per run, so
+    /// not stored with the thresholds.
+    #[serde(skip)]
+    pub endpoints: Vec<ServerEndpoint>,
+}
+
+/// A server's listening endpoint, given by the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerEndpoint {
+    /// Server label.
+    pub label: String,
+    /// Address, `None` for any address of the server's host.
+    pub ip: Option<std::net::IpAddr>,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl std::str::FromStr for ServerEndpoint {
+    type Err = String;
+
+    /// `LABEL=PORT` or `LABEL=ADDR:PORT` (`[v6]:PORT` for IPv6).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not LABEL=PORT or LABEL=ADDR:PORT");
+        let (label, rest) = text.rsplit_once('=').ok_or_else(bad)?;
+        if let Ok(port) = rest.parse::<u16>() {
+            return Ok(Self {
+                label: label.to_string(),
+                ip: None,
+                port,
+            });
+        }
+        let sa: std::net::SocketAddr = rest.parse().map_err(|_| bad())?;
+        Ok(Self {
+            label: label.to_string(),
+            ip: Some(sa.ip()),
+            port: sa.port(),
+        })
+    }
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        Self {
+            window_ns: 60_000_000_000,
+            shift_ns: 30_000_000_000,
+            distance: Distance::Manhattan,
+            min_samples: 100.0,
+            min_time_ms: 1000.0,
+            min_calls: 600.0,
+            resolution: None,
+            min_threshold: 1.0,
+            metrics: Metric::ALL.to_vec(),
+            k: 3,
+            split: ServerSplit::PerCapture,
+            port_arg: None,
+            endpoints: Vec::new(),
+        }
+    }
+}
+
+impl PeersConfig {
+    /// The threshold search step.
+    pub fn resolution(&self) -> f64 {
+        match self.resolution {
+            Some(r) => r,
+            None if self.distance == Distance::Relative => 0.01,
+            None => 1.0,
+        }
+    }
+
+    /// Checks the parameters make sense together.
+    pub fn validate(&self) -> Result<(), PeersError> {
+        let bad = |what: &str| {
+            Err(PeersError::BadConfig {
+                what: what.to_string(),
+            })
+        };
+        if self.window_ns == 0 || self.shift_ns == 0 {
+            return bad("window and shift must be longer than 0");
+        }
+        if self.shift_ns > self.window_ns {
+            return bad("the shift must not be longer than the window (windows would leave gaps)");
+        }
+        if self.resolution().is_nan() || self.resolution() <= 0.0 {
+            return bad("the threshold resolution must be positive");
+        }
+        if self.k == 0 {
+            return bad("k must be at least 1");
+        }
+        if self.metrics.is_empty() {
+            return bad("no metric selected");
+        }
+        Ok(())
+    }
+
+    /// `per_minute` scaled from the paper's 60 s window to this window.
+    pub(crate) fn scaled(&self, per_minute: f64) -> f64 {
+        per_minute * self.window_ns as f64 / 60e9
+    }
+}
+
+/// A threshold learned for one server and metric.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerThreshold {
+    /// The threshold used in diagnosis: `2 × minimal`, at least the floor.
+    pub threshold: f64,
+    /// The minimal threshold (a multiple of the resolution) that leaves no
+    /// training window anomalous, found by binary search.
+    pub minimal: f64,
+    /// Largest score seen in training.
+    pub max_score: f64,
+    /// Training windows the server was scored in.
+    pub windows: usize,
+}
+
+/// One fault-free training run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingRun {
+    /// Name (the directory of its captures).
+    pub name: String,
+    /// Server labels.
+    pub servers: Vec<String>,
+    /// Windows scored.
+    pub windows: usize,
+}
+
+/// Thresholds learned from fault-free runs (`analyzer peers train`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// [`THRESHOLDS_VERSION`].
+    pub version: u32,
+    /// Parameters used; diagnosis uses the same.
+    pub config: PeersConfig,
+    /// Per metric, per server label.
+    pub metrics: BTreeMap<Metric, BTreeMap<String, ServerThreshold>>,
+    /// The training runs.
+    pub runs: Vec<TrainingRun>,
+}
+
+impl Thresholds {
+    /// The threshold of `server` for `metric`, and whether it is the server's
+    /// own (else the largest of the metric's trained servers is used).
+    pub fn get(&self, metric: Metric, server: &str) -> Option<(f64, bool)> {
+        let m = self.metrics.get(&metric)?;
+        if let Some(t) = m.get(server) {
+            return Some((t.threshold, true));
+        }
+        m.values()
+            .map(|t| t.threshold)
+            .reduce(f64::max)
+            .map(|t| (t, false))
+    }
+}
+
+/// One metric of one server in one window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    /// The server's score: median distance to the other servers.
+    pub score: f64,
+    /// Its threshold.
+    pub threshold: f64,
+    /// Score above the threshold.
+    pub anomalous: bool,
+    /// Anomalous in at least k of the last 2k−1 windows.
+    pub faulty: bool,
+}
+
+/// One server in one window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerWindow {
+    /// Server label.
+    pub server: String,
+    /// Per metric.
+    pub metrics: BTreeMap<Metric, Cell>,
+    /// Faulty in any metric.
+    pub faulty: bool,
+}
+
+/// One window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowReport {
+    /// Index, from 0.
+    pub index: usize,
+    /// Start, wall clock ns since the epoch.
+    pub start_ns: u64,
+    /// End (exclusive), wall clock ns since the epoch.
+    pub end_ns: u64,
+    /// Start in seconds since the first window's start.
+    pub t_s: f64,
+    /// Start as `HH:MM:SS.mmm` UTC.
+    pub wall: String,
+    /// Every server.
+    pub servers: Vec<ServerWindow>,
+}
+
+/// A function (component) that differs most on a faulty server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Culprit {
+    /// Component name (function; for samples `program binary:function`).
+    pub component: String,
+    /// Sum over the anomalous windows of the component's distance to the
+    /// median server (Kasick et al. §5.2).
+    pub distance: f64,
+    /// Mean over those windows of (server − median): positive when the
+    /// server does more of it.
+    pub mean_delta: f64,
+}
+
+/// Root cause hints for one faulty server and metric.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RootCause {
+    /// Server label.
+    pub server: String,
+    /// Metric.
+    pub metric: Metric,
+    /// Windows in which the server was anomalous in this metric.
+    pub anomalous_windows: usize,
+    /// The top components, most different first.
+    pub top: Vec<Culprit>,
+}
+
+/// The verdict for one server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerVerdict {
+    /// Label.
+    pub server: String,
+    /// Faulty in at least one metric (the combined verdict).
+    pub faulty: bool,
+    /// Metrics it was found faulty by.
+    pub metrics: Vec<Metric>,
+    /// First window it was faulty in.
+    pub first_faulty_window: Option<usize>,
+    /// Windows it was anomalous in, per metric.
+    pub anomalous_windows: BTreeMap<Metric, usize>,
+    /// Where the server came from (capture path, pid).
+    pub source: String,
+    /// TCP retransmissions of its connections over the whole run, by the
+    /// remote address.
+    pub retransmit_peers: BTreeMap<String, u64>,
+}
+
+/// The result of `analyzer peers diagnose`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`REPORT_VERSION`].
+    pub version: u32,
+    /// Labels of the servers found faulty (combined over metrics).
+    pub faulty: Vec<String>,
+    /// Labels of the servers found faulty by each metric alone (every
+    /// compared metric is a key), for per-metric accuracy tables.
+    pub faulty_by_metric: BTreeMap<Metric, Vec<String>>,
+    /// k of the k-of-(2k−1) rule.
+    pub k: usize,
+    /// Metrics compared.
+    pub metrics: Vec<Metric>,
+    /// Per-server verdicts.
+    pub servers: Vec<ServerVerdict>,
+    /// Per-window scores and verdicts.
+    pub windows: Vec<WindowReport>,
+    /// Top components per faulty server and metric.
+    pub root_causes: Vec<RootCause>,
+    /// Dimensionality of each metric's feature vectors.
+    pub dimensions: BTreeMap<Metric, usize>,
+    /// Things worth knowing about the input (skipped metrics, untrained
+    /// servers, unattributed records).
+    pub notes: Vec<String>,
+}
+
+/// Errors of the peer comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum PeersError {
+    /// A capture could not be read.
+    #[error("reading {path}")]
+    Decode {
+        /// The capture.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: DecodeError,
+    },
+    /// Fewer servers than a peer comparison needs.
+    #[error(
+        "{run}: {found} server(s) found, peer comparison needs at least {min} \
+         (one capture per server, or --split-processes for one capture of several daemons)"
+    )]
+    TooFewServers {
+        /// The run.
+        run: String,
+        /// Servers found.
+        found: usize,
+        /// Servers needed.
+        min: usize,
+    },
+    /// Two servers got the same label.
+    #[error(
+        "{run}: two servers are labelled `{label}` ({first} and {second}); labels must be unique"
+    )]
+    DuplicateLabel {
+        /// The run.
+        run: String,
+        /// The label.
+        label: String,
+        /// Where the first came from.
+        first: String,
+        /// Where the second came from.
+        second: String,
+    },
+    /// Too few windows fit into the time all servers recorded together.
+    #[error(
+        "{run}: only {windows} complete window(s) of {window_s} s every {shift_s} s fit into the \
+         {span_s:.1} s all servers recorded together; at least {min} are needed: record longer \
+         or use a shorter --window/--shift"
+    )]
+    TooFewWindows {
+        /// The run.
+        run: String,
+        /// Windows that fit.
+        windows: usize,
+        /// Windows needed.
+        min: usize,
+        /// WinSize, s.
+        window_s: f64,
+        /// WinShift, s.
+        shift_s: f64,
+        /// Common recording span, s.
+        span_s: f64,
+    },
+    /// Parameters that do not fit together.
+    #[error("bad parameters: {what}")]
+    BadConfig {
+        /// What is wrong.
+        what: String,
+    },
+    /// No training run was given.
+    #[error("no training runs given")]
+    NoRuns,
+    /// The thresholds file has another version.
+    #[error("thresholds have version {found}, this build reads {THRESHOLDS_VERSION}")]
+    ThresholdsVersion {
+        /// The version in the file.
+        found: u32,
+    },
+}
