@@ -198,6 +198,23 @@ pub struct ProcessInfo {
     pub env: BTreeMap<String, String>,
     /// Executable mappings (the ones addresses are symbolized against).
     pub maps: Vec<MapEntry>,
+    /// TCP sockets open when the snapshot was taken: connections and
+    /// listeners established before recording began (absent in older captures).
+    #[serde(default)]
+    pub sockets: Vec<SocketEntry>,
+}
+
+/// A TCP socket of a process, from `/proc/PID/fd` and `/proc/PID/net/tcp{,6}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketEntry {
+    /// Descriptor number.
+    pub fd: i32,
+    /// Local address, `ip:port` (`[ip6]:port` for IPv6).
+    pub local: String,
+    /// Remote address; empty for a listener.
+    pub remote: String,
+    /// `listen`, `established`, or the kernel's state number for others.
+    pub state: String,
 }
 
 /// A loadable segment of an ELF object.

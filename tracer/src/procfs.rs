@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::capture::{MapEntry, ProcessInfo};
+use tracer_common::capture::{MapEntry, ProcessInfo, SocketEntry};
 
 /// Environment variables recorded when present: MPI launchers set them, and
 /// they tell which rank a process is.
@@ -132,7 +132,92 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
         cmdline,
         env,
         maps: exec_maps(pid)?,
+        sockets: tcp_sockets(pid),
     })
+}
+
+/// TCP sockets of `pid` (its network namespace's tables, matched by inode).
+pub fn tcp_sockets(pid: u32) -> Vec<SocketEntry> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let by_inode: BTreeMap<u64, i32> = dir
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let target = fs::read_link(entry.path()).ok()?;
+            let target = target.to_str()?;
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some((
+                inode.parse().ok()?,
+                entry.file_name().to_str()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    if by_inode.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (table, v6) in [("tcp", false), ("tcp6", true)] {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        out.extend(parse_tcp_table(&text, v6, &by_inode));
+    }
+    out.sort_by_key(|s| s.fd);
+    out
+}
+
+/// Lines of `/proc/net/tcp{,6}` whose inode is one of `by_inode`.
+fn parse_tcp_table(text: &str, v6: bool, by_inode: &BTreeMap<u64, i32>) -> Vec<SocketEntry> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let inode: u64 = f.get(9)?.parse().ok()?;
+            let fd = *by_inode.get(&inode)?;
+            let state = match u8::from_str_radix(f.get(3)?, 16).ok()? {
+                0x01 => "established".to_string(),
+                0x0a => "listen".to_string(),
+                n => format!("{n}"),
+            };
+            let remote = hex_addr(f.get(2)?, v6)?;
+            Some(SocketEntry {
+                fd,
+                local: hex_addr(f.get(1)?, v6)?,
+                remote: if state == "listen" {
+                    String::new()
+                } else {
+                    remote
+                },
+                state,
+            })
+        })
+        .collect()
+}
+
+/// `0100007F:1F90` -> `127.0.0.1:8080` (the kernel prints each 32-bit word
+/// of the address in host order).
+fn hex_addr(field: &str, v6: bool) -> Option<String> {
+    let (addr, port) = field.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    // Each 32-bit word is the in-memory (network order) bytes read as a
+    // little-endian integer: its little-endian bytes are the address bytes.
+    let mut bytes = Vec::with_capacity(16);
+    for i in 0..addr.len() / 8 {
+        let word = u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    if v6 {
+        let a: [u8; 16] = bytes.try_into().ok()?;
+        let ip = std::net::Ipv6Addr::from(a);
+        Some(match ip.to_ipv4_mapped() {
+            Some(v4) => format!("{v4}:{port}"),
+            None => format!("[{ip}]:{port}"),
+        })
+    } else {
+        let a: [u8; 4] = bytes.try_into().ok()?;
+        Some(format!("{}:{port}", std::net::Ipv4Addr::from(a)))
+    }
 }
 
 fn role_env(environ: &[u8]) -> BTreeMap<String, String> {
@@ -201,6 +286,52 @@ mod tests {
         assert_eq!(maps[0].offset, 0x1000);
         assert_eq!(maps[0].path, "/usr/bin/x y");
         assert_eq!(maps[1].path, "");
+    }
+
+    #[test]
+    fn parses_tcp_tables() {
+        let v4 = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n\
+   1: 0100007F:9C40 0200A8C0:1F90 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n\
+   2: 0100007F:9C41 0200A8C0:1F90 01 00000000:00000000 00:00000000 00000000     0        0 333 1\n";
+        let mine: BTreeMap<u64, i32> = [(111, 3), (222, 4)].into_iter().collect();
+        let s = parse_tcp_table(v4, false, &mine);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(
+            (
+                s[0].fd,
+                s[0].local.as_str(),
+                s[0].remote.as_str(),
+                s[0].state.as_str()
+            ),
+            (3, "127.0.0.1:8080", "", "listen")
+        );
+        assert_eq!(
+            (
+                s[1].local.as_str(),
+                s[1].remote.as_str(),
+                s[1].state.as_str()
+            ),
+            ("127.0.0.1:40000", "192.168.0.2:8080", "established")
+        );
+        let v6 = "  sl  local_address                         remote_address                        st\n\
+   0: 0000000000000000FFFF00000100007F:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n";
+        let s = parse_tcp_table(v6, true, &mine);
+        assert_eq!(s[0].local, "127.0.0.1:8080", "v4-mapped");
+    }
+
+    /// A listening socket of this very process shows up with its port.
+    #[test]
+    fn snapshots_own_listening_socket() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let socks = tcp_sockets(std::process::id());
+        assert!(
+            socks
+                .iter()
+                .any(|s| s.state == "listen" && s.local == format!("127.0.0.1:{port}")),
+            "{socks:?}"
+        );
     }
 
     #[test]

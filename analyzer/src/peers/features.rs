@@ -300,6 +300,10 @@ pub fn extract(
     let mut capture_server: Vec<Option<usize>> = vec![None; sources.len()];
     // (server, listening port) read from command lines (`cfg.port_arg`).
     let mut cmdline_ports: Vec<(usize, u16)> = Vec::new();
+    // (server, local address or None for a wildcard, port) of the TCP sockets
+    // the recorder found open in a server's processes when it first saw them:
+    // listeners and connections made before recording began.
+    let mut snapshot_ports: Vec<(usize, Option<IpAddr>, u16)> = Vec::new();
     for (ci, src) in sources.iter().enumerate() {
         let cap = src.capture;
         let mut map = HashMap::new();
@@ -365,6 +369,23 @@ pub fn extract(
                     }
                     if let Some(s) = map.get(&cur).copied() {
                         map.insert(*pid, s);
+                    }
+                }
+            }
+        }
+        for (pid, server) in &map {
+            for snap in cap.processes.get(pid).into_iter().flatten() {
+                for sock in &snap.sockets {
+                    let Ok(local) = sock.local.parse::<std::net::SocketAddr>() else {
+                        continue;
+                    };
+                    let ip = match local.ip() {
+                        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(local.ip(), IpAddr::V4),
+                        v4 => v4,
+                    };
+                    let entry = (*server, (!ip.is_unspecified()).then_some(ip), local.port());
+                    if !snapshot_ports.contains(&entry) {
+                        snapshot_ports.push(entry);
                     }
                 }
             }
@@ -448,6 +469,17 @@ pub fn extract(
             .entry(*port)
             .or_default()
             .push((None, *s));
+    }
+    for (s, ip, port) in &snapshot_ports {
+        let host = hosts
+            .iter()
+            .position(|h| *h == servers[*s].host)
+            .unwrap_or(0);
+        endpoints[host]
+            .bound
+            .entry(*port)
+            .or_default()
+            .push((*ip, *s));
     }
     for e in &cfg.endpoints {
         let Some(s) = servers.iter().position(|x| x.label == e.label) else {

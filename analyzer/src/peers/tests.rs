@@ -725,6 +725,29 @@ fn given_endpoints_place_retransmissions_of_servers_bound_before_recording() {
         "{}",
         render::report_text(&r, cfg.distance)
     );
+    // Or, with no option at all, from the listening sockets the recorder
+    // found open in the servers' processes when it first saw them.
+    cfg.port_arg = None;
+    for (_, cap) in &mut captures {
+        for (pid_, snaps) in cap.processes.iter_mut() {
+            let s = (0..4).find(|s| pid(*s) == *pid_).expect("a server");
+            for snap in snaps.iter_mut() {
+                snap.sockets = vec![tracer_common::capture::SocketEntry {
+                    fd: 3,
+                    local: format!("0.0.0.0:{}", port(s)),
+                    remote: String::new(),
+                    state: "listen".into(),
+                }];
+            }
+        }
+    }
+    let r = diagnose(&scored("snap", &captures, &cfg).expect("run"), &t, 3, 10);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
     cfg.endpoints = vec!["nobody=1".parse().expect("endpoint")];
     assert!(matches!(
         scored("x", &captures, &cfg),
