@@ -31,6 +31,9 @@ pub mod flag {
     pub const CLOSES_FD: u8 = 4;
     /// The call waits for readiness (select/poll/epoll).
     pub const WAIT: u8 = 8;
+    /// A successful call writes two new socket fds (`int sv[2]`) at the
+    /// address argument; the record's `arg` holds them (`sv[0] | sv[1] << 32`).
+    pub const RETURNS_PAIR: u8 = 16;
 }
 
 /// x86-64 system call numbers of the traced calls.
@@ -44,6 +47,7 @@ pub mod nr {
     pub const WRITEV: u32 = 20;
     pub const SELECT: u32 = 23;
     pub const SOCKET: u32 = 41;
+    pub const SOCKETPAIR: u32 = 53;
     pub const CONNECT: u32 = 42;
     pub const ACCEPT: u32 = 43;
     pub const SENDTO: u32 = 44;
@@ -73,6 +77,7 @@ pub const TRACED: &[(u32, &str)] = &[
     (nr::WRITEV, "writev"),
     (nr::SELECT, "select"),
     (nr::SOCKET, "socket"),
+    (nr::SOCKETPAIR, "socketpair"),
     (nr::CONNECT, "connect"),
     (nr::ACCEPT, "accept"),
     (nr::SENDTO, "sendto"),
@@ -113,6 +118,7 @@ pub const fn spec(nr: u32) -> Option<Spec> {
         nr::READV | nr::WRITEV => s(0, NONE, 2, SOCKET_FD_ONLY),
         nr::CLOSE => s(0, NONE, NONE, SOCKET_FD_ONLY | CLOSES_FD),
         nr::SOCKET => s(NONE, NONE, 0, RETURNS_SOCKET),
+        nr::SOCKETPAIR => s(NONE, 3, 0, RETURNS_PAIR),
         nr::CONNECT | nr::BIND => s(0, 1, NONE, 0),
         nr::ACCEPT | nr::ACCEPT4 => s(0, 1, NONE, RETURNS_SOCKET),
         nr::SENDTO | nr::RECVFROM => s(0, 4, 2, 0),

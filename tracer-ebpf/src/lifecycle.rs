@@ -10,8 +10,8 @@ use tracer_common::{
 };
 
 use crate::{
-    FOLLOW_CHILDREN, INFLIGHT, TP_OFFSETS, TRACED_PIDS, count, current, emit, emit_urgent, global,
-    header, is_traced,
+    FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, TRACED_PIDS, count, current, emit, emit_urgent,
+    global, header, is_traced,
 };
 
 #[inline(always)]
@@ -61,6 +61,13 @@ pub fn proc_fork(ctx: TracePointContext) -> u32 {
             debug!(&ctx, "following task {} forked by {}", child, pid);
         }
     }
+    let forked = crate::Forked {
+        parent: pid,
+        _pad: 0,
+        // SAFETY: helper without preconditions.
+        at_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
+    };
+    let _ = PARENT.insert(&(child as u32), &forked, 0);
     record(&ctx, lifecycle::FORK, pid, tid, child as u32, 0);
     0
 }

@@ -33,6 +33,29 @@ static TRACED_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(32768, 0);
 #[map]
 static SOCKET_FDS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(65536, 0);
 
+/// Parent process of each process forked by a traced one: a child's
+/// inherited sockets are its ancestors' (checked on first use).
+#[map]
+static PARENT: LruHashMap<u32, Forked> = LruHashMap::with_max_entries(32768, 0);
+
+/// When each socket of a traced process was closed: a child forked before
+/// the close inherited it even if the parent closed it before the child's
+/// first use (a launcher closes its end of a socketpair right after fork).
+#[map]
+static CLOSED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Who forked a process, and when.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Forked {
+    /// The parent's tgid.
+    pub parent: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// Fork time, `bpf_ktime_get_ns`.
+    pub at_ns: u64,
+}
+
 /// System calls in progress, by tid.
 #[map]
 static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);

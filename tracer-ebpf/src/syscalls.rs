@@ -10,8 +10,38 @@ use tracer_common::{
 };
 
 use crate::{
-    INFLIGHT, SOCKET_FDS, TRACE_SYSCALLS, count, current, emit, global, header, is_traced,
+    CLOSED, INFLIGHT, PARENT, SOCKET_FDS, TRACE_SYSCALLS, count, current, emit, global, header,
+    is_traced,
 };
+
+/// Whether `fd` of `pid` is a known socket, or one inherited across fork
+/// from a (grand)parent that had it (then it becomes known).
+#[inline(always)]
+fn is_socket(pid: u32, fd: i64) -> bool {
+    let key = fd_key(pid, fd);
+    // SAFETY: presence checks only.
+    if unsafe { SOCKET_FDS.get(&key) }.is_some() {
+        return true;
+    }
+    let mut p = pid;
+    for _ in 0..4 {
+        // SAFETY: the value is copied out.
+        let Some(forked) = (unsafe { PARENT.get(&p) }).copied() else {
+            return false;
+        };
+        let parent_key = fd_key(forked.parent, fd);
+        // A socket of the parent now, or one it closed after the fork.
+        // SAFETY: presence check; the value is copied out.
+        let inherited = unsafe { SOCKET_FDS.get(&parent_key) }.is_some()
+            || unsafe { CLOSED.get(&parent_key) }.is_some_and(|at| *at > forked.at_ns);
+        if inherited {
+            let _ = SOCKET_FDS.insert(&key, &1, 0);
+            return true;
+        }
+        p = forked.parent;
+    }
+    false
+}
 
 /// Offset of `__syscall_nr` in both enter and exit records.
 const NR_OFFSET: usize = 8;
@@ -63,10 +93,7 @@ fn try_sys_enter(ctx: &TracePointContext) {
     } else {
         arg(ctx, spec.fd_arg) as i32
     };
-    // SAFETY: presence check only.
-    if spec.flags & flag::SOCKET_FD_ONLY != 0
-        && unsafe { SOCKET_FDS.get(&fd_key(pid, fd as i64)) }.is_none()
-    {
+    if spec.flags & flag::SOCKET_FD_ONLY != 0 && !is_socket(pid, fd as i64) {
         return;
     }
     let enter = SyscallEnter {
@@ -107,21 +134,49 @@ fn try_sys_exit(ctx: &TracePointContext) {
         }
     }
     if spec.flags & flag::CLOSES_FD != 0 {
-        let _ = SOCKET_FDS.remove(&fd_key(pid, enter.fd as i64));
+        let key = fd_key(pid, enter.fd as i64);
+        if SOCKET_FDS.remove(&key).is_ok() {
+            // SAFETY: helper without preconditions.
+            let now = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+            let _ = CLOSED.insert(&key, &now, 0);
+        }
+    }
+    let mut arg = enter.arg;
+    if spec.flags & flag::RETURNS_PAIR != 0 {
+        // socketpair: both ends are sockets of this process from now on.
+        let mut sv = [0u8; 8];
+        // SAFETY: reading user memory through the checked helper.
+        if ret == 0
+            && unsafe { bpf_probe_read_user_buf(enter.addr_ptr as *const u8, &mut sv) }.is_ok()
+        {
+            let a = i32::from_ne_bytes([sv[0], sv[1], sv[2], sv[3]]);
+            let b = i32::from_ne_bytes([sv[4], sv[5], sv[6], sv[7]]);
+            for fd in [a, b] {
+                if SOCKET_FDS
+                    .insert(&fd_key(pid, i64::from(fd)), &1, 0)
+                    .is_err()
+                {
+                    count(Stat::SocketMapFull);
+                }
+            }
+            arg = u64::from(a as u32) | (u64::from(b as u32) << 32);
+        }
     }
     // EINPROGRESS (-115) from a non-blocking connect still names the peer.
-    let addr = if enter.addr_ptr != 0 && (ret >= 0 || ret == -115) {
-        read_sockaddr(enter.addr_ptr)
-    } else {
-        SockAddr::default()
-    };
+    let addr =
+        if enter.addr_ptr != 0 && spec.flags & flag::RETURNS_PAIR == 0 && (ret >= 0 || ret == -115)
+        {
+            read_sockaddr(enter.addr_ptr)
+        } else {
+            SockAddr::default()
+        };
     emit(Syscall {
         header: header(kind::SYSCALL, size_of::<Syscall>(), pid, tid),
         enter_ns: enter.ts_ns,
         nr: enter.nr,
         fd: enter.fd,
         ret,
-        arg: enter.arg,
+        arg,
         flags: 0,
         _pad: 0,
         addr,

@@ -477,6 +477,16 @@ impl Tracker {
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
             let traced = (header.kind != kind::SAMPLE && header.kind != kind::TCP_RETRANSMIT)
                 || loaded.is_traced(header.pid);
+            // A retransmit runs in whatever task the softirq interrupted: its
+            // addresses matter, that task does not.
+            if header.kind == kind::TCP_RETRANSMIT && !traced {
+                return Ok(());
+            }
+            if traced {
+                // Sockets it already had (an --exe process enrolled itself in
+                // the kernel; inherited descriptors, socketpairs).
+                loaded.register_sockets(header.pid);
+            }
             self.snapshot(header.pid, traced, sink)?;
         }
         Ok(())

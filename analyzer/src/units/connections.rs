@@ -110,6 +110,7 @@ pub(crate) fn track(
     nodes: &NodeTable,
     threads: &std::collections::BTreeMap<u32, Vec<TraceEntry>>,
     peers: &HashMap<(u32, usize), String>,
+    pairs: &HashMap<(u32, usize), (i32, i32)>,
 ) -> (FxHashMap<u32, Receives>, ByEntry<String>) {
     // System calls of all threads in time order: (time, thread, entry index).
     let threads: Vec<(u32, &[TraceEntry])> =
@@ -145,6 +146,18 @@ pub(crate) fn track(
         match call {
             nr::SOCKET if ret >= 0 => {
                 sockets.insert(ret as i32, Socket::default());
+            }
+            // Both ends of a socketpair are known by the stack that made it.
+            nr::SOCKETPAIR if ret == 0 => {
+                let p = path();
+                establishing.insert((tid, i), p.clone());
+                if let Some((a, b)) = pairs.get(&(tid, i)) {
+                    for fd in [*a, *b] {
+                        let mut s = Socket::default();
+                        s.stacks.insert(p.clone());
+                        sockets.insert(fd, s);
+                    }
+                }
             }
             nr::BIND | nr::LISTEN if ret == 0 => {
                 let p = path();

@@ -41,7 +41,7 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
     let mut out = Vec::new();
     for (pid, traces) in thread_traces(capture) {
         let (receives, establishing) =
-            connections::track(&traces.nodes, &traces.threads, &traces.peers);
+            connections::track(&traces.nodes, &traces.threads, &traces.peers, &traces.pairs);
         let mut units = Vec::new();
         let mut signature = Vec::new();
         for (tid, entries) in &traces.threads {

@@ -168,6 +168,8 @@ pub struct ThreadTraces {
     pub nodes: NodeTable,
     /// Entries by thread id, in time order.
     pub threads: BTreeMap<u32, Vec<TraceEntry>>,
+    /// Descriptors made by socketpair entries, by (tid, index).
+    pub pairs: HashMap<(u32, usize), (i32, i32)>,
     /// Peer addresses of connect/accept entries, by (tid, index).
     pub peers: HashMap<(u32, usize), String>,
 }
@@ -175,9 +177,19 @@ pub struct ThreadTraces {
 /// What [`thread_traces`] takes from one event.
 #[derive(Clone, Copy)]
 enum Item {
-    Call { func_id: u32, site: u64 },
-    Return { func_id: u32 },
-    Syscall { nr: u32, fd: i32, ret: i64 },
+    Call {
+        func_id: u32,
+        site: u64,
+    },
+    Return {
+        func_id: u32,
+    },
+    Syscall {
+        nr: u32,
+        fd: i32,
+        ret: i64,
+        arg: u64,
+    },
 }
 
 /// One process's node table and key caches while traces are built.
@@ -187,6 +199,7 @@ struct ProcessBuilder {
     site_keys: FxHashMap<(u64, u32), u32>,
     sys_keys: FxHashMap<u32, u32>,
     peers: HashMap<(u32, usize), String>,
+    pairs: HashMap<(u32, usize), (i32, i32)>,
     threads: FxHashMap<u32, ThreadBuilder>,
 }
 
@@ -262,7 +275,7 @@ impl ProcessBuilder {
                     depth: thread.stack.len() as u32,
                 });
             }
-            Item::Syscall { nr, fd, ret } => {
+            Item::Syscall { nr, fd, ret, arg } => {
                 let key = *self.sys_keys.entry(nr).or_insert_with(|| {
                     nodes.key(NodeKey {
                         site: String::new(),
@@ -272,6 +285,10 @@ impl ProcessBuilder {
                 let node = nodes.child(parent, key);
                 if let Some(peer) = peer {
                     self.peers.insert((tid, thread.entries.len()), peer);
+                }
+                if nr == nr::SOCKETPAIR && ret == 0 {
+                    let pair = (arg as u32 as i32, (arg >> 32) as u32 as i32);
+                    self.pairs.insert((tid, thread.entries.len()), pair);
                 }
                 thread.entries.push(TraceEntry {
                     ts_ns: t,
@@ -293,6 +310,7 @@ impl ProcessBuilder {
                 .map(|(tid, t)| (tid, t.entries))
                 .collect(),
             peers: self.peers,
+            pairs: self.pairs,
         }
     }
 }
@@ -340,6 +358,7 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
                     nr: s.nr,
                     fd: s.fd,
                     ret: s.ret,
+                    arg: s.arg,
                 },
                 // Peers name connections at their establishment only.
                 if matches!(s.nr, nr::CONNECT | nr::ACCEPT | nr::ACCEPT4) {

@@ -89,3 +89,55 @@ fn addresses_and_byte_counts_match_the_fixture() {
     // Only socket descriptors: the fixture's stdout writes are not recorded.
     assert!(calls.iter().all(|s| s.fd != 1), "stdout is not a socket");
 }
+
+/// Both ends of a socketpair are sockets: reads and writes on them are
+/// recorded in the parent and in the forked child, and the record names the
+/// two descriptors.
+#[test]
+fn socketpair_ends_are_traced() {
+    if !privileged() {
+        return;
+    }
+    let pair = fixture("pair", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("p.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        pair.to_str().expect("utf8"),
+        "5",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let calls: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Syscall(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let made: Vec<_> = calls
+        .iter()
+        .filter(|s| syscall_name(s.nr) == "socketpair")
+        .collect();
+    assert_eq!(made.len(), 1, "{calls:?}");
+    let (a, b) = (made[0].arg as u32 as i32, (made[0].arg >> 32) as i32);
+    assert!(a >= 0 && b >= 0 && a != b, "{:?}", made[0]);
+    let writes: i64 = calls
+        .iter()
+        .filter(|s| syscall_name(s.nr) == "write" && s.fd == b)
+        .map(|s| s.ret)
+        .sum();
+    let reads: Vec<i64> = calls
+        .iter()
+        .filter(|s| syscall_name(s.nr) == "read" && s.fd == a)
+        .map(|s| s.ret)
+        .collect();
+    assert_eq!(writes, 5 * 16, "the child's writes");
+    assert_eq!(reads.iter().sum::<i64>(), 5 * 16, "{reads:?}");
+    assert_eq!(reads.last(), Some(&0), "the parent reads EOF: {reads:?}");
+}
