@@ -9,6 +9,7 @@
 
 pub mod decode;
 pub mod model;
+pub mod mpi;
 pub mod report;
 pub mod score;
 pub mod sequitur;
