@@ -17,6 +17,8 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod mpi;
+
 /// Analyse captures written by `tracer record`.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
@@ -54,6 +56,9 @@ enum Command {
     /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
     #[command(subcommand)]
     Model(ModelCommand),
+    /// MPI profiles and interference detection (Tabatabaee & Hollingsworth).
+    #[command(subcommand)]
+    Mpi(mpi::MpiCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -239,6 +244,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.command {
+        Command::Mpi(cmd) => mpi::run(cmd, open, &mut out)?,
         Command::Events { capture, json } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);

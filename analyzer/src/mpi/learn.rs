@@ -9,7 +9,10 @@
 //! thresholds it takes the median one (ordered by R, then K) rather than
 //! the first: the middle of the plateau leaves the most room on both sides
 //! for later runs, where the smallest would sit on the edge of the clean
-//! run's noise.
+//! run's noise. (Scoring thresholds by the mean or the worst difference over
+//! grid neighbours was tried on real runs and chose worse thresholds: with
+//! two processors K ≥ 1 never fires, so K neighbours drag the choice to
+//! weak margins.)
 
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +127,17 @@ impl Model {
     }
 }
 
+/// The grid sorted ascending, or `[0]` when empty.
+fn sorted_or_zero(grid: &[f64]) -> Vec<f64> {
+    let mut g: Vec<f64> = grid.iter().copied().filter(|x| x.is_finite()).collect();
+    g.sort_by(f64::total_cmp);
+    g.dedup();
+    if g.is_empty() {
+        g.push(0.0);
+    }
+    g
+}
+
 /// Learns K(p, l) (and R(p, l)) from a clean and an interfered run.
 pub fn learn(
     normal: &Profiles,
@@ -138,17 +152,8 @@ pub fn learn(
     }
     let nor = Signals::build(normal, &sequences);
     let int = Signals::build(interfered, &sequences);
-    let mut candidates: Vec<Threshold> = Vec::new();
-    for &r in &config.r_grid {
-        for &k in &config.k_grid {
-            candidates.push(Threshold { k, r });
-        }
-    }
-    if candidates.is_empty() {
-        candidates.push(Threshold { k: 0.0, r: 0.0 });
-    }
-    // Ordered by strength (R, then K) so the median of ties is meaningful.
-    candidates.sort_by(|a, b| a.r.total_cmp(&b.r).then(a.k.total_cmp(&b.k)));
+    let r_grid = sorted_or_zero(&config.r_grid);
+    let k_grid = sorted_or_zero(&config.k_grid);
     let mut processors = Vec::new();
     for (pn, rank) in normal.ranks.iter().enumerate() {
         let Some(pi) = int.rank_index(rank.rank) else {
@@ -156,32 +161,46 @@ pub fn learn(
         };
         let mut seqs = Vec::new();
         for (l, ts) in sequences.iter().enumerate() {
-            let scored: Vec<(Threshold, f64, f64)> = candidates
+            // (ILS_Nor, ILS_Int) at every grid point, [r][k].
+            let ils: Vec<Vec<(f64, f64)>> = r_grid
                 .iter()
-                .map(|&th| {
-                    (
-                        th,
-                        nor.ils_end(l, pn, th, config.min_sample_ns),
-                        int.ils_end(l, pi, th, config.min_sample_ns),
-                    )
+                .map(|&r| {
+                    k_grid
+                        .iter()
+                        .map(|&k| {
+                            let th = Threshold { k, r };
+                            (
+                                nor.ils_end(l, pn, th, config.min_sample_ns),
+                                int.ils_end(l, pi, th, config.min_sample_ns),
+                            )
+                        })
+                        .collect()
                 })
                 .collect();
-            let best = scored
-                .iter()
-                .map(|(_, n, i)| i - n)
-                .fold(f64::NEG_INFINITY, f64::max);
-            let ties: Vec<&(Threshold, f64, f64)> = scored
-                .iter()
-                .filter(|(_, n, i)| (i - n) >= best - 1e-12)
-                .collect();
-            let (threshold, ils_normal, ils_interfered) = *ties[ties.len() / 2];
+            let mut scored = Vec::with_capacity(r_grid.len() * k_grid.len());
+            for ri in 0..r_grid.len() {
+                for ki in 0..k_grid.len() {
+                    scored.push((ri, ki, ils[ri][ki].1 - ils[ri][ki].0));
+                }
+            }
+            let best = scored.iter().map(|s| s.2).fold(f64::NEG_INFINITY, f64::max);
+            // `scored` is in (R, K) order: the median of the ties is the
+            // middle of the best plateau.
+            let ties: Vec<&(usize, usize, f64)> =
+                scored.iter().filter(|s| s.2 >= best - 1e-12).collect();
+            let (ri, ki, _) = *ties[ties.len() / 2];
+            let (ils_normal, ils_interfered) = ils[ri][ki];
+            let gain = ils_interfered - ils_normal;
             seqs.push(SequenceModel {
                 id: ts.id,
-                threshold,
-                gain: best,
+                threshold: Threshold {
+                    k: k_grid[ki],
+                    r: r_grid[ri],
+                },
+                gain,
                 ils_normal,
                 ils_interfered,
-                used: best >= config.min_gain,
+                used: gain >= config.min_gain,
             });
         }
         processors.push(ProcessorModel {
