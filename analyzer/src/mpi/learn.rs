@@ -178,9 +178,9 @@ pub fn learn(
                 })
                 .collect();
             let mut scored = Vec::with_capacity(r_grid.len() * k_grid.len());
-            for ri in 0..r_grid.len() {
-                for ki in 0..k_grid.len() {
-                    scored.push((ri, ki, ils[ri][ki].1 - ils[ri][ki].0));
+            for (ri, row) in ils.iter().enumerate() {
+                for (ki, (nor, int)) in row.iter().enumerate() {
+                    scored.push((ri, ki, int - nor));
                 }
             }
             let best = scored.iter().map(|s| s.2).fold(f64::NEG_INFINITY, f64::max);

@@ -211,7 +211,7 @@ mod tests {
     /// processor is still found: its samples are √3 STDEV above the mean.
     #[test]
     fn paper_thresholds_work_with_four_processors() {
-        let clean = run(|r, i| noise(r, i));
+        let clean = run(noise);
         let full = run(|r, i| noise(r, i) * if r == 2 { 2 } else { 1 });
         let model = learn(&clean, &full, &LearnConfig::paper()).expect("learns");
         let d = detect(&model, &full);
