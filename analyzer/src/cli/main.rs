@@ -56,8 +56,7 @@ enum Command {
     /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
     #[command(subcommand)]
     Model(ModelCommand),
-    /// MPI profiles and interference detection (Tabatabaee & Hollingsworth).
-    #[command(subcommand)]
+    #[command(subcommand, about = mpi::ABOUT, long_about = mpi::LONG_ABOUT)]
     Mpi(mpi::MpiCommand),
 }
 

@@ -14,19 +14,32 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 
-/// MPI profiles and interference detection (Tabatabaee & Hollingsworth).
-///
-/// Record the ranks first (every process of the executable is traced from
-/// its entry point; `-a` keeps the argument registers the peers come from):
-///
-///   tracer record --exe ./app -a 'libmpich.so.12:MPI_*' --sample-hz 0 -o run.capture &
-///   mpiexec -n 2 -bind-to core ./app ...; kill -INT %1
-///
-/// Then: `analyzer mpi profile run.capture`, learn from a clean run and a
-/// run with a CPU hog on one rank's core (`analyzer mpi learn --clean
-/// clean.capture --interfered hog.capture -o model.json`) and score later
-/// runs (`analyzer mpi detect --model model.json new.capture --svg ils.svg`).
-/// Several captures of one run (one per host) are merged by MPI rank.
+/// One-line help of `analyzer mpi`.
+pub(crate) const ABOUT: &str =
+    "MPI profiles and interference detection (Tabatabaee & Hollingsworth)";
+
+/// `analyzer mpi --help`.
+pub(crate) const LONG_ABOUT: &str = "\
+MPI profiles and interference detection (Tabatabaee & Hollingsworth, SC07).
+
+Record the ranks first: every process of the executable is traced from its
+entry point, and -a keeps the argument registers the peers come from:
+
+  tracer record --exe ./app -a 'libmpich.so.12:MPI_*' --sample-hz 0 -o run.capture &
+  mpiexec -n 2 -bind-to core ./app ...; kill -INT %1
+
+Then:
+  analyzer mpi profile run.capture --parquet run.parquet
+  analyzer mpi learn --clean clean.capture --interfered hog.capture -o model.json
+  analyzer mpi detect --model model.json new.capture --svg ils.svg
+
+Learn from a run without and a run with a background job (e.g. a CPU hog
+on one rank's core: taskset -c 1 stress-ng --cpu 1); detect applies the
+thresholds to later runs, also of another problem size. Several captures
+of one run (one per host) are merged by MPI rank (PMI_RANK; without it,
+pid order per capture).";
+
+/// `analyzer mpi` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum MpiCommand {
     /// Per-rank MPI profiles: call counts, peers, computation and

@@ -484,6 +484,122 @@ mod tests {
         assert_eq!(Peer::of("MPI_Send", None), Peer::None);
     }
 
+    /// A capture built in memory: rank 1 (by PMI_RANK) makes an
+    /// MPI_Send with an MPI_Type_size nested inside (not a call of its own),
+    /// then an MPI_Recv; rank 0 has no environment (pid order) and an
+    /// MPI_Barrier that never returns (dropped, counted).
+    #[test]
+    fn extracts_outermost_calls_with_times_and_ranks() {
+        use tracer_common::{
+            capture::{CaptureHeader, CaptureWriter, FORMAT_VERSION, Meta, Probe, ProcessInfo},
+            record::{FuncEntry, FuncEntryArgs, FuncReturn, Header, Pod as _, kind},
+        };
+        let mut w = CaptureWriter::new(
+            Vec::new(),
+            &CaptureHeader {
+                format_version: FORMAT_VERSION,
+                host: "node7".into(),
+                ..Default::default()
+            },
+        )
+        .expect("writer");
+        let names = [
+            "PMPI_Send",
+            "MPI_Type_size",
+            "MPI_Recv",
+            "MPI_Barrier",
+            "malloc",
+        ];
+        let probes = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Probe {
+                func_id: i as u32,
+                object: "libmpich.so.12".into(),
+                symbol: n.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        w.write_meta(&Meta::Probes { probes }).expect("probes");
+        let mut env = BTreeMap::new();
+        env.insert("PMI_RANK".to_string(), "1".to_string());
+        env.insert("PMI_SIZE".to_string(), "2".to_string());
+        w.write_meta(&Meta::Process(ProcessInfo {
+            pid: 20,
+            env,
+            ..Default::default()
+        }))
+        .expect("process");
+        let h = |pid: u32, kind, size: usize, ts| Header {
+            ts_ns: ts,
+            pid,
+            tid: pid,
+            kind,
+            size: size as u16,
+            cpu: 1,
+        };
+        let mut recs = Vec::new();
+        let entry = |recs: &mut Vec<u8>, pid, f: u32, ts, peer: u64| {
+            recs.extend_from_slice(
+                FuncEntryArgs {
+                    entry: FuncEntry {
+                        header: h(pid, kind::FUNC_ENTRY_ARGS, size_of::<FuncEntryArgs>(), ts),
+                        func_id: f,
+                        ..Default::default()
+                    },
+                    args: [0, 1, 0, peer, 0, 0x44000000],
+                }
+                .as_bytes(),
+            )
+        };
+        let ret = |recs: &mut Vec<u8>, pid, f: u32, ts| {
+            recs.extend_from_slice(
+                FuncReturn {
+                    header: h(pid, kind::FUNC_RETURN, size_of::<FuncReturn>(), ts),
+                    func_id: f,
+                    ..Default::default()
+                }
+                .as_bytes(),
+            )
+        };
+        entry(&mut recs, 20, 0, 1_000, 0); // MPI_Send(dest 0)
+        entry(&mut recs, 20, 1, 1_100, 0); //   MPI_Type_size (nested)
+        ret(&mut recs, 20, 1, 1_200);
+        entry(&mut recs, 20, 4, 1_300, 0); //   malloc (not MPI)
+        ret(&mut recs, 20, 4, 1_400);
+        ret(&mut recs, 20, 0, 1_500);
+        entry(&mut recs, 10, 3, 1_600, 0); // rank 0: MPI_Barrier, no return
+        entry(&mut recs, 20, 2, 4_500, u64::MAX - 1); // MPI_Recv(ANY_SOURCE)
+        ret(&mut recs, 20, 2, 5_000);
+        w.write_records(&recs).expect("records");
+        let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+        let p = extract(&[&cap]).expect("profiles");
+
+        // Rank 0 made no complete call: no profile.
+        assert_eq!(p.ranks.len(), 1);
+        let r = &p.ranks[0];
+        assert_eq!(
+            (r.rank, r.rank_source, r.size),
+            (1, RankSource::Environment, Some(2))
+        );
+        assert_eq!(
+            (r.host.as_str(), r.pid, r.cpus.as_slice()),
+            ("node7", 20, &[1][..])
+        );
+        let got: Vec<(&str, Peer, u64, u64)> = r
+            .calls
+            .iter()
+            .map(|c| (r.function_name(c), c.peer, c.compute_ns, c.comm_ns))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("MPI_Send", Peer::Rank(0), 0, 500),
+                ("MPI_Recv", Peer::AnySource, 3_000, 500),
+            ]
+        );
+    }
+
     #[test]
     fn pmpi_names_map_to_mpi() {
         assert_eq!(mpi_name("PMPI_Send", &[]).as_deref(), Some("MPI_Send"));
