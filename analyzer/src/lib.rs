@@ -11,6 +11,7 @@
 
 pub mod decode;
 pub mod model;
+pub mod mpi;
 pub mod peers;
 pub mod report;
 pub mod score;

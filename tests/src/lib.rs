@@ -62,12 +62,18 @@ pub fn fixture(name: &str, as_name: Option<&str>) -> PathBuf {
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures")
             .join(format!("{name}.c"));
-        let status = Command::new("gcc")
+        // MPI fixtures (`mpi_*.c`) need MPICH's wrapper for headers and libmpich.
+        let cc = if name.starts_with("mpi_") {
+            "mpicc"
+        } else {
+            "gcc"
+        };
+        let status = Command::new(cc)
             .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
             .arg(&out)
             .arg(&src)
             .status()
-            .expect("gcc runs");
+            .unwrap_or_else(|e| panic!("{cc} runs (apt-get install mpich libmpich-dev): {e}"));
         assert!(status.success(), "compiling {}", src.display());
     }
     out

@@ -8,6 +8,7 @@
 //! - `bench`: the benchmarks whose figures go into issue notes.
 
 mod bench;
+mod mpi;
 
 use std::{
     env,
@@ -39,6 +40,13 @@ enum Task {
     Demo,
     /// Run the benchmarks and print their figures.
     Bench(bench::BenchArgs),
+    /// Repeat the timed MPI interference test (needs root, MPICH, stress-ng
+    /// and a quiet 2-core machine) and tabulate the metrics.
+    BenchMpi {
+        /// Repetitions.
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+    },
 }
 
 /// The workspace root.
@@ -236,5 +244,6 @@ fn main() -> anyhow::Result<()> {
         Task::Test { cargo_args } => test(&cargo_args),
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
+        Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
     }
 }

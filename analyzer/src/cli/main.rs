@@ -17,6 +17,7 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod mpi;
 mod peers;
 
 /// Analyse captures written by `tracer record`.
@@ -59,6 +60,8 @@ enum Command {
     /// Find the faulty server by comparing servers with their peers (Kasick et al.).
     #[command(subcommand)]
     Peers(peers::PeersCommand),
+    #[command(subcommand, about = mpi::ABOUT, long_about = mpi::LONG_ABOUT)]
+    Mpi(mpi::MpiCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -244,6 +247,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.command {
+        Command::Mpi(cmd) => mpi::run(cmd, open, &mut out)?,
         Command::Events { capture, json } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);

@@ -3,5 +3,6 @@ mod errors;
 mod functions;
 mod lifecycle;
 mod model;
+mod mpi;
 mod sampling;
 mod sockets;

@@ -1,0 +1,361 @@
+//! `analyzer mpi …`: MPI profiles and interference detection (paper 002).
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use analyzer::{
+    Capture,
+    mpi::{
+        self, LearnConfig, MODEL_VERSION, Model, Profiles, TypicalConfig, learn::LearnError, report,
+    },
+};
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+
+/// One-line help of `analyzer mpi`.
+pub(crate) const ABOUT: &str =
+    "MPI profiles and interference detection (Tabatabaee & Hollingsworth)";
+
+/// `analyzer mpi --help`.
+pub(crate) const LONG_ABOUT: &str = "\
+MPI profiles and interference detection (Tabatabaee & Hollingsworth, SC07).
+
+Record the ranks first: every process of the executable is traced from its
+entry point, and -a keeps the argument registers the peers come from:
+
+  tracer record --exe ./app -a 'libmpich.so.12:MPI_*' --sample-hz 0 -o run.capture &
+  mpiexec -n 2 -bind-to core ./app ...; kill -INT %1
+
+Then:
+  analyzer mpi profile run.capture --parquet run.parquet
+  analyzer mpi learn --clean clean.capture --interfered hog.capture -o model.json
+  analyzer mpi detect --model model.json new.capture --svg ils.svg
+
+Learn from a run without and a run with a background job (e.g. a CPU hog
+on one rank's core: taskset -c 1 stress-ng --cpu 1); detect applies the
+thresholds to later runs, also of another problem size. Several captures
+of one run (one per host) are merged by MPI rank (PMI_RANK; without it,
+pid order per capture).";
+
+/// `analyzer mpi` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MpiCommand {
+    /// Per-rank MPI profiles: call counts, peers, computation and
+    /// communication time; optionally exported as JSON lines or Parquet.
+    ///
+    /// Example: analyzer mpi profile run.capture --parquet run.parquet
+    Profile {
+        /// Captures of one run.
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// Write one JSON object per call to this file.
+        #[arg(long, value_name = "FILE")]
+        jsonl: Option<PathBuf>,
+        /// Write the calls as a Parquet file (DuckDB: SELECT * FROM 'FILE').
+        #[arg(long, value_name = "FILE")]
+        parquet: Option<PathBuf>,
+        /// Print the whole profile (every call) as JSON instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The typical sequences of a run (Sequitur rules found on every rank).
+    Sequences {
+        /// Captures of one run.
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        #[command(flatten)]
+        typical: TypicalArgs,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Learn per-processor thresholds from a clean and an interfered run.
+    ///
+    /// Example: analyzer mpi learn --clean clean.capture --interfered hog.capture -o model.json
+    Learn {
+        /// Captures of the run without background load (repeat per host).
+        #[arg(long, required = true)]
+        clean: Vec<PathBuf>,
+        /// Captures of the run with a background job (repeat per host).
+        #[arg(long, required = true)]
+        interfered: Vec<PathBuf>,
+        /// Where to write the model (JSON).
+        #[arg(short, long, default_value = "mpi-model.json")]
+        output: PathBuf,
+        /// Use only the paper's threshold AVG + K·STDEV (no relative margin;
+        /// cannot work with two processors).
+        #[arg(long)]
+        paper: bool,
+        /// Smallest ILS difference for a typical sequence to be used.
+        #[arg(long, default_value_t = LearnConfig::default().min_gain)]
+        min_gain: f64,
+        /// Filter: samples shorter than this many ms are ignored.
+        #[arg(long, default_value_t = 0.5)]
+        filter_ms: f64,
+        #[command(flatten)]
+        typical: TypicalArgs,
+    },
+    /// Interference metric per processor of a run, with a learned model.
+    ///
+    /// Example: analyzer mpi detect --model model.json run.capture --svg ils.svg
+    Detect {
+        /// The model from `analyzer mpi learn`.
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Captures of one run.
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// JSON instead of text (includes every ILS series).
+        #[arg(long)]
+        json: bool,
+        /// Also write ILS(p, l, t) against t as SVG (the paper's figures).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+}
+
+/// Typical-sequence options.
+#[derive(Debug, Args)]
+pub(crate) struct TypicalArgs {
+    /// Rank whose profile feeds Sequitur (default: the lowest).
+    #[arg(long)]
+    reference_rank: Option<u32>,
+    /// L: typical sequences kept.
+    #[arg(long, default_value_t = TypicalConfig::default().max_sequences)]
+    sequences: usize,
+    /// Occurrences a rule needs on every rank.
+    #[arg(long, default_value_t = TypicalConfig::default().min_occurrences)]
+    min_occurrences: usize,
+}
+
+impl From<TypicalArgs> for TypicalConfig {
+    fn from(a: TypicalArgs) -> Self {
+        Self {
+            reference_rank: a.reference_rank,
+            max_sequences: a.sequences,
+            min_occurrences: a.min_occurrences,
+            ..Self::default()
+        }
+    }
+}
+
+fn profiles(
+    paths: &[PathBuf],
+    open: fn(&Path) -> anyhow::Result<Capture>,
+) -> anyhow::Result<Profiles> {
+    let captures = paths
+        .iter()
+        .map(|p| open(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let refs: Vec<&Capture> = captures.iter().collect();
+    let profiles = mpi::extract(&refs).context("building MPI profiles")?;
+    if profiles.ranks.is_empty() {
+        bail!(
+            "no MPI calls in {}: record with `tracer record -a 'libmpich.so.12:MPI_*' ...`",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(profiles)
+}
+
+fn load_model(path: &Path) -> anyhow::Result<Model> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading model {}", path.display()))?;
+    let model: Model = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not an MPI model", path.display()))?;
+    if model.version != MODEL_VERSION {
+        bail!(
+            "model {} has version {}, this build reads {}",
+            path.display(),
+            model.version,
+            MODEL_VERSION
+        );
+    }
+    Ok(model)
+}
+
+/// Runs one `mpi` subcommand.
+pub(crate) fn run(
+    cmd: MpiCommand,
+    open: fn(&Path) -> anyhow::Result<Capture>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    match cmd {
+        MpiCommand::Profile {
+            captures,
+            jsonl,
+            parquet,
+            json,
+        } => {
+            let p = profiles(&captures, open)?;
+            if let Some(path) = &jsonl {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                mpi::write_jsonl(&p, std::io::BufWriter::new(file))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            if let Some(path) = &parquet {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                mpi::write_parquet(&p, std::io::BufWriter::new(file))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&p)?)?;
+                return Ok(());
+            }
+            for r in &p.ranks {
+                let compute: u64 = r.calls.iter().map(|c| c.compute_ns).sum();
+                let comm: u64 = r.calls.iter().map(|c| c.comm_ns).sum();
+                writeln!(
+                    out,
+                    "rank {} ({:?}) {}[{}]@{} cpus {:?}: {} calls, computation {:.3} s, communication {:.3} s{}",
+                    r.rank,
+                    r.rank_source,
+                    r.comm,
+                    r.pid,
+                    r.host,
+                    r.cpus,
+                    r.calls.len(),
+                    compute as f64 / 1e9,
+                    comm as f64 / 1e9,
+                    if r.unfinished > 0 {
+                        format!(", {} unfinished calls dropped", r.unfinished)
+                    } else {
+                        String::new()
+                    }
+                )?;
+                let mut by: std::collections::BTreeMap<(String, String), usize> =
+                    std::collections::BTreeMap::new();
+                for c in &r.calls {
+                    *by.entry((r.function_name(c).to_string(), c.peer.label()))
+                        .or_default() += 1;
+                }
+                for ((f, peer), n) in by {
+                    writeln!(out, "  {n:>8}  {f:<20} peer {peer}")?;
+                }
+            }
+        }
+        MpiCommand::Sequences {
+            captures,
+            typical,
+            json,
+        } => {
+            let p = profiles(&captures, open)?;
+            let ts = mpi::typical_sequences(&p, &typical.into());
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&ts)?)?;
+            } else if ts.is_empty() {
+                writeln!(
+                    out,
+                    "no typical sequence (no rule occurs often enough on every rank)"
+                )?;
+            } else {
+                for t in &ts {
+                    writeln!(out, "TS{:<3} {}", t.id, t.summary(12))?;
+                }
+            }
+        }
+        MpiCommand::Learn {
+            clean,
+            interfered,
+            output,
+            paper,
+            min_gain,
+            filter_ms,
+            typical,
+        } => {
+            let normal = profiles(&clean, open)?;
+            let int = profiles(&interfered, open)?;
+            let base = if paper {
+                LearnConfig::paper()
+            } else {
+                LearnConfig::default()
+            };
+            let config = LearnConfig {
+                typical: typical.into(),
+                min_gain,
+                min_sample_ns: (filter_ms * 1e6) as u64,
+                ..base
+            };
+            let model = match mpi::learn(&normal, &int, &config) {
+                Ok(m) => m,
+                Err(e @ LearnError::NoTypicalSequences { .. }) => {
+                    return Err(e).context("try --min-occurrences 2 or a longer run");
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let json = serde_json::to_vec_pretty(&model)?;
+            std::fs::write(&output, &json)
+                .with_context(|| format!("writing {}", output.display()))?;
+            writeln!(
+                out,
+                "learned {} typical sequences for {} processors into {}",
+                model.sequences.len(),
+                model.processors.len(),
+                output.display()
+            )?;
+            for p in &model.processors {
+                let used: Vec<String> = p
+                    .sequences
+                    .iter()
+                    .filter(|s| s.used)
+                    .map(|s| {
+                        format!(
+                            "TS{} K={} R={:.2} (+{:.2})",
+                            s.id, s.threshold.k, s.threshold.r, s.gain
+                        )
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "  rank {}@{}: {}",
+                    p.rank,
+                    p.host,
+                    if used.is_empty() {
+                        "no sensitive typical sequence (not monitored)".to_string()
+                    } else {
+                        used.join(", ")
+                    }
+                )?;
+            }
+        }
+        MpiCommand::Detect {
+            model,
+            captures,
+            json,
+            svg,
+        } => {
+            let model = load_model(&model)?;
+            let p = profiles(&captures, open)?;
+            let d = mpi::detect(&model, &p);
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+            } else {
+                write!(out, "{}", report::text(&d))?;
+            }
+            if let Some(path) = svg {
+                let title = format!(
+                    "ILS(p, l, t): {}",
+                    captures
+                        .iter()
+                        .map(|c| c.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                std::fs::write(&path, report::ils_svg(&d, &title))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                if !json {
+                    writeln!(out, "ILS plot: {}", path.display())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

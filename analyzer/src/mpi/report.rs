@@ -1,0 +1,182 @@
+//! Reports of a [`Detection`]: a text table (metric per processor, final
+//! ILS per typical sequence, the sequences themselves) and an SVG of
+//! ILS(p, l, t) against t, one panel per processor, one line per typical
+//! sequence, like the paper's Figures 1–12.
+
+use std::fmt::Write as _;
+
+use super::metric::Detection;
+
+/// The text report.
+pub fn text(d: &Detection) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "interference metric m(p) per processor (0 = none; typical sequences weighted by length)"
+    );
+    let _ = writeln!(
+        s,
+        "{:>5}  {:<14} {:>8} {:<6} {:>7}  ILS(p,l,end) for l = 1..{} (* = used)",
+        "rank",
+        "host",
+        "pid",
+        "cpus",
+        "m(p)",
+        d.sequences.len()
+    );
+    for p in &d.processors {
+        let cpus = p
+            .cpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let metric = p
+            .metric
+            .map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+        let ils = p
+            .sequences
+            .iter()
+            .map(|q| format!("{:.2}{}", q.ils_end, if q.used { "*" } else { " " }))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            s,
+            "{:>5}  {:<14} {:>8} {:<6} {:>7}  {}{}",
+            p.rank,
+            p.host,
+            p.pid,
+            cpus,
+            metric,
+            ils,
+            p.note
+                .as_deref()
+                .map(|n| format!("  ({n})"))
+                .unwrap_or_default()
+        );
+    }
+    let _ = writeln!(s, "typical sequences:");
+    for ts in &d.sequences {
+        let _ = writeln!(s, "  TS{:<3} {}", ts.id, ts.summary(8));
+    }
+    s
+}
+
+const COLORS: [&str; 10] = [
+    "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
+
+/// ILS(p, l, t) against t as SVG: one panel per processor; t is shown as the
+/// fraction of the sequence's occurrences (sequences of different lengths
+/// have different numbers of samples).
+pub fn ils_svg(d: &Detection, title: &str) -> String {
+    let cols = d.processors.len().clamp(1, 4);
+    let rows = d.processors.len().div_ceil(cols).max(1);
+    let (pw, ph) = (300.0, 200.0);
+    let (ml, mt, legend) = (45.0, 30.0, 150.0);
+    let w = cols as f64 * (pw + ml) + legend + 20.0;
+    let h = rows as f64 * (ph + mt + 30.0) + 40.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="20" font-size="14" text-anchor="middle">{}</text>"#,
+        (w - legend) / 2.0,
+        escape(title)
+    );
+    for (i, p) in d.processors.iter().enumerate() {
+        let x0 = (i % cols) as f64 * (pw + ml) + ml;
+        let y0 = (i / cols) as f64 * (ph + mt + 30.0) + 40.0 + mt;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+        );
+        let metric = p.metric.map_or_else(|| "-".into(), |m| format!("{m:.3}"));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">rank {} ({}) m = {}</text>"#,
+            x0 + pw / 2.0,
+            y0 - 6.0,
+            p.rank,
+            escape(&p.host),
+            metric
+        );
+        for (y, label) in [(0.0, "0"), (0.5, "0.5"), (1.0, "1")] {
+            let py = y0 + ph - y * ph;
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{}" text-anchor="end">{label}</text><line x1="{x0}" y1="{py}" x2="{}" y2="{py}" stroke="lightgray"/>"#,
+                x0 - 4.0,
+                py + 4.0,
+                x0 + pw
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle" fill="dimgray">t (fraction of occurrences)</text>"#,
+            x0 + pw / 2.0,
+            y0 + ph + 16.0
+        );
+        for (l, q) in p.sequences.iter().enumerate() {
+            if q.ils.is_empty() {
+                continue;
+            }
+            let n = q.ils.len() as f64;
+            let points: Vec<String> = q
+                .ils
+                .iter()
+                .enumerate()
+                .map(|(t, v)| {
+                    format!(
+                        "{:.1},{:.1}",
+                        x0 + (t as f64 + 1.0) / n * pw,
+                        y0 + ph - v.clamp(0.0, 1.0) * ph
+                    )
+                })
+                .collect();
+            let dash = if q.used {
+                ""
+            } else {
+                r#" stroke-dasharray="3,3""#
+            };
+            let _ = writeln!(
+                s,
+                r#"<polyline fill="none" stroke="{}" stroke-width="1.5"{dash} points="{}"/>"#,
+                COLORS[l % COLORS.len()],
+                points.join(" ")
+            );
+        }
+    }
+    let lx = cols as f64 * (pw + ml) + 10.0;
+    for (l, ts) in d.sequences.iter().enumerate() {
+        let ly = 60.0 + l as f64 * 16.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">TS{} ({} calls)</text>"#,
+            lx + 18.0,
+            COLORS[l % COLORS.len()],
+            lx + 22.0,
+            ly + 4.0,
+            ts.id,
+            ts.len()
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{lx}" y="{}" fill="dimgray">dashed: not used</text>"#,
+        70.0 + d.sequences.len() as f64 * 16.0
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

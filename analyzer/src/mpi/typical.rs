@@ -1,0 +1,323 @@
+//! Typical sequences (002 §4.1): Sequitur over one processor's sequence of
+//! (MPI function, peer) pairs; its rules sorted by expanded length, longest
+//! first; each rule matched against every processor's profile by MPI
+//! function only (peers differ between processors); the first L rules found
+//! often enough on all processors are the typical sequences.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::profile::{Peer, Profiles};
+use crate::sequitur::{RuleId, Sequitur};
+
+/// How typical sequences are chosen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TypicalConfig {
+    /// Rank whose profile feeds Sequitur (the paper uses one processor);
+    /// `None`: the lowest rank.
+    pub reference_rank: Option<u32>,
+    /// L, the number of typical sequences kept.
+    pub max_sequences: usize,
+    /// Shortest rule considered (calls).
+    pub min_length: usize,
+    /// Non-overlapping occurrences needed on every rank for a rule to count
+    /// as "detected frequently on all processors".
+    pub min_occurrences: usize,
+    /// Rules examined at most (longest first) before giving up.
+    pub max_candidates: usize,
+}
+
+impl Default for TypicalConfig {
+    fn default() -> Self {
+        Self {
+            reference_rank: None,
+            max_sequences: 8,
+            min_length: 2,
+            min_occurrences: 4,
+            max_candidates: 500,
+        }
+    }
+}
+
+/// One typical sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypicalSequence {
+    /// l, 1-based, in order of decreasing length.
+    pub id: usize,
+    /// MPI functions, in order.
+    pub functions: Vec<String>,
+}
+
+impl TypicalSequence {
+    /// Length in calls.
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// True for an empty sequence (never produced).
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+    }
+
+    /// Short text: `6 calls: MPI_Irecv MPI_Irecv …`.
+    pub fn summary(&self, max_names: usize) -> String {
+        let mut s = format!("{} calls:", self.len());
+        for f in self.functions.iter().take(max_names) {
+            s.push(' ');
+            s.push_str(f.strip_prefix("MPI_").unwrap_or(f));
+        }
+        if self.len() > max_names {
+            s.push_str(" …");
+        }
+        s
+    }
+}
+
+/// Global function ids for a set of profiles: `seqs[i]` is rank
+/// `profiles.ranks[i]`'s call sequence as ids into `names`.
+pub(crate) struct FunctionSeqs {
+    pub(crate) names: HashMap<String, u32>,
+    pub(crate) seqs: Vec<Vec<u32>>,
+}
+
+impl FunctionSeqs {
+    pub(crate) fn of(profiles: &Profiles) -> Self {
+        let mut names: HashMap<String, u32> = HashMap::new();
+        let seqs = profiles
+            .ranks
+            .iter()
+            .map(|r| {
+                let ids: Vec<u32> = r
+                    .functions
+                    .iter()
+                    .map(|f| {
+                        let next = names.len() as u32;
+                        *names.entry(f.clone()).or_insert(next)
+                    })
+                    .collect();
+                r.calls.iter().map(|c| ids[c.function as usize]).collect()
+            })
+            .collect();
+        Self { names, seqs }
+    }
+
+    /// `functions` as ids; `None` if one never occurs in these profiles.
+    pub(crate) fn encode(&self, functions: &[String]) -> Option<Vec<u32>> {
+        functions
+            .iter()
+            .map(|f| self.names.get(f).copied())
+            .collect()
+    }
+}
+
+/// Start indices of the non-overlapping occurrences of `pattern` in `text`,
+/// left to right (Knuth–Morris–Pratt, restarted after each match: O(n + m)).
+pub fn find_occurrences(text: &[u32], pattern: &[u32]) -> Vec<usize> {
+    let m = pattern.len();
+    if m == 0 || text.len() < m {
+        return Vec::new();
+    }
+    let mut fail = vec![0usize; m];
+    let mut k = 0;
+    for i in 1..m {
+        while k > 0 && pattern[i] != pattern[k] {
+            k = fail[k - 1];
+        }
+        if pattern[i] == pattern[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    let mut out = Vec::new();
+    let mut q = 0;
+    for (i, &c) in text.iter().enumerate() {
+        while q > 0 && c != pattern[q] {
+            q = fail[q - 1];
+        }
+        if c == pattern[q] {
+            q += 1;
+        }
+        if q == m {
+            out.push(i + 1 - m);
+            q = 0;
+        }
+    }
+    out
+}
+
+/// The typical sequences of `profiles` (empty when no rule occurs often
+/// enough on every rank).
+pub fn typical_sequences(profiles: &Profiles, config: &TypicalConfig) -> Vec<TypicalSequence> {
+    let Some(reference) = (match config.reference_rank {
+        Some(r) => profiles.ranks.iter().position(|p| p.rank == r),
+        None => (!profiles.ranks.is_empty()).then_some(0),
+    }) else {
+        return Vec::new();
+    };
+    let seqs = FunctionSeqs::of(profiles);
+    let mut by_id = vec![String::new(); seqs.names.len()];
+    for (name, id) in &seqs.names {
+        by_id[*id as usize] = name.clone();
+    }
+    let rank = &profiles.ranks[reference];
+    let mut sequitur: Sequitur<(u32, Peer)> = Sequitur::new();
+    for (call, f) in rank.calls.iter().zip(&seqs.seqs[reference]) {
+        sequitur.push((*f, call.peer));
+    }
+    let grammar = sequitur.grammar();
+    let mut rules: Vec<usize> = (1..grammar.rules().len())
+        .filter(|&i| grammar.len(RuleId(i)) >= config.min_length.max(1))
+        .collect();
+    // Longest first; ties in grammar order so the result is deterministic.
+    rules.sort_by_key(|&i| (std::cmp::Reverse(grammar.len(RuleId(i))), i));
+
+    let mut seen: HashSet<Vec<u32>> = HashSet::new();
+    let mut out = Vec::new();
+    for &rule in rules.iter().take(config.max_candidates) {
+        if out.len() >= config.max_sequences {
+            break;
+        }
+        let functions: Vec<u32> = grammar.expand(RuleId(rule)).iter().map(|t| t.0).collect();
+        if !seen.insert(functions.clone()) {
+            continue;
+        }
+        let frequent = seqs
+            .seqs
+            .iter()
+            .all(|s| find_occurrences(s, &functions).len() >= config.min_occurrences);
+        if frequent {
+            out.push(TypicalSequence {
+                id: out.len() + 1,
+                functions: functions
+                    .iter()
+                    .map(|f| by_id[*f as usize].clone())
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::mpi::profile::{Call, RankProfile, RankSource};
+
+    pub(crate) fn profile(rank: u32, calls: &[(&str, Peer, u64)]) -> RankProfile {
+        let mut functions: Vec<String> = Vec::new();
+        let mut out = Vec::new();
+        let mut t = 0;
+        for (name, peer, compute) in calls {
+            let f = match functions.iter().position(|f| f == name) {
+                Some(i) => i,
+                None => {
+                    functions.push(name.to_string());
+                    functions.len() - 1
+                }
+            };
+            t += compute;
+            out.push(Call {
+                function: f as u16,
+                peer: *peer,
+                compute_ns: *compute,
+                comm_ns: 1000,
+                start_ns: t,
+                cpu: rank,
+                tid: rank,
+            });
+            t += 1000;
+        }
+        RankProfile {
+            rank,
+            rank_source: RankSource::Environment,
+            size: None,
+            host: "h".into(),
+            pid: 100 + rank,
+            comm: "t".into(),
+            cpus: vec![rank],
+            functions,
+            calls: out,
+            unfinished: 0,
+        }
+    }
+
+    #[test]
+    fn kmp_finds_non_overlapping_matches() {
+        assert_eq!(find_occurrences(&[1, 1, 1, 1, 1], &[1, 1]), vec![0, 2]);
+        assert_eq!(
+            find_occurrences(&[1, 2, 1, 2, 3, 1, 2, 3], &[1, 2, 3]),
+            vec![2, 5]
+        );
+        assert_eq!(find_occurrences(&[1, 2], &[1, 2, 3]), Vec::<usize>::new());
+        assert_eq!(find_occurrences(&[1, 2], &[]), Vec::<usize>::new());
+    }
+
+    /// FT-like profile (002 §5.1.1): after a few initializing calls,
+    /// (Alltoall, Reduce) repeated; the typical sequences are 8, 4, 2 and 1
+    /// repetitions of the pair, as in Table 2 (16, 8, 4, 2 calls).
+    #[test]
+    fn ft_like_profile_gives_table_2_lengths() {
+        let comm = Peer::Comm(0x44000000);
+        let op = Peer::Op(0x58000003);
+        let mut calls = vec![
+            ("MPI_Init", Peer::None, 0),
+            ("MPI_Comm_rank", Peer::None, 0),
+            ("MPI_Comm_size", Peer::None, 0),
+            ("MPI_Barrier", comm, 0),
+        ];
+        for _ in 0..20 {
+            calls.push(("MPI_Alltoall", Peer::None, 10));
+            calls.push(("MPI_Reduce", op, 10));
+        }
+        calls.push(("MPI_Finalize", Peer::None, 0));
+        let profiles = Profiles {
+            version: 1,
+            ranks: (0..4).map(|r| profile(r, &calls)).collect(),
+        };
+        let ts = typical_sequences(
+            &profiles,
+            &TypicalConfig {
+                min_occurrences: 2,
+                ..TypicalConfig::default()
+            },
+        );
+        let lens: Vec<usize> = ts.iter().map(TypicalSequence::len).collect();
+        assert_eq!(lens, vec![16, 8, 4, 2]);
+        assert_eq!(ts[3].functions, vec!["MPI_Alltoall", "MPI_Reduce"]);
+        assert_eq!(
+            ts.iter().map(|t| t.id).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+    }
+
+    /// Rules are matched by function only: a rank whose peers differ still
+    /// matches, a rank that lacks the pattern excludes it.
+    #[test]
+    fn matching_ignores_peers_and_needs_every_rank() {
+        let seq = |peer: i32, n: usize| -> Vec<(&'static str, Peer, u64)> {
+            (0..n)
+                .flat_map(|_| {
+                    [
+                        ("MPI_Send", Peer::Rank(peer), 5),
+                        ("MPI_Recv", Peer::Rank(peer), 5),
+                        ("MPI_Barrier", Peer::Comm(1), 5),
+                    ]
+                })
+                .collect()
+        };
+        let ranks = vec![profile(0, &seq(1, 16)), profile(1, &seq(0, 16))];
+        let ts = typical_sequences(&Profiles { version: 1, ranks }, &TypicalConfig::default());
+        assert!(!ts.is_empty());
+        assert!(ts.iter().all(|t| t.len() % 3 == 0), "{ts:?}");
+
+        let other: Vec<_> = (0..16)
+            .flat_map(|_| [("MPI_Bcast", Peer::Root(0), 5), ("MPI_Wait", Peer::None, 5)])
+            .collect();
+        let ranks = vec![profile(0, &seq(1, 16)), profile(1, &other)];
+        assert!(
+            typical_sequences(&Profiles { version: 1, ranks }, &TypicalConfig::default())
+                .is_empty()
+        );
+    }
+}
