@@ -22,11 +22,10 @@ pub(crate) const ABOUT: &str =
 pub(crate) const LONG_ABOUT: &str = "\
 MPI profiles and interference detection (Tabatabaee & Hollingsworth, SC07).
 
-Record the ranks first: every process of the executable is traced from its
-entry point, and -a keeps the argument registers the peers come from:
+Record the ranks first: --mpi probes the MPI library's MPI_* functions with
+the argument registers the peers come from, in every rank the launcher starts:
 
-  tracer record --exe ./app -a 'libmpich.so.12:MPI_*' --sample-hz 0 -o run.capture &
-  mpiexec -n 2 -bind-to core ./app ...; kill -INT %1
+  tracer record --mpi --sample-hz 0 -o run.capture -- mpiexec -n 2 -bind-to core ./app ...
 
 Then:
   analyzer mpi profile run.capture --parquet run.parquet
