@@ -6,8 +6,10 @@
 //! - `demo`: trace a ring of event-driven daemons in normal runs, learn a
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
+//! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
 
 mod bench;
+mod gluster;
 
 use std::{
     env,
@@ -39,6 +41,8 @@ enum Task {
     Demo,
     /// Run the benchmarks and print their figures.
     Bench(bench::BenchArgs),
+    /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
+    Gluster(gluster::GlusterArgs),
 }
 
 /// The workspace root.
@@ -236,5 +240,6 @@ fn main() -> anyhow::Result<()> {
         Task::Test { cargo_args } => test(&cargo_args),
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
+        Task::Gluster(args) => gluster::run(args),
     }
 }
