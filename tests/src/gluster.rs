@@ -31,8 +31,7 @@
 
 use std::{
     collections::BTreeMap,
-    fmt,
-    fs,
+    fmt, fs,
     io::{BufRead as _, BufReader},
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
@@ -335,6 +334,12 @@ impl Drop for Group {
 pub struct ClusterConfig {
     /// Size of each brick's loop device, MiB.
     pub disk_mib: u64,
+    /// Bandwidth of each brick's disk, MiB/s each way (cgroup v1 blkio rule
+    /// on its loop device for the root cgroup, where the brick and any disk
+    /// hog run); 0 for none. All loop devices share the host's one disk: the
+    /// cap makes each server's disk a resource of its own that a hog can
+    /// saturate without slowing the other servers' disks.
+    pub disk_mibps: u64,
     /// Where images, brick file systems and the mount live. Removed on drop.
     pub workdir: PathBuf,
 }
@@ -343,6 +348,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             disk_mib: 1024,
+            disk_mibps: 48,
             workdir: std::env::temp_dir().join("eftrace-gluster"),
         }
     }
@@ -475,6 +481,9 @@ impl Cluster {
             )?;
             let brick = fsdir.join("brick");
             fs::create_dir_all(&brick).map_err(io_err(&brick))?;
+            if self.config.disk_mibps > 0 {
+                set_root_disk_limit(&dev, self.config.disk_mibps << 20)?;
+            }
             loops.push(dev);
             bricks.push(brick);
         }
@@ -512,14 +521,12 @@ impl Cluster {
         }
         gluster(&["volume", "start", VOLUME])?;
         let mut servers = Vec::new();
-        wait_for("all bricks online", 30, || {
-            match brick_status() {
-                Ok(s) if s.len() == SERVERS && s.iter().all(|b| b.1 > 0 && b.2 > 0) => {
-                    servers = s;
-                    true
-                }
-                _ => false,
+        wait_for("all bricks online", 30, || match brick_status() {
+            Ok(s) if s.len() == SERVERS && s.iter().all(|b| b.1 > 0 && b.2 > 0) => {
+                servers = s;
+                true
             }
+            _ => false,
         })?;
         for (i, brick) in bricks.iter().enumerate() {
             let path = brick.display().to_string();
@@ -596,9 +603,20 @@ impl Cluster {
         let mut failed = Vec::new();
         let work = self.config.workdir.clone();
         if is_mounted(&self.mount)
-            && sh(30, false, "umount", &[self.mount.to_str().unwrap_or_default()]).is_err()
+            && sh(
+                30,
+                false,
+                "umount",
+                &[self.mount.to_str().unwrap_or_default()],
+            )
+            .is_err()
         {
-            let _ = sh(10, false, "umount", &["-l", self.mount.to_str().unwrap_or_default()]);
+            let _ = sh(
+                10,
+                false,
+                "umount",
+                &["-l", self.mount.to_str().unwrap_or_default()],
+            );
         }
         if Path::new(&format!("/run/netns/{NETNS}")).exists() {
             // Bounded: glusterd is gone if an earlier step failed.
@@ -680,6 +698,31 @@ fn brick_status() -> Result<Vec<(String, u16, u32)>> {
     Ok(out)
 }
 
+/// `MAJ:MIN` of a block device such as `/dev/loop3`.
+fn devno(dev: &str) -> Result<String> {
+    let path = PathBuf::from(format!(
+        "/sys/block/{}/dev",
+        dev.trim_start_matches("/dev/")
+    ));
+    Ok(fs::read_to_string(&path)
+        .map_err(io_err(&path))?
+        .trim()
+        .to_string())
+}
+
+/// Caps reads and writes of the root blkio cgroup to `dev` at `bps` (0 removes the cap).
+fn set_root_disk_limit(dev: &str, bps: u64) -> Result<()> {
+    let devno = devno(dev)?;
+    for file in [
+        "blkio.throttle.read_bps_device",
+        "blkio.throttle.write_bps_device",
+    ] {
+        let p = Path::new("/sys/fs/cgroup/blkio").join(file);
+        fs::write(&p, format!("{devno} {bps}")).map_err(io_err(&p))?;
+    }
+    Ok(())
+}
+
 /// A glusterd running on the host (not a zombie), if any.
 fn running_glusterd() -> Option<u32> {
     let dir = fs::read_dir("/proc").ok()?;
@@ -691,7 +734,7 @@ fn running_glusterd() -> Option<u32> {
             continue;
         };
         // "pid (comm) state ..."
-        let Some(rest) = stat.rsplit_once(')').map(|(head, tail)| (head, tail)) else {
+        let Some(rest) = stat.rsplit_once(')') else {
             continue;
         };
         let comm = rest.0.split_once('(').map(|(_, c)| c).unwrap_or("");
@@ -710,7 +753,8 @@ fn cleanup_stale(workdir: &Path) {
     let prefix = workdir.display().to_string();
     for (_, at, _) in mounts() {
         if at == format!("{prefix}/mnt") {
-            let _ = sh(30, false, "umount", &[&at]).or_else(|_| sh(10, false, "umount", &["-l", &at]));
+            let _ =
+                sh(30, false, "umount", &[&at]).or_else(|_| sh(10, false, "umount", &["-l", &at]));
         }
     }
     let ns_path = format!("/run/netns/{NETNS}");
@@ -719,12 +763,18 @@ fn cleanup_stale(workdir: &Path) {
         // FUSE client of ours.
         for _ in 0..50 {
             let pids = sh(10, false, "ip", &["netns", "pids", NETNS]).unwrap_or_default();
-            let pids: Vec<i32> = pids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            let pids: Vec<i32> = pids
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
             let live: Vec<i32> = pids
                 .into_iter()
                 .filter(|p| {
                     fs::read_to_string(format!("/proc/{p}/stat"))
-                        .map(|s| s.rsplit_once(')').is_some_and(|(_, t)| !t.trim_start().starts_with('Z')))
+                        .map(|s| {
+                            s.rsplit_once(')')
+                                .is_some_and(|(_, t)| !t.trim_start().starts_with('Z'))
+                        })
                         .unwrap_or(false)
                 })
                 .collect();
@@ -741,7 +791,8 @@ fn cleanup_stale(workdir: &Path) {
     // The FUSE client died with the namespace; a lazy unmount clears a dead mount.
     for (_, at, _) in mounts() {
         if at.starts_with(&prefix) {
-            let _ = sh(30, false, "umount", &[&at]).or_else(|_| sh(10, false, "umount", &["-l", &at]));
+            let _ =
+                sh(30, false, "umount", &[&at]).or_else(|_| sh(10, false, "umount", &["-l", &at]));
         }
     }
     if let Ok(list) = sh(10, false, "losetup", &["-n", "-l", "-O", "NAME,BACK-FILE"]) {
@@ -750,6 +801,7 @@ fn cleanup_stale(workdir: &Path) {
             if let (Some(dev), Some(back)) = (f.next(), f.next())
                 && back.starts_with(&prefix)
             {
+                let _ = set_root_disk_limit(dev, 0);
                 let _ = sh(10, false, "losetup", &["-d", dev]);
             }
         }
@@ -809,7 +861,9 @@ impl FromStr for Workload {
         Workload::ALL
             .into_iter()
             .find(|w| w.to_string() == s)
-            .ok_or_else(|| GlusterError::Invalid(format!("unknown workload {s:?} (dd, postmark, fio)")))
+            .ok_or_else(|| {
+                GlusterError::Invalid(format!("unknown workload {s:?} (dd, postmark, fio)"))
+            })
     }
 }
 
@@ -895,7 +949,10 @@ pub mod dd {
         // "33554432 bytes (34 MB, 32 MiB) copied, 0.2 s, 150 MB/s"
         stderr
             .lines()
-            .find_map(|l| l.split_once(" bytes").and_then(|(n, _)| n.trim().parse().ok()))
+            .find_map(|l| {
+                l.split_once(" bytes")
+                    .and_then(|(n, _)| n.trim().parse().ok())
+            })
             .ok_or_else(|| GlusterError::Parse {
                 what: command,
                 detail: stderr.into_owned(),
@@ -1018,10 +1075,11 @@ pub mod fio {
             ],
         )?;
         let seconds = start.elapsed().as_secs_f64();
-        let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| GlusterError::Parse {
-            what: "fio --output-format=json".into(),
-            detail: e.to_string(),
-        })?;
+        let v: serde_json::Value =
+            serde_json::from_str(&json).map_err(|e| GlusterError::Parse {
+                what: "fio --output-format=json".into(),
+                detail: e.to_string(),
+            })?;
         let job = &v["jobs"][0];
         let num = |dir: &str, key: &str| job[dir][key].as_u64().unwrap_or(0);
         let _ = fs::remove_dir_all(&dir);
@@ -1044,7 +1102,8 @@ const BLKIO_CGROUP: &str = "/sys/fs/cgroup/blkio/eftrace-gluster-fault";
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// A reader streaming the server's disk (`dd iflag=direct` on its loop device).
+    /// A process streaming the server's disk: `dd` writes a file on the
+    /// server's file system and reads it back, both `O_DIRECT`, in a loop.
     DiskHog,
     /// The server's reads and writes to its disk capped (cgroup v1 blkio).
     DiskThrottle,
@@ -1094,13 +1153,16 @@ impl FromStr for FaultKind {
     }
 }
 
-/// Strength of the faults.
+/// Strength of the faults (fields missing from older run.json take defaults).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct FaultParams {
     /// packet-loss: probability a packet of the server is dropped.
     pub loss: f64,
     /// disk-throttle: bytes/s the server may read and write to its disk.
     pub disk_bps: u64,
+    /// disk-hog: size of the file the hog writes and reads back, MiB.
+    pub disk_hog_mib: u64,
     /// network-hog: the server's link rate (tc rate, e.g. `400mbit`).
     pub link_rate: String,
     /// cpu-hog: CPUs the server and the hog share (cgroup v1 CFS quota).
@@ -1114,6 +1176,7 @@ impl Default for FaultParams {
         Self {
             loss: 0.05,
             disk_bps: 8 << 20,
+            disk_hog_mib: 128,
             link_rate: "400mbit".into(),
             cpu_share: 0.5,
             max_seconds: 900,
@@ -1126,6 +1189,8 @@ impl Default for FaultParams {
 enum Undo {
     /// A hog process group to kill.
     Process(Group),
+    /// A file a hog wrote.
+    RemoveFile(PathBuf),
     /// Delete an iptables rule (the arguments after `-A`/`-D`).
     Iptables(Vec<String>),
     /// Remove the root qdisc of the namespace's `lo`.
@@ -1140,6 +1205,11 @@ impl Undo {
     fn run(self) -> Result<()> {
         match self {
             Undo::Process(g) => drop(g),
+            Undo::RemoveFile(path) => {
+                if path.exists() {
+                    fs::remove_file(&path).map_err(io_err(&path))?;
+                }
+            }
             Undo::Iptables(rule) => {
                 let mut args = vec!["-w", "5", "-D"];
                 args.extend(rule.iter().map(String::as_str));
@@ -1149,7 +1219,9 @@ impl Undo {
                 sh(10, true, "tc", &["qdisc", "del", "dev", "lo", "root"])?;
             }
             Undo::MoveBack { controller, pid } => {
-                let procs = Path::new("/sys/fs/cgroup").join(controller).join("cgroup.procs");
+                let procs = Path::new("/sys/fs/cgroup")
+                    .join(controller)
+                    .join("cgroup.procs");
                 // The server may have exited: then there is nothing to move.
                 if Path::new(&format!("/proc/{pid}")).exists() {
                     fs::write(&procs, pid.to_string()).map_err(io_err(&procs))?;
@@ -1220,19 +1292,25 @@ impl Fault {
         let max = params.max_seconds.to_string();
         match kind {
             FaultKind::DiskHog => {
+                // Reading the loop device itself would mostly read holes of
+                // the sparse image (no disk I/O): the hog writes a file on
+                // the server's file system and streams it back, O_DIRECT.
+                let fs_dir = Path::new(&server.brick)
+                    .parent()
+                    .ok_or_else(|| GlusterError::Invalid(format!("brick {}", server.brick)))?;
+                let file = fs_dir.join("eftrace-disk-hog");
+                fault.undo.push(Undo::RemoveFile(file.clone()));
                 let script = format!(
-                    "while :; do dd if={} of=/dev/null bs=1M iflag=direct status=none; done",
-                    server.loop_device
+                    "while :; do dd if=/dev/zero of={f} bs=1M count={mib} oflag=direct status=none; \
+                     dd if={f} of=/dev/null bs=1M iflag=direct status=none; done",
+                    f = file.display(),
+                    mib = params.disk_hog_mib,
                 );
                 let g = Group::spawn(bounded(params.max_seconds, false, "sh", &["-c", &script]))?;
                 fault.undo.push(Undo::Process(g));
             }
             FaultKind::DiskThrottle => {
-                let devno = fs::read_to_string(format!(
-                    "/sys/block/{}/dev",
-                    server.loop_device.trim_start_matches("/dev/")
-                ))
-                .map_err(io_err(Path::new(&server.loop_device)))?;
+                let devno = devno(&server.loop_device)?;
                 let cg = PathBuf::from(BLKIO_CGROUP);
                 remove_cgroup(&cg);
                 fs::create_dir(&cg).map_err(io_err(&cg))?;
@@ -1283,8 +1361,19 @@ impl Fault {
                 let port = server.port.to_string();
                 for (chain, dir) in [("INPUT", "--dport"), ("OUTPUT", "--sport")] {
                     let rule: Vec<String> = [
-                        chain, "-p", "tcp", dir, &port, "-m", "statistic", "--mode", "random",
-                        "--probability", &p, "-j", "DROP",
+                        chain,
+                        "-p",
+                        "tcp",
+                        dir,
+                        &port,
+                        "-m",
+                        "statistic",
+                        "--mode",
+                        "random",
+                        "--probability",
+                        &p,
+                        "-j",
+                        "DROP",
                     ]
                     .iter()
                     .map(|s| s.to_string())
@@ -1297,19 +1386,50 @@ impl Fault {
             }
             FaultKind::NetworkHog => {
                 let tc = |args: &[&str]| sh(10, true, "tc", args);
-                tc(&["qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1"])?;
-                fault.undo.push(Undo::Qdisc);
-                tc(&["class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit"])?;
                 tc(&[
-                    "class", "add", "dev", "lo", "parent", "1:", "classid", "1:2", "htb", "rate",
-                    &params.link_rate, "ceil", &params.link_rate,
+                    "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1",
+                ])?;
+                fault.undo.push(Undo::Qdisc);
+                tc(&[
+                    "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate",
+                    "100gbit",
+                ])?;
+                tc(&[
+                    "class",
+                    "add",
+                    "dev",
+                    "lo",
+                    "parent",
+                    "1:",
+                    "classid",
+                    "1:2",
+                    "htb",
+                    "rate",
+                    &params.link_rate,
+                    "ceil",
+                    &params.link_rate,
                 ])?;
                 for port in [server.port, HOG_PORT] {
                     for field in ["dport", "sport"] {
                         tc(&[
-                            "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio",
-                            "1", "u32", "match", "ip", field, &port.to_string(), "0xffff",
-                            "flowid", "1:2",
+                            "filter",
+                            "add",
+                            "dev",
+                            "lo",
+                            "parent",
+                            "1:",
+                            "protocol",
+                            "ip",
+                            "prio",
+                            "1",
+                            "u32",
+                            "match",
+                            "ip",
+                            field,
+                            &port.to_string(),
+                            "0xffff",
+                            "flowid",
+                            "1:2",
                         ])?;
                     }
                 }
@@ -1317,7 +1437,10 @@ impl Fault {
                     params.max_seconds,
                     true,
                     "sh",
-                    &["-c", &format!("exec nc -l -k {ADDR} {HOG_PORT} > /dev/null")],
+                    &[
+                        "-c",
+                        &format!("exec nc -l -k {ADDR} {HOG_PORT} > /dev/null"),
+                    ],
                 ))?;
                 fault.undo.push(Undo::Process(sink));
                 let source = Group::spawn(bounded(
@@ -1510,7 +1633,10 @@ impl Recording {
             // Wait for "recording ..." (probes attached).
             let mut seen = Vec::new();
             let ok = loop {
-                match t.lines.recv_timeout(Duration::from_secs(120).saturating_sub(started.elapsed())) {
+                match t
+                    .lines
+                    .recv_timeout(Duration::from_secs(120).saturating_sub(started.elapsed()))
+                {
                     Ok(l) => {
                         let recording = l.contains("recording");
                         seen.push(l);
@@ -1586,7 +1712,9 @@ fn parse_summary(lines: &[String], s: &mut TracerSummary) {
         if let Some(rest) = l.strip_prefix("LOSSES:") {
             for part in rest.split(',') {
                 let mut w = part.split_whitespace();
-                if let (Some("ring_full"), Some(n)) = (w.next(), w.next().and_then(|n| n.parse().ok())) {
+                if let (Some("ring_full"), Some(n)) =
+                    (w.next(), w.next().and_then(|n| n.parse().ok()))
+                {
                     s.lost = n;
                 }
             }
@@ -1863,7 +1991,8 @@ pub fn server_stats(run: &LoadedRun) -> Vec<ServerStats> {
                 continue;
             }
             let ph = usize::from(t >= split);
-            let retrans_here = matches!(e, Event::TcpRetransmit(r) if r.sport == port || r.dport == port);
+            let retrans_here =
+                matches!(e, Event::TcpRetransmit(r) if r.sport == port || r.dport == port);
             if h.pid != pid && !retrans_here {
                 continue;
             }
@@ -1871,7 +2000,10 @@ pub fn server_stats(run: &LoadedRun) -> Vec<ServerStats> {
             match e {
                 Event::Entry { rec, .. } => {
                     *p.calls.entry(cap.function_name(rec.func_id)).or_default() += 1.0;
-                    stacks.entry(h.tid).or_default().push((rec.func_id, h.ts_ns));
+                    stacks
+                        .entry(h.tid)
+                        .or_default()
+                        .push((rec.func_id, h.ts_ns));
                 }
                 Event::Return(r) => {
                     p.returns += 1.0;
@@ -1944,10 +2076,7 @@ mod tests {
     fn postmark_report_amounts() {
         let report = "Data:\n\t1.23 megabytes read (0.41 megabytes per second)\n\
                       \t512.00 kilobytes written (170.67 kilobytes per second)\n";
-        assert_eq!(
-            postmark::parse(report),
-            Some((1_289_748, 524_288))
-        );
+        assert_eq!(postmark::parse(report), Some((1_289_748, 524_288)));
     }
 
     #[test]

@@ -11,19 +11,14 @@
 //! - `signal`: per-server activity of run directories before and during the
 //!   fault (what signal the analysis has to work with).
 
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-    process::Command,
-    time::Instant,
-};
+use std::{collections::BTreeMap, path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use tests::gluster::{
-    Cluster, ClusterConfig, FaultKind, FaultParams, RecordConfig, RecordMode, RunConfig,
-    RunInfo, Workload, load_run, server_stats,
+    Cluster, ClusterConfig, FaultKind, FaultParams, RecordConfig, RecordMode, RunConfig, RunInfo,
+    Workload, load_run, server_stats,
 };
 
 use crate::{build_tracer, is_root, target_dir};
@@ -212,7 +207,10 @@ fn start_cluster() -> anyhow::Result<Cluster> {
         c.start_seconds,
         c.servers()
             .iter()
-            .map(|s| format!("{}=pid {} port {} {}", s.label, s.pid, s.port, s.loop_device))
+            .map(|s| format!(
+                "{}=pid {} port {} {}",
+                s.label, s.pid, s.port, s.loop_device
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -302,12 +300,18 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
     let faults: Vec<FaultKind> = if a.faults.is_empty() {
         FaultKind::ALL.to_vec()
     } else {
-        a.faults.iter().map(|f| f.parse()).collect::<Result<_, _>>()?
+        a.faults
+            .iter()
+            .map(|f| f.parse())
+            .collect::<Result<_, _>>()?
     };
     let workloads: Vec<Workload> = if a.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
-        a.workloads.iter().map(|w| w.parse()).collect::<Result<_, _>>()?
+        a.workloads
+            .iter()
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()?
     };
     let record = a.common.record()?;
     std::fs::create_dir_all(&a.output)?;
@@ -351,8 +355,8 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
         };
         let out = a.output.join(dir);
         let _ = std::fs::remove_dir_all(&out);
-        let info = tests::gluster::run(&cluster, &config, &out)
-            .with_context(|| format!("run {dir}"))?;
+        let info =
+            tests::gluster::run(&cluster, &config, &out).with_context(|| format!("run {dir}"))?;
         println!("[{}/{}] {dir}: {}", i + 1, plan.len(), describe(&info));
         index.runs.push(MatrixEntry {
             dir: dir.clone(),
@@ -484,7 +488,9 @@ fn print_table(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
     println!();
     let pct = |n: u32, d: u32| 100.0 * f64::from(n) / f64::from(d.max(1));
     for f in faults {
-        let name = f.map(|k| k.to_string()).unwrap_or_else(|| "none (control)".into());
+        let name = f
+            .map(|k| k.to_string())
+            .unwrap_or_else(|| "none (control)".into());
         print!("{name:<16}");
         for m in &metrics {
             match cells.get(&(f, m.clone())) {
@@ -622,7 +628,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         }
         let base = untraced.result.mb_per_s();
         let rate = |i: &RunInfo| {
-            i.tracers.iter().flat_map(|t| t.events.values()).sum::<u64>() as f64
+            i.tracers
+                .iter()
+                .flat_map(|t| t.events.values())
+                .sum::<u64>() as f64
                 / i.result.seconds.max(1e-9)
         };
         let cap = |i: &RunInfo| {
@@ -664,7 +673,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         .sum();
     println!("\nrecords lost in all traced runs: {lost}");
     let stop = cluster.stop()?;
-    println!("captures in {} (cluster stopped in {stop:.1} s)", out.display());
+    println!(
+        "captures in {} (cluster stopped in {stop:.1} s)",
+        out.display()
+    );
     Ok(())
 }
 
@@ -698,16 +710,35 @@ mod tests_table {
         let cells = tally(&verdicts);
         assert_eq!(
             cells[&(Some(FaultKind::DiskHog), "time".to_string())],
-            Cell { runs: 2, tp: 2, fp: 1 }
+            Cell {
+                runs: 2,
+                tp: 2,
+                fp: 1
+            }
         );
         assert_eq!(
             cells[&(Some(FaultKind::DiskHog), "count".to_string())],
-            Cell { runs: 2, tp: 0, fp: 1 }
+            Cell {
+                runs: 2,
+                tp: 0,
+                fp: 1
+            }
         );
         assert_eq!(
             cells[&(None, "count".to_string())],
-            Cell { runs: 1, tp: 0, fp: 1 }
+            Cell {
+                runs: 1,
+                tp: 0,
+                fp: 1
+            }
         );
-        assert_eq!(cells[&(None, "time".to_string())], Cell { runs: 1, tp: 0, fp: 0 });
+        assert_eq!(
+            cells[&(None, "time".to_string())],
+            Cell {
+                runs: 1,
+                tp: 0,
+                fp: 0
+            }
+        );
     }
 }

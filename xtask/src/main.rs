@@ -42,7 +42,7 @@ enum Task {
     /// Run the benchmarks and print their figures.
     Bench(bench::BenchArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
-    Gluster(gluster::GlusterArgs),
+    Gluster(Box<gluster::GlusterArgs>),
 }
 
 /// The workspace root.
@@ -240,6 +240,6 @@ fn main() -> anyhow::Result<()> {
         Task::Test { cargo_args } => test(&cargo_args),
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
-        Task::Gluster(args) => gluster::run(args),
+        Task::Gluster(args) => gluster::run(*args),
     }
 }
