@@ -59,11 +59,14 @@ pub const RUN_INFO_VERSION: u32 = 1;
 
 /// Functions traced in every brick, chosen from the exports of
 /// `libglusterfs.so.0` and `libgfrpc.so.0` (the posix xlator exports only
-/// `xlator_api`). A few per file operation, so uprobes cost little:
+/// `xlator_api`). Two to four calls per file operation, so uprobes cost
+/// little (`iobref_new`, two per operation, was dropped: it doubled the
+/// rate and duplicates `call_resume`'s count). Rates on this host, all 4
+/// bricks: dd ~7 k calls/s, PostMark ~23 k/s, fio ~26 k/s
+/// (`cargo xtask gluster bench`).
 /// - `call_resume`: an io-threads worker runs one queued operation down the
 ///   brick's stack to the posix xlator, disk time included;
 /// - `rpcsvc_submit_generic`: one reply sent to a client, socket time included;
-/// - `iobref_new`: buffers of one request or reply;
 /// - `inode_find`, `default_lookup`, `default_create`: metadata operations
 ///   (PostMark);
 /// - `default_writev_cbk`, `default_readv_cbk`: data operations completing;
@@ -71,7 +74,6 @@ pub const RUN_INFO_VERSION: u32 = 1;
 pub const FUNCTIONS: &[&str] = &[
     "libglusterfs.so.0:call_resume",
     "libgfrpc.so.0:rpcsvc_submit_generic",
-    "libglusterfs.so.0:iobref_new",
     "libglusterfs.so.0:inode_find",
     "libglusterfs.so.0:default_lookup",
     "libglusterfs.so.0:default_create",
@@ -378,6 +380,7 @@ pub struct Cluster {
     config: ClusterConfig,
     servers: Vec<Server>,
     mount: PathBuf,
+    torn_down: bool,
     /// Seconds `start` took.
     pub start_seconds: f64,
 }
@@ -419,6 +422,7 @@ impl Cluster {
             mount: config.workdir.join("mnt"),
             config,
             servers: Vec::new(),
+            torn_down: false,
             start_seconds: 0.0,
         };
         cluster.build()?;
@@ -600,6 +604,9 @@ impl Cluster {
 
     /// Undoes `build`, step by step, whatever state it reached.
     fn teardown(&mut self) -> Vec<String> {
+        if std::mem::replace(&mut self.torn_down, true) {
+            return Vec::new();
+        }
         let mut failed = Vec::new();
         let work = self.config.workdir.clone();
         if is_mounted(&self.mount)
@@ -1104,15 +1111,27 @@ const BLKIO_CGROUP: &str = "/sys/fs/cgroup/blkio/eftrace-gluster-fault";
 pub enum FaultKind {
     /// A process streaming the server's disk: `dd` writes a file on the
     /// server's file system and reads it back, both `O_DIRECT`, in a loop.
+    /// It shares the disk's bandwidth ([`ClusterConfig::disk_mibps`]) with
+    /// the server.
     DiskHog,
-    /// The server's reads and writes to its disk capped (cgroup v1 blkio).
+    /// The server's reads and writes to its disk capped at
+    /// [`FaultParams::disk_bps`] (the brick moved into a cgroup v1 blkio
+    /// group with a lower limit on its loop device).
     DiskThrottle,
-    /// A third-party TCP stream saturating the server's "link": the server's
-    /// port and the hog share one htb class of [`FaultParams::link_rate`].
+    /// A third-party TCP stream saturating the server's "link". All servers
+    /// share the namespace's loopback, which has no bandwidth of its own, so
+    /// while the fault is on the server's port and the hog's stream
+    /// (`cat /dev/zero | nc` into an `nc` sink) share one htb class of
+    /// [`FaultParams::link_rate`]: the server's NIC, filled by the hog.
     NetworkHog,
-    /// Random loss of the server's TCP packets (iptables statistic).
+    /// Random loss of the server's TCP packets, both ways (iptables
+    /// `statistic` on its port, INPUT and OUTPUT).
     PacketLoss,
-    /// A CPU-bound process sharing a capped CPU cgroup with the server.
+    /// A CPU-bound process (`stress-ng --cpu 1`) competing with the server.
+    /// With 2 cores and 4 servers a free-running hog would slow every server
+    /// alike, so the server and the hog share one cgroup v1 `cpu` group
+    /// capped at [`FaultParams::cpu_share`] CPUs: the hog takes CPU from that
+    /// server only, and the rest of the host loses at most that share.
     CpuHog,
 }
 

@@ -111,7 +111,7 @@ fn gluster_bricks_recorded_clean_and_with_packet_loss() {
         let p = pids
             .get(&s.pid)
             .unwrap_or_else(|| panic!("no events of {} (pid {})", s.label, s.pid));
-        for f in ["call_resume", "rpcsvc_submit_generic", "iobref_new"] {
+        for f in ["call_resume", "rpcsvc_submit_generic", "default_writev_cbk"] {
             let entries = p.entries.get(f).copied().unwrap_or(0);
             let returns = p.returns.get(f).copied().unwrap_or(0);
             assert!(entries > 100, "{}: {f} entries {entries}: {p:?}", s.label);
