@@ -170,6 +170,9 @@ struct BenchArgs {
     /// Seconds per workload measurement.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Repetitions of each measurement (medians reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Output directory for the captures.
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -557,6 +560,11 @@ fn signal(dirs: &[PathBuf], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
     need_root()?;
     let tracer = match &a.tracer {
@@ -577,8 +585,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     let cluster = start_cluster()?;
     println!(
-        "\n== throughput, {:.0} s per workload (MB/s read+write through the mount)",
-        a.seconds
+        "\n== throughput, {:.0} s per workload, median of {} (MB/s read+write through the mount)",
+        a.seconds, a.repeat
     );
     println!(
         "{:<9} {:>9} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10}",
@@ -595,61 +603,64 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for w in Workload::ALL {
-        let untraced = tests::gluster::run(
-            &cluster,
-            &RunConfig {
-                workload: w,
-                seconds: a.seconds,
-                fault: None,
-                fault_after: 0.0,
-                params: FaultParams::default(),
-                record: None,
-            },
-            &out.join(format!("{w}-untraced")),
-        )?;
+        // Modes interleaved within each repetition, so drift in the host's
+        // load (other builds) hits them alike; medians reported.
+        let mut mbps: [Vec<f64>; 3] = Default::default();
+        let mut rates: [Vec<f64>; 2] = Default::default();
+        let mut caps: [Vec<f64>; 2] = Default::default();
         let mut traced = Vec::new();
-        for mode in [RecordMode::Single, RecordMode::PerServer] {
-            let mut r = RecordConfig::new(tracer.clone());
-            r.mode = mode;
-            let dir = out.join(format!("{w}-{mode:?}").to_lowercase());
-            let info = tests::gluster::run(
-                &cluster,
-                &RunConfig {
-                    workload: w,
-                    seconds: a.seconds,
-                    fault: None,
-                    fault_after: 0.0,
-                    params: FaultParams::default(),
-                    record: Some(r),
-                },
-                &dir,
-            )?;
-            traced.push((dir, info));
+        for rep in 0..a.repeat.max(1) {
+            let modes = [None, Some(RecordMode::Single), Some(RecordMode::PerServer)];
+            for (m, mode) in modes.into_iter().enumerate() {
+                let record = mode.map(|mode| {
+                    let mut r = RecordConfig::new(tracer.clone());
+                    r.mode = mode;
+                    r
+                });
+                let name = match mode {
+                    None => "untraced",
+                    Some(RecordMode::Single) => "single",
+                    Some(RecordMode::PerServer) => "per-server",
+                };
+                let dir = out.join(format!("{w}-{name}-{}", rep + 1));
+                let info = tests::gluster::run(
+                    &cluster,
+                    &RunConfig {
+                        workload: w,
+                        seconds: a.seconds,
+                        fault: None,
+                        fault_after: 0.0,
+                        params: FaultParams::default(),
+                        record,
+                    },
+                    &dir,
+                )?;
+                mbps[m].push(info.result.mb_per_s());
+                if m > 0 {
+                    let secs = info.result.seconds.max(1e-9);
+                    let events: u64 = info.tracers.iter().flat_map(|t| t.events.values()).sum();
+                    let bytes: u64 = info.tracers.iter().map(|t| t.bytes).sum();
+                    rates[m - 1].push(events as f64 / secs);
+                    caps[m - 1].push(bytes as f64 / 1e6 / secs);
+                    traced.push((dir, info));
+                }
+            }
         }
-        let base = untraced.result.mb_per_s();
-        let rate = |i: &RunInfo| {
-            i.tracers
-                .iter()
-                .flat_map(|t| t.events.values())
-                .sum::<u64>() as f64
-                / i.result.seconds.max(1e-9)
-        };
-        let cap = |i: &RunInfo| {
-            i.tracers.iter().map(|t| t.bytes).sum::<u64>() as f64 / 1e6 / i.result.seconds.max(1e-9)
-        };
-        let (s, p) = (&traced[0].1, &traced[1].1);
+        let [base, single, per] = mbps.map(median);
+        let [rate1, rate4] = rates.map(median);
+        let [cap1, cap4] = caps.map(median);
         println!(
             "{:<9} {:>9.1} {:>12.1} {:>12.1} {:>9.1}% {:>9.1}% {:>12.0} {:>12.0} {:>10.2} {:>10.2}",
             w.to_string(),
             base,
-            s.result.mb_per_s(),
-            p.result.mb_per_s(),
-            100.0 * (1.0 - s.result.mb_per_s() / base),
-            100.0 * (1.0 - p.result.mb_per_s() / base),
-            rate(s),
-            rate(p),
-            cap(s),
-            cap(p)
+            single,
+            per,
+            100.0 * (1.0 - single / base),
+            100.0 * (1.0 - per / base),
+            rate1,
+            rate4,
+            cap1,
+            cap4
         );
         rows.push((w, traced));
     }
