@@ -70,7 +70,12 @@ pub const RUN_INFO_VERSION: u32 = 1;
 /// - `inode_find`, `default_lookup`, `default_create`: metadata operations
 ///   (PostMark);
 /// - `default_writev_cbk`, `default_readv_cbk`: data operations completing;
-/// - `syncop_*`: synchronous internal operations (heals, xattrs), rare.
+///
+/// Not `syncop_*`: they run in synctasks, which yield with `swapcontext` and
+/// resume on another `glfs_sproc` thread, so a uretprobe's hijacked return
+/// address comes back on a thread that has no record of it: the kernel
+/// logs "failed to handle uretprobe, sending SIGILL" and the brick dies
+/// (seen here under PostMark).
 pub const FUNCTIONS: &[&str] = &[
     "libglusterfs.so.0:call_resume",
     "libgfrpc.so.0:rpcsvc_submit_generic",
@@ -79,7 +84,6 @@ pub const FUNCTIONS: &[&str] = &[
     "libglusterfs.so.0:default_create",
     "libglusterfs.so.0:default_writev_cbk",
     "libglusterfs.so.0:default_readv_cbk",
-    "libglusterfs.so.0:syncop_*",
 ];
 
 /// Errors of the harness.
