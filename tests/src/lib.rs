@@ -16,6 +16,8 @@ use std::{
 
 use analyzer::{Capture, Event, Symbolizer};
 
+pub mod gluster;
+
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
 pub fn tracer_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACER_BIN") {

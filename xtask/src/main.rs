@@ -6,8 +6,10 @@
 //! - `demo`: trace a ring of event-driven daemons in normal runs, learn a
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
+//! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
 
 mod bench;
+mod gluster;
 mod mpi;
 
 use std::{
@@ -47,6 +49,8 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         repeat: usize,
     },
+    /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
+    Gluster(Box<gluster::GlusterArgs>),
 }
 
 /// The workspace root.
@@ -245,5 +249,6 @@ fn main() -> anyhow::Result<()> {
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
+        Task::Gluster(args) => gluster::run(*args),
     }
 }

@@ -1,6 +1,7 @@
 mod capture_file;
 mod errors;
 mod functions;
+mod gluster;
 mod hydra;
 mod lifecycle;
 mod model;

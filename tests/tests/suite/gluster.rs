@@ -1,0 +1,186 @@
+//! A real GlusterFS volume (4 brick daemons) recorded by the tracer: a clean
+//! dd run and one with packet loss on one server (issue 4, peer comparison).
+
+use std::{collections::BTreeMap, path::Path};
+
+use analyzer::{Event, decode::syscall_name};
+use tests::{
+    gluster::{
+        Cluster, ClusterConfig, FaultKind, FaultParams, LoadedRun, RecordConfig, RunConfig,
+        Workload, load_run, run, server_stats,
+    },
+    privileged, tracer_bin,
+};
+
+/// Records a dd run of `seconds` (fault on server `fault.1` after `fault_after`)
+/// into `dir` and reads it back: what the fault-localization assertions use.
+pub fn record_dd(
+    cluster: &Cluster,
+    dir: &Path,
+    seconds: f64,
+    fault: Option<(FaultKind, usize)>,
+    fault_after: f64,
+) -> LoadedRun {
+    let config = RunConfig {
+        workload: Workload::Dd,
+        seconds,
+        fault,
+        fault_after,
+        params: FaultParams::default(),
+        record: Some(RecordConfig::new(tracer_bin())),
+    };
+    run(cluster, &config, dir).unwrap_or_else(|e| panic!("run into {}: {e:?}", dir.display()));
+    load_run(dir).unwrap_or_else(|e| panic!("reading {}: {e:?}", dir.display()))
+}
+
+/// Per pid: entries and returns by function, socket calls and bytes, samples.
+#[derive(Default, Debug)]
+struct PerPid {
+    entries: BTreeMap<String, u64>,
+    returns: BTreeMap<String, u64>,
+    socket_calls: BTreeMap<String, u64>,
+    socket_bytes: i64,
+    samples: u64,
+}
+
+fn per_pid(run: &LoadedRun) -> BTreeMap<u32, PerPid> {
+    let mut out: BTreeMap<u32, PerPid> = BTreeMap::new();
+    for cap in run.captures.values() {
+        for e in cap.events() {
+            let e = e.expect("records decode");
+            let p = out.entry(e.header().pid).or_default();
+            match e {
+                Event::Entry { rec, .. } => {
+                    *p.entries.entry(cap.function_name(rec.func_id)).or_default() += 1;
+                }
+                Event::Return(r) => {
+                    *p.returns.entry(cap.function_name(r.func_id)).or_default() += 1;
+                }
+                Event::Syscall(s) => {
+                    *p.socket_calls.entry(syscall_name(s.nr)).or_default() += 1;
+                    if s.ret > 0 && ["readv", "writev"].contains(&syscall_name(s.nr).as_str()) {
+                        p.socket_bytes += s.ret;
+                    }
+                }
+                Event::Sample(_) => p.samples += 1,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Every brick's events are in the capture: function entries and returns,
+/// socket traffic, CPU samples; nothing lost. Then 5% packet loss on one
+/// server shows as TCP retransmissions on that server's port only.
+#[test]
+fn gluster_bricks_recorded_clean_and_with_packet_loss() {
+    if !privileged() {
+        return;
+    }
+    let cluster = match Cluster::start(ClusterConfig::default()) {
+        Ok(c) => c,
+        Err(tests::gluster::GlusterError::Missing { program }) => {
+            eprintln!("skipped: {program} is not installed (run `sudo scripts/setup`)");
+            assert!(
+                std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+                "EFTRACE_REQUIRE_ROOT is set but {program} is missing"
+            );
+            return;
+        }
+        Err(e) => panic!("starting the cluster: {e:?}"),
+    };
+    let servers = cluster.servers().to_vec();
+    assert_eq!(servers.len(), 4);
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Clean run.
+    let clean = record_dd(&cluster, &dir.path().join("clean"), 10.0, None, 0.0);
+    assert_eq!(clean.info.version, tests::gluster::RUN_INFO_VERSION);
+    assert!(clean.info.fault.is_none());
+    assert!(clean.info.result.bytes_written > 0 && clean.info.result.bytes_read > 0);
+    for t in &clean.info.tracers {
+        assert_eq!(t.lost, 0, "records lost: {t:?}");
+    }
+    for cap in clean.captures.values() {
+        assert_eq!(cap.lost_records(), 0);
+        assert!(cap.end.is_some(), "the tracer closed the capture");
+    }
+    let pids = per_pid(&clean);
+    for s in &servers {
+        let p = pids
+            .get(&s.pid)
+            .unwrap_or_else(|| panic!("no events of {} (pid {})", s.label, s.pid));
+        for f in ["call_resume", "rpcsvc_submit_generic", "default_writev_cbk"] {
+            let entries = p.entries.get(f).copied().unwrap_or(0);
+            let returns = p.returns.get(f).copied().unwrap_or(0);
+            assert!(entries > 100, "{}: {f} entries {entries}: {p:?}", s.label);
+            // Calls in flight at start or stop may miss one half.
+            assert!(
+                entries.abs_diff(returns) <= 64,
+                "{}: {f} {entries} entries, {returns} returns",
+                s.label
+            );
+        }
+        for call in ["readv", "writev", "epoll_wait"] {
+            assert!(
+                p.socket_calls.get(call).copied().unwrap_or(0) > 10,
+                "{}: {call}: {:?}",
+                s.label,
+                p.socket_calls
+            );
+        }
+        // Each brick stores a third of the data (3 + 1 disperse): it moves
+        // at least that much over its sockets.
+        let third = (clean.info.result.bytes_written / 3) as i64;
+        assert!(
+            p.socket_bytes > third,
+            "{}: {} socket bytes, written {}",
+            s.label,
+            p.socket_bytes,
+            clean.info.result.bytes_written
+        );
+        assert!(p.samples > 0, "{}: no CPU samples", s.label);
+    }
+    // The four peers do similar work: call counts within a factor 1.5.
+    let resumes: Vec<u64> = servers
+        .iter()
+        .map(|s| pids[&s.pid].entries["call_resume"])
+        .collect();
+    let (lo, hi) = (
+        *resumes.iter().min().expect("4 servers"),
+        *resumes.iter().max().expect("4 servers"),
+    );
+    assert!(hi * 2 <= lo * 3, "call_resume per server: {resumes:?}");
+
+    // 5% packet loss on server 3 from 3 s on.
+    let faulty = 2;
+    let lossy = record_dd(
+        &cluster,
+        &dir.path().join("packet-loss"),
+        10.0,
+        Some((FaultKind::PacketLoss, faulty)),
+        3.0,
+    );
+    let fault = lossy.info.fault.as_ref().expect("fault recorded");
+    assert_eq!(fault.server, "server3");
+    assert!(fault.on_unix_ns > lossy.info.start_unix_ns && fault.off_unix_ns > fault.on_unix_ns);
+    let stats = server_stats(&lossy);
+    let retx: Vec<f64> = stats
+        .iter()
+        .map(|s| s.during.as_ref().expect("fault phase").retransmits)
+        .collect();
+    let others = retx
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != faulty)
+        .map(|(_, r)| *r)
+        .fold(0.0, f64::max);
+    assert!(
+        retx[faulty] > 2.0 * others.max(0.5),
+        "retransmits/s while the fault was on: {retx:?}"
+    );
+    let stop = cluster.stop().expect("cleanup");
+    assert!(stop < 60.0);
+    assert!(!Path::new("/run/netns/eftrace-gluster").exists());
+}
