@@ -174,6 +174,15 @@ pub enum GlusterError {
         #[source]
         source: analyzer::DecodeError,
     },
+    /// Peer comparison refused a run.
+    #[error("peer comparison of {run}")]
+    Peers {
+        /// The run directory.
+        run: PathBuf,
+        /// The cause.
+        #[source]
+        source: analyzer::peers::PeersError,
+    },
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
@@ -2090,6 +2099,69 @@ pub fn server_stats(run: &LoadedRun) -> Vec<ServerStats> {
         });
     }
     out
+}
+
+// ---------------------------------------------------------------------------
+// Peer comparison of runs
+
+/// How peer comparison reads these runs: every brick daemon is a server
+/// (`--split-processes`), labelled by its brick path, which unlike its pid
+/// is the same in every run (`--label-arg --brick-name`), with its port from
+/// its command line to place TCP retransmissions (`--port-arg --brick-port`).
+/// Nothing GlusterFS-specific is in the analysis: these are its generic
+/// options filled in, as `analyzer peers train` takes them.
+pub fn peers_config(window_s: f64, shift_s: f64) -> analyzer::peers::PeersConfig {
+    analyzer::peers::PeersConfig {
+        window_ns: (window_s * 1e9) as u64,
+        shift_ns: (shift_s * 1e9) as u64,
+        split: analyzer::peers::ServerSplit::PerProcess {
+            label_arg: Some("--brick-name".into()),
+        },
+        port_arg: Some("--brick-port".into()),
+        ..Default::default()
+    }
+}
+
+/// Scores a loaded run (`dir` is where it was loaded from) with `cfg`;
+/// `min_windows` windows must fit (2k-1 for training).
+pub fn score_run(
+    run: &LoadedRun,
+    dir: &Path,
+    cfg: &analyzer::peers::PeersConfig,
+    min_windows: usize,
+) -> Result<analyzer::peers::Scored> {
+    let paths: Vec<PathBuf> = run.captures.keys().map(|c| dir.join(c)).collect();
+    let labels: Vec<String> = run
+        .captures
+        .keys()
+        .map(|c| c.trim_end_matches(".capture").to_string())
+        .collect();
+    let sources: Vec<analyzer::peers::CaptureSource<'_>> = run
+        .captures
+        .values()
+        .zip(&paths)
+        .zip(&labels)
+        .map(|((capture, path), label)| analyzer::peers::CaptureSource {
+            path,
+            label,
+            capture,
+        })
+        .collect();
+    analyzer::peers::analyze(&dir.display().to_string(), &sources, cfg, min_windows).map_err(
+        |source| GlusterError::Peers {
+            run: dir.to_path_buf(),
+            source,
+        },
+    )
+}
+
+/// The harness label (`server1`..) of the server peer comparison calls
+/// `peers_label` (its brick path), or the label itself when no brick has it.
+pub fn server_label(info: &RunInfo, peers_label: &str) -> String {
+    info.servers
+        .iter()
+        .find(|s| s.server.brick == peers_label)
+        .map_or_else(|| peers_label.to_string(), |s| s.server.label.clone())
 }
 
 #[cfg(test)]

@@ -4,21 +4,23 @@
 //! - `run`: one experiment (workload, optional fault on one server part-way),
 //!   recorded into captures + `run.json`;
 //! - `matrix`: every fault x workload x N runs (faulty server rotating) plus
-//!   clean runs, then Table 1 of the paper (TP/FP per fault and metric) from
-//!   `analyzer peers diagnose` when the analyzer has it;
+//!   clean runs, then Table 1 of the paper (TP/FP per fault and metric):
+//!   peer comparison trained on the clean runs of the same workload (each
+//!   clean run judged by thresholds from the others);
 //! - `bench`: cluster start/stop times, workload throughput untraced and
 //!   traced (both recording modes), event rates, capture sizes;
 //! - `signal`: per-server activity of run directories before and during the
 //!   fault (what signal the analysis has to work with).
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command, time::Instant};
+use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
+use analyzer::peers::{Report, diagnose, train};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use tests::gluster::{
     Cluster, ClusterConfig, FaultKind, FaultParams, RecordConfig, RecordMode, RunConfig, RunInfo,
-    Workload, load_run, server_stats,
+    Workload, load_run, peers_config, score_run, server_label, server_stats,
 };
 
 use crate::{build_tracer, is_root, target_dir};
@@ -158,9 +160,12 @@ struct MatrixArgs {
     /// Only print the table for an existing matrix directory.
     #[arg(long)]
     table_only: bool,
-    /// The analyzer binary (default: the workspace's release build).
-    #[arg(long)]
-    analyzer: Option<PathBuf>,
+    /// Peer comparison: WinSize, seconds (paper: 60 for runs of minutes).
+    #[arg(long, default_value_t = 4.0)]
+    window: f64,
+    /// Peer comparison: WinShift, seconds (paper: 30).
+    #[arg(long, default_value_t = 2.0)]
+    shift: f64,
     #[command(flatten)]
     common: Common,
 }
@@ -380,15 +385,9 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `analyzer peers diagnose --json RUN_DIR` reports per metric: the
-/// servers it indicts. The contract with the analysis (issue 4): a JSON
-/// object with `metrics: [{metric, indicted: [server label]}]`.
-#[derive(Debug, Deserialize)]
-struct Diagnosis {
-    metrics: Vec<MetricVerdict>,
-}
-
-#[derive(Debug, Deserialize)]
+/// One metric's verdict on one run: the servers it indicts (`combined` is
+/// the verdict over all metrics).
+#[derive(Debug)]
 struct MetricVerdict {
     metric: String,
     indicted: Vec<String>,
@@ -425,6 +424,25 @@ fn tally(
     cells
 }
 
+/// Per-metric and combined verdicts of `report`, servers named as in the
+/// harness (`server1`..).
+fn verdicts_of(report: &Report, info: &RunInfo) -> Vec<MetricVerdict> {
+    let name = |v: &[String]| -> Vec<String> { v.iter().map(|l| server_label(info, l)).collect() };
+    let mut out: Vec<MetricVerdict> = report
+        .faulty_by_metric
+        .iter()
+        .map(|(m, v)| MetricVerdict {
+            metric: m.name().to_string(),
+            indicted: name(v),
+        })
+        .collect();
+    out.push(MetricVerdict {
+        metric: "combined".into(),
+        indicted: name(&report.faulty),
+    });
+    out
+}
+
 fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     let index_path = a.output.join("matrix.json");
     let index: MatrixIndex = serde_json::from_str(
@@ -432,42 +450,57 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             .with_context(|| format!("reading {}", index_path.display()))?,
     )
     .with_context(|| format!("parsing {}", index_path.display()))?;
-    let analyzer = a
-        .analyzer
-        .clone()
-        .unwrap_or_else(|| target_dir().join("release/analyzer"));
-    let has_peers = Command::new(&analyzer)
-        .args(["peers", "--help"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_peers {
-        println!(
-            "\n{} has no `peers` command yet (issue 4's analysis): the TP/FP table needs it.\n\
-             Per-server signal of the runs: cargo xtask gluster signal {}/*/*/run*",
-            analyzer.display(),
-            a.output.display()
-        );
-        return Ok(());
-    }
-    let mut verdicts = Vec::new();
-    for run in &index.runs {
+    let cfg = peers_config(a.window, a.shift);
+    cfg.validate()?;
+    // Score every run once; keep the scores, not the captures.
+    let mut scored = Vec::new();
+    for (i, run) in index.runs.iter().enumerate() {
         let dir = a.output.join(&run.dir);
-        let out = Command::new(&analyzer)
-            .args(["peers", "diagnose", "--json"])
-            .arg(&dir)
-            .output()
-            .with_context(|| format!("running {} on {}", analyzer.display(), dir.display()))?;
-        if !out.status.success() {
+        eprint!("\rgluster: scoring run {}/{}", i + 1, index.runs.len());
+        let loaded = load_run(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        let min_windows = if run.fault.is_none() {
+            2 * cfg.k - 1
+        } else {
+            1
+        };
+        let s = score_run(&loaded, &dir, &cfg, min_windows)?;
+        scored.push((s, loaded.info));
+    }
+    eprintln!();
+    let mut verdicts = Vec::new();
+    for (i, run) in index.runs.iter().enumerate() {
+        // Thresholds from the clean runs of the same workload, this one
+        // left out: a clean run is never judged by thresholds it trained.
+        let clean: Vec<_> = index
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(j, r)| *j != i && r.fault.is_none() && r.workload == run.workload)
+            .map(|(j, _)| scored[j].0.clone())
+            .collect();
+        if clean.is_empty() {
             bail!(
-                "analyzer peers diagnose {} failed: {}",
-                dir.display(),
-                String::from_utf8_lossy(&out.stderr)
+                "{}: no other clean {} run to train on (use --runs 2 or more)",
+                run.dir,
+                run.workload
             );
         }
-        let d: Diagnosis = serde_json::from_slice(&out.stdout)
-            .with_context(|| format!("parsing the diagnosis of {}", dir.display()))?;
-        verdicts.push((run.fault, run.server.clone(), d.metrics));
+        let thresholds = train(&clean, &cfg)?;
+        let (s, info) = &scored[i];
+        let report = diagnose(s, &thresholds, cfg.k, 10);
+        let v = verdicts_of(&report, info);
+        let combined = v.last().map(|m| m.indicted.join(",")).unwrap_or_default();
+        println!(
+            "{:<28} faulty {:<8} indicted [{combined}]",
+            run.dir,
+            run.server.as_deref().unwrap_or("-")
+        );
+        verdicts.push((run.fault, run.server.clone(), v));
     }
+    println!(
+        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, thresholds per workload from the other clean runs",
+        a.window, a.shift, cfg.k, cfg.distance
+    );
     print_table(&tally(&verdicts));
     Ok(())
 }

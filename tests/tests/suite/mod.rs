@@ -1,7 +1,6 @@
 mod capture_file;
 mod errors;
 mod functions;
-mod gluster;
 mod hydra;
 mod lifecycle;
 mod model;

@@ -1,13 +1,19 @@
-//! A real GlusterFS volume (4 brick daemons) recorded by the tracer: a clean
-//! dd run and one with packet loss on one server (issue 4, peer comparison).
+//! A real GlusterFS volume (4 brick daemons) recorded by the tracer: clean dd
+//! runs, one with packet loss and one with a disk hog on one server, and peer
+//! comparison (Kasick et al.) trained on the clean runs finding the faulty
+//! server (issue 4). Its own test binary, so no other test runs beside it.
 
 use std::{collections::BTreeMap, path::Path};
 
-use analyzer::{Event, decode::syscall_name};
+use analyzer::{
+    Event,
+    decode::syscall_name,
+    peers::{self, Report},
+};
 use tests::{
     gluster::{
         Cluster, ClusterConfig, FaultKind, FaultParams, LoadedRun, RecordConfig, RunConfig,
-        Workload, load_run, run, server_stats,
+        Workload, load_run, peers_config, run, score_run, server_label, server_stats,
     },
     privileged, tracer_bin,
 };
@@ -70,11 +76,44 @@ fn per_pid(run: &LoadedRun) -> BTreeMap<u32, PerPid> {
     out
 }
 
+/// Windows of 2 s every 1 s: a 10 s run has 9, enough for k = 3 (3 of the
+/// last 5 windows) to indict within the fault's 7 s.
+const WINDOW_S: f64 = 2.0;
+const SHIFT_S: f64 = 1.0;
+
+/// `analyzer peers train` on `clean`, then `analyzer peers diagnose` of
+/// `trial`; returns the report with servers named `server1`..`server4`.
+fn diagnose(clean: &[(&Path, &LoadedRun)], trial: (&Path, &LoadedRun)) -> Report {
+    let cfg = peers_config(WINDOW_S, SHIFT_S);
+    let scored: Vec<_> = clean
+        .iter()
+        .map(|(dir, run)| score_run(run, dir, &cfg, 2 * cfg.k - 1).expect("clean run scores"))
+        .collect();
+    let thresholds = peers::train(&scored, &cfg).expect("thresholds");
+    let trial_scored = score_run(trial.1, trial.0, &cfg, 1).expect("trial run scores");
+    assert_eq!(trial_scored.servers.len(), 4, "one server per brick");
+    let mut report = peers::diagnose(&trial_scored, &thresholds, cfg.k, 10);
+    let name = |l: &mut String| *l = server_label(&trial.1.info, l);
+    report.faulty.iter_mut().for_each(name);
+    report
+        .faulty_by_metric
+        .values_mut()
+        .for_each(|v| v.iter_mut().for_each(name));
+    report.servers.iter_mut().for_each(|s| name(&mut s.server));
+    report
+        .root_causes
+        .iter_mut()
+        .for_each(|c| name(&mut c.server));
+    report
+}
+
 /// Every brick's events are in the capture: function entries and returns,
-/// socket traffic, CPU samples; nothing lost. Then 5% packet loss on one
-/// server shows as TCP retransmissions on that server's port only.
+/// socket traffic, CPU samples; nothing lost. Peer comparison trained on
+/// two clean runs indicts nobody in a third; trained on all, it names the
+/// one server with 5% packet loss (TCP retransmissions on its port only)
+/// and the one whose disk is hogged.
 #[test]
-fn gluster_bricks_recorded_clean_and_with_packet_loss() {
+fn gluster_bricks_recorded_and_faulty_server_found() {
     if !privileged() {
         return;
     }
@@ -153,11 +192,35 @@ fn gluster_bricks_recorded_clean_and_with_packet_loss() {
     );
     assert!(hi * 2 <= lo * 3, "call_resume per server: {resumes:?}");
 
+    // Two more clean runs: thresholds trained on two indict nobody in the
+    // third.
+    let clean_dir = dir.path().join("clean");
+    let clean2_dir = dir.path().join("clean2");
+    let clean2 = record_dd(&cluster, &clean2_dir, 10.0, None, 0.0);
+    let clean3_dir = dir.path().join("clean3");
+    let clean3 = record_dd(&cluster, &clean3_dir, 10.0, None, 0.0);
+    let report = diagnose(
+        &[(&clean_dir, &clean), (&clean2_dir, &clean2)],
+        (&clean3_dir, &clean3),
+    );
+    assert!(
+        report.faulty.is_empty(),
+        "clean run indicted {:?}: {}",
+        report.faulty,
+        peers::render::report_text(&report, peers::Distance::Manhattan)
+    );
+    let train = [
+        (clean_dir.as_path(), &clean),
+        (clean2_dir.as_path(), &clean2),
+        (clean3_dir.as_path(), &clean3),
+    ];
+
     // 5% packet loss on server 3 from 3 s on.
     let faulty = 2;
+    let lossy_dir = dir.path().join("packet-loss");
     let lossy = record_dd(
         &cluster,
-        &dir.path().join("packet-loss"),
+        &lossy_dir,
         10.0,
         Some((FaultKind::PacketLoss, faulty)),
         3.0,
@@ -180,6 +243,36 @@ fn gluster_bricks_recorded_clean_and_with_packet_loss() {
         retx[faulty] > 2.0 * others.max(0.5),
         "retransmits/s while the fault was on: {retx:?}"
     );
+    // Peer comparison names server 3 alone, by its retransmissions: the
+    // servers' functions stay in lock-step (the paper's blind spot).
+    let report = diagnose(&train, (&lossy_dir, &lossy));
+    let text = peers::render::report_text(&report, peers::Distance::Manhattan);
+    assert_eq!(report.faulty, ["server3"], "{text}");
+    assert_eq!(
+        report.faulty_by_metric[&peers::Metric::Retransmits],
+        ["server3"],
+        "{text}"
+    );
+
+    // A disk hog on server 2's disk from 3 s on: found by its time profile.
+    let hogged_dir = dir.path().join("disk-hog");
+    let hogged = record_dd(
+        &cluster,
+        &hogged_dir,
+        10.0,
+        Some((FaultKind::DiskHog, 1)),
+        3.0,
+    );
+    let report = diagnose(&train, (&hogged_dir, &hogged));
+    let text = peers::render::report_text(&report, peers::Distance::Manhattan);
+    assert_eq!(report.faulty, ["server2"], "{text}");
+    let cause = report
+        .root_causes
+        .iter()
+        .find(|c| c.metric == peers::Metric::Time && c.server == "server2")
+        .unwrap_or_else(|| panic!("no time root cause: {text}"));
+    assert!(!cause.top.is_empty(), "{text}");
+
     let stop = cluster.stop().expect("cleanup");
     assert!(stop < 60.0);
     assert!(!Path::new("/run/netns/eftrace-gluster").exists());
