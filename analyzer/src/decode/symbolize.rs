@@ -103,6 +103,9 @@ impl<'a> Symbolizer<'a> {
     fn anchors(&self) -> &HashMap<u32, Vec<Anchor<'a>>> {
         self.anchors.get_or_init(|| {
             let capture = self.capture;
+            // Per record: the last pid each probe fired in, a cheap check
+            // before the per-(pid, object) one.
+            let mut last_pid: Vec<u32> = vec![u32::MAX; capture.probes.len()];
             let mut seen: std::collections::HashSet<(u32, &str)> = Default::default();
             let mut anchors: HashMap<u32, Vec<Anchor<'a>>> = HashMap::new();
             // Raw records, entries only: cheaper than decoding every event.
@@ -119,6 +122,13 @@ impl<'a> Symbolizer<'a> {
                     continue;
                 };
                 let pid = rec.header.pid;
+                let last = last_pid.get_mut(rec.func_id as usize);
+                if last.as_deref() == Some(&pid) {
+                    continue;
+                }
+                if let Some(l) = last {
+                    *l = pid;
+                }
                 if !seen.insert((pid, probe.object.as_str())) {
                     continue;
                 }

@@ -231,7 +231,7 @@ pub fn score_processes(
                 wall: wall_clock(capture.header.clock.to_realtime(u.start_ns)),
                 capture: name.to_string(),
                 connection,
-                peer: u.peer.clone(),
+                peer: u.peer.as_deref().map(str::to_string),
                 score,
                 reason,
                 differences,

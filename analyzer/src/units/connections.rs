@@ -140,6 +140,7 @@ pub(crate) fn track(
         let TraceEntryKind::Syscall { nr: call, fd, ret } = e.kind else {
             continue;
         };
+        let call = u32::from(call);
         let node = e.node;
         let receive = &mut receives[k as usize];
         let path = || nodes.path_string(node);

@@ -6,8 +6,6 @@
 //! 001 prescribes. Everything before its first wait is the initializer, after
 //! the loop frame returns the finalizer.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 use tracer_common::syscall::{flag, spec};
 
@@ -33,7 +31,7 @@ pub enum Variant {
 }
 
 fn is_wait(kind: TraceEntryKind) -> bool {
-    matches!(kind, TraceEntryKind::Syscall { nr, .. } if spec(nr).is_some_and(|s| s.flags & flag::WAIT != 0))
+    matches!(kind, TraceEntryKind::Syscall { nr, .. } if spec(u32::from(nr)).is_some_and(|s| s.flags & flag::WAIT != 0))
 }
 
 /// Decomposes every traced process of `capture`.
@@ -58,7 +56,12 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
                     }
                 }
             }
-            units.extend(thread_units);
+            if units.is_empty() {
+                // One thread (the common case): move, do not copy.
+                units = thread_units;
+            } else {
+                units.extend(thread_units);
+            }
         }
         signature.sort();
         signature.dedup();
@@ -94,6 +97,7 @@ pub(crate) fn decompose(
         units: Vec::new(),
         mark: vec![0; nodes.len()],
         stamp: 0,
+        scratch: Vec::new(),
     };
     let Some(loop_node) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
@@ -218,7 +222,7 @@ pub(crate) fn decompose(
 
 /// The loop frame: most waits followed by a receive; deeper wins ties.
 fn find_loop(nodes: &NodeTable, entries: &[TraceEntry], receives: &Receives) -> Option<u32> {
-    let mut counts: HashMap<u32, usize> = HashMap::new();
+    let mut counts: rustc_hash::FxHashMap<u32, usize> = Default::default();
     let mut pending: Option<u32> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
@@ -253,6 +257,7 @@ struct Builder<'a> {
     /// `mark[node] == stamp`: node already counted in the unit being built.
     mark: Vec<u32>,
     stamp: u32,
+    scratch: Vec<u32>,
 }
 
 impl Builder<'_> {
@@ -279,16 +284,20 @@ impl Builder<'_> {
         }
         // Coverage: every node on the path to every entry of the unit.
         self.stamp += 1;
-        let mut nodes: Vec<u32> = Vec::new();
+        // Collected in a reused buffer, then copied once at its exact size:
+        // one allocation per unit, not one per doubling.
+        let scratch = &mut self.scratch;
+        scratch.clear();
         for e in &self.entries[start..end] {
             let mut node = e.node;
             while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
                 self.mark[node as usize] = self.stamp;
-                nodes.push(node);
+                scratch.push(node);
                 node = self.nodes.parent(node);
             }
         }
-        nodes.sort_unstable();
+        scratch.sort_unstable();
+        let nodes = scratch.as_slice().to_vec();
         self.units.push(Unit {
             kind,
             tid: self.tid,
@@ -299,7 +308,7 @@ impl Builder<'_> {
                 .map(|r| r.key.clone())
                 .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),
             fd: None,
-            peer: recv.and_then(|r| r.peer.as_deref().map(str::to_string)),
+            peer: recv.and_then(|r| r.peer.clone()),
             entries: (start, end),
         });
     }
@@ -357,7 +366,11 @@ mod tests {
         };
         let sc = |node, n, fd, depth| TraceEntry {
             ts_ns: 0,
-            kind: TraceEntryKind::Syscall { nr: n, fd, ret: 8 },
+            kind: TraceEntryKind::Syscall {
+                nr: n as u16,
+                fd,
+                ret: 8,
+            },
             node,
             depth,
         };

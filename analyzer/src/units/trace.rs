@@ -139,8 +139,9 @@ pub enum TraceEntryKind {
     Return,
     /// A system call (a leaf node).
     Syscall {
-        /// System call number.
-        nr: u32,
+        /// System call number (x86-64 numbers fit 16 bits; it keeps an
+        /// entry at 32 bytes, and traces hold one per record).
+        nr: u16,
         /// The fd argument, or -1.
         fd: i32,
         /// Return value.
@@ -160,6 +161,9 @@ pub struct TraceEntry {
     /// Stack depth after the entry (calls count themselves, returns do not).
     pub depth: u32,
 }
+
+// Traces hold one entry per record: keep them at half a cache line.
+const _: () = assert!(size_of::<TraceEntry>() == 32);
 
 /// Per-thread traces of process `pid`, plus peer addresses of its
 /// connect/accept calls by (tid, entry index).
@@ -200,7 +204,11 @@ struct ProcessBuilder {
     sys_keys: FxHashMap<u32, u32>,
     peers: HashMap<(u32, usize), String>,
     pairs: HashMap<(u32, usize), (i32, i32)>,
-    threads: FxHashMap<u32, ThreadBuilder>,
+    threads: Vec<(u32, ThreadBuilder)>,
+    thread_index: FxHashMap<u32, usize>,
+    /// (tid, index into `threads`) of the last record: runs of one thread's
+    /// records skip the lookup.
+    last_thread: Option<(u32, usize)>,
 }
 
 /// One thread's call stack and entries while its trace is built.
@@ -225,7 +233,19 @@ impl ProcessBuilder {
         peer: Option<String>,
         (sym, capture): (&Symbolizer<'_>, &Capture),
     ) -> bool {
-        let thread = self.threads.entry(tid).or_default();
+        let at = match self.last_thread {
+            Some((last, at)) if last == tid => at,
+            _ => {
+                let next = self.threads.len();
+                let at = *self.thread_index.entry(tid).or_insert(next);
+                if at == next {
+                    self.threads.push((tid, ThreadBuilder::default()));
+                }
+                self.last_thread = Some((tid, at));
+                at
+            }
+        };
+        let thread = &mut self.threads[at].1;
         if thread.last_ts > t {
             return false;
         }
@@ -292,7 +312,11 @@ impl ProcessBuilder {
                 }
                 thread.entries.push(TraceEntry {
                     ts_ns: t,
-                    kind: TraceEntryKind::Syscall { nr, fd, ret },
+                    kind: TraceEntryKind::Syscall {
+                        nr: nr as u16,
+                        fd,
+                        ret,
+                    },
                     node,
                     depth: thread.stack.len() as u32,
                 });
@@ -391,14 +415,28 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     let sym = Symbolizer::new(capture);
     let mut processes: FxHashMap<u32, ProcessBuilder> = FxHashMap::default();
     let mut in_order = true;
+    // The process of the last record, taken out of the map while its run of
+    // records lasts: no lookup per record.
+    let mut current: Option<(u32, ProcessBuilder)> = None;
     for (header, bytes) in raw_records(capture) {
         if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
-            let p = processes.entry(pid).or_default();
+            if current.as_ref().is_none_or(|(p, _)| *p != pid) {
+                if let Some((p, b)) = current.take() {
+                    processes.insert(p, b);
+                }
+                current = Some((pid, processes.remove(&pid).unwrap_or_default()));
+            }
+            let Some((_, p)) = current.as_mut() else {
+                continue;
+            };
             if !p.push(pid, tid, t, it, peer, (&sym, capture)) {
                 in_order = false;
                 break;
             }
         }
+    }
+    if let Some((p, b)) = current.take() {
+        processes.insert(p, b);
     }
     if !in_order {
         processes.clear();

@@ -51,8 +51,9 @@ pub struct Unit {
     pub connection: Option<ConnectionKey>,
     /// For handler units: the descriptor.
     pub fd: Option<i32>,
-    /// For handler units: the peer address, when known.
-    pub peer: Option<String>,
+    /// For handler units: the peer address, when known (shared with the
+    /// connection's other units).
+    pub peer: Option<std::sync::Arc<str>>,
     /// Index of the first and one past the last trace entry of the thread.
     pub entries: (usize, usize),
 }
