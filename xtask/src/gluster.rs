@@ -166,6 +166,12 @@ struct MatrixArgs {
     /// Peer comparison: WinShift, seconds (paper: 30).
     #[arg(long, default_value_t = 2.0)]
     shift: f64,
+    /// Peer comparison: distance between feature vectors.
+    #[arg(long, value_enum, default_value = "manhattan")]
+    distance: analyzer::peers::Distance,
+    /// Peer comparison: metrics (comma-separated; default: all but latency).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    metrics: Vec<analyzer::peers::Metric>,
     #[command(flatten)]
     common: Common,
 }
@@ -450,7 +456,13 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             .with_context(|| format!("reading {}", index_path.display()))?,
     )
     .with_context(|| format!("parsing {}", index_path.display()))?;
-    let cfg = peers_config(a.window, a.shift);
+    let mut cfg = analyzer::peers::PeersConfig {
+        distance: a.distance,
+        ..peers_config(a.window, a.shift)
+    };
+    if !a.metrics.is_empty() {
+        cfg.metrics = a.metrics.clone();
+    }
     cfg.validate()?;
     // Score every run once; keep the scores, not the captures.
     let mut scored = Vec::new();

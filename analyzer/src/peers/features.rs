@@ -85,9 +85,9 @@ pub struct Features {
     /// Wall-clock start of bin 0, ns.
     pub base_ns: u64,
     /// Component names per metric (indexed by [`Metric::index`]).
-    pub components: [Vec<String>; 5],
+    pub components: [Vec<String>; Metric::MEASURED],
     /// `series[server][metric]`: component → value per bin.
-    pub series: Vec<[HashMap<u32, Vec<f64>>; 5]>,
+    pub series: Vec<[HashMap<u32, Vec<f64>>; Metric::MEASURED]>,
     /// Retransmissions per server and remote address, over the whole run.
     pub retransmit_peers: Vec<HashMap<String, u64>>,
     /// Records read.
@@ -150,7 +150,7 @@ struct Bins {
     /// Times from here on are ignored: a damaged timestamp must not grow a
     /// series to the end of time.
     limit_ns: u64,
-    series: Vec<[HashMap<u32, Vec<f64>>; 5]>,
+    series: Vec<[HashMap<u32, Vec<f64>>; Metric::MEASURED]>,
 }
 
 impl Bins {
@@ -451,7 +451,7 @@ pub fn extract(
         limit_ns,
         series: (0..servers.len()).map(|_| Default::default()).collect(),
     };
-    let mut interners: [Interner; 5] = Default::default();
+    let mut interners: [Interner; Metric::MEASURED] = Default::default();
     for name in RETRANSMIT_COMPONENTS {
         interners[Metric::Retransmits.index()].id(name);
     }
@@ -909,6 +909,14 @@ fn basename(path: &str) -> &str {
 }
 
 impl Features {
+    /// Component names of `metric` (a derived metric's are its source's).
+    fn names(&self, metric: Metric) -> &[String] {
+        match metric {
+            Metric::Latency => &self.components[Metric::Time.index()],
+            m => &self.components[m.index()],
+        }
+    }
+
     /// The wall-clock span every server recorded.
     pub fn common_span(&self) -> (u64, u64) {
         let start = self.servers.iter().map(|s| s.span.0).max().unwrap_or(0);
@@ -946,7 +954,7 @@ impl Features {
                 .collect()
         };
         // Per metric: component → per server → per window sums.
-        let windowed: [HashMap<u32, Vec<Vec<f64>>>; 5] = std::array::from_fn(|m| {
+        let windowed: [HashMap<u32, Vec<Vec<f64>>>; Metric::MEASURED] = std::array::from_fn(|m| {
             let mut out: HashMap<u32, Vec<Vec<f64>>> = HashMap::new();
             for (s, series) in self.series.iter().enumerate() {
                 for (comp, values) in &series[m] {
@@ -957,13 +965,41 @@ impl Features {
             }
             out
         });
+        // Latency: a window's exclusive time over its calls, per function
+        // (0 where it was not called); time and count share component ids.
+        let latency: HashMap<u32, Vec<Vec<f64>>> = windowed[Metric::Time.index()]
+            .iter()
+            .map(|(comp, time)| {
+                let calls = windowed[Metric::Count.index()].get(comp);
+                let per_call = time
+                    .iter()
+                    .enumerate()
+                    .map(|(s, ms)| {
+                        ms.iter()
+                            .enumerate()
+                            .map(|(w, ms)| {
+                                let n = calls.map_or(0.0, |c| c[s][w]);
+                                if n > 0.0 { ms * 1e3 / n } else { 0.0 }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (*comp, per_call)
+            })
+            .collect();
+        let column = |m: Metric| -> &HashMap<u32, Vec<Vec<f64>>> {
+            match m {
+                Metric::Latency => &latency,
+                _ => &windowed[m.index()],
+            }
+        };
         let peak = |m: Metric, comp: u32| -> f64 {
             windowed[m.index()].get(&comp).map_or(0.0, |per_server| {
                 per_server.iter().flatten().copied().fold(0.0, f64::max)
             })
         };
         let kept = |m: Metric| -> Vec<u32> {
-            let n = self.components[m.index()].len() as u32;
+            let n = self.names(m).len() as u32;
             let mut ids: Vec<u32> = match m {
                 Metric::Samples => (0..n)
                     .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_samples))
@@ -977,13 +1013,18 @@ impl Features {
                             || (cfg.min_calls > 0.0 && peak(m, *c) >= cfg.scaled(cfg.min_calls))
                     })
                     .collect(),
+                // Functions that matter by time and are called often enough
+                // for a mean per window to mean something.
+                Metric::Latency => (0..n)
+                    .filter(|c| {
+                        peak(Metric::Time, *c) >= cfg.scaled(cfg.min_time_ms)
+                            && peak(Metric::Count, *c) >= cfg.scaled(cfg.min_calls.max(1.0))
+                    })
+                    .collect(),
                 Metric::Retransmits | Metric::SocketBytes => (0..n).collect(),
             };
             // A stable order for reports and tests.
-            ids.sort_by(|a, b| {
-                self.components[m.index()][*a as usize]
-                    .cmp(&self.components[m.index()][*b as usize])
-            });
+            ids.sort_by(|a, b| self.names(m)[*a as usize].cmp(&self.names(m)[*b as usize]));
             ids
         };
         let metrics = cfg
@@ -994,7 +1035,7 @@ impl Features {
                 let zero = vec![vec![0.0; starts.len()]; self.servers.len()];
                 let columns: Vec<&Vec<Vec<f64>>> = ids
                     .iter()
-                    .map(|c| windowed[m.index()].get(c).unwrap_or(&zero))
+                    .map(|c| column(*m).get(c).unwrap_or(&zero))
                     .collect();
                 let vectors = (0..starts.len())
                     .map(|w| {
@@ -1007,7 +1048,7 @@ impl Features {
                     metric: *m,
                     components: ids
                         .iter()
-                        .map(|c| self.components[m.index()][*c as usize].clone())
+                        .map(|c| self.names(*m)[*c as usize].clone())
                         .collect(),
                     vectors,
                 }

@@ -515,8 +515,8 @@ fn symmetric_servers_are_not_indicted() {
     let cfg = config(ServerSplit::PerCapture);
     let t = trained(&cfg, false);
     assert_eq!(t.runs.len(), 2);
-    for m in Metric::ALL {
-        assert_eq!(t.metrics[&m].len(), 4, "{m:?} has a threshold per server");
+    for m in &cfg.metrics {
+        assert_eq!(t.metrics[m].len(), 4, "{m:?} has a threshold per server");
     }
     // A hog on the shared host is sampled too: node samples land on every
     // server alike and cancel.
@@ -574,6 +574,60 @@ fn a_slower_function_indicts_its_server_and_tops_the_root_cause() {
     let svg = render::report_svg(&r);
     assert!(svg.starts_with("<svg") && svg.contains("faulty server2"));
     assert_eq!(svg.matches("<polyline").count(), 4 * r.metrics.len());
+}
+
+/// Latency (time per call) finds the slower server too, and is the same
+/// whatever the call rate: a busier but not slower server is not anomalous
+/// by latency.
+#[test]
+fn latency_finds_a_slower_function_but_not_a_busier_one() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::Latency],
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    let slow = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            2,
+            Fault {
+                slow_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&slow, cfg.distance);
+    assert_eq!(slow.faulty, vec!["server2"], "{text}");
+    let rc = slow
+        .root_causes
+        .iter()
+        .find(|c| c.server == "server2" && c.metric == Metric::Latency)
+        .expect("latency root cause");
+    assert_eq!(rc.top[0].component, "read_disk", "{text}");
+    assert!(rc.top[0].mean_delta > 0.0, "slower per call, not faster");
+    assert!(text.contains("latency"), "{text}");
+
+    let busy = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            1,
+            Fault {
+                busy_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    assert!(
+        busy.faulty.is_empty(),
+        "{}",
+        render::report_text(&busy, cfg.distance)
+    );
 }
 
 #[test]

@@ -43,17 +43,28 @@ pub enum Metric {
     Retransmits,
     /// Bytes received and sent by the server's socket system calls.
     SocketBytes,
+    /// Mean exclusive time per call of each traced function, µs (beyond the
+    /// paper): derived from `time` and `count`, it does not scale with the
+    /// request rate, so a server that is slower (or faster) per request than
+    /// its peers stands out even when lock-step has every server doing the
+    /// same, smaller, amount of work (a network hog on one server).
+    Latency,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 5] = [
+    pub const ALL: [Metric; 6] = [
         Self::Samples,
         Self::Count,
         Self::Time,
         Self::Retransmits,
         Self::SocketBytes,
+        Self::Latency,
     ];
+
+    /// Metrics with series of their own (the first five of [`Metric::ALL`]);
+    /// the others are derived from them per window.
+    pub const MEASURED: usize = 5;
 
     /// Index in [`Metric::ALL`].
     pub fn index(self) -> usize {
@@ -68,6 +79,7 @@ impl Metric {
             Self::Time => "time",
             Self::Retransmits => "retransmits",
             Self::SocketBytes => "socket-bytes",
+            Self::Latency => "latency",
         }
     }
 
@@ -79,6 +91,7 @@ impl Metric {
             Self::Time => "ms",
             Self::Retransmits => "retransmits",
             Self::SocketBytes => "bytes",
+            Self::Latency => "us",
         }
     }
 }
@@ -210,7 +223,9 @@ impl Default for PeersConfig {
             min_calls: 600.0,
             resolution: None,
             min_threshold: 1.0,
-            metrics: Metric::ALL.to_vec(),
+            // The paper's three and the kernel's network signals; latency
+            // is opt-in (see `Metric::Latency`).
+            metrics: Metric::ALL[..Metric::MEASURED].to_vec(),
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
