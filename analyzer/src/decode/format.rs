@@ -141,6 +141,16 @@ impl<'a> Formatter<'a> {
                     t.state
                 );
             }
+            Event::Usdt(u) => {
+                let n = (u.nargs as usize).min(u.args.len());
+                let args: Vec<String> = u.args[..n].iter().map(|a| format!("{a:#x}")).collect();
+                let _ = write!(
+                    line,
+                    "{}({})",
+                    self.capture.usdt_name(u.probe_id),
+                    args.join(", ")
+                );
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -226,6 +236,12 @@ impl<'a> Formatter<'a> {
                     json!(tcp_addr(t.family, &t.daddr, t.dport)),
                 );
                 obj.insert("state".into(), json!(t.state));
+            }
+            Event::Usdt(u) => {
+                let n = (u.nargs as usize).min(u.args.len());
+                obj.insert("probe".into(), json!(self.capture.usdt_name(u.probe_id)));
+                obj.insert("probe_id".into(), json!(u.probe_id));
+                obj.insert("args".into(), json!(&u.args[..n]));
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

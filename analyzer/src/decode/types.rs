@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use tracer_common::{
     record::{
         FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
-        kind,
+        UsdtHit, kind,
     },
     syscall,
 };
@@ -30,6 +30,8 @@ pub enum Event {
     Lifecycle(Lifecycle),
     /// A TCP retransmission.
     TcpRetransmit(TcpRetransmit),
+    /// A USDT probe fired; `Capture::usdt_probe(rec.probe_id)` names it.
+    Usdt(UsdtHit),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -55,6 +57,7 @@ impl Event {
             kind::SAMPLE => Self::Sample(Sample::read_from(bytes)?),
             kind::LIFECYCLE => Self::Lifecycle(Lifecycle::read_from(bytes)?),
             kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
+            kind::USDT => Self::Usdt(UsdtHit::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -68,6 +71,7 @@ impl Event {
             Self::Sample(r) => &r.header,
             Self::Lifecycle(r) => &r.header,
             Self::TcpRetransmit(r) => &r.header,
+            Self::Usdt(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -85,6 +89,7 @@ impl Event {
                 _ => "exit",
             },
             Self::TcpRetransmit(_) => "tcp_retransmit",
+            Self::Usdt(_) => "usdt",
             Self::Unknown(_) => "unknown",
         }
     }

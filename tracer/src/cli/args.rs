@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use tracer::{
     record::{RecordConfig, Target},
     targets::{FunctionPattern, MPI_PATTERN},
+    usdt::UsdtPattern,
 };
 
 /// Record what running, unmodified processes do (function calls, socket
@@ -39,6 +40,27 @@ pub enum Command {
     /// Print a capture's events, symbolized, and a summary.
     #[command(alias = "dump")]
     Replay(ReplayArgs),
+    /// List the USDT probes of a binary or shared object, or of every object
+    /// a running process maps: provider:name, site address and file offset,
+    /// semaphore, argument specs. For a PID, also each semaphore's address in
+    /// the process and its current value (non-zero: someone is tracing it).
+    ///
+    /// Examples:
+    ///   tracer list-usdt /usr/bin/python3.11
+    ///   tracer list-usdt --json 1234
+    #[command(verbatim_doc_comment)]
+    ListUsdt(ListUsdtArgs),
+}
+
+/// `tracer list-usdt`.
+#[derive(Debug, clap::Args)]
+pub struct ListUsdtArgs {
+    /// An ELF file (executable or shared object), or the pid of a running process.
+    #[arg(value_name = "PATH|PID")]
+    pub target: String,
+    /// One JSON object per probe site, one per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tracer record`.
@@ -64,6 +86,15 @@ pub struct RecordArgs {
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
     pub mpi: bool,
+    /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
+    /// target's executable and shared objects, e.g. 'python:function__entry'
+    /// or 'python:*', and record their arguments; probe semaphores are
+    /// raised while attached (the kernel lowers them again at detach).
+    /// `tracer list-usdt PATH|PID` shows what a binary has. Repeatable.
+    /// CPython 3.11 fires function__entry/return for Python-to-Python calls
+    /// only while its `line` probe is attached too.
+    #[arg(long = "usdt", value_name = "PATTERN")]
+    pub usdt: Vec<String>,
     /// Attach empty programs to matching functions (overhead benchmarks).
     #[arg(long, value_name = "PATTERN", hide = true)]
     pub bench_empty_probe: Vec<String>,
@@ -134,10 +165,16 @@ impl TryFrom<RecordArgs> for RecordConfig {
             .iter()
             .map(|p| FunctionPattern::parse(p, false))
             .collect::<Result<_, _>>()?;
+        let usdt = a
+            .usdt
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
         Ok(RecordConfig {
             targets,
             functions,
             empty_probes,
+            usdt,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
