@@ -292,6 +292,14 @@ pub struct UsdtProbe {
     pub semaphore_offset: u64,
     /// Argument specs as written in the note (`8@%rbp 8@%r12 -4@%eax`).
     pub args: String,
+    /// Indexes of the arguments that point to strings; their text comes in
+    /// `UsdtString` records before the first hit that carries the pointer.
+    #[serde(default)]
+    pub string_args: Vec<u32>,
+    /// Attached only to hold the probe's semaphore raised (at another,
+    /// never-reached site): no hits are recorded for it.
+    #[serde(default)]
+    pub semaphore_only: bool,
 }
 
 /// Loss and health counters, cumulative since the start of recording.

@@ -93,5 +93,9 @@ pub const COOKIE_ENROLL: u64 = 1 << 33;
 /// Entries of [`maps::USDT_SPECS`]: the most USDT probe sites one recording attaches.
 pub const USDT_MAX_SITES: u32 = 4096;
 
+/// Bit set in a USDT site's attach cookie when the site is attached only to
+/// hold a probe semaphore raised (see `tracer::usdt`): hits write nothing.
+pub const COOKIE_USDT_SILENT: u64 = 1 << 32;
+
 /// Mask of a uprobe's attach cookie that holds the function id.
 pub const COOKIE_FUNC_MASK: u64 = 0xffff_ffff;

@@ -31,6 +31,8 @@ pub mod kind {
     pub const TCP_RETRANSMIT: u16 = 7;
     /// [`super::UsdtHit`].
     pub const USDT: u16 = 8;
+    /// [`super::UsdtString`].
+    pub const USDT_STRING: u16 = 9;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -267,8 +269,48 @@ pub struct UsdtArgSpec {
     pub signed: u8,
     /// Byte offset of the register in x86-64 `struct pt_regs`.
     pub reg_off: u8,
+    /// [`USDT_ARG_STRING`] or 0.
+    pub flags: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 3],
+}
+
+/// [`UsdtArgSpec::flags`]: the value points to a NUL-terminated string in
+/// the traced process; its text is sent once per process, pointer and first
+/// bytes ([`UsdtString`]), and hits carry only the pointer.
+pub const USDT_ARG_STRING: u8 = 1;
+
+/// Most bytes of a USDT string argument recorded (longer ones are cut).
+pub const USDT_STRING_MAX: usize = 120;
+
+/// The text of a string argument of a USDT probe, sent before the first
+/// [`UsdtHit`] of its process that carries the pointer (and again if the
+/// memory at the pointer changes), 160 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsdtString {
+    /// Common header.
+    pub header: Header,
+    /// The pointer, as the hits carry it.
+    pub ptr: u64,
+    /// Bytes of `text` used (no NUL).
+    pub len: u32,
     /// Padding, zero.
     pub _pad: u32,
+    /// The text, UTF-8 as the process wrote it, cut at [`USDT_STRING_MAX`].
+    pub text: [u8; USDT_STRING_MAX],
+}
+
+impl Default for UsdtString {
+    fn default() -> Self {
+        Self {
+            header: Header::default(),
+            ptr: 0,
+            len: 0,
+            _pad: 0,
+            text: [0; USDT_STRING_MAX],
+        }
+    }
 }
 
 /// Argument specs of one USDT probe site, indexed by the site's attach
@@ -345,6 +387,7 @@ const _: () = assert!(size_of::<TracepointOffsets>() == 32);
 const _: () = assert!(size_of::<UsdtHit>() == 80);
 const _: () = assert!(size_of::<UsdtArgSpec>() == 16);
 const _: () = assert!(size_of::<UsdtSpec>() == 104);
+const _: () = assert!(size_of::<UsdtString>() == 160);
 
 /// Size in bytes of a record of `kind`, or `None` for an unknown kind.
 pub const fn size_of_kind(kind: u16) -> Option<usize> {
@@ -357,6 +400,7 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::LIFECYCLE => Some(size_of::<Lifecycle>()),
         kind::TCP_RETRANSMIT => Some(size_of::<TcpRetransmit>()),
         kind::USDT => Some(size_of::<UsdtHit>()),
+        kind::USDT_STRING => Some(size_of::<UsdtString>()),
         _ => None,
     }
 }
@@ -409,6 +453,8 @@ unsafe impl Pod for Lifecycle {}
 unsafe impl Pod for TcpRetransmit {}
 // SAFETY: as above.
 unsafe impl Pod for UsdtHit {}
+// SAFETY: as above.
+unsafe impl Pod for UsdtString {}
 
 // SAFETY: repr(C), integers only, no implicit padding (size assertions above).
 #[cfg(feature = "aya")]
@@ -458,17 +504,20 @@ mod tests {
         assert_eq!(offset_of!(UsdtHit, args), 32);
         assert_eq!(offset_of!(UsdtArgSpec, kind), 8);
         assert_eq!(offset_of!(UsdtArgSpec, reg_off), 11);
+        assert_eq!(offset_of!(UsdtArgSpec, flags), 12);
         assert_eq!(offset_of!(UsdtSpec, args), 8);
+        assert_eq!(offset_of!(UsdtString, ptr), 24);
+        assert_eq!(offset_of!(UsdtString, text), 40);
     }
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in 1..=8 {
+        for k in 1..=9 {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }
         assert_eq!(size_of_kind(0), None);
-        assert_eq!(size_of_kind(9), None);
+        assert_eq!(size_of_kind(10), None);
     }
 
     #[test]

@@ -7,14 +7,19 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie},
+    helpers::{
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        generated::bpf_get_attach_cookie,
+    },
     macros::{map, uprobe},
-    maps::Array,
+    maps::{Array, LruHashMap},
     programs::ProbeContext,
 };
 use tracer_common::{
-    USDT_MAX_SITES,
-    record::{USDT_MAX_ARGS, UsdtArgSpec, UsdtHit, kind, usdt_arg},
+    COOKIE_USDT_SILENT, USDT_MAX_SITES,
+    record::{
+        USDT_ARG_STRING, USDT_MAX_ARGS, UsdtArgSpec, UsdtHit, UsdtString, kind, usdt_arg,
+    },
     stats::Stat,
 };
 
@@ -24,6 +29,22 @@ use crate::{count, current, emit, header, is_traced};
 #[map]
 static USDT_SPECS: Array<tracer_common::record::UsdtSpec> =
     Array::with_max_entries(USDT_MAX_SITES, 0);
+
+/// String arguments already sent: (process, pointer, first 8 bytes). The
+/// first bytes catch a pointer reused for other text (freed and
+/// reallocated); LRU so a long run forgets old entries (they are sent again).
+#[map]
+static USDT_STRINGS_SENT: LruHashMap<StringKey, u8> = LruHashMap::with_max_entries(65536, 0);
+
+/// Key of [`USDT_STRINGS_SENT`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StringKey {
+    ptr: u64,
+    prefix: u64,
+    tgid: u32,
+    _pad: u32,
+}
 
 /// Size of x86-64 `struct pt_regs`: register offsets must stay below it.
 const PT_REGS_SIZE: u8 = 168;
@@ -41,7 +62,12 @@ fn try_usdt(ctx: &ProbeContext) {
         return;
     }
     // SAFETY: helper on the program's own context.
-    let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if cookie & COOKIE_USDT_SILENT != 0 {
+        // Attached only to hold a semaphore raised.
+        return;
+    }
+    let probe_id = cookie as u32;
     let Some(spec) = USDT_SPECS.get(probe_id) else {
         count(Stat::UsdtArgUnreadable);
         return;
@@ -52,8 +78,14 @@ fn try_usdt(ctx: &ProbeContext) {
         if i as u32 >= nargs {
             break;
         }
-        match fetch(ctx, &spec.args[i]) {
-            Some(v) => *slot = v,
+        let arg = &spec.args[i];
+        match fetch(ctx, arg) {
+            Some(v) => {
+                *slot = v;
+                if arg.flags & USDT_ARG_STRING != 0 && v != 0 {
+                    send_string(pid, tid, v);
+                }
+            }
             None => count(Stat::UsdtArgUnreadable),
         }
     }
@@ -104,4 +136,39 @@ fn fetch(ctx: &ProbeContext, arg: &UsdtArgSpec) -> Option<u64> {
     } else {
         (raw << shift) >> shift
     })
+}
+
+/// Sends the text at `ptr` unless this process already sent it.
+#[inline(always)]
+fn send_string(pid: u32, tid: u32, ptr: u64) {
+    // SAFETY: reading user memory through the checked helper.
+    let Ok(prefix) = (unsafe { bpf_probe_read_user(ptr as *const u64) }) else {
+        count(Stat::UsdtArgUnreadable);
+        return;
+    };
+    let key = StringKey {
+        ptr,
+        prefix,
+        tgid: pid,
+        _pad: 0,
+    };
+    // SAFETY: the value is only checked for presence.
+    if unsafe { USDT_STRINGS_SENT.get(&key) }.is_some() {
+        return;
+    }
+    let mut rec = UsdtString {
+        header: header(kind::USDT_STRING, size_of::<UsdtString>(), pid, tid),
+        ..UsdtString::default()
+    };
+    // SAFETY: reading user memory through the checked helper into our buffer.
+    match unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, &mut rec.text) } {
+        Ok(text) => rec.len = text.len() as u32,
+        Err(_) => {
+            count(Stat::UsdtArgUnreadable);
+            return;
+        }
+    }
+    rec.ptr = ptr;
+    emit(rec);
+    let _ = USDT_STRINGS_SENT.insert(&key, &1, 0);
 }

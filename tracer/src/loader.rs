@@ -487,7 +487,7 @@ impl Loaded {
         for (path, offsets, cookies) in groups {
             let ref_ctrs: Vec<u64> = cookies
                 .iter()
-                .map(|id| sites[*id as usize].semaphore_offset)
+                .map(|cookie| sites[(*cookie as u32) as usize].semaphore_offset)
                 .collect();
             for pid in pids {
                 let link = multi::link(

@@ -55,6 +55,8 @@ pub struct RecordConfig {
     pub empty_probes: Vec<FunctionPattern>,
     /// USDT probes (`PROVIDER:NAME` globs) to attach in the targets' objects.
     pub usdt: Vec<UsdtPattern>,
+    /// USDT probes whose semaphores are raised without recording their hits.
+    pub usdt_semaphores: Vec<UsdtPattern>,
     /// Attach function probes with uprobe_multi links where the kernel has
     /// them (fast attach and detach), else one perf link per probe.
     pub uprobe_multi: bool,
@@ -89,6 +91,7 @@ impl Default for RecordConfig {
             functions: Vec::new(),
             empty_probes: Vec::new(),
             usdt: Vec::new(),
+            usdt_semaphores: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
             sample_hz: 0,
@@ -268,6 +271,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::LIFECYCLE => "lifecycle",
         kind::TCP_RETRANSMIT => "tcp_retransmit",
         kind::USDT => "usdt",
+        kind::USDT_STRING => "usdt_string",
         _ => "unknown",
     }
 }
@@ -647,12 +651,32 @@ pub async fn record(
                 TargetObjects::of_executable(&path)
             }
         };
-        if !config.usdt.is_empty() {
+        if !config.usdt.is_empty() || !config.usdt_semaphores.is_empty() {
             let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
                 .chain(objects.libs.iter().cloned())
                 .collect();
             let all = usdt::sites_of(&objects)?;
-            for site in usdt::select(&config.usdt, &all, &searched)? {
+            let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
+            let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
+            for h in &holders {
+                progress(&format!(
+                    "{}: semaphore raised{}",
+                    h.full_name(),
+                    if h.vaddr
+                        == wanted
+                            .iter()
+                            .find(|w| w.semaphore_offset == h.semaphore_offset)
+                            .map_or(0, |w| w.vaddr)
+                    {
+                        " by a silent probe at its own site (a trap per hit)".to_string()
+                    } else {
+                        format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
+                    }
+                ));
+            }
+            chosen.extend(holders);
+            for site in chosen {
                 if !usdt_sites
                     .iter()
                     .any(|s| s.object == site.object && s.file_offset == site.file_offset)
@@ -662,7 +686,12 @@ pub async fn record(
                     usdt_sites.push(site);
                 }
             }
-            let names: Vec<String> = config.usdt.iter().map(|p| p.as_str().to_string()).collect();
+            let names: Vec<String> = config
+                .usdt
+                .iter()
+                .chain(&config.usdt_semaphores)
+                .map(|p| p.as_str().to_string())
+                .collect();
             progress(&format!(
                 "{}: {} USDT probe site(s) in {}",
                 names.join(", "),

@@ -19,13 +19,22 @@ use globset::{Glob, GlobMatcher};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use tracer_common::{
     capture::UsdtProbe,
-    record::{USDT_MAX_ARGS, UsdtArgSpec, UsdtSpec, usdt_arg},
+    record::{USDT_ARG_STRING, USDT_MAX_ARGS, UsdtArgSpec, UsdtSpec, usdt_arg},
 };
 
 use crate::{
     procfs::{self, ProcError},
     targets::TargetObjects,
 };
+
+/// The `--python` preset: CPython's function probes with their file and
+/// function names as strings (args: file, function, line).
+pub const PYTHON_PROBES: [&str; 2] = ["python:function__entry=0,1", "python:function__return=0,1"];
+
+/// The probe whose semaphore CPython 3.11 needs raised to fire
+/// `function__entry`/`return` for Python-to-Python calls (it turns on the
+/// interpreter's tracing path; see `../shared/TARGETS.md`).
+pub const PYTHON_SEMAPHORE: &str = "python:line";
 
 /// Note type of SystemTap probe descriptors.
 const NT_STAPSDT: u32 = 3;
@@ -301,7 +310,8 @@ impl UsdtArg {
             size: self.size,
             signed: u8::from(self.signed),
             reg_off,
-            _pad: 0,
+            flags: 0,
+            _pad: [0; 3],
         }
     }
 }
@@ -348,6 +358,11 @@ pub struct UsdtSite {
     pub args_text: String,
     /// The parsed specs; `Err` keeps a site listable when one spec is exotic.
     pub args: Result<Vec<UsdtArg>, String>,
+    /// Bit `i` set: argument `i` points to a string to record ([`USDT_ARG_STRING`]).
+    pub string_args: u8,
+    /// Attached only to hold the semaphore at `semaphore_offset` raised:
+    /// hits record nothing. Set by [`semaphore_holders`].
+    pub silent: bool,
 }
 
 impl UsdtSite {
@@ -376,8 +391,11 @@ impl UsdtSite {
             nargs: args.len() as u32,
             ..UsdtSpec::default()
         };
-        for (slot, arg) in spec.args.iter_mut().zip(args) {
+        for (i, (slot, arg)) in spec.args.iter_mut().zip(args).enumerate() {
             *slot = arg.wire();
+            if self.string_args & (1 << i) != 0 {
+                slot.flags = USDT_ARG_STRING;
+            }
         }
         Ok(spec)
     }
@@ -393,6 +411,10 @@ impl UsdtSite {
             file_offset: self.file_offset,
             semaphore_offset: self.semaphore_offset,
             args: self.args_text.clone(),
+            string_args: (0..8u32)
+                .filter(|i| self.string_args & (1 << i) != 0)
+                .collect(),
+            semaphore_only: self.silent,
         }
     }
 }
@@ -462,6 +484,8 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
             semaphore: note.semaphore,
             semaphore_offset,
             args_text: note.args,
+            string_args: 0,
+            silent: false,
         });
     }
     Ok(sites)
@@ -533,14 +557,16 @@ fn parse_notes(data: &[u8]) -> Result<Vec<Note>, usize> {
     Ok(notes)
 }
 
-/// A parsed `[OBJECT:]PROVIDER:NAME` pattern; PROVIDER and NAME are globs
-/// (`python:*`, `python:function__*`).
+/// A parsed `[OBJECT:]PROVIDER:NAME[=STRINGS]` pattern; PROVIDER and NAME
+/// are globs (`python:*`, `python:function__*`); STRINGS lists the indexes
+/// of arguments that point to strings to record (`=0,1`).
 #[derive(Debug, Clone)]
 pub struct UsdtPattern {
     raw: String,
     object: Option<String>,
     provider: GlobMatcher,
     name: GlobMatcher,
+    string_args: u8,
 }
 
 impl UsdtPattern {
@@ -550,7 +576,22 @@ impl UsdtPattern {
             pattern: pattern.to_string(),
             reason,
         };
-        let parts: Vec<&str> = pattern.rsplitn(3, ':').collect();
+        let (probe, strings) = match pattern.split_once('=') {
+            Some((probe, strings)) => (probe, Some(strings)),
+            None => (pattern, None),
+        };
+        let mut string_args = 0u8;
+        for index in strings.into_iter().flat_map(|s| s.split(',')) {
+            match index.trim().parse::<usize>() {
+                Ok(i) if i < USDT_MAX_ARGS => string_args |= 1 << i,
+                _ => {
+                    return Err(bad(format!(
+                        "'{index}' is not an argument index below {USDT_MAX_ARGS} (=0,1 marks the first two arguments as strings)"
+                    )));
+                }
+            }
+        }
+        let parts: Vec<&str> = probe.rsplitn(3, ':').collect();
         let (object, provider, name) = match parts.as_slice() {
             [name, provider] => (None, *provider, *name),
             [name, provider, object] => (Some(object.to_string()), *provider, *name),
@@ -575,6 +616,7 @@ impl UsdtPattern {
             object,
             provider: glob(provider)?,
             name: glob(name)?,
+            string_args,
         })
     }
 
@@ -644,11 +686,15 @@ pub fn select(
         let mut matched = 0;
         for site in all.iter().filter(|s| pattern.matches(s)) {
             matched += 1;
-            if !chosen
-                .iter()
-                .any(|c| c.object == site.object && c.file_offset == site.file_offset)
+            match chosen
+                .iter_mut()
+                .find(|c| c.object == site.object && c.file_offset == site.file_offset)
             {
-                chosen.push(site.clone());
+                Some(c) => c.string_args |= pattern.string_args,
+                None => chosen.push(UsdtSite {
+                    string_args: pattern.string_args,
+                    ..site.clone()
+                }),
             }
         }
         if matched == 0 {
@@ -662,6 +708,68 @@ pub fn select(
         }
     }
     Ok(chosen)
+}
+
+/// Sites that hold the semaphores of `wanted` raised without probing them.
+///
+/// Some programs need a probe's semaphore raised to fire *other* probes:
+/// CPython 3.11 fires `function__entry`/`return` for Python-to-Python calls
+/// only while the `line` semaphore is non-zero, and `line` itself fires on
+/// every line. A uprobe's `ref_ctr_offset` need not be its own probe's
+/// semaphore, so each wanted semaphore is held by a silent uprobe at the
+/// site of another probe of the same object whose own semaphore nobody
+/// raised: that site sits behind `if (semaphore)` and is never reached, so
+/// holding costs no trap. When no such site is free, the wanted site itself
+/// is probed silently (a trap per hit, nothing recorded).
+/// `attached`: the sites probed for their records (never hosts).
+pub fn semaphore_holders(
+    wanted: &[UsdtSite],
+    all: &[UsdtSite],
+    attached: &[UsdtSite],
+) -> Vec<UsdtSite> {
+    let mut holders: Vec<UsdtSite> = Vec::new();
+    let raised: Vec<(PathBuf, u64)> = attached
+        .iter()
+        .chain(wanted)
+        .filter(|s| s.semaphore_offset != 0)
+        .map(|s| (s.object.clone(), s.semaphore_offset))
+        .collect();
+    for want in wanted {
+        if want.semaphore_offset == 0
+            || attached
+                .iter()
+                .any(|a| a.object == want.object && a.semaphore_offset == want.semaphore_offset)
+            || holders
+                .iter()
+                .any(|h| h.object == want.object && h.semaphore_offset == want.semaphore_offset)
+        {
+            // No semaphore to hold, or an attached probe raises it already.
+            continue;
+        }
+        let taken = |site: &UsdtSite| {
+            attached
+                .iter()
+                .chain(&holders)
+                .any(|a| a.object == site.object && a.file_offset == site.file_offset)
+        };
+        let host = all.iter().find(|h| {
+            h.object == want.object
+                && h.semaphore_offset != 0
+                && !raised.contains(&(h.object.clone(), h.semaphore_offset))
+                && !taken(h)
+        });
+        let at = host.unwrap_or(want);
+        holders.push(UsdtSite {
+            file_offset: at.file_offset,
+            vaddr: at.vaddr,
+            semaphore: want.semaphore,
+            semaphore_offset: want.semaphore_offset,
+            string_args: 0,
+            silent: true,
+            ..want.clone()
+        });
+    }
+    holders
 }
 
 /// The error for an object with no probes, for `list-usdt`.

@@ -1,6 +1,9 @@
 //! Events as text lines or JSON lines, and a capture summary.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -13,6 +16,8 @@ pub struct Formatter<'a> {
     capture: &'a Capture,
     symbolizer: Symbolizer<'a>,
     start_ns: u64,
+    /// Text of USDT string arguments by (pid, pointer).
+    strings: HashMap<(u32, u64), String>,
 }
 
 impl<'a> Formatter<'a> {
@@ -22,6 +27,27 @@ impl<'a> Formatter<'a> {
             capture,
             symbolizer: Symbolizer::new(capture),
             start_ns: capture.header.clock.monotonic_ns,
+            strings: if capture.usdt_probes.is_empty() {
+                HashMap::new()
+            } else {
+                capture
+                    .events()
+                    .filter_map(|e| e.ok()?.usdt_text())
+                    .map(|(pid, ptr, text)| ((pid, ptr), text))
+                    .collect()
+            },
+        }
+    }
+
+    /// A USDT argument: its text when it is a string argument, else the number.
+    fn usdt_arg(&self, pid: u32, probe_id: u32, index: usize, value: u64) -> Value {
+        let is_string = self
+            .capture
+            .usdt_probe(probe_id)
+            .is_some_and(|p| p.string_args.contains(&(index as u32)));
+        match self.strings.get(&(pid, value)) {
+            Some(text) if is_string => json!(text),
+            _ => json!(value as i64),
         }
     }
 
@@ -143,13 +169,22 @@ impl<'a> Formatter<'a> {
             }
             Event::Usdt(u) => {
                 let n = (u.nargs as usize).min(u.args.len());
-                let args: Vec<String> = u.args[..n].iter().map(|a| format!("{a:#x}")).collect();
+                let args: Vec<String> = u.args[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.usdt_arg(h.pid, u.probe_id, i, *a).to_string())
+                    .collect();
                 let _ = write!(
                     line,
                     "{}({})",
                     self.capture.usdt_name(u.probe_id),
                     args.join(", ")
                 );
+            }
+            Event::UsdtString(_) => {
+                if let Some((_, ptr, text)) = event.usdt_text() {
+                    let _ = write!(line, "{ptr:#x} = {text:?}");
+                }
             }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
@@ -241,7 +276,19 @@ impl<'a> Formatter<'a> {
                 let n = (u.nargs as usize).min(u.args.len());
                 obj.insert("probe".into(), json!(self.capture.usdt_name(u.probe_id)));
                 obj.insert("probe_id".into(), json!(u.probe_id));
-                obj.insert("args".into(), json!(&u.args[..n]));
+                let args: Vec<Value> = u.args[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.usdt_arg(h.pid, u.probe_id, i, *a))
+                    .collect();
+                obj.insert("args".into(), json!(args));
+                obj.insert("raw_args".into(), json!(&u.args[..n]));
+            }
+            Event::UsdtString(_) => {
+                if let Some((_, ptr, text)) = event.usdt_text() {
+                    obj.insert("ptr".into(), json!(ptr));
+                    obj.insert("text".into(), json!(text));
+                }
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use tracer::{
     record::{RecordConfig, Target},
     targets::{FunctionPattern, MPI_PATTERN},
-    usdt::UsdtPattern,
+    usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtPattern},
 };
 
 /// Record what running, unmodified processes do (function calls, socket
@@ -25,6 +25,10 @@ pub struct Args {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per run; boxing would only add noise"
+)]
 pub enum Command {
     /// Record processes into a capture file (needs root).
     ///
@@ -93,8 +97,25 @@ pub struct RecordArgs {
     /// `tracer list-usdt PATH|PID` shows what a binary has. Repeatable.
     /// CPython 3.11 fires function__entry/return for Python-to-Python calls
     /// only while its `line` probe is attached too.
+    /// `=0,1` after the name records arguments 0 and 1 as strings (sent once
+    /// per process and pointer, so records stay small):
+    /// 'python:function__entry=0,1' gives file and function names.
     #[arg(long = "usdt", value_name = "PATTERN")]
     pub usdt: Vec<String>,
+    /// Raise the semaphores of USDT probes matching PATTERN without recording
+    /// their hits (CPython 3.11's `line`, which enables function probes for
+    /// Python-to-Python calls). Held by a silent probe at a site that is never
+    /// reached where one exists, so it costs no trap per hit. Repeatable.
+    #[arg(long = "usdt-semaphore", value_name = "PATTERN")]
+    pub usdt_semaphores: Vec<String>,
+    /// Trace the Python functions a CPython interpreter runs (needs a build
+    /// with USDT probes, e.g. Debian's /usr/bin/python3.11; pyenv builds have
+    /// none): same as
+    ///   --usdt 'python:function__entry=0,1' --usdt 'python:function__return=0,1'
+    ///   --usdt-semaphore python:line
+    /// Entry args: file, function, first line; return args: file, function, line.
+    #[arg(long, verbatim_doc_comment)]
+    pub python: bool,
     /// Attach empty programs to matching functions (overhead benchmarks).
     #[arg(long, value_name = "PATTERN", hide = true)]
     pub bench_empty_probe: Vec<String>,
@@ -165,16 +186,28 @@ impl TryFrom<RecordArgs> for RecordConfig {
             .iter()
             .map(|p| FunctionPattern::parse(p, false))
             .collect::<Result<_, _>>()?;
-        let usdt = a
+        let mut usdt: Vec<UsdtPattern> = a
             .usdt
             .iter()
             .map(|p| UsdtPattern::parse(p))
             .collect::<Result<_, _>>()?;
+        let mut usdt_semaphores: Vec<UsdtPattern> = a
+            .usdt_semaphores
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
+        if a.python {
+            for p in PYTHON_PROBES {
+                usdt.push(UsdtPattern::parse(p)?);
+            }
+            usdt_semaphores.push(UsdtPattern::parse(PYTHON_SEMAPHORE)?);
+        }
         Ok(RecordConfig {
             targets,
             functions,
             empty_probes,
             usdt,
+            usdt_semaphores,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
