@@ -129,7 +129,9 @@ pub enum UsdtError {
         hint: &'static str,
     },
     /// Probes exist, but none matches the pattern.
-    #[error("USDT pattern '{pattern}' matches no probe in {objects} (probes there: {available})")]
+    #[error(
+        "USDT pattern '{pattern}' matches no probe in {objects} (probes there: {available}){hint}"
+    )]
     NoMatch {
         /// The pattern.
         pattern: String,
@@ -137,6 +139,8 @@ pub enum UsdtError {
         objects: String,
         /// `provider:name` of the probes that exist.
         available: String,
+        /// Advice when no probe of the pattern's provider exists.
+        hint: &'static str,
     },
     /// A process could not be inspected.
     #[error(transparent)]
@@ -700,10 +704,12 @@ pub fn select(
         if matched == 0 {
             let mut available: Vec<String> = all.iter().map(UsdtSite::full_name).collect();
             available.dedup();
+            let provider_known = all.iter().any(|s| pattern.provider.is_match(&s.provider));
             return Err(UsdtError::NoMatch {
                 pattern: pattern.raw.clone(),
                 objects: names(),
                 available: available.join(", "),
+                hint: if provider_known { "" } else { NO_PROBES_HINT },
             });
         }
     }
