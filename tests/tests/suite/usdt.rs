@@ -60,12 +60,15 @@ fn script(dir: &Path) -> PathBuf {
     path
 }
 
+/// (entries, returns) per Python function name.
+type Calls = BTreeMap<String, (usize, usize)>;
+
 /// Entries and returns of the functions of `file`, per function name:
 /// (entries, returns), counted from the USDT hits with their string args.
-fn python_calls(cap: &Capture, file: &Path) -> BTreeMap<String, (usize, usize)> {
+fn python_calls(cap: &Capture, file: &Path) -> Calls {
     let file = file.to_str().expect("utf8");
     let mut strings: BTreeMap<(u32, u64), String> = BTreeMap::new();
-    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut out = Calls::new();
     for e in events(cap) {
         if let Some((pid, ptr, text)) = e.usdt_text() {
             strings.insert((pid, ptr), text);
@@ -93,7 +96,7 @@ fn python_calls(cap: &Capture, file: &Path) -> BTreeMap<String, (usize, usize)> 
     out
 }
 
-fn expected(n: usize) -> BTreeMap<String, (usize, usize)> {
+fn expected(n: usize) -> Calls {
     [
         ("<module>".to_string(), (1, 1)),
         ("leaf".to_string(), (n, n)),
@@ -106,14 +109,7 @@ fn expected(n: usize) -> BTreeMap<String, (usize, usize)> {
 
 /// Records the script run with `extra` tracer flags: its calls, the
 /// tracer's stderr, and the number of hits per probe name.
-fn record_script(
-    extra: &[&str],
-    n: usize,
-) -> (
-    BTreeMap<String, (usize, usize)>,
-    String,
-    BTreeMap<String, usize>,
-) {
+fn record_script(extra: &[&str], n: usize) -> (Calls, String, BTreeMap<String, usize>) {
     let python = python().expect("checked by the caller");
     let dir = tempfile::tempdir().expect("tempdir");
     let script = script(dir.path());
