@@ -57,6 +57,9 @@ pub struct RecordConfig {
     pub usdt: Vec<UsdtPattern>,
     /// USDT probes whose semaphores are raised without recording their hits.
     pub usdt_semaphores: Vec<UsdtPattern>,
+    /// USDT probes attached at their own sites with semaphores raised,
+    /// recording nothing (benchmarks: the bare USDT uprobe cost).
+    pub usdt_empty: Vec<UsdtPattern>,
     /// Attach function probes with uprobe_multi links where the kernel has
     /// them (fast attach and detach), else one perf link per probe.
     pub uprobe_multi: bool,
@@ -92,6 +95,7 @@ impl Default for RecordConfig {
             empty_probes: Vec::new(),
             usdt: Vec::new(),
             usdt_semaphores: Vec::new(),
+            usdt_empty: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
             sample_hz: 0,
@@ -651,7 +655,10 @@ pub async fn record(
                 TargetObjects::of_executable(&path)
             }
         };
-        if !config.usdt.is_empty() || !config.usdt_semaphores.is_empty() {
+        if !config.usdt.is_empty()
+            || !config.usdt_semaphores.is_empty()
+            || !config.usdt_empty.is_empty()
+        {
             let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
                 .chain(objects.libs.iter().cloned())
                 .collect();
@@ -676,6 +683,12 @@ pub async fn record(
                 ));
             }
             chosen.extend(holders);
+            for site in usdt::select(&config.usdt_empty, &all, &searched)? {
+                chosen.push(UsdtSite {
+                    silent: true,
+                    ..site
+                });
+            }
             for site in chosen {
                 if !usdt_sites
                     .iter()
@@ -690,6 +703,7 @@ pub async fn record(
                 .usdt
                 .iter()
                 .chain(&config.usdt_semaphores)
+                .chain(&config.usdt_empty)
                 .map(|p| p.as_str().to_string())
                 .collect();
             progress(&format!(

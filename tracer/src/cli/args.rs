@@ -108,6 +108,10 @@ pub struct RecordArgs {
     /// reached where one exists, so it costs no trap per hit. Repeatable.
     #[arg(long = "usdt-semaphore", value_name = "PATTERN")]
     pub usdt_semaphores: Vec<String>,
+    /// Attach USDT probes that record nothing, at their own sites, with their
+    /// semaphores raised (overhead benchmarks: the bare uprobe cost).
+    #[arg(long, value_name = "PATTERN", hide = true)]
+    pub bench_empty_usdt: Vec<String>,
     /// Trace the Python functions a CPython interpreter runs (needs a build
     /// with USDT probes, e.g. Debian's /usr/bin/python3.11; pyenv builds have
     /// none): same as
@@ -196,6 +200,11 @@ impl TryFrom<RecordArgs> for RecordConfig {
             .iter()
             .map(|p| UsdtPattern::parse(p))
             .collect::<Result<_, _>>()?;
+        let usdt_empty = a
+            .bench_empty_usdt
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
         if a.python {
             for p in PYTHON_PROBES {
                 usdt.push(UsdtPattern::parse(p)?);
@@ -208,6 +217,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             empty_probes,
             usdt,
             usdt_semaphores,
+            usdt_empty,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
