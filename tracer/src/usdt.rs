@@ -727,6 +727,9 @@ pub fn select(
 /// raised: that site sits behind `if (semaphore)` and is never reached, so
 /// holding costs no trap. When no such site is free, the wanted site itself
 /// is probed silently (a trap per hit, nothing recorded).
+/// The kernel wants one `ref_ctr_offset` per (file, offset): while we hold a
+/// host site, another tool attaching there with the host's own semaphore is
+/// refused (EINVAL) until we detach.
 /// `attached`: the sites probed for their records (never hosts).
 pub fn semaphore_holders(
     wanted: &[UsdtSite],

@@ -300,4 +300,22 @@ mod tests {
         );
         assert_eq!(config.sample_hz, 99);
     }
+
+    #[test]
+    fn python_preset_expands_to_function_probes_and_the_line_semaphore() {
+        let args = Args::parse_from(["tracer", "record", "--python", "-p", "1"]);
+        let Command::Record(rec) = args.command else {
+            panic!("record expected")
+        };
+        let config = RecordConfig::try_from(rec).expect("valid");
+        let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
+        assert_eq!(usdt, PYTHON_PROBES);
+        let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
+        assert_eq!(semaphores, [PYTHON_SEMAPHORE]);
+        let bad = Args::parse_from(["tracer", "record", "--usdt", "python:line=9", "-p", "1"]);
+        let Command::Record(rec) = bad.command else {
+            panic!("record expected")
+        };
+        assert!(RecordConfig::try_from(rec).is_err(), "string arg index 9");
+    }
 }
