@@ -371,3 +371,45 @@ fn binary_without_probes_is_a_clear_error() {
     assert!(run.stderr.contains("no USDT probes"), "{}", run.stderr);
     assert!(run.stderr.contains("--with-dtrace"), "{}", run.stderr);
 }
+
+/// A recorder killed with SIGKILL leaves no raised semaphore behind: the
+/// links die with its file descriptors and the kernel lowers the counters.
+#[test]
+fn killed_tracer_leaves_semaphores_at_zero() {
+    if !privileged() || python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = script(dir.path());
+    let out = dir.path().join("killed.capture");
+    let py = Interpreter::start(&script, 3);
+    let pid = py.pid();
+    let bg = Background::start(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--python",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(semaphore(pid, "line"), 1, "line while attached");
+    assert!(!bg.stop("KILL").success());
+    // Link teardown can trail the process's exit by a grace period.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let values: Vec<u16> = ["function__entry", "function__return", "line"]
+            .iter()
+            .map(|n| semaphore(pid, n))
+            .collect();
+        if values == [0, 0, 0] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "semaphores still {values:?} after the tracer was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
