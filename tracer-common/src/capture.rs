@@ -271,6 +271,37 @@ pub struct Probe {
     pub args: bool,
 }
 
+/// One attached USDT probe site: what a [`crate::record::UsdtHit`]'s
+/// `probe_id` means. Written only by recordings that attach USDT probes, so
+/// captures without them stay readable by builds that predate this item.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsdtProbe {
+    /// Id carried by the records (the attach cookie).
+    pub probe_id: u32,
+    /// Path of the object holding the probe.
+    pub object: String,
+    /// Provider (`python`).
+    pub provider: String,
+    /// Probe name (`function__entry`).
+    pub name: String,
+    /// Virtual address of the probe site in the object.
+    pub vaddr: u64,
+    /// File offset the uprobe is attached at.
+    pub file_offset: u64,
+    /// File offset of the probe's semaphore (raised while attached), or 0.
+    pub semaphore_offset: u64,
+    /// Argument specs as written in the note (`8@%rbp 8@%r12 -4@%eax`).
+    pub args: String,
+    /// Indexes of the arguments that point to strings; their text comes in
+    /// `UsdtString` records before the first hit that carries the pointer.
+    #[serde(default)]
+    pub string_args: Vec<u32>,
+    /// Attached only to hold the probe's semaphore raised (at another,
+    /// never-reached site): no hits are recorded for it.
+    #[serde(default)]
+    pub semaphore_only: bool,
+}
+
 /// Loss and health counters, cumulative since the start of recording.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
@@ -305,6 +336,11 @@ pub enum Meta {
     Probes {
         /// The probes.
         probes: Vec<Probe>,
+    },
+    /// Attached USDT probe sites.
+    UsdtProbes {
+        /// The sites.
+        probes: Vec<UsdtProbe>,
     },
     /// Kernel symbols for the kernel addresses seen in samples.
     KernelSymbols {

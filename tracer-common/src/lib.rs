@@ -31,6 +31,9 @@ pub mod maps {
     pub const INFLIGHT: &str = "INFLIGHT";
     /// Per-CPU counters indexed by [`crate::stats::Stat`].
     pub const STATS: &str = "STATS";
+    /// Argument specs of USDT probe sites, indexed by attach cookie:
+    /// [`crate::record::UsdtSpec`].
+    pub const USDT_SPECS: &str = "USDT_SPECS";
 }
 
 /// Names of the programs in the eBPF object.
@@ -53,6 +56,8 @@ pub mod programs {
     pub const TCP_RETRANSMIT: &str = "tcp_retransmit";
     /// perf cpu-clock sampling.
     pub const SAMPLE: &str = "sample";
+    /// uprobe at a USDT probe site (attached through uprobe_multi links).
+    pub const USDT: &str = "usdt";
     /// Empty uprobe, for overhead benchmarks.
     pub const EMPTY_ENTRY: &str = "empty_entry";
     /// Empty uretprobe, for overhead benchmarks.
@@ -85,5 +90,12 @@ pub const COOKIE_ARGS: u64 = 1 << 32;
 /// entry point, for `--exe`): the process hitting it becomes traced; no
 /// record is written.
 pub const COOKIE_ENROLL: u64 = 1 << 33;
+/// Entries of [`maps::USDT_SPECS`]: the most USDT probe sites one recording attaches.
+pub const USDT_MAX_SITES: u32 = 4096;
+
+/// Bit set in a USDT site's attach cookie when the site is attached only to
+/// hold a probe semaphore raised (see `tracer::usdt`): hits write nothing.
+pub const COOKIE_USDT_SILENT: u64 = 1 << 32;
+
 /// Mask of a uprobe's attach cookie that holds the function id.
 pub const COOKIE_FUNC_MASK: u64 = 0xffff_ffff;

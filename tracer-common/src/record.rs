@@ -29,6 +29,10 @@ pub mod kind {
     pub const LIFECYCLE: u16 = 6;
     /// [`super::TcpRetransmit`].
     pub const TCP_RETRANSMIT: u16 = 7;
+    /// [`super::UsdtHit`].
+    pub const USDT: u16 = 8;
+    /// [`super::UsdtString`].
+    pub const USDT_STRING: u16 = 9;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -218,6 +222,110 @@ pub struct TcpRetransmit {
     pub daddr: [u8; 16],
 }
 
+/// Most arguments a USDT probe's record carries (Python's probes have 3;
+/// SystemTap allows 12, probes in the wild rarely pass more than 6).
+pub const USDT_MAX_ARGS: usize = 6;
+
+/// A USDT probe fired (a uprobe at a `.note.stapsdt` probe site), with its
+/// arguments decoded per the probe's argument specs, 80 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtHit {
+    /// Common header.
+    pub header: Header,
+    /// Index of the probe site in the capture's USDT table (`Meta::UsdtProbes`).
+    pub probe_id: u32,
+    /// Number of valid entries in `args`.
+    pub nargs: u32,
+    /// Argument values, sign- or zero-extended from their spec's size to 64
+    /// bits. Pointers are user-space addresses of the traced process.
+    pub args: [u64; USDT_MAX_ARGS],
+}
+
+/// Kinds of [`UsdtArgSpec`] (where an argument's value lives).
+pub mod usdt_arg {
+    /// No argument in this slot.
+    pub const NONE: u8 = 0;
+    /// A constant: `value`.
+    pub const CONST: u8 = 1;
+    /// A register: the `u64` at byte `reg_off` of the saved `pt_regs`.
+    pub const REG: u8 = 2;
+    /// Memory at `register + value` in the traced process.
+    pub const MEM: u8 = 3;
+}
+
+/// How to fetch one USDT argument (map value, not a ring record), 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtArgSpec {
+    /// The constant ([`usdt_arg::CONST`]) or the byte offset from the
+    /// register ([`usdt_arg::MEM`]).
+    pub value: i64,
+    /// One of the [`usdt_arg`] constants.
+    pub kind: u8,
+    /// Size of the value in bytes: 1, 2, 4 or 8.
+    pub size: u8,
+    /// 1 when the value is signed (sign-extended), 0 when unsigned.
+    pub signed: u8,
+    /// Byte offset of the register in x86-64 `struct pt_regs`.
+    pub reg_off: u8,
+    /// [`USDT_ARG_STRING`] or 0.
+    pub flags: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 3],
+}
+
+/// [`UsdtArgSpec::flags`]: the value points to a NUL-terminated string in
+/// the traced process; its text is sent once per process, pointer and first
+/// bytes ([`UsdtString`]), and hits carry only the pointer.
+pub const USDT_ARG_STRING: u8 = 1;
+
+/// Most bytes of a USDT string argument recorded (longer ones are cut).
+pub const USDT_STRING_MAX: usize = 120;
+
+/// The text of a string argument of a USDT probe, sent before the first
+/// [`UsdtHit`] of its process that carries the pointer (and again if the
+/// memory at the pointer changes), 160 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsdtString {
+    /// Common header.
+    pub header: Header,
+    /// The pointer, as the hits carry it.
+    pub ptr: u64,
+    /// Bytes of `text` used (no NUL).
+    pub len: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// The text, UTF-8 as the process wrote it, cut at [`USDT_STRING_MAX`].
+    pub text: [u8; USDT_STRING_MAX],
+}
+
+impl Default for UsdtString {
+    fn default() -> Self {
+        Self {
+            header: Header::default(),
+            ptr: 0,
+            len: 0,
+            _pad: 0,
+            text: [0; USDT_STRING_MAX],
+        }
+    }
+}
+
+/// Argument specs of one USDT probe site, indexed by the site's attach
+/// cookie in the `USDT_SPECS` map, 104 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtSpec {
+    /// Number of arguments (at most [`USDT_MAX_ARGS`]).
+    pub nargs: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// The arguments, in order.
+    pub args: [UsdtArgSpec; USDT_MAX_ARGS],
+}
+
 /// Field offsets of tracepoint records, read by user space from the tracefs
 /// `format` files and passed to the programs as a global, so the programs do
 /// not hard-code a kernel's layout. An offset of `u16::MAX` means absent.
@@ -276,6 +384,10 @@ const _: () = assert!(size_of::<Sample>() == 56);
 const _: () = assert!(size_of::<Lifecycle>() == 56);
 const _: () = assert!(size_of::<TcpRetransmit>() == 64);
 const _: () = assert!(size_of::<TracepointOffsets>() == 32);
+const _: () = assert!(size_of::<UsdtHit>() == 80);
+const _: () = assert!(size_of::<UsdtArgSpec>() == 16);
+const _: () = assert!(size_of::<UsdtSpec>() == 104);
+const _: () = assert!(size_of::<UsdtString>() == 160);
 
 /// Size in bytes of a record of `kind`, or `None` for an unknown kind.
 pub const fn size_of_kind(kind: u16) -> Option<usize> {
@@ -287,6 +399,8 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::SAMPLE => Some(size_of::<Sample>()),
         kind::LIFECYCLE => Some(size_of::<Lifecycle>()),
         kind::TCP_RETRANSMIT => Some(size_of::<TcpRetransmit>()),
+        kind::USDT => Some(size_of::<UsdtHit>()),
+        kind::USDT_STRING => Some(size_of::<UsdtString>()),
         _ => None,
     }
 }
@@ -337,6 +451,10 @@ unsafe impl Pod for Sample {}
 unsafe impl Pod for Lifecycle {}
 // SAFETY: as above.
 unsafe impl Pod for TcpRetransmit {}
+// SAFETY: as above.
+unsafe impl Pod for UsdtHit {}
+// SAFETY: as above.
+unsafe impl Pod for UsdtString {}
 
 // SAFETY: repr(C), integers only, no implicit padding (size assertions above).
 #[cfg(feature = "aya")]
@@ -344,6 +462,9 @@ unsafe impl aya::Pod for SyscallEnter {}
 // SAFETY: as above.
 #[cfg(feature = "aya")]
 unsafe impl aya::Pod for TracepointOffsets {}
+// SAFETY: as above.
+#[cfg(feature = "aya")]
+unsafe impl aya::Pod for UsdtSpec {}
 
 #[cfg(test)]
 mod tests {
@@ -378,16 +499,25 @@ mod tests {
         assert_eq!(offset_of!(Lifecycle, comm), 40);
         assert_eq!(offset_of!(TcpRetransmit, saddr), 32);
         assert_eq!(offset_of!(TcpRetransmit, daddr), 48);
+        assert_eq!(offset_of!(UsdtHit, probe_id), 24);
+        assert_eq!(offset_of!(UsdtHit, nargs), 28);
+        assert_eq!(offset_of!(UsdtHit, args), 32);
+        assert_eq!(offset_of!(UsdtArgSpec, kind), 8);
+        assert_eq!(offset_of!(UsdtArgSpec, reg_off), 11);
+        assert_eq!(offset_of!(UsdtArgSpec, flags), 12);
+        assert_eq!(offset_of!(UsdtSpec, args), 8);
+        assert_eq!(offset_of!(UsdtString, ptr), 24);
+        assert_eq!(offset_of!(UsdtString, text), 40);
     }
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in 1..=7 {
+        for k in 1..=9 {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }
         assert_eq!(size_of_kind(0), None);
-        assert_eq!(size_of_kind(8), None);
+        assert_eq!(size_of_kind(10), None);
     }
 
     #[test]

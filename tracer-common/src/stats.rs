@@ -19,10 +19,13 @@ pub enum Stat {
     PidMapFull = 5,
     /// A sample's user stack could not be read (kernel-mode samples).
     UserIpUnreadable = 6,
+    /// A USDT probe fired with no spec for its cookie, or an argument could
+    /// not be read (its value is recorded as 0).
+    UsdtArgUnreadable = 7,
 }
 
 /// Number of counters.
-pub const STAT_COUNT: u32 = 7;
+pub const STAT_COUNT: u32 = 8;
 
 /// Names of the counters, indexed by [`Stat`], as written in captures.
 pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
@@ -33,4 +36,5 @@ pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
     "socket_map_full",
     "pid_map_full",
     "user_ip_unreadable",
+    "usdt_arg_unreadable",
 ];

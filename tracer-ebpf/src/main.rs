@@ -9,6 +9,7 @@ mod lifecycle;
 mod sample;
 mod syscalls;
 mod tcp;
+mod usdt;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},

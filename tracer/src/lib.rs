@@ -6,6 +6,7 @@
 //! - [`loader`] loads the embedded eBPF object and attaches its programs.
 //! - [`record`] runs a recording session; [`sink`] writes the capture.
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
+//! - [`usdt`] reads USDT probe notes and argument specs.
 //!
 //! Decoding captures lives in the `analyzer` crate, shared with `tracer replay`.
 
@@ -17,3 +18,4 @@ pub mod record;
 pub mod sink;
 pub mod targets;
 pub mod tracefs;
+pub mod usdt;

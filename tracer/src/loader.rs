@@ -11,7 +11,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
         PerfEvent, ProgramError, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
@@ -22,12 +22,15 @@ use tracer_common::{
     COOKIE_ARGS, TRACED_ROOT,
     capture::Probe,
     globals, maps, programs,
-    record::{SyscallEnter, TracepointOffsets},
+    record::{SyscallEnter, TracepointOffsets, UsdtSpec},
     stats::{STAT_COUNT, STAT_NAMES},
     syscall,
 };
 
-use crate::multi::{self, MultiPrograms};
+use crate::{
+    multi::{self, MultiError, MultiPrograms},
+    usdt::{UsdtError, UsdtSite},
+};
 
 /// The eBPF object built by `build.rs`, embedded so the binary is self-contained.
 static EBPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
@@ -68,6 +71,26 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
+    /// USDT probes could not be attached.
+    #[error(
+        "attaching USDT probes needs uprobe_multi links with semaphore offsets (Linux 6.6 or later)"
+    )]
+    UsdtMulti {
+        /// The cause.
+        #[source]
+        source: MultiError,
+    },
+    /// A USDT probe site cannot be decoded.
+    #[error(transparent)]
+    Usdt(#[from] UsdtError),
+    /// More USDT sites than the spec map holds.
+    #[error("{count} USDT probe sites selected; at most {max} can be attached")]
+    TooManyUsdtSites {
+        /// Sites selected.
+        count: usize,
+        /// The map's size.
+        max: u32,
+    },
 }
 
 /// How to load the programs.
@@ -97,6 +120,7 @@ pub struct Loaded {
     sockets: HashMap<MapData, u64, u8>,
     inflight: HashMap<MapData, u32, SyscallEnter>,
     stats: PerCpuArray<MapData, u64>,
+    usdt_specs: Array<MapData, UsdtSpec>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     loaded_uprobes: bool,
     /// Number of kernel attachments made (perf and uprobe_multi links).
@@ -171,6 +195,7 @@ impl Loaded {
         let sockets = take(&mut ebpf, maps::SOCKET_FDS)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
         let stats = take(&mut ebpf, maps::STATS)?;
+        let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
         Ok(Self {
             ebpf,
             ring: Some(ring),
@@ -178,6 +203,7 @@ impl Loaded {
             sockets,
             inflight,
             stats,
+            usdt_specs,
             logger,
             loaded_uprobes: false,
             links: 0,
@@ -414,6 +440,70 @@ impl Loaded {
                 )))?;
             self.uprobe_links.push((name, id));
             self.links += 1;
+        }
+        Ok(())
+    }
+
+    /// Attaches the USDT program at `sites` (site `i` has probe id and
+    /// cookie `i`), raising their semaphores while attached: one
+    /// uprobe_multi link per object and pid (`pids` empty: every process of
+    /// the object, else only those processes). The kernel lowers the
+    /// semaphores again when the links go ([`Loaded::detach`]), or when the
+    /// tracer dies.
+    pub fn attach_usdt(&mut self, sites: &[UsdtSite], pids: &[u32]) -> Result<(), LoadError> {
+        if sites.is_empty() {
+            return Ok(());
+        }
+        if sites.len() > tracer_common::USDT_MAX_SITES as usize {
+            return Err(LoadError::TooManyUsdtSites {
+                count: sites.len(),
+                max: tracer_common::USDT_MAX_SITES,
+            });
+        }
+        for (id, site) in sites.iter().enumerate() {
+            self.usdt_specs
+                .set(id as u32, site.spec()?, 0)
+                .map_err(|source| LoadError::Map {
+                    name: maps::USDT_SPECS,
+                    source,
+                })?;
+        }
+        let usdt_err = |source| LoadError::UsdtMulti { source };
+        let prog = multi::load_programs(EBPF_OBJECT, &self.map_fds, &[programs::USDT])
+            .map_err(usdt_err)?
+            .pop()
+            .ok_or(LoadError::MissingProgram {
+                name: programs::USDT,
+            })?;
+        let groups = multi::group_by_object(sites.iter().enumerate().map(|(id, s)| {
+            (
+                s.object.to_str().unwrap_or_default(),
+                s.file_offset,
+                id as u64,
+            )
+        }));
+        let all = [0];
+        let pids = if pids.is_empty() { &all[..] } else { pids };
+        for (path, offsets, cookies) in groups {
+            let ref_ctrs: Vec<u64> = cookies
+                .iter()
+                .map(|cookie| sites[(*cookie as u32) as usize].semaphore_offset)
+                .collect();
+            for pid in pids {
+                let link = multi::link(
+                    &prog,
+                    Path::new(path),
+                    &offsets,
+                    Some(&ref_ctrs),
+                    &cookies,
+                    false,
+                    *pid,
+                )
+                .map_err(usdt_err)?;
+                self.multi_links.push(link);
+                self.links += 1;
+                self.multi_link_count += 1;
+            }
         }
         Ok(())
     }

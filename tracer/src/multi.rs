@@ -76,38 +76,11 @@ impl MultiPrograms {
         entry: &str,
         ret: &str,
     ) -> Result<Self, MultiError> {
-        let mut obj = aya_obj::Object::parse(object)?;
-        if let Ok(btf) = aya_obj::btf::Btf::from_sys_fs() {
-            obj.relocate_btf(&btf)
-                .map_err(|e| MultiError::Relocate(e.to_string()))?;
+        let mut fds = load_programs(object, maps, &[entry, ret])?.into_iter();
+        match (fds.next(), fds.next()) {
+            (Some(entry), Some(ret)) => Ok(Self { entry, ret }),
+            _ => Err(MultiError::MissingProgram(ret.to_string())),
         }
-        let defs = obj.maps.clone();
-        let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-        obj.relocate_maps(
-            maps.iter().filter_map(|(name, fd)| {
-                defs.get(name)
-                    .map(|def| (name.as_str(), fd.as_raw_fd(), def))
-            }),
-            &text_sections,
-        )
-        .map_err(|e| MultiError::Relocate(e.to_string()))?;
-        obj.relocate_calls(&text_sections)
-            .map_err(|e| MultiError::Relocate(e.to_string()))?;
-        let load = |name: &str| -> Result<OwnedFd, MultiError> {
-            let program = obj
-                .programs
-                .get(name)
-                .ok_or_else(|| MultiError::MissingProgram(name.to_string()))?;
-            let function = obj
-                .functions
-                .get(&program.function_key())
-                .ok_or_else(|| MultiError::MissingProgram(name.to_string()))?;
-            prog_load(name, &function.instructions, &obj.license)
-        };
-        Ok(Self {
-            entry: load(entry)?,
-            ret: load(ret)?,
-        })
     }
 
     /// One link with entry (or, with `ret`, return) probes at `offsets` of
@@ -119,34 +92,95 @@ impl MultiPrograms {
         cookies: &[u64],
         ret: bool,
     ) -> Result<OwnedFd, MultiError> {
-        debug_assert_eq!(offsets.len(), cookies.len());
-        let link_err = |source| MultiError::Link {
-            path: path.display().to_string(),
-            count: offsets.len(),
-            source,
-        };
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| link_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
-        // SAFETY: bpf_attr is a plain C union; all-zero is its documented default.
-        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: writing plain integer fields of the link_create member.
-        unsafe {
-            let lc = &mut attr.link_create;
-            lc.__bindgen_anon_1.prog_fd = if ret {
-                self.ret.as_raw_fd()
-            } else {
-                self.entry.as_raw_fd()
-            } as u32;
-            lc.attach_type = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
-            let um = &mut lc.__bindgen_anon_3.uprobe_multi;
-            um.path = c_path.as_ptr() as u64;
-            um.offsets = offsets.as_ptr() as u64;
-            um.cookies = cookies.as_ptr() as u64;
-            um.cnt = offsets.len() as u32;
-            um.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
-        }
-        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr).map_err(link_err)
+        let prog = if ret { &self.ret } else { &self.entry };
+        link(prog, path, offsets, None, cookies, ret, 0)
     }
+}
+
+/// Loads programs `names` of `object` for uprobe_multi links, with map
+/// references resolved to `maps` (name, fd of the map aya created).
+pub fn load_programs(
+    object: &[u8],
+    maps: &[(String, OwnedFd)],
+    names: &[&str],
+) -> Result<Vec<OwnedFd>, MultiError> {
+    let mut obj = aya_obj::Object::parse(object)?;
+    if let Ok(btf) = aya_obj::btf::Btf::from_sys_fs() {
+        obj.relocate_btf(&btf)
+            .map_err(|e| MultiError::Relocate(e.to_string()))?;
+    }
+    let defs = obj.maps.clone();
+    let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
+    obj.relocate_maps(
+        maps.iter().filter_map(|(name, fd)| {
+            defs.get(name)
+                .map(|def| (name.as_str(), fd.as_raw_fd(), def))
+        }),
+        &text_sections,
+    )
+    .map_err(|e| MultiError::Relocate(e.to_string()))?;
+    obj.relocate_calls(&text_sections)
+        .map_err(|e| MultiError::Relocate(e.to_string()))?;
+    names
+        .iter()
+        .map(|name| {
+            let program = obj
+                .programs
+                .get(*name)
+                .ok_or_else(|| MultiError::MissingProgram(name.to_string()))?;
+            let function = obj
+                .functions
+                .get(&program.function_key())
+                .ok_or_else(|| MultiError::MissingProgram(name.to_string()))?;
+            prog_load(name, &function.instructions, &obj.license)
+        })
+        .collect()
+}
+
+/// One uprobe_multi link of program `prog` with probes at `offsets` of the
+/// file at `path`, each with its cookie. `ref_ctr_offsets` are the file
+/// offsets of USDT semaphores (0 for none): the kernel increments each while
+/// the link exists and decrements it when the link goes, in every process
+/// the probe is installed in. `pid` 0 probes every process of the file;
+/// another pid only that process.
+pub fn link(
+    prog: &OwnedFd,
+    path: &Path,
+    offsets: &[u64],
+    ref_ctr_offsets: Option<&[u64]>,
+    cookies: &[u64],
+    ret: bool,
+    pid: u32,
+) -> Result<OwnedFd, MultiError> {
+    debug_assert_eq!(offsets.len(), cookies.len());
+    let link_err = |source| MultiError::Link {
+        path: path.display().to_string(),
+        count: offsets.len(),
+        source,
+    };
+    if ref_ctr_offsets.is_some_and(|r| r.len() != offsets.len()) {
+        return Err(link_err(io::Error::from(io::ErrorKind::InvalidInput)));
+    }
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| link_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    // SAFETY: bpf_attr is a plain C union; all-zero is its documented default.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing plain integer fields of the link_create member; the
+    // pointers outlive the system call.
+    unsafe {
+        let lc = &mut attr.link_create;
+        lc.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
+        lc.attach_type = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
+        let um = &mut lc.__bindgen_anon_3.uprobe_multi;
+        um.path = c_path.as_ptr() as u64;
+        um.offsets = offsets.as_ptr() as u64;
+        um.ref_ctr_offsets = ref_ctr_offsets.map_or(0, |r| r.as_ptr() as u64);
+        um.cookies = cookies.as_ptr() as u64;
+        um.cnt = offsets.len() as u32;
+        um.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
+        um.pid = pid;
+    }
+    bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr).map_err(link_err)
 }
 
 fn prog_load(name: &str, insns: &[bpf_insn], license: &CString) -> Result<OwnedFd, MultiError> {

@@ -30,6 +30,7 @@ use crate::{
     sink::{Sink, SinkError},
     targets::{self, FunctionPattern, TargetError, TargetObjects},
     tracefs::{self, TracefsError},
+    usdt::{self, UsdtError, UsdtPattern, UsdtSite},
 };
 
 /// What to trace.
@@ -52,6 +53,13 @@ pub struct RecordConfig {
     pub functions: Vec<FunctionPattern>,
     /// Functions that get empty probes (benchmarks: the bare uprobe cost).
     pub empty_probes: Vec<FunctionPattern>,
+    /// USDT probes (`PROVIDER:NAME` globs) to attach in the targets' objects.
+    pub usdt: Vec<UsdtPattern>,
+    /// USDT probes whose semaphores are raised without recording their hits.
+    pub usdt_semaphores: Vec<UsdtPattern>,
+    /// USDT probes attached at their own sites with semaphores raised,
+    /// recording nothing (benchmarks: the bare USDT uprobe cost).
+    pub usdt_empty: Vec<UsdtPattern>,
     /// Attach function probes with uprobe_multi links where the kernel has
     /// them (fast attach and detach), else one perf link per probe.
     pub uprobe_multi: bool,
@@ -85,6 +93,9 @@ impl Default for RecordConfig {
             targets: Vec::new(),
             functions: Vec::new(),
             empty_probes: Vec::new(),
+            usdt: Vec::new(),
+            usdt_semaphores: Vec::new(),
+            usdt_empty: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
             sample_hz: 0,
@@ -143,6 +154,9 @@ pub enum RecordError {
     /// Loading or attaching failed.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// Reading or selecting USDT probes failed.
+    #[error(transparent)]
+    Usdt(#[from] UsdtError),
     /// Writing the capture failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
@@ -166,6 +180,8 @@ pub struct Summary {
     pub processes: Vec<(u32, String)>,
     /// Function probes attached.
     pub probes: usize,
+    /// USDT probe sites attached.
+    pub usdt_probes: usize,
     /// Capture size in bytes.
     pub bytes: u64,
     /// Capture path.
@@ -241,7 +257,11 @@ impl std::fmt::Display for Summary {
         if more > 0 {
             write!(f, " and {more} more")?;
         }
-        writeln!(f, "; function probes: {}", self.probes)
+        write!(f, "; function probes: {}", self.probes)?;
+        if self.usdt_probes > 0 {
+            write!(f, ", USDT probes: {}", self.usdt_probes)?;
+        }
+        writeln!(f)
     }
 }
 
@@ -254,6 +274,8 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::SAMPLE => "sample",
         kind::LIFECYCLE => "lifecycle",
         kind::TCP_RETRANSMIT => "tcp_retransmit",
+        kind::USDT => "usdt",
+        kind::USDT_STRING => "usdt_string",
         _ => "unknown",
     }
 }
@@ -599,6 +621,7 @@ pub async fn record(
     let mut enroll = Vec::new();
     let mut root_pids = Vec::new();
     let mut command = None;
+    let mut usdt_sites: Vec<UsdtSite> = Vec::new();
     for target in &config.targets {
         let objects = match target {
             Target::Pid(pid) => {
@@ -632,6 +655,64 @@ pub async fn record(
                 TargetObjects::of_executable(&path)
             }
         };
+        if !config.usdt.is_empty()
+            || !config.usdt_semaphores.is_empty()
+            || !config.usdt_empty.is_empty()
+        {
+            let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
+                .chain(objects.libs.iter().cloned())
+                .collect();
+            let all = usdt::sites_of(&objects)?;
+            let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
+            let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
+            for h in &holders {
+                progress(&format!(
+                    "{}: semaphore raised{}",
+                    h.full_name(),
+                    if h.vaddr
+                        == wanted
+                            .iter()
+                            .find(|w| w.semaphore_offset == h.semaphore_offset)
+                            .map_or(0, |w| w.vaddr)
+                    {
+                        " by a silent probe at its own site (a trap per hit)".to_string()
+                    } else {
+                        format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
+                    }
+                ));
+            }
+            chosen.extend(holders);
+            for site in usdt::select(&config.usdt_empty, &all, &searched)? {
+                chosen.push(UsdtSite {
+                    silent: true,
+                    ..site
+                });
+            }
+            for site in chosen {
+                if !usdt_sites
+                    .iter()
+                    .any(|s| s.object == site.object && s.file_offset == site.file_offset)
+                {
+                    // Fail now, before touching the kernel, on a spec we cannot decode.
+                    site.spec()?;
+                    usdt_sites.push(site);
+                }
+            }
+            let names: Vec<String> = config
+                .usdt
+                .iter()
+                .chain(&config.usdt_semaphores)
+                .chain(&config.usdt_empty)
+                .map(|p| p.as_str().to_string())
+                .collect();
+            progress(&format!(
+                "{}: {} USDT probe site(s) in {}",
+                names.join(", "),
+                usdt_sites.len(),
+                objects.exe.display()
+            ));
+        }
         if !config.empty_probes.is_empty() {
             targets::resolve(
                 &config.empty_probes,
@@ -724,6 +805,15 @@ pub async fn record(
     sink.meta(&Meta::Probes {
         probes: probes.clone(),
     })?;
+    if !usdt_sites.is_empty() {
+        sink.meta(&Meta::UsdtProbes {
+            probes: usdt_sites
+                .iter()
+                .enumerate()
+                .map(|(id, s)| s.meta(id as u32))
+                .collect(),
+        })?;
+    }
     let mut tracker = Tracker::new();
     tracker.elf_cache = elf_cache;
     // Probed objects' symbols go in even if no snapshot of a process
@@ -764,6 +854,28 @@ pub async fn record(
         }
         None => None,
     };
+    if !usdt_sites.is_empty() {
+        // Semaphores count who listens: probe only the traced processes
+        // where they are known (a raised `line` semaphore slows every other
+        // interpreter on the node), every process of the object for --exe.
+        let pids: Vec<u32> = if enroll.is_empty() {
+            tracker.live.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        let usdt_started = Instant::now();
+        loaded.attach_usdt(&usdt_sites, &pids)?;
+        progress(&format!(
+            "attached {} USDT probe site(s) for {} in {:.0} ms",
+            usdt_sites.len(),
+            if pids.is_empty() {
+                "every process of their objects".to_string()
+            } else {
+                format!("{} process(es)", pids.len())
+            },
+            usdt_started.elapsed().as_secs_f64() * 1e3
+        ));
+    }
     tracker.settle(&mut sink)?;
     if let Some(fd) = held.as_mut().and_then(|h| h.release.take()) {
         // Release the command: it execs now, traced.
@@ -913,6 +1025,7 @@ pub async fn record(
         losses,
         processes,
         probes: probes.len(),
+        usdt_probes: usdt_sites.len(),
         bytes: sink.bytes(),
         output: sink.path().to_path_buf(),
         command_status,

@@ -28,7 +28,7 @@ pub(crate) struct BenchArgs {
     repeat: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -143,6 +143,7 @@ pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
             lost
         );
     }
+    crate::bench_python::python_overhead(&tracer, args.calls, args.repeat)?;
     println!("\n(decode rate: cargo bench -p analyzer --bench decode)");
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
 
 mod bench;
+mod bench_python;
 mod gluster;
 mod mpi;
 

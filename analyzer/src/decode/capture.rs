@@ -10,7 +10,7 @@ use std::{
 
 use tracer_common::capture::{
     CaptureError, CaptureHeader, CaptureReader, Chunk, End, Meta, ObjectSymbols, Probe,
-    ProcessInfo, RawRecords, RecordError, Stats, Symbol,
+    ProcessInfo, RawRecords, RecordError, Stats, Symbol, UsdtProbe,
 };
 
 use super::types::Event;
@@ -55,6 +55,8 @@ pub struct Capture {
     pub objects: BTreeMap<String, ObjectSymbols>,
     /// Function probes, indexed by `func_id`.
     pub probes: Vec<Probe>,
+    /// USDT probe sites, indexed by `probe_id` (empty for captures without them).
+    pub usdt_probes: Vec<UsdtProbe>,
     /// Kernel symbols seen in samples, sorted by address.
     pub kernel_symbols: Vec<Symbol>,
     /// Last loss counters written.
@@ -87,6 +89,7 @@ impl Capture {
             processes: BTreeMap::new(),
             objects: BTreeMap::new(),
             probes: Vec::new(),
+            usdt_probes: Vec::new(),
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
@@ -109,6 +112,15 @@ impl Capture {
                                 capture.probes.resize(id + 1, Probe::default());
                             }
                             capture.probes[id] = p;
+                        }
+                    }
+                    Meta::UsdtProbes { probes } => {
+                        for p in probes {
+                            let id = p.probe_id as usize;
+                            if capture.usdt_probes.len() <= id {
+                                capture.usdt_probes.resize(id + 1, UsdtProbe::default());
+                            }
+                            capture.usdt_probes[id] = p;
                         }
                     }
                     Meta::KernelSymbols { symbols } => capture.kernel_symbols.extend(symbols),
@@ -148,6 +160,20 @@ impl Capture {
         self.probe(func_id)
             .map(|p| p.symbol.clone())
             .unwrap_or_else(|| format!("func#{func_id}"))
+    }
+
+    /// The USDT probe site of `probe_id`.
+    pub fn usdt_probe(&self, probe_id: u32) -> Option<&UsdtProbe> {
+        self.usdt_probes
+            .get(probe_id as usize)
+            .filter(|p| !p.object.is_empty())
+    }
+
+    /// `provider:name` of USDT probe `probe_id`.
+    pub fn usdt_name(&self, probe_id: u32) -> String {
+        self.usdt_probe(probe_id)
+            .map(|p| format!("{}:{}", p.provider, p.name))
+            .unwrap_or_else(|| format!("usdt#{probe_id}"))
     }
 
     /// Records lost by the eBPF side (ring full), from the last counters.

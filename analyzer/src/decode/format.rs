@@ -1,6 +1,9 @@
 //! Events as text lines or JSON lines, and a capture summary.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -13,6 +16,8 @@ pub struct Formatter<'a> {
     capture: &'a Capture,
     symbolizer: Symbolizer<'a>,
     start_ns: u64,
+    /// Text of USDT string arguments by (pid, pointer).
+    strings: HashMap<(u32, u64), String>,
 }
 
 impl<'a> Formatter<'a> {
@@ -22,6 +27,27 @@ impl<'a> Formatter<'a> {
             capture,
             symbolizer: Symbolizer::new(capture),
             start_ns: capture.header.clock.monotonic_ns,
+            strings: if capture.usdt_probes.is_empty() {
+                HashMap::new()
+            } else {
+                capture
+                    .events()
+                    .filter_map(|e| e.ok()?.usdt_text())
+                    .map(|(pid, ptr, text)| ((pid, ptr), text))
+                    .collect()
+            },
+        }
+    }
+
+    /// A USDT argument: its text when it is a string argument, else the number.
+    fn usdt_arg(&self, pid: u32, probe_id: u32, index: usize, value: u64) -> Value {
+        let is_string = self
+            .capture
+            .usdt_probe(probe_id)
+            .is_some_and(|p| p.string_args.contains(&(index as u32)));
+        match self.strings.get(&(pid, value)) {
+            Some(text) if is_string => json!(text),
+            _ => json!(value as i64),
         }
     }
 
@@ -141,6 +167,25 @@ impl<'a> Formatter<'a> {
                     t.state
                 );
             }
+            Event::Usdt(u) => {
+                let n = (u.nargs as usize).min(u.args.len());
+                let args: Vec<String> = u.args[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.usdt_arg(h.pid, u.probe_id, i, *a).to_string())
+                    .collect();
+                let _ = write!(
+                    line,
+                    "{}({})",
+                    self.capture.usdt_name(u.probe_id),
+                    args.join(", ")
+                );
+            }
+            Event::UsdtString(_) => {
+                if let Some((_, ptr, text)) = event.usdt_text() {
+                    let _ = write!(line, "{ptr:#x} = {text:?}");
+                }
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -226,6 +271,24 @@ impl<'a> Formatter<'a> {
                     json!(tcp_addr(t.family, &t.daddr, t.dport)),
                 );
                 obj.insert("state".into(), json!(t.state));
+            }
+            Event::Usdt(u) => {
+                let n = (u.nargs as usize).min(u.args.len());
+                obj.insert("probe".into(), json!(self.capture.usdt_name(u.probe_id)));
+                obj.insert("probe_id".into(), json!(u.probe_id));
+                let args: Vec<Value> = u.args[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.usdt_arg(h.pid, u.probe_id, i, *a))
+                    .collect();
+                obj.insert("args".into(), json!(args));
+                obj.insert("raw_args".into(), json!(&u.args[..n]));
+            }
+            Event::UsdtString(_) => {
+                if let Some((_, ptr, text)) = event.usdt_text() {
+                    obj.insert("ptr".into(), json!(ptr));
+                    obj.insert("text".into(), json!(text));
+                }
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));
@@ -369,5 +432,89 @@ impl std::fmt::Display for Summary {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{
+        capture::{CaptureHeader, CaptureWriter, Meta, UsdtProbe},
+        record::{Header, Pod as _, USDT_STRING_MAX, UsdtHit, UsdtString, kind},
+    };
+
+    use super::*;
+
+    fn header(ts_ns: u64, kind: u16, size: usize) -> Header {
+        Header {
+            ts_ns,
+            pid: 7,
+            tid: 7,
+            kind,
+            size: size as u16,
+            cpu: 0,
+        }
+    }
+
+    fn string(ts: u64, ptr: u64, text: &str) -> Vec<u8> {
+        let mut rec = UsdtString {
+            header: header(ts, kind::USDT_STRING, size_of::<UsdtString>()),
+            ptr,
+            len: text.len() as u32,
+            ..Default::default()
+        };
+        rec.text[..text.len().min(USDT_STRING_MAX)].copy_from_slice(text.as_bytes());
+        rec.as_bytes().to_vec()
+    }
+
+    /// USDT hits decode as `Event::Usdt`, their string arguments resolve to
+    /// the text sent before them, and the probe table names them.
+    #[test]
+    fn usdt_hits_render_with_their_strings() {
+        let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        w.write_meta(&Meta::UsdtProbes {
+            probes: vec![UsdtProbe {
+                probe_id: 0,
+                object: "/usr/bin/python3.11".into(),
+                provider: "python".into(),
+                name: "function__entry".into(),
+                args: "8@%rbp 8@%r12 -4@%eax".into(),
+                string_args: vec![0, 1],
+                ..Default::default()
+            }],
+        })
+        .expect("meta");
+        let hit = UsdtHit {
+            header: header(3, kind::USDT, size_of::<UsdtHit>()),
+            probe_id: 0,
+            nargs: 3,
+            args: [0x1000, 0x2000, (-1i64) as u64, 0, 0, 0],
+        };
+        let bytes = [
+            string(1, 0x1000, "/srv/mpd.py"),
+            string(2, 0x2000, "handle_msg"),
+            hit.as_bytes().to_vec(),
+        ]
+        .concat();
+        w.write_records(&bytes).expect("records");
+        let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+        let events: Vec<Event> = cap.events().collect::<Result<_, _>>().expect("decode");
+        assert_eq!(events.len(), 3);
+        assert_eq!(
+            events[0].usdt_text(),
+            Some((7, 0x1000, "/srv/mpd.py".to_string()))
+        );
+        assert_eq!(events[2], Event::Usdt(hit));
+        assert_eq!(cap.usdt_name(0), "python:function__entry");
+        assert_eq!(cap.usdt_name(5), "usdt#5");
+        let fmt = Formatter::new(&cap);
+        assert!(
+            fmt.text(&events[2])
+                .ends_with(r#"python:function__entry("/srv/mpd.py", "handle_msg", -1)"#),
+            "{}",
+            fmt.text(&events[2])
+        );
+        let json = fmt.json(&events[2]);
+        assert_eq!(json["args"], json!(["/srv/mpd.py", "handle_msg", -1]));
+        assert_eq!(json["probe"], "python:function__entry");
     }
 }

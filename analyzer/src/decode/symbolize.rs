@@ -328,6 +328,7 @@ mod tests {
                 file_offset: 0x1010,
                 ..Default::default()
             }],
+            usdt_probes: Vec::new(),
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use tracer_common::{
     record::{
         FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
-        kind,
+        UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -30,6 +30,10 @@ pub enum Event {
     Lifecycle(Lifecycle),
     /// A TCP retransmission.
     TcpRetransmit(TcpRetransmit),
+    /// A USDT probe fired; `Capture::usdt_probe(rec.probe_id)` names it.
+    Usdt(UsdtHit),
+    /// The text of a USDT string argument (see [`Event::usdt_text`]).
+    UsdtString(UsdtString),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -55,6 +59,8 @@ impl Event {
             kind::SAMPLE => Self::Sample(Sample::read_from(bytes)?),
             kind::LIFECYCLE => Self::Lifecycle(Lifecycle::read_from(bytes)?),
             kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
+            kind::USDT => Self::Usdt(UsdtHit::read_from(bytes)?),
+            kind::USDT_STRING => Self::UsdtString(UsdtString::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -68,6 +74,8 @@ impl Event {
             Self::Sample(r) => &r.header,
             Self::Lifecycle(r) => &r.header,
             Self::TcpRetransmit(r) => &r.header,
+            Self::Usdt(r) => &r.header,
+            Self::UsdtString(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -85,8 +93,26 @@ impl Event {
                 _ => "exit",
             },
             Self::TcpRetransmit(_) => "tcp_retransmit",
+            Self::Usdt(_) => "usdt",
+            Self::UsdtString(_) => "usdt_string",
             Self::Unknown(_) => "unknown",
         }
+    }
+}
+
+impl Event {
+    /// For a USDT string record: (pid, pointer, text). Hits of the same
+    /// process that carry the pointer after this record mean this text.
+    pub fn usdt_text(&self) -> Option<(u32, u64, String)> {
+        let Self::UsdtString(s) = self else {
+            return None;
+        };
+        let len = (s.len as usize).min(s.text.len());
+        Some((
+            s.header.pid,
+            s.ptr,
+            String::from_utf8_lossy(&s.text[..len]).into_owned(),
+        ))
     }
 }
 

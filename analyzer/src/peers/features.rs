@@ -707,7 +707,7 @@ pub fn extract(
                     _ => {}
                 },
                 Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
-                Event::Sample(_) | Event::Unknown(_) => {}
+                Event::Sample(_) | Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap

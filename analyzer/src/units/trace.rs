@@ -488,6 +488,7 @@ mod tests {
             processes: Default::default(),
             objects: Default::default(),
             probes: Vec::new(),
+            usdt_probes: Vec::new(),
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,

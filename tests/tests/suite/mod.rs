@@ -7,3 +7,4 @@ mod model;
 mod mpi;
 mod sampling;
 mod sockets;
+mod usdt;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use tracer::{
     record::{RecordConfig, Target},
     targets::{FunctionPattern, MPI_PATTERN},
+    usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtPattern},
 };
 
 /// Record what running, unmodified processes do (function calls, socket
@@ -24,6 +25,10 @@ pub struct Args {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per run; boxing would only add noise"
+)]
 pub enum Command {
     /// Record processes into a capture file (needs root).
     ///
@@ -39,6 +44,27 @@ pub enum Command {
     /// Print a capture's events, symbolized, and a summary.
     #[command(alias = "dump")]
     Replay(ReplayArgs),
+    /// List the USDT probes of a binary or shared object, or of every object
+    /// a running process maps: provider:name, site address and file offset,
+    /// semaphore, argument specs. For a PID, also each semaphore's address in
+    /// the process and its current value (non-zero: someone is tracing it).
+    ///
+    /// Examples:
+    ///   tracer list-usdt /usr/bin/python3.11
+    ///   tracer list-usdt --json 1234
+    #[command(verbatim_doc_comment)]
+    ListUsdt(ListUsdtArgs),
+}
+
+/// `tracer list-usdt`.
+#[derive(Debug, clap::Args)]
+pub struct ListUsdtArgs {
+    /// An ELF file (executable or shared object), or the pid of a running process.
+    #[arg(value_name = "PATH|PID")]
+    pub target: String,
+    /// One JSON object per probe site, one per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tracer record`.
@@ -64,6 +90,36 @@ pub struct RecordArgs {
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
     pub mpi: bool,
+    /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
+    /// target's executable and shared objects, e.g. 'python:function__entry'
+    /// or 'python:*', and record their arguments; probe semaphores are
+    /// raised while attached (the kernel lowers them again at detach).
+    /// `tracer list-usdt PATH|PID` shows what a binary has. Repeatable.
+    /// CPython 3.11 fires function__entry/return for Python-to-Python calls
+    /// only while its `line` probe is attached too.
+    /// `=0,1` after the name records arguments 0 and 1 as strings (sent once
+    /// per process and pointer, so records stay small):
+    /// 'python:function__entry=0,1' gives file and function names.
+    #[arg(long = "usdt", value_name = "PATTERN")]
+    pub usdt: Vec<String>,
+    /// Raise the semaphores of USDT probes matching PATTERN without recording
+    /// their hits (CPython 3.11's `line`, which enables function probes for
+    /// Python-to-Python calls). Held by a silent probe at a site that is never
+    /// reached where one exists, so it costs no trap per hit. Repeatable.
+    #[arg(long = "usdt-semaphore", value_name = "PATTERN")]
+    pub usdt_semaphores: Vec<String>,
+    /// Attach USDT probes that record nothing, at their own sites, with their
+    /// semaphores raised (overhead benchmarks: the bare uprobe cost).
+    #[arg(long, value_name = "PATTERN", hide = true)]
+    pub bench_empty_usdt: Vec<String>,
+    /// Trace the Python functions a CPython interpreter runs (needs a build
+    /// with USDT probes, e.g. Debian's /usr/bin/python3.11; pyenv builds have
+    /// none): same as
+    ///   --usdt 'python:function__entry=0,1' --usdt 'python:function__return=0,1'
+    ///   --usdt-semaphore python:line
+    /// Entry args: file, function, first line; return args: file, function, line.
+    #[arg(long, verbatim_doc_comment)]
+    pub python: bool,
     /// Attach empty programs to matching functions (overhead benchmarks).
     #[arg(long, value_name = "PATTERN", hide = true)]
     pub bench_empty_probe: Vec<String>,
@@ -134,10 +190,34 @@ impl TryFrom<RecordArgs> for RecordConfig {
             .iter()
             .map(|p| FunctionPattern::parse(p, false))
             .collect::<Result<_, _>>()?;
+        let mut usdt: Vec<UsdtPattern> = a
+            .usdt
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
+        let mut usdt_semaphores: Vec<UsdtPattern> = a
+            .usdt_semaphores
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
+        let usdt_empty = a
+            .bench_empty_usdt
+            .iter()
+            .map(|p| UsdtPattern::parse(p))
+            .collect::<Result<_, _>>()?;
+        if a.python {
+            for p in PYTHON_PROBES {
+                usdt.push(UsdtPattern::parse(p)?);
+            }
+            usdt_semaphores.push(UsdtPattern::parse(PYTHON_SEMAPHORE)?);
+        }
         Ok(RecordConfig {
             targets,
             functions,
             empty_probes,
+            usdt,
+            usdt_semaphores,
+            usdt_empty,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
             sample_hz: a.sample_hz,
@@ -219,5 +299,23 @@ mod tests {
             vec![Target::Command(vec!["/bin/true".into(), "x".into()])]
         );
         assert_eq!(config.sample_hz, 99);
+    }
+
+    #[test]
+    fn python_preset_expands_to_function_probes_and_the_line_semaphore() {
+        let args = Args::parse_from(["tracer", "record", "--python", "-p", "1"]);
+        let Command::Record(rec) = args.command else {
+            panic!("record expected")
+        };
+        let config = RecordConfig::try_from(rec).expect("valid");
+        let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
+        assert_eq!(usdt, PYTHON_PROBES);
+        let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
+        assert_eq!(semaphores, [PYTHON_SEMAPHORE]);
+        let bad = Args::parse_from(["tracer", "record", "--usdt", "python:line=9", "-p", "1"]);
+        let Command::Record(rec) = bad.command else {
+            panic!("record expected")
+        };
+        assert!(RecordConfig::try_from(rec).is_err(), "string arg index 9");
     }
 }
