@@ -1,0 +1,163 @@
+//! Dissimilarity of two task models (004 §3.1): the sum over the union of
+//! their edges of |P1 − P2| plus the L1 norm of the communication-time
+//! normals plus that of the computation-time normals; an edge present in
+//! only one model costs [`DissimConfig::missing`]. Both models' edges are
+//! sorted by key, so matching is one merge pass (O(n + m)) over integer
+//! keys, and norms come from the [`OverlapTable`].
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    overlap::OverlapTable,
+    smm::{Edge, EdgeKey, Normal},
+};
+
+/// How edges are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DissimConfig {
+    /// Cost of an edge present in one model only. The largest difference of
+    /// a present uncompressed edge is 3 (1 for probability, 2 for one time
+    /// norm), so 3 makes a control-flow difference weigh as much as the
+    /// most different timing.
+    pub missing: f64,
+    /// Standard deviations are at least this many ns: a time seen once or
+    /// always the same has sd 0, and timer resolution and scheduling make
+    /// differences below a microsecond meaningless.
+    pub min_sd_ns: f64,
+    /// ... and at least this fraction of the mean (a 1% jitter is normal).
+    pub min_sd_rel: f64,
+}
+
+impl Default for DissimConfig {
+    fn default() -> Self {
+        DissimConfig {
+            missing: 3.0,
+            min_sd_ns: 1_000.0,
+            min_sd_rel: 0.05,
+        }
+    }
+}
+
+impl DissimConfig {
+    fn sd(&self, n: &Normal) -> f64 {
+        n.sd.max(self.min_sd_ns).max(self.min_sd_rel * n.mean.abs())
+    }
+
+    /// L1 norm of two time normals; two empty ones are equal, an empty one
+    /// is a point mass at 0.
+    pub fn time(&self, table: &OverlapTable, a: &Normal, b: &Normal) -> f64 {
+        if a.is_none() && b.is_none() {
+            return 0.0;
+        }
+        table.l1(a.mean, self.sd(a), b.mean, self.sd(b))
+    }
+
+    /// Difference of two matching edges.
+    pub fn edge(&self, table: &OverlapTable, a: &Edge, b: &Edge) -> f64 {
+        (a.prob - b.prob).abs()
+            + self.time(table, &a.comm, &b.comm)
+            + self.time(table, &a.comp, &b.comp)
+    }
+}
+
+/// Dissimilarity of two models' edge lists (both sorted by key).
+pub fn dissimilarity(cfg: &DissimConfig, table: &OverlapTable, a: &[Edge], b: &[Edge]) -> f64 {
+    let mut total = 0.0;
+    merge(a, b, |x, y| {
+        total += match (x, y) {
+            (Some(x), Some(y)) => cfg.edge(table, x, y),
+            _ => cfg.missing,
+        }
+    });
+    total
+}
+
+/// Per-edge contributions to the dissimilarity of `a` from `b`, unsorted.
+pub fn contributions(
+    cfg: &DissimConfig,
+    table: &OverlapTable,
+    a: &[Edge],
+    b: &[Edge],
+) -> Vec<(EdgeKey, f64)> {
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    merge(a, b, |x, y| {
+        let (key, d) = match (x, y) {
+            (Some(x), Some(y)) => (x.key, cfg.edge(table, x, y)),
+            (Some(x), None) => (x.key, cfg.missing),
+            (None, Some(y)) => (y.key, cfg.missing),
+            (None, None) => return,
+        };
+        out.push((key, d));
+    });
+    out
+}
+
+/// Calls `f` once per key of the union, with the edge of each side.
+fn merge<'a>(a: &'a [Edge], b: &'a [Edge], mut f: impl FnMut(Option<&'a Edge>, Option<&'a Edge>)) {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (&a[i], &b[j]);
+        match x.key.cmp(&y.key) {
+            std::cmp::Ordering::Less => {
+                f(Some(x), None);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                f(None, Some(y));
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                f(Some(x), Some(y));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    for x in &a[i..] {
+        f(Some(x), None);
+    }
+    for y in &b[j..] {
+        f(None, Some(y));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(key: EdgeKey, prob: f64, comp: (f64, f64)) -> Edge {
+        Edge {
+            key,
+            count: 1,
+            prob,
+            comm: Normal::default(),
+            comp: Normal {
+                mean: comp.0,
+                sd: comp.1,
+            },
+        }
+    }
+
+    #[test]
+    fn dissimilarity_sums_probability_time_and_missing_edges() {
+        let t = OverlapTable::shared();
+        let cfg = DissimConfig::default();
+        let a = [edge(1, 1.0, (1e6, 1e5)), edge(2, 0.5, (2e6, 1e5))];
+        let b = [
+            edge(1, 1.0, (1e6, 1e5)),
+            edge(2, 0.25, (2e6, 1e5)),
+            edge(3, 1.0, (0.0, 0.0)),
+        ];
+        assert_eq!(dissimilarity(&cfg, t, &a, &a), 0.0);
+        let d = dissimilarity(&cfg, t, &a, &b);
+        // Edge 2 differs by 0.25 in probability, edge 3 is missing.
+        assert!((d - (0.25 + cfg.missing)).abs() < 1e-9, "{d}");
+        assert_eq!(d, dissimilarity(&cfg, t, &b, &a));
+        // A slow edge: 10 sd away → nearly 2.
+        let slow = [edge(1, 1.0, (2e6, 1e5)), edge(2, 0.5, (2e6, 1e5))];
+        let d = dissimilarity(&cfg, t, &a, &slow);
+        assert!(d > 1.99 && d <= 2.0 + 1e-9, "{d}");
+        let c = contributions(&cfg, t, &a, &b);
+        assert_eq!(c.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+}
