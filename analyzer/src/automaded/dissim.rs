@@ -24,8 +24,13 @@ pub struct DissimConfig {
     /// always the same has sd 0, and timer resolution and scheduling make
     /// differences below a microsecond meaningless.
     pub min_sd_ns: f64,
-    /// ... and at least this fraction of the mean (a 1% jitter is normal).
+    /// ... and at least this fraction of the mean (a few % jitter is normal).
     pub min_sd_rel: f64,
+    /// ... and at least this fraction of the mean for a time seen once
+    /// (`MPI_Init`, `MPI_Finalize`, the first and last transitions): one
+    /// observation says nothing of its spread, and without this one-off
+    /// start-up and shut-down times outrank a fault seen in a loop.
+    pub min_sd_rel_once: f64,
 }
 
 impl Default for DissimConfig {
@@ -34,29 +39,35 @@ impl Default for DissimConfig {
             missing: 3.0,
             min_sd_ns: 1_000.0,
             min_sd_rel: 0.05,
+            min_sd_rel_once: 0.5,
         }
     }
 }
 
 impl DissimConfig {
-    fn sd(&self, n: &Normal) -> f64 {
-        n.sd.max(self.min_sd_ns).max(self.min_sd_rel * n.mean.abs())
+    fn sd(&self, n: &Normal, count: u64) -> f64 {
+        let rel = if count < 2 {
+            self.min_sd_rel_once
+        } else {
+            self.min_sd_rel
+        };
+        n.sd.max(self.min_sd_ns).max(rel * n.mean.abs())
     }
 
-    /// L1 norm of two time normals; two empty ones are equal, an empty one
-    /// is a point mass at 0.
-    pub fn time(&self, table: &OverlapTable, a: &Normal, b: &Normal) -> f64 {
+    /// L1 norm of two time normals fitted to `na` and `nb` observations;
+    /// two empty ones are equal, an empty one is a point mass at 0.
+    pub fn time(&self, table: &OverlapTable, a: &Normal, na: u64, b: &Normal, nb: u64) -> f64 {
         if a.is_none() && b.is_none() {
             return 0.0;
         }
-        table.l1(a.mean, self.sd(a), b.mean, self.sd(b))
+        table.l1(a.mean, self.sd(a, na), b.mean, self.sd(b, nb))
     }
 
     /// Difference of two matching edges.
     pub fn edge(&self, table: &OverlapTable, a: &Edge, b: &Edge) -> f64 {
         (a.prob - b.prob).abs()
-            + self.time(table, &a.comm, &b.comm)
-            + self.time(table, &a.comp, &b.comp)
+            + self.time(table, &a.comm, a.count, &b.comm, b.count)
+            + self.time(table, &a.comp, a.count, &b.comp, b.count)
     }
 }
 
