@@ -66,6 +66,9 @@ pub fn l1_exact(m1: f64, s1: f64, m2: f64, s2: f64) -> f64 {
 /// The precomputed table.
 pub struct OverlapTable {
     cells: Vec<f32>,
+    /// (TABLE_SIZE − 1) / sqrt(span) of each row: a lookup takes one
+    /// `sqrt(z)` for both rows and no `exp`.
+    col_scale: Vec<f64>,
 }
 
 // Rows and columns are spaced quadratically: near equal normals
@@ -97,7 +100,10 @@ impl OverlapTable {
                 cells.push(l1_standard(z, r) as f32);
             }
         }
-        OverlapTable { cells }
+        let col_scale = (0..TABLE_SIZE)
+            .map(|i| (TABLE_SIZE - 1) as f64 / row_span(row_ratio(i)).sqrt())
+            .collect();
+        OverlapTable { cells, col_scale }
     }
 
     /// The process-wide table, built on first use.
@@ -106,9 +112,9 @@ impl OverlapTable {
         TABLE.get_or_init(OverlapTable::new)
     }
 
-    fn row_value(&self, i: usize, z: f64) -> f64 {
-        let r = row_ratio(i);
-        let x = (z / row_span(r)).sqrt() * (TABLE_SIZE - 1) as f64;
+    #[inline]
+    fn row_value(&self, i: usize, sqrt_z: f64) -> f64 {
+        let x = sqrt_z * self.col_scale[i];
         if x >= (TABLE_SIZE - 1) as f64 {
             return f64::from(self.cells[i * TABLE_SIZE + TABLE_SIZE - 1]);
         }
@@ -123,18 +129,27 @@ impl OverlapTable {
         if r > MAX_RATIO {
             return l1_standard(z, r);
         }
-        let y = ((r.max(1.0).ln() / MAX_RATIO.ln()).sqrt() * (TABLE_SIZE - 1) as f64)
+        if z == 0.0 && r == 1.0 {
+            return 0.0;
+        }
+        // f32 `ln` is about twice as fast and its 1e-7 relative error is far
+        // below the table's.
+        let ln_r = f64::from((r.max(1.0) as f32).ln());
+        let y = ((ln_r * (1.0 / MAX_RATIO.ln())).sqrt() * (TABLE_SIZE - 1) as f64)
             .min((TABLE_SIZE - 1) as f64);
         let i = (y as usize).min(TABLE_SIZE - 2);
         let f = y - i as f64;
-        self.row_value(i, z) * (1.0 - f) + self.row_value(i + 1, z) * f
+        let sz = z.sqrt();
+        self.row_value(i, sz) * (1.0 - f) + self.row_value(i + 1, sz) * f
     }
 
     /// ∫|N(m1, s1) − N(m2, s2)| dx by interpolation; standard deviations
     /// must be > 0 (see [`super::dissim`] for the floor applied to them).
+    #[inline]
     pub fn l1(&self, m1: f64, s1: f64, m2: f64, s2: f64) -> f64 {
         let (lo, hi) = if s1 <= s2 { (s1, s2) } else { (s2, s1) };
-        self.standard((m1 - m2).abs() / lo, hi / lo)
+        let inv = 1.0 / lo;
+        self.standard((m1 - m2).abs() * inv, hi * inv)
     }
 }
 
