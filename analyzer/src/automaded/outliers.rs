@@ -60,6 +60,9 @@ pub struct OutlierConfig {
     pub nn_sample: usize,
     /// Largest k tried by BIC.
     pub max_k: usize,
+    /// A fixed number of clusters instead of BIC (the paper: known from
+    /// the application, e.g. 2 for master/workers, or from earlier phases).
+    pub clusters: Option<usize>,
     /// Clusters with fewer tasks are merged into the nearest larger one.
     pub min_cluster: usize,
     /// Distances below this are noise to BIC (its variance is at least the
@@ -83,6 +86,7 @@ impl Default for OutlierConfig {
             cluster_sample: 128,
             nn_sample: 32,
             max_k: 8,
+            clusters: None,
             min_cluster: 3,
             resolution: 0.5,
             seed: 0x5eed_0004,
@@ -306,9 +310,9 @@ fn bic(dist_to_medoid: &[f64], assign: &[usize], k: usize, resolution: f64) -> f
 }
 
 /// Clusters of the sample: (medoids as sample positions, k).
-fn cluster_sample(m: &Matrix, max_k: usize, resolution: f64) -> Vec<usize> {
+fn cluster_sample(m: &Matrix, ks: std::ops::RangeInclusive<usize>, resolution: f64) -> Vec<usize> {
     let mut best: Option<(f64, Vec<usize>)> = None;
-    for k in 1..=max_k.min(m.n) {
+    for k in ks {
         let (_, _, mut meds): (f64, Vec<usize>, Vec<usize>) = kmedoids::pam_build(m, k);
         let (_, assign, _, _): (f64, Vec<usize>, usize, usize) =
             kmedoids::fasterpam(m, &mut meds, 100);
@@ -366,10 +370,17 @@ pub fn analyze(models: &Models, cfg: &OutlierConfig) -> Result<Analysis, Outlier
                 n: sn,
                 d: rows.concat(),
             };
-            let mut medoids: Vec<usize> = cluster_sample(&m, cfg.max_k, cfg.resolution)
-                .iter()
-                .map(|&i| s[i])
-                .collect();
+            let mut medoids: Vec<usize> = cluster_sample(
+                &m,
+                match cfg.clusters {
+                    Some(k) => k.clamp(1, sn)..=k.clamp(1, sn),
+                    None => 1..=cfg.max_k.clamp(1, sn),
+                },
+                cfg.resolution,
+            )
+            .iter()
+            .map(|&i| s[i])
+            .collect();
             // Assign every task to its nearest medoid.
             let mut assign: Vec<(usize, f64)> = par_map(n, |t| {
                 medoids

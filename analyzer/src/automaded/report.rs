@@ -13,7 +13,15 @@ fn ms(ns: f64) -> String {
 pub fn text(a: &Analysis) -> String {
     let mut out = String::new();
     let method = match a.config.method {
-        Method::Kmedoids => format!("k-medoids, {} cluster(s) by BIC", a.clusters),
+        Method::Kmedoids => format!(
+            "k-medoids, {} cluster(s) {}",
+            a.clusters,
+            if a.config.clusters.is_some() {
+                "as given"
+            } else {
+                "by BIC"
+            }
+        ),
         Method::Sample => format!(
             "nearest neighbour among {} sampled tasks",
             a.config.nn_sample.min(a.tasks.len())

@@ -43,11 +43,17 @@ Then:
   analyzer tasks outliers run.capture
   analyzer tasks outliers run.capture --method sample --json
   analyzer tasks outliers run.capture --svg tasks.svg --top 3
+  analyzer tasks outliers master.capture --clusters 2 --min-cluster 1
   analyzer tasks outliers hung.capture --hang-after 10
 
 A rank that made no MPI transition for longer than --hang-after seconds
 (or longer than the longest transition of --hang-learn normal captures) is
-reported as hung and the analysis runs on what was recorded so far.";
+reported as hung and the analysis runs on what was recorded so far.
+
+Tasks of different kinds (a master and its workers) form clusters of their
+own: give their number with --clusters, and --min-cluster 1 so a lone
+master keeps its cluster. Timing faults need ranks that agree: with two
+ranks, or oversubscribed cores, scheduling noise can outweigh them.";
 
 /// How tasks are compared.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -77,6 +83,14 @@ pub(crate) enum TasksCommand {
         /// Abnormal edges to show per task.
         #[arg(long, default_value_t = 5)]
         top_edges: usize,
+        /// k-medoids with this many clusters instead of choosing k by BIC
+        /// (e.g. 2 for a master and its workers).
+        #[arg(long, value_name = "K")]
+        clusters: Option<usize>,
+        /// Clusters with fewer tasks are merged into the nearest larger one
+        /// (their tasks are then outliers); 1 keeps every cluster.
+        #[arg(long, value_name = "N", default_value_t = OutlierConfig::default().min_cluster)]
+        min_cluster: usize,
         /// Compare the full graphs (no chain compression).
         #[arg(long)]
         no_compress: bool,
@@ -168,6 +182,8 @@ pub(crate) fn run(
         method,
         top,
         top_edges,
+        clusters,
+        min_cluster,
         no_compress,
         from,
         to,
@@ -215,6 +231,8 @@ pub(crate) fn run(
         },
         top,
         top_edges,
+        clusters,
+        min_cluster: min_cluster.max(1),
         compress: !no_compress,
         ..OutlierConfig::default()
     };
