@@ -69,7 +69,7 @@ pub fn text(a: &Analysis) -> String {
             s.rank, s.host, s.pid
         );
         for c in &ab.compressed {
-            if c.edges > 1 {
+            if c.edges > 1 && c.contribution > 0.0 {
                 let _ = writeln!(
                     out,
                     "  compressed {:>6.3}  {} => {} ({} edges)",
