@@ -688,6 +688,29 @@ mod tests {
         check(&m, 0, edge_key(3, 4));
     }
 
+    /// Two normal behaviours (a master/worker split: 4 tasks whose loop
+    /// takes another branch) and one slow worker: BIC finds the two
+    /// clusters, and the slow worker, not the small class, is the top
+    /// outlier (§3.3.1: normalization per cluster).
+    #[test]
+    fn bic_keeps_two_normal_behaviours_apart() {
+        let m = run(24, 13, |edges| edges[2].comp.mean *= 3.0);
+        let mut m = m;
+        for t in [0, 6, 12, 18] {
+            let edges = &mut m.tasks[t].edges;
+            edges.retain(|x| x.key != edge_key(3, 4));
+            edges.push(e(3, 5, 0.1, 9e6));
+            edges.push(e(5, 1, 1.0, 1e6));
+            edges.sort_by_key(|x| x.key);
+        }
+        let a = analyze(&m, &OutlierConfig::default()).expect("analysis");
+        assert_eq!(a.clusters, 2);
+        assert_eq!(a.tasks[0].task, 13);
+        let minority = a.tasks.iter().find(|t| t.task == 0).and_then(|t| t.cluster);
+        let majority = a.tasks.iter().find(|t| t.task == 1).and_then(|t| t.cluster);
+        assert_ne!(minority, majority);
+    }
+
     #[test]
     fn two_tasks_are_refused() {
         let m = run(2, 0, |_| {});
