@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     compress::{CompressedTask, compress},
-    dissim::{DissimConfig, contributions, dissimilarity},
+    dissim::{DissimConfig, PreparedEdge, contributions, dissimilarity_prepared, prepare},
     overlap::OverlapTable,
     smm::{Edge, EdgeKey, Models, Normal, edge_ends},
 };
@@ -355,7 +355,8 @@ pub fn analyze(models: &Models, cfg: &OutlierConfig) -> Result<Analysis, Outlier
             })
             .collect()
     };
-    let d = |a: usize, b: usize| dissimilarity(dc, table, &graphs[a].edges, &graphs[b].edges);
+    let prepared: Vec<Vec<PreparedEdge>> = par_map(n, |t| prepare(dc, &graphs[t].edges));
+    let d = |a: usize, b: usize| dissimilarity_prepared(dc, table, &prepared[a], &prepared[b]);
 
     let (mut scores, clusters) = match cfg.method {
         Method::Kmedoids => {
