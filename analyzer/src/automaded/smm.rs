@@ -537,4 +537,66 @@ mod tests {
         let m2 = build(&p, &[], Phase::Calls { from: 0, to: 2 });
         assert_eq!(m2.tasks[0].edges.len(), 4);
     }
+
+    /// Hang analysis: a task stuck computing since its last call ends with
+    /// a computation region carrying the time so far; one stuck inside a
+    /// call ends with that call carrying it.
+    #[test]
+    fn tails_end_tasks_where_they_were() {
+        let p = Profiles {
+            version: 1,
+            ranks: vec![
+                profile(0, &[("MPI_Send", 0, 10), ("MPI_Recv", 100, 20)]),
+                profile(1, &[("MPI_Send", 0, 10), ("MPI_Recv", 100, 20)]),
+            ],
+        };
+        let tail = |pid: u32, open_call| Tail {
+            host: "h".into(),
+            pid,
+            last_ns: 130,
+            open_call,
+            end_ns: 5_000,
+        };
+        let mut tails = HashMap::new();
+        tails.insert(("h".to_string(), 100), tail(100, None));
+        tails.insert(
+            ("h".to_string(), 101),
+            tail(101, Some(("MPI_Barrier".to_string(), 0, 1_000))),
+        );
+        let m = build_with_tails(&p, &[], Phase::Whole, Some(&tails));
+        let st = &m.states;
+        let id = |s: State| st.ids[&s];
+        let call = |f: &str| {
+            id(State::Call {
+                function: f.into(),
+                site: String::new(),
+            })
+        };
+        let end = id(State::End);
+        let (recv, barrier) = (call("MPI_Recv"), call("MPI_Barrier"));
+        // Rank 0 computed from the Recv's return (130) to the end (5000).
+        let computing = id(State::Compute {
+            after: recv,
+            before: end,
+        });
+        let e = m.tasks[0]
+            .edge(edge_key(computing, end))
+            .expect("pending compute");
+        assert_eq!(e.comp.mean, 4_870.0);
+        // Rank 1 entered MPI_Barrier at 1000 and is still inside it.
+        let e = m.tasks[1]
+            .edge(edge_key(barrier, end))
+            .expect("pending call");
+        assert_eq!(e.comm.mean, 4_000.0);
+        let waiting = id(State::Compute {
+            after: recv,
+            before: barrier,
+        });
+        assert_eq!(
+            m.tasks[1]
+                .edge(edge_key(waiting, barrier))
+                .map(|e| e.comp.mean),
+            Some(870.0)
+        );
+    }
 }
