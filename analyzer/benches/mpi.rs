@@ -162,6 +162,7 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                         start_ns: t,
                         cpu: r,
                         tid: r,
+                        call_site: 0,
                     };
                     t += 5_000;
                     c

@@ -5,10 +5,12 @@
 //! into execution units with call trees; [`model`] learns mergeable models of
 //! normal runs; [`score`] gives each unit of a trial run its suspect score
 //! (Maruyama & Matsuoka); [`peers`] compares servers with their peers
-//! window by window to find the faulty one (Kasick et al.). `tracer replay`
+//! window by window to find the faulty one (Kasick et al.); [`automaded`]
+//! finds abnormal MPI tasks and edges with semi-Markov models (Laguna et al.). `tracer replay`
 //! uses [`decode`] too, so there is
 //! one decoding path for files and for live rings.
 
+pub mod automaded;
 pub mod decode;
 pub mod model;
 pub mod mpi;

@@ -52,6 +52,14 @@ enum Task {
     },
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
+    /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
+    /// root, MPICH) with a random faulty rank each time; print task- and
+    /// edge-isolation recall (paper 004 Figures 7 and 8).
+    BenchAutomaded {
+        /// Repetitions per fault.
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+    },
 }
 
 /// The workspace root.
@@ -251,5 +259,21 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::Gluster(args) => gluster::run(*args),
+        Task::BenchAutomaded { repeat } => {
+            let tracer = build_tracer(false)?;
+            run(cargo()
+                .args([
+                    "test",
+                    "-p",
+                    "tests",
+                    "--test",
+                    "integration",
+                    "automaded",
+                    "--",
+                ])
+                .args(["--test-threads", "1", "--nocapture"])
+                .env("TRACER_BIN", &tracer)
+                .env("AUTOMADED_REPEAT", repeat.to_string()))
+        }
     }
 }

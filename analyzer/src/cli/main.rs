@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod mpi;
 mod peers;
+mod tasks;
 
 /// Analyse captures written by `tracer record`.
 #[derive(Debug, Parser)]
@@ -62,6 +63,8 @@ enum Command {
     Peers(peers::PeersCommand),
     #[command(subcommand, about = mpi::ABOUT, long_about = mpi::LONG_ABOUT)]
     Mpi(mpi::MpiCommand),
+    #[command(subcommand, about = tasks::ABOUT, long_about = tasks::LONG_ABOUT)]
+    Tasks(tasks::TasksCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -248,6 +251,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.command {
         Command::Mpi(cmd) => mpi::run(cmd, open, &mut out)?,
+        Command::Tasks(cmd) => tasks::run(cmd, open, &mut out)?,
         Command::Events { capture, json } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);

@@ -181,6 +181,10 @@ pub struct Call {
     pub cpu: u32,
     /// Thread that made the call.
     pub tid: u32,
+    /// Return address of the call (the caller's call site, a runtime user
+    /// address of the process; 0 when the capture does not have it).
+    #[serde(default)]
+    pub call_site: u64,
 }
 
 /// How a process's rank was found.
@@ -288,6 +292,7 @@ struct Open {
     peer: Peer,
     start_ns: u64,
     cpu: u32,
+    call_site: u64,
     /// Nesting depth of MPI calls inside this one.
     depth: u32,
 }
@@ -368,6 +373,7 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                         peer: Peer::of(name, args.as_ref()),
                         start_ns: rec.header.ts_ns,
                         cpu: rec.header.cpu,
+                        call_site: rec.call_site,
                         depth: 0,
                     },
                 );
@@ -398,6 +404,7 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     start_ns: open.start_ns,
                     cpu: open.cpu,
                     tid: rec.header.tid,
+                    call_site: open.call_site,
                 });
             }
             _ => {}

@@ -225,6 +225,7 @@ pub(crate) mod tests {
                 start_ns: t,
                 cpu: rank,
                 tid: rank,
+                call_site: 0,
             });
             t += 1000;
         }

@@ -1,3 +1,4 @@
+mod automaded;
 mod capture_file;
 mod errors;
 mod functions;

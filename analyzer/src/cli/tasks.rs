@@ -1,0 +1,303 @@
+//! `analyzer tasks …`: abnormal MPI tasks and edges with semi-Markov
+//! models (AutomaDeD, paper 004).
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use analyzer::{
+    Capture,
+    automaded::{
+        self, Method, OutlierConfig, Phase,
+        hang::{self, Tail},
+        report,
+    },
+    mpi,
+};
+use anyhow::{Context as _, bail};
+use clap::{Subcommand, ValueEnum};
+
+/// One-line help of `analyzer tasks`.
+pub(crate) const ABOUT: &str =
+    "Abnormal MPI tasks and code regions from semi-Markov models (AutomaDeD)";
+
+/// `analyzer tasks --help`.
+pub(crate) const LONG_ABOUT: &str = "\
+Abnormal MPI tasks and code regions from semi-Markov models (Laguna et al.,
+AutomaDeD, SC11).
+
+Each rank becomes a graph: states are MPI calls at their call sites and the
+computation between consecutive calls; an edge carries how often the
+transition happens and how long it takes (communication and computation
+time kept apart). Ranks are compared edge by edge, chains common to every
+rank are compressed, and the rank farthest from its cluster's medoid (or
+from its nearest sampled rank) is reported with the edges that make it
+different.
+
+Record the ranks first (at least 3; with 2 the two distances are equal):
+
+  tracer record --mpi --sample-hz 0 -o run.capture -- mpiexec -n 4 ./app
+
+Then:
+  analyzer tasks outliers run.capture
+  analyzer tasks outliers run.capture --method sample --json
+  analyzer tasks outliers run.capture --svg tasks.svg --top 3
+  analyzer tasks outliers master.capture --clusters 2 --min-cluster 1
+  analyzer tasks outliers hung.capture --hang-after 10
+
+A rank that made no MPI transition for longer than --hang-after seconds
+(or longer than the longest transition of --hang-learn normal captures) is
+reported as hung and the analysis runs on what was recorded so far.
+
+Tasks of different kinds (a master and its workers) form clusters of their
+own: give their number with --clusters, and --min-cluster 1 so a lone
+master keeps its cluster. Timing faults need ranks that agree: with two
+ranks, or oversubscribed cores, scheduling noise can outweigh them.";
+
+/// How tasks are compared.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum MethodArg {
+    /// k-medoids clustering (FasterPAM), k by BIC, distance over cluster sd.
+    Kmedoids,
+    /// Nearest neighbour among a deterministic sample of tasks.
+    Sample,
+}
+
+/// `analyzer tasks` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TasksCommand {
+    /// Rank tasks by how abnormal they are; show their abnormal edges.
+    ///
+    /// Example: analyzer tasks outliers run.capture --svg tasks.svg
+    Outliers {
+        /// Captures of one run (one per host, or one with every rank).
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// k-medoids or sample (nearest neighbour).
+        #[arg(long, value_enum, default_value = "kmedoids")]
+        method: MethodArg,
+        /// Abnormal tasks to show.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// Abnormal edges to show per task.
+        #[arg(long, default_value_t = 5)]
+        top_edges: usize,
+        /// k-medoids with this many clusters instead of choosing k by BIC
+        /// (e.g. 2 for a master and its workers).
+        #[arg(long, value_name = "K")]
+        clusters: Option<usize>,
+        /// Clusters with fewer tasks are merged into the nearest larger one
+        /// (their tasks are then outliers); 1 keeps every cluster.
+        #[arg(long, value_name = "N", default_value_t = OutlierConfig::default().min_cluster)]
+        min_cluster: usize,
+        /// Compare the full graphs (no chain compression).
+        #[arg(long)]
+        no_compress: bool,
+        /// Only calls entered at or after this many seconds into the run.
+        #[arg(long, value_name = "SECONDS")]
+        from: Option<f64>,
+        /// Only calls entered before this many seconds into the run.
+        #[arg(long, value_name = "SECONDS")]
+        to: Option<f64>,
+        /// Only each rank's calls number A..B (0-based; an iteration range
+        /// when every iteration makes the same calls).
+        #[arg(long, value_name = "A..B", conflicts_with_all = ["from", "to"])]
+        calls: Option<String>,
+        /// A rank with no MPI transition for this long is hung.
+        #[arg(long, value_name = "SECONDS")]
+        hang_after: Option<f64>,
+        /// Learn the hang threshold: the longest transition of these
+        /// captures of normal runs.
+        #[arg(long, value_name = "CAPTURE", conflicts_with = "hang_after")]
+        hang_learn: Vec<PathBuf>,
+        /// JSON (every task, all settings) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also write an SVG of every task's normalized distance.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+}
+
+fn profiles(
+    paths: &[PathBuf],
+    open: fn(&Path) -> anyhow::Result<Capture>,
+) -> anyhow::Result<(Vec<Capture>, mpi::Profiles)> {
+    let captures = paths
+        .iter()
+        .map(|p| open(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let refs: Vec<&Capture> = captures.iter().collect();
+    let p = mpi::extract(&refs).context("building MPI profiles")?;
+    if p.ranks.is_empty() {
+        bail!(
+            "no MPI calls in {}: record with `tracer record --mpi -- mpiexec ...`",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok((captures, p))
+}
+
+fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Result<Phase> {
+    if let Some(c) = calls {
+        let (a, b) = c
+            .split_once("..")
+            .with_context(|| format!("--calls {c}: expected A..B, e.g. 100..200"))?;
+        let a: usize = a
+            .trim()
+            .parse()
+            .with_context(|| format!("--calls {c}: bad start"))?;
+        let b: usize = b
+            .trim()
+            .parse()
+            .with_context(|| format!("--calls {c}: bad end"))?;
+        if b <= a {
+            bail!("--calls {c}: the end must be after the start");
+        }
+        return Ok(Phase::Calls { from: a, to: b });
+    }
+    if from.is_none() && to.is_none() {
+        return Ok(Phase::Whole);
+    }
+    let ns = |s: f64| (s.max(0.0) * 1e9) as u64;
+    Ok(Phase::Window {
+        from_ns: from.map_or(0, ns),
+        to_ns: to.map_or(u64::MAX, ns),
+    })
+}
+
+/// Runs one `tasks` subcommand.
+pub(crate) fn run(
+    cmd: TasksCommand,
+    open: fn(&Path) -> anyhow::Result<Capture>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let TasksCommand::Outliers {
+        captures,
+        method,
+        top,
+        top_edges,
+        clusters,
+        min_cluster,
+        no_compress,
+        from,
+        to,
+        calls,
+        hang_after,
+        hang_learn,
+        json,
+        svg,
+    } = cmd;
+    let phase = phase(from, to, calls.as_deref())?;
+    let (caps, profiles) = profiles(&captures, open)?;
+    let refs: Vec<&Capture> = caps.iter().collect();
+
+    let threshold_ns = match (hang_after, hang_learn.is_empty()) {
+        (Some(s), _) => Some((s * 1e9) as u64),
+        (None, false) => {
+            let (_, normal) = profiles_of(&hang_learn, open)?;
+            Some(hang::max_transition_ns(&normal))
+        }
+        (None, true) => None,
+    };
+    let mut hung: Vec<Tail> = Vec::new();
+    let tails = match threshold_ns {
+        Some(t) => {
+            let tails = hang::tails(&refs).context("reading the last MPI transitions")?;
+            hung = hang::hung(&tails, t).into_iter().cloned().collect();
+            Some(tails)
+        }
+        None => None,
+    };
+    let models = automaded::smm::build_with_tails(
+        &profiles,
+        &refs,
+        phase,
+        if hung.is_empty() {
+            None
+        } else {
+            tails.as_ref()
+        },
+    );
+    let cfg = OutlierConfig {
+        method: match method {
+            MethodArg::Kmedoids => Method::Kmedoids,
+            MethodArg::Sample => Method::Sample,
+        },
+        top,
+        top_edges,
+        clusters,
+        min_cluster: min_cluster.max(1),
+        compress: !no_compress,
+        ..OutlierConfig::default()
+    };
+    let analysis = automaded::analyze(&models, &cfg).context("finding abnormal tasks")?;
+    let rank_of = |t: &Tail| {
+        profiles
+            .ranks
+            .iter()
+            .find(|r| r.host == t.host && r.pid == t.pid)
+            .map(|r| r.rank)
+    };
+    if json {
+        let hangs: Vec<serde_json::Value> = hung
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "rank": rank_of(t),
+                    "host": t.host,
+                    "pid": t.pid,
+                    "idle_s": t.idle_ns() as f64 / 1e9,
+                    "in_call": t.open_call.as_ref().map(|c| c.0.clone()),
+                })
+            })
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "version": automaded::ANALYSIS_VERSION,
+                "hung": hangs,
+                "analysis": analysis,
+            }))?
+        )?;
+    } else {
+        for t in &hung {
+            writeln!(
+                out,
+                "hang: rank {} ({}, pid {}) made no MPI transition for {:.1} s ({})",
+                rank_of(t).map_or("?".into(), |r| r.to_string()),
+                t.host,
+                t.pid,
+                t.idle_ns() as f64 / 1e9,
+                t.open_call
+                    .as_ref()
+                    .map_or("computing".to_string(), |c| format!("inside {}", c.0))
+            )?;
+        }
+        if !hung.is_empty() {
+            writeln!(out, "analysis of what was recorded so far:\n")?;
+        }
+        write!(out, "{}", report::text(&analysis))?;
+    }
+    if let Some(path) = svg {
+        std::fs::write(&path, report::svg(&analysis))
+            .with_context(|| format!("writing {}", path.display()))?;
+        if !json {
+            writeln!(out, "\nplot of every task's distance: {}", path.display())?;
+        }
+    }
+    Ok(())
+}
+
+fn profiles_of(
+    paths: &[PathBuf],
+    open: fn(&Path) -> anyhow::Result<Capture>,
+) -> anyhow::Result<(Vec<Capture>, mpi::Profiles)> {
+    profiles(paths, open).context("learning the hang threshold")
+}
