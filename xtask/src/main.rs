@@ -262,15 +262,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()
-                .args([
-                    "test",
-                    "-p",
-                    "tests",
-                    "--test",
-                    "integration",
-                    "automaded",
-                    "--",
-                ])
+                .args(["test", "-p", "tests", "--test", "automaded", "--"])
                 .args(["--test-threads", "1", "--nocapture"])
                 .env("TRACER_BIN", &tracer)
                 .env("AUTOMADED_REPEAT", repeat.to_string()))

@@ -1,4 +1,3 @@
-mod automaded;
 mod capture_file;
 mod errors;
 mod functions;
