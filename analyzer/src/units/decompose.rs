@@ -238,26 +238,22 @@ fn find_loop(
 ) -> Option<(u32, Vec<u32>)> {
     let mut counts: rustc_hash::FxHashMap<u32, usize> = Default::default();
     let mut wrapped: Vec<(u32, u32)> = Vec::new();
-    // (frame of the wait, lowest stack depth since the wait)
-    let mut pending: Option<(u32, u32)> = None;
+    // (frame of the wait, its depth, lowest stack depth since the wait)
+    let mut pending: Option<(u32, u32, u32)> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
-            pending = Some((nodes.parent(e.node), e.depth));
+            // A system call's depth is its frame's (the stack it was made on).
+            pending = Some((nodes.parent(e.node), e.depth, e.depth));
         } else if e.kind == TraceEntryKind::Return {
-            if let Some((_, low)) = pending.as_mut() {
+            if let Some((_, _, low)) = pending.as_mut() {
                 *low = (*low).min(e.depth);
             }
         } else if receives.contains(i)
-            && let Some((wait_frame, low)) = pending.take()
+            && let Some((wait_frame, mut d, low)) = pending.take()
         {
             // The frame still open at the receive: the wait's frame, or
             // the ancestor its wrappers returned to.
             let mut frame = wait_frame;
-            let mut d = if frame == NodeTable::ROOT {
-                0
-            } else {
-                nodes.depth(frame) as u32
-            };
             while d > low && frame != NodeTable::ROOT {
                 frame = nodes.parent(frame);
                 d -= 1;

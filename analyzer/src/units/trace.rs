@@ -201,16 +201,8 @@ enum Item {
         ret: i64,
         arg: u64,
     },
-    /// A Python function probe hit, its string pointers still unresolved
-    /// (see [`UsdtStrings::resolve`]).
-    PyHit {
-        entry: bool,
-        file: u64,
-        function: u64,
-        line: i32,
-    },
     /// A Python function entry (`entry`) or return: texts as
-    /// [`UsdtStrings`] ids.
+    /// [`UsdtStrings`] ids (see [`python_item`]).
     Py {
         entry: bool,
         file: u32,
@@ -280,23 +272,27 @@ impl UsdtStrings {
         }
     }
 
-    /// `item` with the string pointers of a Python hit replaced by text ids.
-    #[inline]
-    fn resolve(&mut self, pid: u32, item: Item) -> Item {
-        match item {
-            Item::PyHit {
-                entry,
-                file,
-                function,
-                line,
-            } => Item::Py {
-                entry,
-                file: self.text(pid, file),
-                function: self.text(pid, function),
-                line,
-            },
-            other => other,
+    /// The Python item of a USDT hit record of a Python function probe
+    /// (`roles` by probe id, see [`usdt_roles`]), its string pointers
+    /// resolved to text ids as of this point of the ring.
+    fn python_item(&mut self, roles: &[u8], bytes: &[u8]) -> Option<(u32, u32, u64, Item)> {
+        let hit = UsdtHit::read_from(bytes)?;
+        let role = roles.get(hit.probe_id as usize).copied()?;
+        if role == PY_NONE || hit.nargs < 3 {
+            return None;
         }
+        let h = hit.header;
+        Some((
+            h.pid,
+            h.tid,
+            h.ts_ns,
+            Item::Py {
+                entry: role == PY_ENTRY,
+                file: self.text(h.pid, hit.args[0]),
+                function: self.text(h.pid, hit.args[1]),
+                line: hit.args[2] as i32,
+            },
+        ))
     }
 }
 
@@ -306,17 +302,24 @@ impl UsdtStrings {
 /// the probe table and never reach this bit.
 const PY_FRAME: u32 = 1 << 31;
 
+/// Key caches of a process's Python frames.
+#[derive(Default)]
+struct PythonKeys {
+    /// (file, function, line) text ids, by label id.
+    labels: Vec<(u32, u32, i32)>,
+    label_ids: FxHashMap<(u32, u32, i32), u32>,
+    /// Node key by (caller label or `u32::MAX`, callee label).
+    keys: FxHashMap<(u32, u32), u32>,
+}
+
 /// One process's node table and key caches while traces are built.
 #[derive(Default)]
 struct ProcessBuilder {
     nodes: NodeTable,
     site_keys: FxHashMap<(u64, u32), u32>,
     sys_keys: FxHashMap<u32, u32>,
-    /// Python frame labels: (file, function, line) text ids, by label id.
-    py_labels: Vec<(u32, u32, i32)>,
-    py_label_ids: FxHashMap<(u32, u32, i32), u32>,
-    /// Node key by (caller label or `u32::MAX`, callee label).
-    py_keys: FxHashMap<(u32, u32), u32>,
+    /// Key caches of Python frames, boxed: processes without them stay small.
+    python: Box<PythonKeys>,
     peers: HashMap<(u32, usize), String>,
     pairs: HashMap<(u32, usize), (i32, i32)>,
     threads: Vec<(u32, ThreadBuilder)>,
@@ -347,20 +350,9 @@ impl ProcessBuilder {
         t: u64,
         item: Item,
         peer: Option<String>,
-        (sym, capture, texts): (&Symbolizer<'_>, &Capture, &[String]),
+        (sym, capture): (&Symbolizer<'_>, &Capture),
     ) -> bool {
-        let at = match self.last_thread {
-            Some((last, at)) if last == tid => at,
-            _ => {
-                let next = self.threads.len();
-                let at = *self.thread_index.entry(tid).or_insert(next);
-                if at == next {
-                    self.threads.push((tid, ThreadBuilder::default()));
-                }
-                self.last_thread = Some((tid, at));
-                at
-            }
-        };
+        let at = self.thread_slot(tid);
         let thread = &mut self.threads[at].1;
         if thread.last_ts > t {
             return false;
@@ -411,18 +403,81 @@ impl ProcessBuilder {
                     depth: thread.stack.len() as u32,
                 });
             }
+            // Python items go to `push_python`.
+            Item::Py { .. } => {}
+            Item::Syscall { nr, fd, ret, arg } => {
+                let key = *self.sys_keys.entry(nr).or_insert_with(|| {
+                    nodes.key(NodeKey {
+                        site: String::new(),
+                        callee: format!("sys:{}", syscall_name(nr)),
+                    })
+                });
+                let node = nodes.child(parent, key);
+                if let Some(peer) = peer {
+                    self.peers.insert((tid, thread.entries.len()), peer);
+                }
+                if nr == nr::SOCKETPAIR && ret == 0 {
+                    let pair = (arg as u32 as i32, (arg >> 32) as u32 as i32);
+                    self.pairs.insert((tid, thread.entries.len()), pair);
+                }
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Syscall {
+                        nr: nr as u16,
+                        fd,
+                        ret,
+                    },
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+        }
+        true
+    }
+
+    /// The index in `threads` of thread `tid`, added if new.
+    #[inline(always)]
+    fn thread_slot(&mut self, tid: u32) -> usize {
+        match self.last_thread {
+            Some((last, at)) if last == tid => at,
+            _ => {
+                let next = self.threads.len();
+                let at = *self.thread_index.entry(tid).or_insert(next);
+                if at == next {
+                    self.threads.push((tid, ThreadBuilder::default()));
+                }
+                self.last_thread = Some((tid, at));
+                at
+            }
+        }
+    }
+
+    /// [`ProcessBuilder::push`] of a Python entry or return (texts by
+    /// [`UsdtStrings`] id); apart, so the native path stays as it was.
+    #[inline(never)]
+    fn push_python(&mut self, tid: u32, t: u64, item: Item, texts: &[String]) -> bool {
+        let at = self.thread_slot(tid);
+        let thread = &mut self.threads[at].1;
+        if thread.last_ts > t {
+            return false;
+        }
+        thread.last_ts = t;
+        let nodes = &mut self.nodes;
+        let py = &mut *self.python;
+        let parent = thread.stack.last().map_or(NodeTable::ROOT, |f| f.0);
+        match item {
             Item::Py {
                 entry: true,
                 file,
                 function,
                 line,
             } => {
-                let label = match self.py_label_ids.get(&(file, function, line)) {
+                let label = match py.label_ids.get(&(file, function, line)) {
                     Some(l) => *l,
                     None => {
-                        let l = self.py_labels.len() as u32;
-                        self.py_labels.push((file, function, line));
-                        self.py_label_ids.insert((file, function, line), l);
+                        let l = py.labels.len() as u32;
+                        py.labels.push((file, function, line));
+                        py.label_ids.insert((file, function, line), l);
                         l
                     }
                 };
@@ -434,8 +489,8 @@ impl ProcessBuilder {
                     .rev()
                     .find(|f| f.1 & PY_FRAME != 0)
                     .map_or(u32::MAX, |f| f.1 & !PY_FRAME);
-                let labels = &self.py_labels;
-                let key = *self.py_keys.entry((caller, label)).or_insert_with(|| {
+                let labels = &py.labels;
+                let key = *py.keys.entry((caller, label)).or_insert_with(|| {
                     let text = |id: u32| texts.get(id as usize).map_or("?", String::as_str);
                     let site = labels
                         .get(caller as usize)
@@ -481,34 +536,7 @@ impl ProcessBuilder {
                     depth: thread.stack.len() as u32,
                 });
             }
-            // Resolved by `UsdtStrings::resolve` before reaching here.
-            Item::PyHit { .. } => {}
-            Item::Syscall { nr, fd, ret, arg } => {
-                let key = *self.sys_keys.entry(nr).or_insert_with(|| {
-                    nodes.key(NodeKey {
-                        site: String::new(),
-                        callee: format!("sys:{}", syscall_name(nr)),
-                    })
-                });
-                let node = nodes.child(parent, key);
-                if let Some(peer) = peer {
-                    self.peers.insert((tid, thread.entries.len()), peer);
-                }
-                if nr == nr::SOCKETPAIR && ret == 0 {
-                    let pair = (arg as u32 as i32, (arg >> 32) as u32 as i32);
-                    self.pairs.insert((tid, thread.entries.len()), pair);
-                }
-                thread.entries.push(TraceEntry {
-                    ts_ns: t,
-                    kind: TraceEntryKind::Syscall {
-                        nr: nr as u16,
-                        fd,
-                        ret,
-                    },
-                    node,
-                    depth: thread.stack.len() as u32,
-                });
-            }
+            _ => {}
         }
         true
     }
@@ -531,11 +559,7 @@ impl ProcessBuilder {
 /// process, thread, time and, for an establishing call, the peer address.
 /// Reads only the fields it needs: this runs for every record.
 #[inline]
-fn item(
-    header: &Header,
-    bytes: &[u8],
-    usdt_roles: &[u8],
-) -> Option<(u32, u32, u64, Item, Option<String>)> {
+fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<String>)> {
     let (pid, tid) = (header.pid, header.tid);
     Some(match header.kind {
         kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
@@ -584,25 +608,6 @@ fn item(
                 },
             )
         }
-        kind::USDT => {
-            let hit = UsdtHit::read_from(bytes)?;
-            let role = usdt_roles.get(hit.probe_id as usize).copied()?;
-            if role == PY_NONE || hit.nargs < 3 {
-                return None;
-            }
-            (
-                pid,
-                tid,
-                header.ts_ns,
-                Item::PyHit {
-                    entry: role == PY_ENTRY,
-                    file: hit.args[0],
-                    function: hit.args[1],
-                    line: hit.args[2] as i32,
-                },
-                None,
-            )
-        }
         _ => return None,
     })
 }
@@ -614,6 +619,26 @@ fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
         .chunks
         .iter()
         .flat_map(|(_, bytes)| RawRecords::new(bytes).map_while(Result::ok))
+}
+
+/// The builder of process `pid`: `current` if it is that process's, else
+/// `current` is put back in `processes` and `pid`'s taken out (runs of one
+/// process's records need no lookup).
+#[inline(always)]
+fn builder<'a>(
+    current: &'a mut Option<(u32, ProcessBuilder)>,
+    processes: &mut FxHashMap<u32, ProcessBuilder>,
+    pid: u32,
+) -> &'a mut ProcessBuilder {
+    if current.as_ref().is_none_or(|(p, _)| *p != pid) {
+        if let Some((p, b)) = current.take() {
+            processes.insert(p, b);
+        }
+        *current = Some((pid, processes.remove(&pid).unwrap_or_default()));
+    }
+    &mut current
+        .get_or_insert_with(|| (pid, ProcessBuilder::default()))
+        .1
 }
 
 /// Builds the traces of every traced process in `capture`.
@@ -632,20 +657,21 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     // records lasts: no lookup per record.
     let mut current: Option<(u32, ProcessBuilder)> = None;
     for (header, bytes) in raw_records(capture) {
-        if let Some((pid, tid, t, it, peer)) = item(&header, bytes, &roles) {
-            let it = strings.resolve(pid, it);
-            if current.as_ref().is_none_or(|(p, _)| *p != pid) {
-                if let Some((p, b)) = current.take() {
-                    processes.insert(p, b);
-                }
-                current = Some((pid, processes.remove(&pid).unwrap_or_default()));
-            }
-            let Some((_, p)) = current.as_mut() else {
-                continue;
-            };
-            if !p.push(pid, tid, t, it, peer, (&sym, capture, &strings.texts)) {
+        if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
+            let p = builder(&mut current, &mut processes, pid);
+            if !p.push(pid, tid, t, it, peer, (&sym, capture)) {
                 in_order = false;
                 break;
+            }
+        } else if roles.is_empty() {
+            // No USDT probes: nothing else builds traces.
+        } else if header.kind == kind::USDT {
+            if let Some((pid, tid, t, it)) = strings.python_item(&roles, bytes) {
+                let p = builder(&mut current, &mut processes, pid);
+                if !p.push_python(tid, t, it, &strings.texts) {
+                    in_order = false;
+                    break;
+                }
             }
         } else if header.kind == kind::USDT_STRING {
             strings.record(bytes);
@@ -662,9 +688,12 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         // pointer's text is sent once per process, by whichever thread.
         strings = UsdtStrings::default();
         for (header, bytes) in raw_records(capture) {
-            if let Some((pid, tid, t, it, peer)) = item(&header, bytes, &roles) {
-                let it = strings.resolve(pid, it);
+            if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
                 raw.entry((pid, tid)).or_default().push((t, it, peer));
+            } else if header.kind == kind::USDT {
+                if let Some((pid, tid, t, it)) = strings.python_item(&roles, bytes) {
+                    raw.entry((pid, tid)).or_default().push((t, it, None));
+                }
             } else if header.kind == kind::USDT_STRING {
                 strings.record(bytes);
             }
@@ -677,7 +706,11 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
             let p = processes.entry(pid).or_default();
             for (t, it, peer) in items {
                 // Sorted: always accepted.
-                p.push(pid, tid, t, it, peer, (&sym, capture, &strings.texts));
+                if matches!(it, Item::Py { .. }) {
+                    p.push_python(tid, t, it, &strings.texts);
+                } else {
+                    p.push(pid, tid, t, it, peer, (&sym, capture));
+                }
             }
         }
     }
