@@ -623,8 +623,8 @@ fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
 
 /// The builder of process `pid`: `current` if it is that process's, else
 /// `current` is put back in `processes` and `pid`'s taken out (runs of one
-/// process's records need no lookup).
-#[inline(always)]
+/// process's records need no lookup). The native path spells this out.
+#[inline]
 fn builder<'a>(
     current: &'a mut Option<(u32, ProcessBuilder)>,
     processes: &mut FxHashMap<u32, ProcessBuilder>,
@@ -658,7 +658,15 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     let mut current: Option<(u32, ProcessBuilder)> = None;
     for (header, bytes) in raw_records(capture) {
         if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
-            let p = builder(&mut current, &mut processes, pid);
+            if current.as_ref().is_none_or(|(p, _)| *p != pid) {
+                if let Some((p, b)) = current.take() {
+                    processes.insert(p, b);
+                }
+                current = Some((pid, processes.remove(&pid).unwrap_or_default()));
+            }
+            let Some((_, p)) = current.as_mut() else {
+                continue;
+            };
             if !p.push(pid, tid, t, it, peer, (&sym, capture)) {
                 in_order = false;
                 break;
