@@ -3,8 +3,11 @@
 //! The event loop is found from the trace alone: the frame (call-tree node)
 //! from which a wait (select/poll/epoll) is made most often with a receive
 //! following before the next wait; on a tie the deeper (inner) loop wins, as
-//! 001 prescribes. Everything before its first wait is the initializer, after
-//! the loop frame returns the finalizer.
+//! 001 prescribes. A wait made in a wrapper that returns before the receive
+//! (Python's `selectors` `select()`, a C `wait_events()`) counts for the
+//! frame the receive is made under, the one that stays open. Everything
+//! before its first wait is the initializer, after the loop frame returns the
+//! finalizer.
 
 use serde::{Deserialize, Serialize};
 use tracer_common::syscall::{flag, spec};
@@ -99,12 +102,17 @@ pub(crate) fn decompose(
         stamp: 0,
         scratch: Vec::new(),
     };
-    let Some(loop_node) = find_loop(nodes, entries, receives) else {
+    let Some((loop_node, wrappers)) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
         return b.units;
     };
     let waits: Vec<usize> = (0..n)
-        .filter(|&i| is_wait(entries[i].kind) && nodes.parent(entries[i].node) == loop_node)
+        .filter(|&i| {
+            is_wait(entries[i].kind) && {
+                let p = nodes.parent(entries[i].node);
+                p == loop_node || wrappers.contains(&p)
+            }
+        })
         .collect();
     let mut wait_at = vec![false; n];
     for &w in &waits {
@@ -220,20 +228,43 @@ pub(crate) fn decompose(
     b.units
 }
 
-/// The loop frame: most waits followed by a receive; deeper wins ties.
-fn find_loop(nodes: &NodeTable, entries: &[TraceEntry], receives: &Receives) -> Option<u32> {
+/// The loop frame: most waits followed by a receive; deeper wins ties. With
+/// it, the wrapper frames its waits were made in (frames that returned
+/// between the wait and the receive).
+fn find_loop(
+    nodes: &NodeTable,
+    entries: &[TraceEntry],
+    receives: &Receives,
+) -> Option<(u32, Vec<u32>)> {
     let mut counts: rustc_hash::FxHashMap<u32, usize> = Default::default();
-    let mut pending: Option<u32> = None;
+    let mut wrapped: Vec<(u32, u32)> = Vec::new();
+    // (frame of the wait, its depth, lowest stack depth since the wait)
+    let mut pending: Option<(u32, u32, u32)> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
-            pending = Some(nodes.parent(e.node));
+            // A system call's depth is its frame's (the stack it was made on).
+            pending = Some((nodes.parent(e.node), e.depth, e.depth));
+        } else if e.kind == TraceEntryKind::Return {
+            if let Some((_, _, low)) = pending.as_mut() {
+                *low = (*low).min(e.depth);
+            }
         } else if receives.contains(i)
-            && let Some(p) = pending.take()
+            && let Some((wait_frame, mut d, low)) = pending.take()
         {
-            *counts.entry(p).or_default() += 1;
+            // The frame still open at the receive: the wait's frame, or
+            // the ancestor its wrappers returned to.
+            let mut frame = wait_frame;
+            while d > low && frame != NodeTable::ROOT {
+                frame = nodes.parent(frame);
+                d -= 1;
+            }
+            if frame != wait_frame && !wrapped.contains(&(frame, wait_frame)) {
+                wrapped.push((frame, wait_frame));
+            }
+            *counts.entry(frame).or_default() += 1;
         }
     }
-    counts
+    let loop_node = counts
         .into_iter()
         .filter(|(_, c)| *c >= 2)
         .max_by_key(|(node, c)| {
@@ -246,7 +277,13 @@ fn find_loop(nodes: &NodeTable, entries: &[TraceEntry], receives: &Receives) -> 
                 },
             )
         })
-        .map(|(node, _)| node)
+        .map(|(node, _)| node)?;
+    let wrappers = wrapped
+        .into_iter()
+        .filter(|(l, _)| *l == loop_node)
+        .map(|(_, w)| w)
+        .collect();
+    Some((loop_node, wrappers))
 }
 
 struct Builder<'a> {
@@ -460,6 +497,91 @@ mod tests {
             .nth(1)
             .map(|u| u.entries);
         assert_eq!(h, Some((6, 10)));
+    }
+
+    /// A loop that waits through a wrapper (`serve > wait > poll`, as
+    /// Python's `selectors`): the loop is `serve`, the frame the wrapper
+    /// returns to before the receive, and every wrapped poll is a loop wait.
+    #[test]
+    fn a_wait_in_a_wrapper_counts_for_the_frame_that_stays_open() {
+        let mut t = NodeTable::default();
+        let k = |t: &mut NodeTable, site: &str, callee: &str| {
+            t.key(NodeKey {
+                site: site.into(),
+                callee: callee.into(),
+            })
+        };
+        let (serve_k, wait_k, handle_k) = (
+            k(&mut t, "", "serve"),
+            k(&mut t, "serve+0x8", "wait"),
+            k(&mut t, "serve+0x20", "handle"),
+        );
+        let (poll_k, recv_k) = (
+            k(&mut t, "", &format!("sys:{}", nr::POLL)),
+            k(&mut t, "", &format!("sys:{}", nr::RECVFROM)),
+        );
+        let serve = t.child(NodeTable::ROOT, serve_k);
+        let wait = t.child(serve, wait_k);
+        let handle = t.child(serve, handle_k);
+        let poll = t.child(wait, poll_k);
+        let recv = t.child(handle, recv_k);
+        let entry = |kind, node, depth| TraceEntry {
+            ts_ns: 0,
+            kind,
+            node,
+            depth,
+        };
+        let sc = |n: u32, node, depth| {
+            entry(
+                TraceEntryKind::Syscall {
+                    nr: n as u16,
+                    fd: 4,
+                    ret: 8,
+                },
+                node,
+                depth,
+            )
+        };
+        let (c, r) = (TraceEntryKind::Call, TraceEntryKind::Return);
+        let mut e = vec![entry(c, serve, 1)];
+        for _ in 0..2 {
+            e.extend([
+                entry(c, wait, 2),
+                sc(nr::POLL, poll, 2),
+                entry(r, wait, 1),
+                entry(c, handle, 2),
+                sc(nr::RECVFROM, recv, 2),
+                entry(r, handle, 1),
+            ]);
+        }
+        e.push(entry(r, serve, 0));
+        let mut receives = Receives::new(e.len());
+        for i in [5, 11] {
+            receives.insert(
+                i,
+                ReceiveInfo {
+                    key: ConnectionKey("conn".into()),
+                    peer: None,
+                },
+            );
+        }
+        assert_eq!(find_loop(&t, &e, &receives), Some((serve, vec![wait])));
+        let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
+        let shape: Vec<(UnitKind, usize, usize)> = units
+            .iter()
+            .map(|u| (u.kind, u.entries.0, u.entries.1))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (UnitKind::Initializer, 0, 4),
+                // Each handler from the call of `handle`, the next wait's
+                // wrapper call included as in the unwrapped loop.
+                (UnitKind::Handler, 4, 10),
+                (UnitKind::Handler, 10, 13),
+                (UnitKind::Finalizer, 13, 14),
+            ]
+        );
     }
 
     #[test]

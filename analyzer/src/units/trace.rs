@@ -6,13 +6,20 @@
 //! symbolized (`caller+0x1a`), so node identities hold across runs and hosts
 //! despite address-space randomization. System calls are leaf nodes named
 //! `sys:NAME` under the frame they were made from.
+//!
+//! Python frames are functions too (issue 7): a `python:function__entry` USDT
+//! hit is a call of `FILE:FUNCTION:LINE` (the line CPython passes: the first
+//! line, or the resume line of a generator), its call site is the calling
+//! Python frame as `FUNCTION:LINE`, and `function__return` of the same file
+//! and function pops it. Native calls and system calls of the thread
+//! interleave in the same tree.
 
 use std::collections::{BTreeMap, HashMap};
 
 use rustc_hash::FxHashMap;
 use tracer_common::{
     capture::RawRecords,
-    record::{FuncEntry, FuncReturn, Header, Pod as _, Syscall, kind},
+    record::{FuncEntry, FuncReturn, Header, Pod as _, Syscall, UsdtHit, UsdtString, kind},
     syscall::nr,
 };
 
@@ -194,6 +201,115 @@ enum Item {
         ret: i64,
         arg: u64,
     },
+    /// A Python function entry (`entry`) or return: texts as
+    /// [`UsdtStrings`] ids (see [`python_item`]).
+    Py {
+        entry: bool,
+        file: u32,
+        function: u32,
+        line: i32,
+    },
+}
+
+/// What a USDT probe is to the traces, by probe id.
+const PY_NONE: u8 = 0;
+const PY_ENTRY: u8 = 1;
+const PY_RETURN: u8 = 2;
+
+/// The role of each USDT probe of `capture`: Python function entry, return,
+/// or nothing for the traces.
+fn usdt_roles(capture: &Capture) -> Vec<u8> {
+    capture
+        .usdt_probes
+        .iter()
+        .map(|p| match (p.provider.as_str(), p.name.as_str()) {
+            _ if p.semaphore_only => PY_NONE,
+            ("python", "function__entry") => PY_ENTRY,
+            ("python", "function__return") => PY_RETURN,
+            _ => PY_NONE,
+        })
+        .collect()
+}
+
+/// The texts of USDT string arguments, interned, and the text each
+/// (process, pointer) meant last: records come in ring order, so a hit
+/// resolves to the text its process sent before it (the tracer sends a
+/// pointer's text again when the memory behind it changed).
+#[derive(Default)]
+struct UsdtStrings {
+    by_ptr: FxHashMap<(u32, u64), u32>,
+    texts: Vec<String>,
+    ids: FxHashMap<String, u32>,
+}
+
+impl UsdtStrings {
+    fn intern(&mut self, text: String) -> u32 {
+        if let Some(id) = self.ids.get(&text) {
+            return *id;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(text.clone());
+        self.ids.insert(text, id);
+        id
+    }
+
+    /// Records a [`UsdtString`] record's text for its process and pointer.
+    fn record(&mut self, bytes: &[u8]) {
+        let Some(s) = UsdtString::read_from(bytes) else {
+            return;
+        };
+        let len = (s.len as usize).min(s.text.len());
+        let id = self.intern(String::from_utf8_lossy(&s.text[..len]).into_owned());
+        self.by_ptr.insert((s.header.pid, s.ptr), id);
+    }
+
+    /// The text id of pointer `ptr` of process `pid` (the address as text
+    /// when its string record was lost).
+    fn text(&mut self, pid: u32, ptr: u64) -> u32 {
+        match self.by_ptr.get(&(pid, ptr)) {
+            Some(id) => *id,
+            None => self.intern(format!("{ptr:#x}")),
+        }
+    }
+
+    /// The Python item of a USDT hit record of a Python function probe
+    /// (`roles` by probe id, see [`usdt_roles`]), its string pointers
+    /// resolved to text ids as of this point of the ring.
+    fn python_item(&mut self, roles: &[u8], bytes: &[u8]) -> Option<(u32, u32, u64, Item)> {
+        let hit = UsdtHit::read_from(bytes)?;
+        let role = roles.get(hit.probe_id as usize).copied()?;
+        if role == PY_NONE || hit.nargs < 3 {
+            return None;
+        }
+        let h = hit.header;
+        Some((
+            h.pid,
+            h.tid,
+            h.ts_ns,
+            Item::Py {
+                entry: role == PY_ENTRY,
+                file: self.text(h.pid, hit.args[0]),
+                function: self.text(h.pid, hit.args[1]),
+                line: hit.args[2] as i32,
+            },
+        ))
+    }
+}
+
+/// Marks a Python frame in [`ThreadBuilder::stack`]: its `func_id` slot is
+/// this bit plus the frame's label id, its site slot is (file, function)
+/// text ids, which its return matches. Native function ids are indexes into
+/// the probe table and never reach this bit.
+const PY_FRAME: u32 = 1 << 31;
+
+/// Key caches of a process's Python frames.
+#[derive(Default)]
+struct PythonKeys {
+    /// (file, function, line) text ids, by label id.
+    labels: Vec<(u32, u32, i32)>,
+    label_ids: FxHashMap<(u32, u32, i32), u32>,
+    /// Node key by (caller label or `u32::MAX`, callee label).
+    keys: FxHashMap<(u32, u32), u32>,
 }
 
 /// One process's node table and key caches while traces are built.
@@ -202,6 +318,8 @@ struct ProcessBuilder {
     nodes: NodeTable,
     site_keys: FxHashMap<(u64, u32), u32>,
     sys_keys: FxHashMap<u32, u32>,
+    /// Key caches of Python frames, boxed: processes without them stay small.
+    python: Box<PythonKeys>,
     peers: HashMap<(u32, usize), String>,
     pairs: HashMap<(u32, usize), (i32, i32)>,
     threads: Vec<(u32, ThreadBuilder)>,
@@ -214,7 +332,8 @@ struct ProcessBuilder {
 /// One thread's call stack and entries while its trace is built.
 #[derive(Default)]
 struct ThreadBuilder {
-    /// (node, func_id, call site) per open call.
+    /// (node, func_id, call site) per open call; see [`PY_FRAME`] for
+    /// Python frames.
     stack: Vec<(u32, u32, u64)>,
     entries: Vec<TraceEntry>,
     last_ts: u64,
@@ -233,18 +352,7 @@ impl ProcessBuilder {
         peer: Option<String>,
         (sym, capture): (&Symbolizer<'_>, &Capture),
     ) -> bool {
-        let at = match self.last_thread {
-            Some((last, at)) if last == tid => at,
-            _ => {
-                let next = self.threads.len();
-                let at = *self.thread_index.entry(tid).or_insert(next);
-                if at == next {
-                    self.threads.push((tid, ThreadBuilder::default()));
-                }
-                self.last_thread = Some((tid, at));
-                at
-            }
-        };
+        let at = self.thread_slot(tid);
         let thread = &mut self.threads[at].1;
         if thread.last_ts > t {
             return false;
@@ -295,6 +403,8 @@ impl ProcessBuilder {
                     depth: thread.stack.len() as u32,
                 });
             }
+            // Python items go to `push_python`.
+            Item::Py { .. } => {}
             Item::Syscall { nr, fd, ret, arg } => {
                 let key = *self.sys_keys.entry(nr).or_insert_with(|| {
                     nodes.key(NodeKey {
@@ -321,6 +431,112 @@ impl ProcessBuilder {
                     depth: thread.stack.len() as u32,
                 });
             }
+        }
+        true
+    }
+
+    /// The index in `threads` of thread `tid`, added if new.
+    #[inline(always)]
+    fn thread_slot(&mut self, tid: u32) -> usize {
+        match self.last_thread {
+            Some((last, at)) if last == tid => at,
+            _ => {
+                let next = self.threads.len();
+                let at = *self.thread_index.entry(tid).or_insert(next);
+                if at == next {
+                    self.threads.push((tid, ThreadBuilder::default()));
+                }
+                self.last_thread = Some((tid, at));
+                at
+            }
+        }
+    }
+
+    /// [`ProcessBuilder::push`] of a Python entry or return (texts by
+    /// [`UsdtStrings`] id); apart, so the native path stays as it was.
+    #[inline(never)]
+    fn push_python(&mut self, tid: u32, t: u64, item: Item, texts: &[String]) -> bool {
+        let at = self.thread_slot(tid);
+        let thread = &mut self.threads[at].1;
+        if thread.last_ts > t {
+            return false;
+        }
+        thread.last_ts = t;
+        let nodes = &mut self.nodes;
+        let py = &mut *self.python;
+        let parent = thread.stack.last().map_or(NodeTable::ROOT, |f| f.0);
+        match item {
+            Item::Py {
+                entry: true,
+                file,
+                function,
+                line,
+            } => {
+                let label = match py.label_ids.get(&(file, function, line)) {
+                    Some(l) => *l,
+                    None => {
+                        let l = py.labels.len() as u32;
+                        py.labels.push((file, function, line));
+                        py.label_ids.insert((file, function, line), l);
+                        l
+                    }
+                };
+                // The calling Python frame: usually the top of the stack,
+                // below native frames when called back from C.
+                let caller = thread
+                    .stack
+                    .iter()
+                    .rev()
+                    .find(|f| f.1 & PY_FRAME != 0)
+                    .map_or(u32::MAX, |f| f.1 & !PY_FRAME);
+                let labels = &py.labels;
+                let key = *py.keys.entry((caller, label)).or_insert_with(|| {
+                    let text = |id: u32| texts.get(id as usize).map_or("?", String::as_str);
+                    let site = labels
+                        .get(caller as usize)
+                        .map(|&(_, f, l)| format!("{}:{l}", text(f)))
+                        .unwrap_or_default();
+                    nodes.key(NodeKey {
+                        site,
+                        callee: format!("{}:{}:{line}", text(file), text(function)),
+                    })
+                });
+                let node = nodes.child(parent, key);
+                let packed = (u64::from(file) << 32) | u64::from(function);
+                thread.stack.push((node, PY_FRAME | label, packed));
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Call,
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+            Item::Py {
+                entry: false,
+                file,
+                function,
+                ..
+            } => {
+                // The return line differs from the entry's: match the file
+                // and function only.
+                let packed = (u64::from(file) << 32) | u64::from(function);
+                let Some(pos) = thread
+                    .stack
+                    .iter()
+                    .rposition(|f| f.1 & PY_FRAME != 0 && f.2 == packed)
+                else {
+                    return true;
+                };
+                let node = thread.stack[pos].0;
+                thread.stack.truncate(pos);
+                thread.entries.push(TraceEntry {
+                    ts_ns: t,
+                    kind: TraceEntryKind::Return,
+                    node,
+                    depth: thread.stack.len() as u32,
+                });
+            }
+            _ => {}
         }
         true
     }
@@ -405,6 +621,26 @@ fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
         .flat_map(|(_, bytes)| RawRecords::new(bytes).map_while(Result::ok))
 }
 
+/// The builder of process `pid`: `current` if it is that process's, else
+/// `current` is put back in `processes` and `pid`'s taken out (runs of one
+/// process's records need no lookup). The native path spells this out.
+#[inline]
+fn builder<'a>(
+    current: &'a mut Option<(u32, ProcessBuilder)>,
+    processes: &mut FxHashMap<u32, ProcessBuilder>,
+    pid: u32,
+) -> &'a mut ProcessBuilder {
+    if current.as_ref().is_none_or(|(p, _)| *p != pid) {
+        if let Some((p, b)) = current.take() {
+            processes.insert(p, b);
+        }
+        *current = Some((pid, processes.remove(&pid).unwrap_or_default()));
+    }
+    &mut current
+        .get_or_insert_with(|| (pid, ProcessBuilder::default()))
+        .1
+}
+
 /// Builds the traces of every traced process in `capture`.
 ///
 /// A thread's records reach the ring in the order they happened (a system
@@ -413,6 +649,8 @@ fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
 /// thread's times go backwards is sorted per thread first.
 pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     let sym = Symbolizer::new(capture);
+    let roles = usdt_roles(capture);
+    let mut strings = UsdtStrings::default();
     let mut processes: FxHashMap<u32, ProcessBuilder> = FxHashMap::default();
     let mut in_order = true;
     // The process of the last record, taken out of the map while its run of
@@ -433,6 +671,18 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 in_order = false;
                 break;
             }
+        } else if roles.is_empty() {
+            // No USDT probes: nothing else builds traces.
+        } else if header.kind == kind::USDT {
+            if let Some((pid, tid, t, it)) = strings.python_item(&roles, bytes) {
+                let p = builder(&mut current, &mut processes, pid);
+                if !p.push_python(tid, t, it, &strings.texts) {
+                    in_order = false;
+                    break;
+                }
+            }
+        } else if header.kind == kind::USDT_STRING {
+            strings.record(bytes);
         }
     }
     if let Some((p, b)) = current.take() {
@@ -442,9 +692,18 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
+        // Strings resolve in ring order, before the per-thread sort: a
+        // pointer's text is sent once per process, by whichever thread.
+        strings = UsdtStrings::default();
         for (header, bytes) in raw_records(capture) {
             if let Some((pid, tid, t, it, peer)) = item(&header, bytes) {
                 raw.entry((pid, tid)).or_default().push((t, it, peer));
+            } else if header.kind == kind::USDT {
+                if let Some((pid, tid, t, it)) = strings.python_item(&roles, bytes) {
+                    raw.entry((pid, tid)).or_default().push((t, it, None));
+                }
+            } else if header.kind == kind::USDT_STRING {
+                strings.record(bytes);
             }
         }
         let mut raw: Vec<_> = raw.into_iter().collect();
@@ -455,7 +714,11 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
             let p = processes.entry(pid).or_default();
             for (t, it, peer) in items {
                 // Sorted: always accepted.
-                p.push(pid, tid, t, it, peer, (&sym, capture));
+                if matches!(it, Item::Py { .. }) {
+                    p.push_python(tid, t, it, &strings.texts);
+                } else {
+                    p.push(pid, tid, t, it, peer, (&sym, capture));
+                }
             }
         }
     }
@@ -543,6 +806,136 @@ mod tests {
                 (e.ts_ns, k, e.depth)
             })
             .collect()
+    }
+
+    fn py_string(ts: u64, ptr: u64, text: &str) -> Vec<u8> {
+        let mut rec = UsdtString {
+            header: header(kind::USDT_STRING, size_of::<UsdtString>(), ts),
+            ptr,
+            len: text.len() as u32,
+            ..Default::default()
+        };
+        rec.text[..text.len()].copy_from_slice(text.as_bytes());
+        rec.as_bytes().to_vec()
+    }
+
+    /// A Python hit of probe 0 (entry) or 1 (return).
+    fn py(ts: u64, entry: bool, file: u64, function: u64, line: i64) -> Vec<u8> {
+        let mut args = [0; tracer_common::record::USDT_MAX_ARGS];
+        args[..3].copy_from_slice(&[file, function, line as u64]);
+        UsdtHit {
+            header: header(kind::USDT, size_of::<UsdtHit>(), ts),
+            probe_id: if entry { 0 } else { 1 },
+            nargs: 3,
+            args,
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn with_python_probes(mut c: Capture) -> Capture {
+        let probe = |name: &str| tracer_common::capture::UsdtProbe {
+            object: "/usr/bin/python3.11".into(),
+            provider: "python".into(),
+            name: name.into(),
+            string_args: vec![0, 1],
+            ..Default::default()
+        };
+        c.usdt_probes = vec![probe("function__entry"), probe("function__return")];
+        c
+    }
+
+    fn paths(c: &Capture) -> Vec<(String, u32)> {
+        let traces = thread_traces(c);
+        let t = &traces[&7];
+        t.threads[&7]
+            .iter()
+            .map(|e| {
+                let k = match e.kind {
+                    TraceEntryKind::Call => "call",
+                    TraceEntryKind::Return => "return",
+                    TraceEntryKind::Syscall { .. } => "syscall",
+                };
+                (format!("{k} {}", t.nodes.path_string(e.node)), e.depth)
+            })
+            .collect()
+    }
+
+    /// Python entries are calls of `file:function:line` with the calling
+    /// Python frame as call site; a return pops its function whatever its
+    /// line; native calls and system calls interleave in the same tree;
+    /// calls from two Python frames are two nodes.
+    #[test]
+    fn python_frames_are_functions() {
+        const F: u64 = 0x100;
+        const LOOP: u64 = 0x200;
+        const READ: u64 = 0x300;
+        let c = with_python_probes(capture(&[
+            py_string(1, F, "d.py"),
+            py_string(1, LOOP, "loop"),
+            py(2, true, F, LOOP, 10),
+            py_string(3, READ, "on_read"),
+            py(4, true, F, READ, 20),
+            recv(5, 6),
+            call(7),
+            py(8, true, F, READ, 20),
+            py(9, false, F, READ, 23),
+            ret(10),
+            py(11, false, F, READ, 22),
+            py(12, false, F, LOOP, 15),
+            // A return without its entry (the call began before recording).
+            py(13, false, F, READ, 22),
+        ]));
+        assert_eq!(
+            paths(&c),
+            vec![
+                ("call d.py:loop:10".to_string(), 1),
+                ("call d.py:loop:10 > d.py:on_read:20@loop:10".into(), 2),
+                ("syscall d.py:loop:10 > d.py:on_read:20@loop:10 > sys:recvfrom".into(), 2),
+                ("call d.py:loop:10 > d.py:on_read:20@loop:10 > func#0".into(), 3),
+                (
+                    "call d.py:loop:10 > d.py:on_read:20@loop:10 > func#0 > d.py:on_read:20@on_read:20"
+                        .into(),
+                    4
+                ),
+                (
+                    "return d.py:loop:10 > d.py:on_read:20@loop:10 > func#0 > d.py:on_read:20@on_read:20"
+                        .into(),
+                    3
+                ),
+                ("return d.py:loop:10 > d.py:on_read:20@loop:10 > func#0".into(), 2),
+                ("return d.py:loop:10 > d.py:on_read:20@loop:10".into(), 1),
+                ("return d.py:loop:10".into(), 0),
+            ]
+        );
+    }
+
+    /// A pointer whose text changed resolves to the text sent last; the
+    /// per-thread sort keeps the resolution of ring order.
+    #[test]
+    fn python_strings_resolve_in_ring_order() {
+        let c = with_python_probes(capture(&[
+            py_string(1, 0x100, "a.py"),
+            py_string(1, 0x200, "f"),
+            py(2, true, 0x100, 0x200, 1),
+            py(3, false, 0x100, 0x200, 1),
+            py_string(4, 0x200, "g"),
+            py(6, true, 0x100, 0x200, 5),
+            py(8, false, 0x100, 0x200, 6),
+            // Out of time order: the thread is sorted, `g` is still `g`.
+            recv(7, 9),
+        ]));
+        let names: Vec<String> = paths(&c).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            names,
+            vec![
+                "call a.py:f:1",
+                "return a.py:f:1",
+                "call a.py:g:5",
+                "syscall a.py:g:5 > sys:recvfrom",
+                "return a.py:g:5"
+            ]
+        );
     }
 
     /// A receive made inside a call is a leaf under it, placed at its entry time.

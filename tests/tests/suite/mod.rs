@@ -5,6 +5,7 @@ mod hydra;
 mod lifecycle;
 mod model;
 mod mpi;
+mod pyring;
 mod sampling;
 mod sockets;
 mod usdt;
