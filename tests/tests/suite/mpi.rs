@@ -280,7 +280,9 @@ const STENCIL: &[&str] = &[
 /// model orders the three runs of another problem size the same way. The
 /// unhogged processor gains nothing in learning and is left out.
 ///
-/// Bound on clean runs: m < 0.2 (0.01–0.05 measured on a quiet machine).
+/// Bound on clean runs of the learned configuration: m < 0.15 (0.005–0.131
+/// over 10 quiet runs, on-off never below 0.3); another problem size:
+/// ordering only (clean 0.04–0.29).
 ///
 /// Ignored by default: it measures wall-clock computation times, and on a
 /// 2-core VM shared with other builds (load average 20–30) their
@@ -367,7 +369,12 @@ fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
     }
     for (i, size) in ["same", "half"].iter().enumerate() {
         let (c, o, f) = (rows[3 * i].2, rows[3 * i + 1].2, rows[3 * i + 2].2);
-        assert!(c < 0.2, "{size} size: clean run metric {c}: {rows:?}");
+        // A clean run of the learned configuration stays near 0; another
+        // problem size reuses thresholds learned for this one, so only the
+        // ordering is asked of it (measured quiet: clean up to 0.29 there).
+        if i == 0 {
+            assert!(c < 0.15, "{size} size: clean run metric {c}: {rows:?}");
+        }
         assert!(f > 0.6, "{size} size: continuous hog metric {f}: {rows:?}");
         assert!(
             c < o && o < f,
