@@ -155,6 +155,33 @@ impl Background {
         }
     }
 
+    /// Starts a tracer on every process of the MPI program `exe` (from its
+    /// entry point, so ranks started later are seen whole), probing
+    /// `libmpich.so.12:FUNCTION` with argument registers for each pattern,
+    /// without syscalls or samples, into `out`.
+    pub fn mpi_ranks(exe: &Path, out: &Path, functions: &[&str]) -> Self {
+        let (exe, out) = (exe.display().to_string(), out.display().to_string());
+        let mut args: Vec<String> = [
+            "record",
+            "--sample-hz",
+            "0",
+            "--no-syscalls",
+            "--exe",
+            &exe,
+            "-o",
+            &out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for f in functions {
+            args.push("-a".into());
+            args.push(format!("libmpich.so.12:{f}"));
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::start(&refs)
+    }
+
     /// Sends `signal` and waits for the tracer to exit.
     pub fn stop(mut self, signal: &str) -> ExitStatus {
         let pid = self.child.id().to_string();

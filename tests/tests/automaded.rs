@@ -81,25 +81,7 @@ struct Case {
 /// few seconds, then the recorder stops and the ranks are killed.
 fn record(dir: &Path, exe: &Path, case: &Case, rank: u32, run: usize) -> PathBuf {
     let out = dir.join(format!("{}-{}-{run}.capture", case.structure, case.fault));
-    let mut args: Vec<String> = [
-        "record",
-        "--sample-hz",
-        "0",
-        "--no-syscalls",
-        "--exe",
-        &exe.display().to_string(),
-        "-o",
-        &out.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for f in FUNCTIONS {
-        args.push("-a".into());
-        args.push(format!("libmpich.so.12:{f}"));
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let tracer = Background::start(&refs);
+    let tracer = Background::mpi_ranks(exe, &out, &FUNCTIONS);
     let hang = case.fault == "hang";
     let status = Command::new("timeout")
         .args(["-s", "KILL", if hang { "6" } else { "90" }, "mpiexec", "-n"])

@@ -91,25 +91,7 @@ fn mpi_run(
     load: Load,
 ) -> PathBuf {
     let out = dir.join(format!("{name}.capture"));
-    let mut targs: Vec<String> = [
-        "record",
-        "--sample-hz",
-        "0",
-        "--no-syscalls",
-        "--exe",
-        &exe.display().to_string(),
-        "-o",
-        &out.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for f in functions {
-        targs.push("-a".into());
-        targs.push(format!("libmpich.so.12:{f}"));
-    }
-    let refs: Vec<&str> = targs.iter().map(String::as_str).collect();
-    let tracer = Background::start(&refs);
+    let tracer = Background::mpi_ranks(exe, &out, functions);
     let hog = Hog::start(load);
     // Two ranks pinned to the two cores for anything timed (oversubscribed
     // ranks busy-poll and make times meaningless); `nice -19` keeps other
