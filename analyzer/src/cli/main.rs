@@ -111,7 +111,8 @@ enum ModelCommand {
     },
 }
 
-fn open(path: &Path) -> anyhow::Result<Capture> {
+/// Opens a capture, warning about a truncated file or lost records.
+pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
     let cap = Capture::open(path).with_context(|| format!("reading {}", path.display()))?;
     if let Some(t) = &cap.truncated {
         eprintln!(
@@ -250,8 +251,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.command {
-        Command::Mpi(cmd) => mpi::run(cmd, open, &mut out)?,
-        Command::Tasks(cmd) => tasks::run(cmd, open, &mut out)?,
+        Command::Mpi(cmd) => mpi::run(cmd, &mut out)?,
+        Command::Tasks(cmd) => tasks::run(cmd, &mut out)?,
         Command::Events { capture, json } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);

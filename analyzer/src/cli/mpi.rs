@@ -140,19 +140,18 @@ impl From<TypicalArgs> for TypicalConfig {
     }
 }
 
-fn profiles(
-    paths: &[PathBuf],
-    open: fn(&Path) -> anyhow::Result<Capture>,
-) -> anyhow::Result<Profiles> {
+/// Opens the captures of one run and builds their MPI profiles (the captures
+/// are returned too: later steps symbolize with them).
+pub(crate) fn profiles(paths: &[PathBuf]) -> anyhow::Result<(Vec<Capture>, Profiles)> {
     let captures = paths
         .iter()
-        .map(|p| open(p))
+        .map(|p| super::open(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let refs: Vec<&Capture> = captures.iter().collect();
     let profiles = mpi::extract(&refs).context("building MPI profiles")?;
     if profiles.ranks.is_empty() {
         bail!(
-            "no MPI calls in {}: record with `tracer record -a 'libmpich.so.12:MPI_*' ...`",
+            "no MPI calls in {}: record with `tracer record --mpi -- mpiexec ...`",
             paths
                 .iter()
                 .map(|p| p.display().to_string())
@@ -160,7 +159,7 @@ fn profiles(
                 .join(", ")
         );
     }
-    Ok(profiles)
+    Ok((captures, profiles))
 }
 
 fn load_model(path: &Path) -> anyhow::Result<Model> {
@@ -180,11 +179,7 @@ fn load_model(path: &Path) -> anyhow::Result<Model> {
 }
 
 /// Runs one `mpi` subcommand.
-pub(crate) fn run(
-    cmd: MpiCommand,
-    open: fn(&Path) -> anyhow::Result<Capture>,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
     match cmd {
         MpiCommand::Profile {
             captures,
@@ -192,7 +187,7 @@ pub(crate) fn run(
             parquet,
             json,
         } => {
-            let p = profiles(&captures, open)?;
+            let p = profiles(&captures)?.1;
             if let Some(path) = &jsonl {
                 let file = std::fs::File::create(path)
                     .with_context(|| format!("creating {}", path.display()))?;
@@ -246,7 +241,7 @@ pub(crate) fn run(
             typical,
             json,
         } => {
-            let p = profiles(&captures, open)?;
+            let p = profiles(&captures)?.1;
             let ts = mpi::typical_sequences(&p, &typical.into());
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&ts)?)?;
@@ -270,8 +265,8 @@ pub(crate) fn run(
             filter_ms,
             typical,
         } => {
-            let normal = profiles(&clean, open)?;
-            let int = profiles(&interfered, open)?;
+            let normal = profiles(&clean)?.1;
+            let int = profiles(&interfered)?.1;
             let base = if paper {
                 LearnConfig::paper()
             } else {
@@ -332,7 +327,7 @@ pub(crate) fn run(
             svg,
         } => {
             let model = load_model(&model)?;
-            let p = profiles(&captures, open)?;
+            let p = profiles(&captures)?.1;
             let d = mpi::detect(&model, &p);
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;

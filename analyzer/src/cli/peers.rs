@@ -6,12 +6,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use analyzer::{
-    Capture,
-    peers::{
-        self, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit,
-        THRESHOLDS_VERSION, Thresholds, render,
-    },
+use analyzer::peers::{
+    self, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit,
+    THRESHOLDS_VERSION, Thresholds, render,
 };
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -259,24 +256,6 @@ fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
     Ok(runs)
 }
 
-fn open(path: &Path) -> anyhow::Result<Capture> {
-    let cap = Capture::open(path).with_context(|| format!("reading {}", path.display()))?;
-    if let Some(t) = &cap.truncated {
-        eprintln!(
-            "analyzer: warning: {}: {t}; using the complete part",
-            path.display()
-        );
-    }
-    if cap.lost_records() > 0 {
-        eprintln!(
-            "analyzer: warning: {}: {} records were lost while recording",
-            path.display(),
-            cap.lost_records()
-        );
-    }
-    Ok(cap)
-}
-
 /// Reads and scores one run.
 fn analyze_run(
     name: &str,
@@ -298,7 +277,7 @@ fn analyze_run(
     let cfg = &cfg;
     let captures = files
         .iter()
-        .map(|f| open(f))
+        .map(|f| super::open(f))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let labels: Vec<String> = files
         .iter()

@@ -1,10 +1,7 @@
 //! `analyzer tasks …`: abnormal MPI tasks and edges with semi-Markov
 //! models (AutomaDeD, paper 004).
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-};
+use std::{io::Write, path::PathBuf};
 
 use analyzer::{
     Capture,
@@ -13,7 +10,6 @@ use analyzer::{
         hang::{self, Tail},
         report,
     },
-    mpi,
 };
 use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
@@ -120,29 +116,6 @@ pub(crate) enum TasksCommand {
     },
 }
 
-fn profiles(
-    paths: &[PathBuf],
-    open: fn(&Path) -> anyhow::Result<Capture>,
-) -> anyhow::Result<(Vec<Capture>, mpi::Profiles)> {
-    let captures = paths
-        .iter()
-        .map(|p| open(p))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let refs: Vec<&Capture> = captures.iter().collect();
-    let p = mpi::extract(&refs).context("building MPI profiles")?;
-    if p.ranks.is_empty() {
-        bail!(
-            "no MPI calls in {}: record with `tracer record --mpi -- mpiexec ...`",
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok((captures, p))
-}
-
 fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Result<Phase> {
     if let Some(c) = calls {
         let (a, b) = c
@@ -172,11 +145,7 @@ fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Res
 }
 
 /// Runs one `tasks` subcommand.
-pub(crate) fn run(
-    cmd: TasksCommand,
-    open: fn(&Path) -> anyhow::Result<Capture>,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()> {
     let TasksCommand::Outliers {
         captures,
         method,
@@ -194,13 +163,14 @@ pub(crate) fn run(
         svg,
     } = cmd;
     let phase = phase(from, to, calls.as_deref())?;
-    let (caps, profiles) = profiles(&captures, open)?;
+    let (caps, profiles) = super::mpi::profiles(&captures)?;
     let refs: Vec<&Capture> = caps.iter().collect();
 
     let threshold_ns = match (hang_after, hang_learn.is_empty()) {
         (Some(s), _) => Some((s * 1e9) as u64),
         (None, false) => {
-            let (_, normal) = profiles_of(&hang_learn, open)?;
+            let (_, normal) =
+                super::mpi::profiles(&hang_learn).context("learning the hang threshold")?;
             Some(hang::max_transition_ns(&normal))
         }
         (None, true) => None,
@@ -293,11 +263,4 @@ pub(crate) fn run(
         }
     }
     Ok(())
-}
-
-fn profiles_of(
-    paths: &[PathBuf],
-    open: fn(&Path) -> anyhow::Result<Capture>,
-) -> anyhow::Result<(Vec<Capture>, mpi::Profiles)> {
-    profiles(paths, open).context("learning the hang threshold")
 }
