@@ -298,12 +298,11 @@ pub fn extract(
     let mut own: Vec<HashMap<u32, usize>> = Vec::with_capacity(sources.len());
     // Per capture: its server when one capture is one server.
     let mut capture_server: Vec<Option<usize>> = vec![None; sources.len()];
-    // (server, listening port) read from command lines (`cfg.port_arg`).
-    let mut cmdline_ports: Vec<(usize, u16)> = Vec::new();
-    // (server, local address or None for a wildcard, port) of the TCP sockets
-    // the recorder found open in a server's processes when it first saw them:
-    // listeners and connections made before recording began.
-    let mut snapshot_ports: Vec<(usize, Option<IpAddr>, u16)> = Vec::new();
+    // (server, local address or None for a wildcard, port) bound before
+    // recording began: the TCP sockets the recorder found open in a server's
+    // processes when it first saw them, and listening ports read from command
+    // lines (`cfg.port_arg`, any address).
+    let mut bound_ports: Vec<(usize, Option<IpAddr>, u16)> = Vec::new();
     for (ci, src) in sources.iter().enumerate() {
         let cap = src.capture;
         let mut map = HashMap::new();
@@ -384,8 +383,8 @@ pub fn extract(
                         v4 => v4,
                     };
                     let entry = (*server, (!ip.is_unspecified()).then_some(ip), local.port());
-                    if !snapshot_ports.contains(&entry) {
-                        snapshot_ports.push(entry);
+                    if !bound_ports.contains(&entry) {
+                        bound_ports.push(entry);
                     }
                 }
             }
@@ -397,9 +396,9 @@ pub fn extract(
                     .and_then(|p| arg_value(&p.cmdline, arg))
                     .and_then(|v| v.parse::<u16>().ok());
                 if let Some(port) = port
-                    && !cmdline_ports.contains(&(*server, port))
+                    && !bound_ports.contains(&(*server, None, port))
                 {
-                    cmdline_ports.push((*server, port));
+                    bound_ports.push((*server, None, port));
                 }
             }
         }
@@ -459,18 +458,7 @@ pub fn extract(
         interners[Metric::SocketBytes.index()].id(name);
     }
     let mut endpoints: Vec<Endpoints> = (0..hosts.len()).map(|_| Endpoints::default()).collect();
-    for (s, port) in &cmdline_ports {
-        let host = hosts
-            .iter()
-            .position(|h| *h == servers[*s].host)
-            .unwrap_or(0);
-        endpoints[host]
-            .bound
-            .entry(*port)
-            .or_default()
-            .push((None, *s));
-    }
-    for (s, ip, port) in &snapshot_ports {
+    for (s, ip, port) in &bound_ports {
         let host = hosts
             .iter()
             .position(|h| *h == servers[*s].host)
