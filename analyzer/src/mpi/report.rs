@@ -3,6 +3,7 @@
 //! ILS(p, l, t) against t, one panel per processor, one line per typical
 //! sequence, like the paper's Figures 1–12.
 
+use crate::report::{COLORS, escape};
 use std::fmt::Write as _;
 
 use super::metric::Detection;
@@ -61,11 +62,6 @@ pub fn text(d: &Detection) -> String {
     }
     s
 }
-
-const COLORS: [&str; 10] = [
-    "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
-];
 
 /// ILS(p, l, t) against t as SVG: one panel per processor; t is shown as the
 /// fraction of the sequence's occurrences (sequences of different lengths
@@ -173,10 +169,4 @@ pub fn ils_svg(d: &Detection, title: &str) -> String {
     );
     s.push_str("</svg>\n");
     s
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

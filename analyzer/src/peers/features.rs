@@ -780,7 +780,7 @@ pub fn extract(
                         let program = cap
                             .comm(pid)
                             .map(str::to_string)
-                            .unwrap_or_else(|| comm_text(&smp.comm));
+                            .unwrap_or_else(|| crate::decode::comm_string(&smp.comm));
                         let place = if kernel {
                             let f = sym.kernel(ip).and_then(|l| l.symbol).unwrap_or("?");
                             format!("[kernel]:{f}")
@@ -885,11 +885,6 @@ fn arg_value(cmdline: &[String], arg: &str) -> Option<String> {
             a.strip_prefix(&prefix).map(str::to_string)
         }
     })
-}
-
-fn comm_text(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
 fn basename(path: &str) -> &str {

@@ -2,6 +2,7 @@
 //! and an SVG of every server's score over time with its threshold, one panel
 //! per metric (the JSON form is the serde [`Report`] itself).
 
+use crate::report::{COLORS, escape};
 use std::fmt::Write as _;
 
 use super::types::{Report, Thresholds};
@@ -264,16 +265,6 @@ fn number(x: f64) -> String {
     } else {
         format!("{x:.3}")
     }
-}
-
-const COLORS: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-];
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// Every server's score over time, one panel per metric, with each server's

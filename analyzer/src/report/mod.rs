@@ -2,4 +2,5 @@
 
 mod svg;
 
+pub(crate) use svg::{COLORS, escape};
 pub use svg::{Series, scatter_svg};

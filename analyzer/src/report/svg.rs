@@ -12,11 +12,14 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+/// The series colours of every plot the analyzer draws.
+pub(crate) const COLORS: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#7f7f7f", "#bcbd22",
 ];
 
-fn escape(s: &str) -> String {
+/// Text escaped for SVG element content and attribute values.
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
