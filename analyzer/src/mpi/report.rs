@@ -3,10 +3,10 @@
 //! ILS(p, l, t) against t, one panel per processor, one line per typical
 //! sequence, like the paper's Figures 1–12.
 
-use crate::report::{COLORS, escape};
 use std::fmt::Write as _;
 
 use super::metric::Detection;
+use crate::report::{COLORS, escape};
 
 /// The text report.
 pub fn text(d: &Detection) -> String {

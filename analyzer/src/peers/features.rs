@@ -950,8 +950,10 @@ impl Features {
         });
         // Latency: a window's exclusive time over its calls, per function
         // (0 where it was not called); time and count share component ids.
+        let wants_latency = cfg.metrics.contains(&Metric::Latency);
         let latency: HashMap<u32, Vec<Vec<f64>>> = windowed[Metric::Time.index()]
             .iter()
+            .filter(|_| wants_latency)
             .map(|(comp, time)| {
                 let calls = windowed[Metric::Count.index()].get(comp);
                 let per_call = time

@@ -2,10 +2,10 @@
 //! and an SVG of every server's score over time with its threshold, one panel
 //! per metric (the JSON form is the serde [`Report`] itself).
 
-use crate::report::{COLORS, escape};
 use std::fmt::Write as _;
 
 use super::types::{Report, Thresholds};
+use crate::report::{COLORS, escape};
 
 /// The diagnosis as text: verdict, per-metric score tables (`*` anomalous,
 /// `!` faulty), root causes, notes.
