@@ -20,7 +20,7 @@
 //! (ROMIO does this) is part of the outer call's communication time.
 //! Calls still open when the capture ends are dropped and counted.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -88,53 +88,7 @@ pub enum Peer {
 impl Peer {
     /// The peer of a call of `function` with argument registers `args`.
     pub fn of(function: &str, args: Option<&[u64; 6]>) -> Peer {
-        let Some(a) = args else {
-            return Peer::None;
-        };
-        // MPICH handles and ranks are C `int`s: the low 32 bits of the register.
-        let int = |i: usize| a[i] as u32 as i32;
-        let rank = |r: i32| match r {
-            MPI_ANY_SOURCE => Peer::AnySource,
-            MPI_PROC_NULL => Peer::ProcNull,
-            r => Peer::Rank(r),
-        };
-        match function {
-            // (buf, count, datatype, dest|source, tag, comm, ...)
-            "MPI_Send"
-            | "MPI_Isend"
-            | "MPI_Ssend"
-            | "MPI_Issend"
-            | "MPI_Rsend"
-            | "MPI_Irsend"
-            | "MPI_Bsend"
-            | "MPI_Ibsend"
-            | "MPI_Recv"
-            | "MPI_Irecv"
-            | "MPI_Send_init"
-            | "MPI_Recv_init"
-            | "MPI_Ssend_init"
-            | "MPI_Rsend_init"
-            | "MPI_Bsend_init"
-            | "MPI_Sendrecv"
-            | "MPI_Sendrecv_replace"
-            | "MPI_Isendrecv"
-            | "MPI_Isendrecv_replace" => rank(int(3)),
-            // (source, tag, comm, ...)
-            "MPI_Probe" | "MPI_Iprobe" | "MPI_Mprobe" | "MPI_Improbe" => rank(int(0)),
-            // (buffer, count, datatype, root, comm)
-            "MPI_Bcast" | "MPI_Ibcast" => Peer::Root(int(3)),
-            // (sendbuf, recvbuf, count, datatype, op, ...)
-            "MPI_Reduce"
-            | "MPI_Ireduce"
-            | "MPI_Allreduce"
-            | "MPI_Iallreduce"
-            | "MPI_Scan"
-            | "MPI_Exscan"
-            | "MPI_Reduce_scatter_block" => Peer::Op(int(4) as u32),
-            // (comm)
-            "MPI_Barrier" | "MPI_Ibarrier" => Peer::Comm(int(0) as u32),
-            _ => Peer::None,
-        }
+        PeerRule::of(function).apply(args)
     }
 
     /// Short text: `3`, `any`, `null`, `root 0`, `op 0x58000003`, `comm 0x44000000`, `-`.
@@ -160,6 +114,84 @@ impl Peer {
             Peer::Op(h) => ("op", Some(h.into())),
             Peer::Comm(h) => ("comm", Some(h.into())),
             Peer::None => ("none", None),
+        }
+    }
+}
+
+/// Where a function's peer is among its arguments: decided once per
+/// function, applied to every call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PeerRule {
+    /// (buf, count, datatype, dest|source, tag, comm, ...): argument 3.
+    Rank3,
+    /// (source, tag, comm, ...): argument 0.
+    Rank0,
+    /// (buffer, count, datatype, root, comm): the root, argument 3.
+    Root3,
+    /// (sendbuf, recvbuf, count, datatype, op, ...): the op, argument 4.
+    Op4,
+    /// (comm): argument 0.
+    Comm0,
+    /// No peer.
+    None,
+}
+
+impl PeerRule {
+    /// The rule of MPI function `function`.
+    pub(crate) fn of(function: &str) -> Self {
+        match function {
+            "MPI_Send"
+            | "MPI_Isend"
+            | "MPI_Ssend"
+            | "MPI_Issend"
+            | "MPI_Rsend"
+            | "MPI_Irsend"
+            | "MPI_Bsend"
+            | "MPI_Ibsend"
+            | "MPI_Recv"
+            | "MPI_Irecv"
+            | "MPI_Send_init"
+            | "MPI_Recv_init"
+            | "MPI_Ssend_init"
+            | "MPI_Rsend_init"
+            | "MPI_Bsend_init"
+            | "MPI_Sendrecv"
+            | "MPI_Sendrecv_replace"
+            | "MPI_Isendrecv"
+            | "MPI_Isendrecv_replace" => Self::Rank3,
+            "MPI_Probe" | "MPI_Iprobe" | "MPI_Mprobe" | "MPI_Improbe" => Self::Rank0,
+            "MPI_Bcast" | "MPI_Ibcast" => Self::Root3,
+            "MPI_Reduce"
+            | "MPI_Ireduce"
+            | "MPI_Allreduce"
+            | "MPI_Iallreduce"
+            | "MPI_Scan"
+            | "MPI_Exscan"
+            | "MPI_Reduce_scatter_block" => Self::Op4,
+            "MPI_Barrier" | "MPI_Ibarrier" => Self::Comm0,
+            _ => Self::None,
+        }
+    }
+
+    /// The peer of one call with argument registers `args`.
+    pub(crate) fn apply(self, args: Option<&[u64; 6]>) -> Peer {
+        let Some(a) = args else {
+            return Peer::None;
+        };
+        // MPICH handles and ranks are C `int`s: the low 32 bits of the register.
+        let int = |i: usize| a[i] as u32 as i32;
+        let rank = |r: i32| match r {
+            MPI_ANY_SOURCE => Peer::AnySource,
+            MPI_PROC_NULL => Peer::ProcNull,
+            r => Peer::Rank(r),
+        };
+        match self {
+            Self::Rank3 => rank(int(3)),
+            Self::Rank0 => rank(int(0)),
+            Self::Root3 => Peer::Root(int(3)),
+            Self::Op4 => Peer::Op(int(4) as u32),
+            Self::Comm0 => Peer::Comm(int(0) as u32),
+            Self::None => Peer::None,
         }
     }
 }
@@ -300,11 +332,12 @@ struct Open {
 #[derive(Default)]
 struct Building {
     functions: Vec<String>,
-    function_ids: HashMap<String, u16>,
+    /// func_id → index into `functions`.
+    by_probe: rustc_hash::FxHashMap<u32, u16>,
     calls: Vec<Call>,
     /// (entry ns, return ns) per call, to compute computation times once all
     /// threads' calls are in entry order.
-    open: HashMap<u32, Open>,
+    open: rustc_hash::FxHashMap<u32, Open>,
     unfinished: u64,
 }
 
@@ -334,11 +367,12 @@ pub fn extract(captures: &[&Capture]) -> Result<Profiles, ProfileError> {
 }
 
 fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, ProfileError> {
-    // func_id → MPI name, once.
-    let names: Vec<Option<String>> = capture
+    // func_id → MPI name and peer rule, once: entries only index this.
+    let names: Vec<Option<(String, PeerRule)>> = capture
         .probes
         .iter()
-        .map(|p| mpi_name(&p.symbol, &p.aliases))
+        .map(|p| mpi_name(&p.symbol, &p.aliases).map(|n| (PeerRule::of(&n), n)))
+        .map(|o| o.map(|(rule, name)| (name, rule)))
         .collect();
     let mut procs: BTreeMap<u32, Building> = BTreeMap::new();
     for event in capture.events() {
@@ -348,7 +382,7 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
         })?;
         match event {
             Event::Entry { rec, args } => {
-                let Some(Some(name)) = names.get(rec.func_id as usize) else {
+                let Some(Some((name, rule))) = names.get(rec.func_id as usize) else {
                     continue;
                 };
                 let b = procs.entry(rec.header.pid).or_default();
@@ -356,12 +390,18 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     open.depth += 1;
                     continue;
                 }
-                let function = match b.function_ids.get(name) {
+                let function = match b.by_probe.get(&rec.func_id) {
                     Some(id) => *id,
                     None => {
-                        let id = b.functions.len() as u16;
-                        b.functions.push(name.clone());
-                        b.function_ids.insert(name.clone(), id);
+                        // Aliases in several objects share one name: one index.
+                        let id = match b.functions.iter().position(|f| f == name) {
+                            Some(i) => i as u16,
+                            None => {
+                                b.functions.push(name.clone());
+                                (b.functions.len() - 1) as u16
+                            }
+                        };
+                        b.by_probe.insert(rec.func_id, id);
                         id
                     }
                 };
@@ -370,7 +410,7 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     Open {
                         function,
                         func_id: rec.func_id,
-                        peer: Peer::of(name, args.as_ref()),
+                        peer: rule.apply(args.as_ref()),
                         start_ns: rec.header.ts_ns,
                         cpu: rec.header.cpu,
                         call_site: rec.call_site,
