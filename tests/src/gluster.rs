@@ -1702,7 +1702,13 @@ impl Recording {
         let tracers = std::mem::take(&mut self.tracers);
         for mut t in tracers {
             let status = wait_bounded(&mut t.child, Duration::from_secs(60));
-            let lines: Vec<String> = t.lines.try_iter().collect();
+            // Once the tracer exited, read its stderr to the end: the
+            // summary (events, LOSSES) comes last and must not be missed.
+            let lines: Vec<String> = if status.is_some() {
+                t.lines.iter().collect()
+            } else {
+                t.lines.try_iter().collect()
+            };
             let server = t.summary.servers.join(",");
             match status {
                 Some(s) if s.success() => {}

@@ -46,6 +46,46 @@ pub fn privileged() -> bool {
     root
 }
 
+/// Whether every program of `programs` is on PATH; otherwise prints why the
+/// test skips (`hint`: what installs them), or panics under CI
+/// (`EFTRACE_REQUIRE_ROOT`), where a missing package must not pass a test.
+pub fn installed(programs: &[&str], hint: &str) -> bool {
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| {
+            !std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+        "EFTRACE_REQUIRE_ROOT is set but {missing:?} are missing ({hint})"
+    );
+    eprintln!("skipped: {missing:?} missing ({hint})");
+    false
+}
+
+/// Debian's CPython 3.11, built with USDT probes (the `python3` on PATH may
+/// be a pyenv build without them).
+pub const PYTHON: &str = "/usr/bin/python3.11";
+
+/// [`PYTHON`] when it is installed; otherwise as [`installed`].
+pub fn python() -> Option<&'static str> {
+    if Path::new(PYTHON).exists() {
+        return Some(PYTHON);
+    }
+    assert!(
+        std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+        "EFTRACE_REQUIRE_ROOT is set but {PYTHON} is missing (apt package python3.11)"
+    );
+    eprintln!("skipped: {PYTHON} (Debian's python3.11, with USDT probes) is not installed");
+    None
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;

@@ -38,23 +38,6 @@ const FUNCTIONS: [&str; 12] = [
     "MPI_Barrier",
 ];
 
-fn mpi_available() -> bool {
-    let ok = ["mpicc", "mpiexec"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok {
-        assert!(
-            std::env::var_os("EFTRACE_REQUIRE_MPI").is_none(),
-            "EFTRACE_REQUIRE_MPI is set but MPICH is missing"
-        );
-        eprintln!("skipped: needs apt packages mpich libmpich-dev");
-    }
-    ok
-}
-
 /// A rank in `lo..hi` from the clock (printed, so a failure can be rerun
 /// by reading the log).
 fn random_rank(lo: u32, hi: u32) -> u32 {
@@ -169,7 +152,8 @@ fn analyze(path: &Path, case: &Case, rank: u32) -> Vec<(Method, bool, bool)> {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run_cases(cases: &[Case]) {
-    if !privileged() || !mpi_available() {
+    if !privileged() || !tests::installed(&["mpicc", "mpiexec"], "apt packages mpich libmpich-dev")
+    {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -13,9 +13,9 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-use crate::target_dir;
+use tests::PYTHON;
 
-const PYTHON: &str = "/usr/bin/python3.11";
+use crate::target_dir;
 
 /// Times `n` calls of a trivial function; prints ns per call.
 const SCRIPT: &str = "import sys, time

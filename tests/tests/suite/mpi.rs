@@ -16,26 +16,6 @@ const MPI_MAX: u32 = 0x5800_0001;
 const MPI_SUM: u32 = 0x5800_0003;
 const MPI_COMM_WORLD: u32 = 0x4400_0000;
 
-/// Whether MPICH and stress-ng are installed; prints why not.
-fn mpi_available() -> bool {
-    let ok = ["mpicc", "mpiexec", "stress-ng", "taskset"]
-        .iter()
-        .all(|t| {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-    if !ok {
-        assert!(
-            std::env::var_os("EFTRACE_REQUIRE_MPI").is_none(),
-            "EFTRACE_REQUIRE_MPI is set but MPICH or stress-ng is missing"
-        );
-        eprintln!("skipped: needs apt packages mpich libmpich-dev stress-ng");
-    }
-    ok
-}
-
 /// A background CPU hog on core 1, killed (its whole process group) on drop.
 struct Hog(Option<Child>);
 
@@ -180,7 +160,12 @@ fn irregular_expected(r: i32, size: i32, iters: i32) -> Vec<(String, Peer)> {
 /// loaded machine.)
 #[test]
 fn irregular_profile_matches_the_program_call_by_call() {
-    if !privileged() || !mpi_available() {
+    if !privileged()
+        || !tests::installed(
+            &["mpicc", "mpiexec", "stress-ng", "taskset"],
+            "apt packages mpich libmpich-dev stress-ng",
+        )
+    {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -274,7 +259,12 @@ const STENCIL: &[&str] = &[
 #[test]
 #[ignore = "timed: needs a quiet 2-core machine"]
 fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
-    if !privileged() || !mpi_available() {
+    if !privileged()
+        || !tests::installed(
+            &["mpicc", "mpiexec", "stress-ng", "taskset"],
+            "apt packages mpich libmpich-dev stress-ng",
+        )
+    {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

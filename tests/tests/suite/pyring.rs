@@ -16,9 +16,7 @@ use analyzer::{
     score::{DifferenceKind, Scoring, score_processes},
     units::{UnitKind, Variant, decompose_capture},
 };
-use tests::{Background, capture, privileged};
-
-const PYTHON: &str = "/usr/bin/python3.11";
+use tests::{Background, PYTHON, capture, privileged};
 
 /// Normal runs of the same ring score below this.
 const NORMAL_THRESHOLD: f64 = 0.5;
@@ -98,8 +96,7 @@ fn the_partial_receive_fault_of_the_python_ring_is_localized() {
     if !privileged() {
         return;
     }
-    if !Path::new(PYTHON).exists() {
-        eprintln!("skipped: {PYTHON} (Debian's python3.11, with USDT probes) is not installed");
+    if tests::python().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -12,9 +12,7 @@ use std::{
 };
 
 use analyzer::{Capture, Event};
-use tests::{Background, capture, events, privileged, tracer};
-
-const PYTHON: &str = "/usr/bin/python3.11";
+use tests::{Background, PYTHON, capture, events, privileged, python, tracer};
 
 /// A script with known calls: `mid` once, `leaf` N times from `mid`, and
 /// `twice` 2 times from module level. With `wait`, it prints `ready`, waits
@@ -43,16 +41,6 @@ if wait:
     print("done", flush=True)
     sys.stdin.readline()
 "#;
-
-/// Debian's interpreter, or `None` with a printed reason.
-fn python() -> Option<&'static str> {
-    if Path::new(PYTHON).exists() {
-        Some(PYTHON)
-    } else {
-        eprintln!("skipped: {PYTHON} (Debian's python3.11, with USDT probes) is not installed");
-        None
-    }
-}
 
 fn script(dir: &Path) -> PathBuf {
     let path = dir.join("calls.py");
