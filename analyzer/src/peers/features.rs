@@ -497,6 +497,9 @@ pub fn extract(
             .or_default()
             .push((ip, s));
     }
+    // Samples per capture, kept from pass 1 for pass 2 (which needs every
+    // capture's pid map first) instead of decoding the captures again.
+    let mut samples: Vec<Vec<tracer_common::record::Sample>> = vec![Vec::new(); sources.len()];
     let mut retransmits: Vec<Vec<(usize, tracer_common::record::TcpRetransmit)>> =
         vec![Vec::new(); hosts.len()];
     let mut events = 0u64;
@@ -695,7 +698,8 @@ pub fn extract(
                     _ => {}
                 },
                 Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
-                Event::Sample(_) | Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
+                Event::Sample(smp) => samples[ci].push(smp),
+                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap
@@ -751,10 +755,7 @@ pub fn extract(
             let off = offset(cap);
             let sym = Symbolizer::new(cap);
             let mut cache: HashMap<(u32, u64), u32> = HashMap::new();
-            for event in cap.events() {
-                let Ok(Event::Sample(smp)) = event else {
-                    continue;
-                };
+            for smp in &samples[c] {
                 let pid = smp.header.pid;
                 if pid == 0 {
                     continue;
