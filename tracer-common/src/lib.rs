@@ -27,6 +27,9 @@ pub mod maps {
     pub const TRACED_PIDS: &str = "TRACED_PIDS";
     /// Socket file descriptors of traced processes: key `(tgid << 32) | fd`.
     pub const SOCKET_FDS: &str = "SOCKET_FDS";
+    /// Forked processes whose inherited sockets user space has not copied
+    /// yet: key tgid, value (parent tgid, pad, fork time) as 16 bytes.
+    pub const PARENT: &str = "PARENT";
     /// System calls in progress: key tid, value [`crate::record::SyscallEnter`].
     pub const INFLIGHT: &str = "INFLIGHT";
     /// Per-CPU counters indexed by [`crate::stats::Stat`].

@@ -118,6 +118,8 @@ pub struct Loaded {
     ring: Option<RingBuf<MapData>>,
     traced: HashMap<MapData, u32, u32>,
     sockets: HashMap<MapData, u64, u8>,
+    /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
+    parents: HashMap<MapData, u32, [u8; 16]>,
     inflight: HashMap<MapData, u32, SyscallEnter>,
     stats: PerCpuArray<MapData, u64>,
     usdt_specs: Array<MapData, UsdtSpec>,
@@ -193,6 +195,7 @@ impl Loaded {
         let ring = take::<RingBuf<MapData>>(&mut ebpf, maps::EVENTS)?;
         let traced = take(&mut ebpf, maps::TRACED_PIDS)?;
         let sockets = take(&mut ebpf, maps::SOCKET_FDS)?;
+        let parents = take(&mut ebpf, maps::PARENT)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
         let stats = take(&mut ebpf, maps::STATS)?;
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
@@ -201,6 +204,7 @@ impl Loaded {
             ring: Some(ring),
             traced,
             sockets,
+            parents,
             inflight,
             stats,
             usdt_specs,
@@ -590,13 +594,17 @@ impl Loaded {
         Ok(())
     }
 
-    /// Registers the open sockets of `pid` (a forked child inherits its parent's).
+    /// Registers the open sockets of `pid` (a forked child inherits its
+    /// parent's). Then its `PARENT` entry goes: the eBPF side walks the
+    /// ancestry on every fd call it does not know, a walk needed only until
+    /// the inherited sockets are copied here.
     pub fn register_sockets(&mut self, pid: u32) {
         for fd in crate::procfs::socket_fds(pid) {
             let _ = self
                 .sockets
                 .insert((u64::from(pid) << 32) | u64::from(fd), 1, 0);
         }
+        let _ = self.parents.remove(&pid);
     }
 
     /// Whether `pid` is in the traced set.
