@@ -655,15 +655,6 @@ pub fn sites_of(objects: &TargetObjects) -> Result<Vec<UsdtSite>, UsdtError> {
     Ok(sites)
 }
 
-/// Every probe site of the objects running process `pid` maps.
-pub fn sites_of_pid(pid: u32) -> Result<Vec<UsdtSite>, UsdtError> {
-    let objects = TargetObjects::of_pid(pid).map_err(|e| match e {
-        crate::targets::TargetError::Proc(p) => UsdtError::Proc(p),
-        _ => UsdtError::Proc(ProcError::NoSuchProcess { pid }),
-    })?;
-    sites_of(&objects)
-}
-
 /// The sites among `all` (read from `objects`) that `patterns` select, each
 /// once, in order. Errors name what exists when nothing matches.
 pub fn select(

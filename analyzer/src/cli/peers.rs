@@ -190,7 +190,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
 }
 
 /// `60s`, `500ms`, `2m`, `1.5s`, `250us`; a bare number is seconds.
-fn duration_ns(text: &str) -> Result<u64, String> {
+pub(crate) fn duration_ns(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

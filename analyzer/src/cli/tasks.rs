@@ -42,7 +42,7 @@ Then:
   analyzer tasks outliers master.capture --clusters 2 --min-cluster 1
   analyzer tasks outliers hung.capture --hang-after 10
 
-A rank that made no MPI transition for longer than --hang-after seconds
+A rank that made no MPI transition for longer than --hang-after
 (or longer than the longest transition of --hang-learn normal captures) is
 reported as hung and the analysis runs on what was recorded so far.
 
@@ -100,9 +100,10 @@ pub(crate) enum TasksCommand {
         /// when every iteration makes the same calls).
         #[arg(long, value_name = "A..B", conflicts_with_all = ["from", "to"])]
         calls: Option<String>,
-        /// A rank with no MPI transition for this long is hung.
-        #[arg(long, value_name = "SECONDS")]
-        hang_after: Option<f64>,
+        /// A rank with no MPI transition for this long is hung (10, 10s,
+        /// 500ms).
+        #[arg(long, value_name = "DURATION", value_parser = super::peers::duration_ns)]
+        hang_after: Option<u64>,
         /// Learn the hang threshold: the longest transition of these
         /// captures of normal runs.
         #[arg(long, value_name = "CAPTURE", conflicts_with = "hang_after")]
@@ -167,7 +168,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
     let refs: Vec<&Capture> = caps.iter().collect();
 
     let threshold_ns = match (hang_after, hang_learn.is_empty()) {
-        (Some(s), _) => Some((s * 1e9) as u64),
+        (Some(ns), _) => Some(ns),
         (None, false) => {
             let (_, normal) =
                 super::mpi::profiles(&hang_learn).context("learning the hang threshold")?;
