@@ -361,11 +361,18 @@ pub fn build_with_tails(
                 })
                 .clone()
         };
+        // (function, call site) → state, per rank: the strings of a state
+        // are built and interned once, not once per call.
+        let mut call_states = rustc_hash::FxHashMap::default();
         for (i, c) in calls.iter().enumerate() {
-            let call = states.intern(State::Call {
-                function: r.function_name(c).to_string(),
-                site: site_of(c.call_site),
-            });
+            let call = *call_states
+                .entry((c.function, c.call_site))
+                .or_insert_with(|| {
+                    states.intern(State::Call {
+                        function: r.function_name(c).to_string(),
+                        site: site_of(c.call_site),
+                    })
+                });
             if i == 0 {
                 steps.push(Step {
                     from: prev,
