@@ -69,6 +69,16 @@ pub fn installed(programs: &[&str], hint: &str) -> bool {
     false
 }
 
+/// The first of `width` TCP ports on loopback no other test of this run
+/// uses: blocks handed out in turn above a base that differs between runs
+/// (so a run does not meet sockets a previous one left in TIME_WAIT), all
+/// below the kernel's ephemeral range (32768..).
+pub fn port_block(width: u16) -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 40) as u16 * 300;
+    base + NEXT.fetch_add(width, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Debian's CPython 3.11, built with USDT probes (the `python3` on PATH may
 /// be a pyenv build without them).
 pub const PYTHON: &str = "/usr/bin/python3.11";

@@ -52,10 +52,6 @@ fn ring_run(
     out
 }
 
-fn base_port() -> u16 {
-    20000 + (std::process::id() % 1000) as u16 * 20
-}
-
 /// Normal runs score low; in the faulty run the unit that handles the
 /// connection reset ranks first and the faulty daemon's closing unit is in
 /// the top 3. Checked for both papers' decompositions and scorings.
@@ -65,14 +61,14 @@ fn the_partial_receive_fault_is_localized() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = base_port();
+    let base = tests::port_block(20);
     let normal: Vec<_> = (0..3)
         .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
         .collect();
     let trial = ring_run(dir.path(), "trial", base + 15, None);
     // The fault at daemon 2: daemon 3 gets a partial header and closes its
     // left-hand connection; daemon 2 sees its right-hand connection reset.
-    let faulty_base = base + 10_000;
+    let faulty_base = tests::port_block(5);
     let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
     for (variant, scoring) in [
         (Variant::Paper000, Scoring::Nodes),
@@ -144,7 +140,7 @@ fn models_learned_in_parts_merge_to_the_whole() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = base_port() + 5_000;
+    let base = tests::port_block(40);
     let runs: Vec<_> = (0..2)
         .map(|i| ring_run(dir.path(), &format!("m{i}"), base + i * 5, None))
         .collect();

@@ -83,10 +83,6 @@ fn ring_run(dir: &Path, name: &str, port: u16, fault: Option<u16>) -> PathBuf {
     out
 }
 
-fn base_port() -> u16 {
-    41000 + (std::process::id() % 800) as u16 * 30
-}
-
 /// Normal runs score low; in the faulty run the unit that handles the
 /// connection reset (in daemon 2, whose right-hand side daemon 3 closed on
 /// the partial header) ranks first, and daemon 3's unit that closed it is in
@@ -100,7 +96,7 @@ fn the_partial_receive_fault_of_the_python_ring_is_localized() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = base_port();
+    let base = tests::port_block(25);
     let normal: Vec<_> = (0..3)
         .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
         .collect();
