@@ -329,3 +329,73 @@ pub fn hydra_bin() -> Option<PathBuf> {
     );
     Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
+
+/// The ring daemons' partial-receive fault (model.rs, pyring.rs), scored
+/// with `model`: the normal `trial` run's worst unit stays under
+/// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at
+/// daemon 2) the first unit is daemon 2's handler of its connection to
+/// daemon 3, scoring 1, and a unit among the top 3 makes an unexpected call
+/// whose path contains both `closing` texts. Returns the trial's worst score
+/// and the faulty run's top 3 as text.
+pub fn assert_ring_fault_localized(
+    model: &analyzer::model::GlobalModel,
+    scoring: analyzer::score::Scoring,
+    (trial, faulty, faulty_base): (&Path, &Path, u16),
+    threshold: f64,
+    closing: [&str; 2],
+) -> (f64, String) {
+    use analyzer::{
+        score::{DifferenceKind, score_processes},
+        units::{UnitKind, decompose_capture},
+    };
+    let variant = model.variant;
+    let trial_cap = capture(trial);
+    let trial_scores = score_processes(
+        model,
+        &trial_cap,
+        "trial",
+        &decompose_capture(&trial_cap, variant),
+        scoring,
+    );
+    let worst_normal = trial_scores[0].score;
+    assert!(
+        worst_normal < threshold,
+        "{variant:?}: a normal run scores {worst_normal}: {:?}",
+        trial_scores[0]
+    );
+
+    let cap = capture(faulty);
+    let scores = score_processes(
+        model,
+        &cap,
+        "faulty",
+        &decompose_capture(&cap, variant),
+        scoring,
+    );
+    let first = &scores[0];
+    // Daemon 2's right-hand side is daemon 3, listening on base + 3.
+    assert_eq!(first.kind, UnitKind::Handler, "{first:?}");
+    assert_eq!(
+        first.peer.as_deref(),
+        Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()),
+        "{variant:?}: {first:?}"
+    );
+    // A connection the model never saw handled: the most suspect.
+    assert_eq!(first.score, 1.0, "{variant:?}: {first:?}");
+    let found = scores[..3].iter().find(|s| {
+        s.differences.iter().any(|d| {
+            d.kind == DifferenceKind::Unexpected && closing.iter().all(|c| d.path.contains(c))
+        })
+    });
+    assert!(
+        found.is_some(),
+        "{variant:?}: the closing unit is not in the top 3: {:#?}",
+        &scores[..3]
+    );
+    let top = scores[..3]
+        .iter()
+        .map(|s| format!("{:?} {:?} {:.3}", s.kind, s.peer, s.score))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (worst_normal, top)
+}

@@ -3,8 +3,8 @@
 
 use analyzer::{
     model::GlobalModel,
-    score::{DifferenceKind, Scoring, score_processes},
-    units::{UnitKind, Variant, decompose_capture},
+    score::Scoring,
+    units::{Variant, decompose_capture},
 };
 use tests::{capture, fixture, privileged, tracer};
 
@@ -86,49 +86,12 @@ fn the_partial_receive_fault_is_localized() {
             "all daemons share one role (and the launcher has no units with connections)"
         );
 
-        let trial_cap = capture(&trial);
-        let trial_scores = score_processes(
+        tests::assert_ring_fault_localized(
             &model,
-            &trial_cap,
-            "trial",
-            &decompose_capture(&trial_cap, variant),
             scoring,
-        );
-        let worst_normal = trial_scores[0].score;
-        assert!(
-            worst_normal < 0.5,
-            "{variant:?}: a normal run scores {worst_normal}: {:?}",
-            trial_scores[0]
-        );
-
-        let cap = capture(&faulty);
-        let scores = score_processes(
-            &model,
-            &cap,
-            "faulty",
-            &decompose_capture(&cap, variant),
-            scoring,
-        );
-        let first = &scores[0];
-        // Daemon 2's right-hand side is daemon 3, listening on base + 3.
-        assert_eq!(first.kind, UnitKind::Handler, "{first:?}");
-        assert_eq!(
-            first.peer.as_deref(),
-            Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()),
-            "{variant:?}: {first:?}"
-        );
-        assert_eq!(first.score, 1.0);
-        let closing = scores[..3].iter().find(|s| {
-            s.differences.iter().any(|d| {
-                d.kind == DifferenceKind::Unexpected
-                    && d.path.contains("handle_lhs_input")
-                    && d.path.contains("close_connection@")
-            })
-        });
-        assert!(
-            closing.is_some(),
-            "{variant:?}: the closing unit is not in the top 3: {:#?}",
-            &scores[..3]
+            (&trial, &faulty, faulty_base),
+            0.5,
+            ["handle_lhs_input", "close_connection@"],
         );
     }
 }

@@ -13,8 +13,8 @@ use std::{
 
 use analyzer::{
     model::GlobalModel,
-    score::{DifferenceKind, Scoring, score_processes},
-    units::{UnitKind, Variant, decompose_capture},
+    score::Scoring,
+    units::{Variant, decompose_capture},
 };
 use tests::{Background, PYTHON, capture, privileged};
 
@@ -128,58 +128,13 @@ fn the_partial_receive_fault_of_the_python_ring_is_localized() {
         }
         assert_eq!(model.groups.len(), 1, "all daemons share one role");
 
-        let trial_cap = capture(&trial);
-        let trial_scores = score_processes(
+        let (worst_normal, top) = tests::assert_ring_fault_localized(
             &model,
-            &trial_cap,
-            "trial",
-            &decompose_capture(&trial_cap, variant),
             scoring,
+            (&trial, &faulty, faulty_base),
+            NORMAL_THRESHOLD,
+            [":handle_lhs_input:", ":close_connection:"],
         );
-        let worst_normal = trial_scores[0].score;
-        assert!(
-            worst_normal < NORMAL_THRESHOLD,
-            "{variant:?}: a normal run scores {worst_normal}: {:?}",
-            trial_scores[0]
-        );
-
-        let cap = capture(&faulty);
-        let scores = score_processes(
-            &model,
-            &cap,
-            "faulty",
-            &decompose_capture(&cap, variant),
-            scoring,
-        );
-        let first = &scores[0];
-        // Daemon 2's right-hand side is daemon 3, listening on base + 3.
-        assert_eq!(first.kind, UnitKind::Handler, "{first:?}");
-        assert_eq!(
-            first.peer.as_deref(),
-            Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()),
-            "{variant:?}: {first:?}"
-        );
-        // A connection the model never saw handled: the most suspect.
-        assert_eq!(first.score, 1.0, "{variant:?}: {first:?}");
-        let closing = scores[..3].iter().find(|s| {
-            s.differences.iter().any(|d| {
-                d.kind == DifferenceKind::Unexpected
-                    && d.path.contains(":handle_lhs_input:")
-                    && d.path.contains(":close_connection:")
-            })
-        });
-        assert!(
-            closing.is_some(),
-            "{variant:?}: the closing unit is not in the top 3: {:#?}",
-            &scores[..3]
-        );
-        eprintln!(
-            "{variant:?}: normal trial {worst_normal:.3}; faulty run: {}",
-            scores[..3]
-                .iter()
-                .map(|s| format!("{:?} {:?} {:.3}", s.kind, s.peer, s.score))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        eprintln!("{variant:?}: normal trial {worst_normal:.3}; faulty run: {top}");
     }
 }
