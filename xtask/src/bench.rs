@@ -28,9 +28,10 @@ pub(crate) struct BenchArgs {
     repeat: usize,
 }
 
+/// The median (upper of the two middle values); NaN for no values.
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 struct TracedRun {

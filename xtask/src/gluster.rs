@@ -23,7 +23,7 @@ use tests::gluster::{
     Workload, load_run, peers_config, score_run, server_label, server_stats,
 };
 
-use crate::{build_tracer, is_root, target_dir};
+use crate::{bench::median, build_tracer, is_root, target_dir};
 
 /// `cargo xtask gluster`.
 #[derive(Debug, Args)]
@@ -603,11 +603,6 @@ fn signal(dirs: &[PathBuf], json: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {

@@ -2,7 +2,7 @@
 //! a clean and a hogged 2-rank run, then clean / on-off / continuous hog on
 //! two problem sizes) and summarize the hogged processor's metric.
 
-use std::{collections::BTreeMap, process::Command};
+use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 
@@ -13,17 +13,13 @@ pub(crate) fn bench_mpi(repeat: usize) -> anyhow::Result<()> {
     let results = crate::target_dir().join("xtask/mpi-results.tsv");
     std::fs::create_dir_all(results.parent().context("results dir")?)?;
     let _ = std::fs::remove_file(&results);
-    crate::run(
-        Command::new("cargo")
-            .current_dir(crate::root())
-            .args(["build", "-p", "tracer"]),
-    )?;
+    let tracer = crate::build_tracer(false)?;
     let mut ordered = 0;
     for i in 0..repeat {
         println!("repetition {} of {repeat}", i + 1);
-        let status = Command::new("cargo")
-            .current_dir(crate::root())
+        let status = crate::cargo()
             .env("PATH", crate::tool_path())
+            .env("TRACER_BIN", &tracer)
             .env("EFTRACE_MPI_RESULTS", &results)
             .args([
                 "test",
@@ -60,7 +56,7 @@ pub(crate) fn bench_mpi(repeat: usize) -> anyhow::Result<()> {
             "| {size} | {load} | {} | {:.3} | {:.3} | {:.3} |",
             v.len(),
             v[0],
-            v[v.len() / 2],
+            crate::bench::median(v.clone()),
             v[v.len() - 1]
         );
     }
