@@ -1,6 +1,7 @@
 //! Events as text lines or JSON lines, and a capture summary.
 
 use std::{
+    cell::RefCell,
     collections::{BTreeMap, HashMap},
     fmt::Write as _,
 };
@@ -16,26 +17,29 @@ pub struct Formatter<'a> {
     capture: &'a Capture,
     symbolizer: Symbolizer<'a>,
     start_ns: u64,
-    /// Text of USDT string arguments by (pid, pointer).
-    strings: HashMap<(u32, u64), String>,
+    /// Text of USDT string arguments by (pid, pointer), as last sent before
+    /// the event being formatted (the tracer re-sends a pointer whose text
+    /// changed).
+    strings: RefCell<HashMap<(u32, u64), String>>,
 }
 
 impl<'a> Formatter<'a> {
     /// A formatter for `capture`; times are shown relative to its start.
+    /// Format the events in capture order: USDT string arguments resolve to
+    /// the text sent before them.
     pub fn new(capture: &'a Capture) -> Self {
         Self {
             capture,
             symbolizer: Symbolizer::new(capture),
             start_ns: capture.header.clock.monotonic_ns,
-            strings: if capture.usdt_probes.is_empty() {
-                HashMap::new()
-            } else {
-                capture
-                    .events()
-                    .filter_map(|e| e.ok()?.usdt_text())
-                    .map(|(pid, ptr, text)| ((pid, ptr), text))
-                    .collect()
-            },
+            strings: RefCell::default(),
+        }
+    }
+
+    /// Keeps the text of a USDT string record for the hits after it.
+    fn learn(&self, event: &Event) {
+        if let Some((pid, ptr, text)) = event.usdt_text() {
+            self.strings.borrow_mut().insert((pid, ptr), text);
         }
     }
 
@@ -45,7 +49,7 @@ impl<'a> Formatter<'a> {
             .capture
             .usdt_probe(probe_id)
             .is_some_and(|p| p.string_args.contains(&(index as u32)));
-        match self.strings.get(&(pid, value)) {
+        match self.strings.borrow().get(&(pid, value)) {
             Some(text) if is_string => json!(text),
             _ => json!(value as i64),
         }
@@ -71,6 +75,7 @@ impl<'a> Formatter<'a> {
 
     /// One line of text for `event`.
     pub fn text(&self, event: &Event) -> String {
+        self.learn(event);
         let h = event.header();
         let mut line = format!(
             "{:>14.6} {:>7}/{:<7} {:<8} ",
@@ -195,6 +200,7 @@ impl<'a> Formatter<'a> {
 
     /// `event` as a JSON object.
     pub fn json(&self, event: &Event) -> Value {
+        self.learn(event);
         let h = event.header();
         let mut v = json!({
             "t": self.rel(h.ts_ns),
@@ -489,16 +495,22 @@ mod tests {
             nargs: 3,
             args: [0x1000, 0x2000, (-1i64) as u64, 0, 0, 0],
         };
+        // The function-name pointer is then reused for another text (the
+        // tracer re-sends it): the second hit shows the new text.
+        let mut hit2 = hit;
+        hit2.header.ts_ns = 5;
         let bytes = [
             string(1, 0x1000, "/srv/mpd.py"),
             string(2, 0x2000, "handle_msg"),
             hit.as_bytes().to_vec(),
+            string(4, 0x2000, "handle_close"),
+            hit2.as_bytes().to_vec(),
         ]
         .concat();
         w.write_records(&bytes).expect("records");
         let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
         let events: Vec<Event> = cap.events().collect::<Result<_, _>>().expect("decode");
-        assert_eq!(events.len(), 3);
+        assert_eq!(events.len(), 5);
         assert_eq!(
             events[0].usdt_text(),
             Some((7, 0x1000, "/srv/mpd.py".to_string()))
@@ -507,6 +519,9 @@ mod tests {
         assert_eq!(cap.usdt_name(0), "python:function__entry");
         assert_eq!(cap.usdt_name(5), "usdt#5");
         let fmt = Formatter::new(&cap);
+        // In capture order, as `analyzer events` formats them.
+        fmt.text(&events[0]);
+        fmt.text(&events[1]);
         assert!(
             fmt.text(&events[2])
                 .ends_with(r#"python:function__entry("/srv/mpd.py", "handle_msg", -1)"#),
@@ -516,5 +531,10 @@ mod tests {
         let json = fmt.json(&events[2]);
         assert_eq!(json["args"], json!(["/srv/mpd.py", "handle_msg", -1]));
         assert_eq!(json["probe"], "python:function__entry");
+        fmt.json(&events[3]);
+        assert_eq!(
+            fmt.json(&events[4])["args"],
+            json!(["/srv/mpd.py", "handle_close", -1])
+        );
     }
 }
