@@ -73,17 +73,7 @@ impl ElfSymbols {
             .collect();
         symbols.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
         symbols.dedup_by(|a, b| a.addr == b.addr && a.name == b.name);
-        let segments = file
-            .segments()
-            .filter_map(|seg| {
-                let (offset, filesz) = seg.file_range();
-                (filesz > 0).then(|| Segment {
-                    vaddr: seg.address(),
-                    offset,
-                    filesz,
-                })
-            })
-            .collect();
+        let segments = segments(&file);
         let build_id = file
             .build_id()
             .ok()
@@ -100,6 +90,20 @@ impl ElfSymbols {
             entry: file.entry(),
         })
     }
+}
+
+/// The loadable segments of `file` that have bytes in the file.
+pub fn segments(file: &object::File<'_>) -> Vec<Segment> {
+    file.segments()
+        .filter_map(|seg| {
+            let (offset, filesz) = seg.file_range();
+            (filesz > 0).then(|| Segment {
+                vaddr: seg.address(),
+                offset,
+                filesz,
+            })
+        })
+        .collect()
 }
 
 /// File offset of virtual address `vaddr`, from the object's segments.

@@ -16,7 +16,7 @@ use std::{
 };
 
 use globset::{Glob, GlobMatcher};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use object::{Object as _, ObjectSection as _};
 use tracer_common::{
     capture::UsdtProbe,
     record::{USDT_ARG_STRING, USDT_MAX_ARGS, UsdtArgSpec, UsdtSpec, usdt_arg},
@@ -442,20 +442,8 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
         source,
     })?;
     let base_section = file.section_by_name(".stapsdt.base").map(|s| s.address());
-    // (vaddr, file offset, file size) of each loadable segment.
-    let segments: Vec<(u64, u64, u64)> = file
-        .segments()
-        .map(|s| {
-            let (offset, size) = s.file_range();
-            (s.address(), offset, size)
-        })
-        .collect();
-    let to_offset = |vaddr: u64| {
-        segments
-            .iter()
-            .find(|(start, _, size)| vaddr >= *start && vaddr < start + size)
-            .map(|(start, offset, _)| vaddr - start + offset)
-    };
+    let segments = crate::elf::segments(&file);
+    let to_offset = |vaddr: u64| crate::elf::file_offset(&segments, vaddr);
     let mut sites = Vec::new();
     for note in parse_notes(notes).map_err(|offset| UsdtError::BadNote {
         path: path.to_path_buf(),
