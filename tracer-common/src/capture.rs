@@ -414,6 +414,12 @@ impl<W: Write> CaptureWriter<W> {
         self.write_chunk(ChunkKind::Meta, &json)
     }
 
+    /// Writes a chunk read from another capture with
+    /// [`CaptureReader::next_raw_chunk`], unchanged.
+    pub fn write_raw(&mut self, chunk: &RawChunk) -> Result<(), CaptureError> {
+        self.write_chunk(chunk.kind, &chunk.payload)
+    }
+
     fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8]) -> Result<(), CaptureError> {
         let len = u32::try_from(payload.len())
             .ok()
@@ -508,6 +514,31 @@ impl<R: Read> CaptureReader<R> {
 
     /// Reads the next chunk; `Ok(None)` at a clean end of file.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>, CaptureError> {
+        let Some(raw) = self.next_raw_chunk()? else {
+            return Ok(None);
+        };
+        let offset = raw.offset;
+        Ok(Some(match raw.kind {
+            ChunkKind::Records => Chunk::Records {
+                offset,
+                bytes: raw.payload,
+            },
+            ChunkKind::Meta => {
+                let meta = serde_json::from_slice(&raw.payload).map_err(|source| {
+                    self.done = true;
+                    CaptureError::BadMeta { offset, source }
+                })?;
+                Chunk::Meta {
+                    offset,
+                    meta: Box::new(meta),
+                }
+            }
+        }))
+    }
+
+    /// Reads the next chunk, checked but not parsed (copying chunks between
+    /// captures without decoding their metadata); `Ok(None)` at a clean end.
+    pub fn next_raw_chunk(&mut self) -> Result<Option<RawChunk>, CaptureError> {
         if self.done {
             return Ok(None);
         }
@@ -519,7 +550,7 @@ impl<R: Read> CaptureReader<R> {
         result
     }
 
-    fn read_chunk(&mut self, offset: u64) -> Result<Option<Chunk>, CaptureError> {
+    fn read_chunk(&mut self, offset: u64) -> Result<Option<RawChunk>, CaptureError> {
         let io_err = |source| CaptureError::Io { offset, source };
         let truncated = CaptureError::Truncated {
             offset,
@@ -560,20 +591,38 @@ impl<R: Read> CaptureReader<R> {
         }
         self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
         self.chunks += 1;
-        Ok(Some(match kind {
-            ChunkKind::Records => Chunk::Records {
-                offset,
-                bytes: payload,
-            },
-            ChunkKind::Meta => {
-                let meta = serde_json::from_slice(&payload)
-                    .map_err(|source| CaptureError::BadMeta { offset, source })?;
-                Chunk::Meta {
-                    offset,
-                    meta: Box::new(meta),
-                }
-            }
+        Ok(Some(RawChunk {
+            kind,
+            offset,
+            crc,
+            payload,
         }))
+    }
+}
+
+/// A chunk as stored: kind, checksum and undecoded payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawChunk {
+    /// Records or metadata.
+    pub kind: ChunkKind,
+    /// Byte offset of the chunk's header in its file.
+    pub offset: u64,
+    /// CRC-32 of the payload (equal payloads have equal checksums).
+    pub crc: u32,
+    /// The payload: records back to back, or one JSON [`Meta`].
+    pub payload: Vec<u8>,
+}
+
+impl RawChunk {
+    /// The `type` tag of a metadata chunk (`"header"`, `"process"`, `"end"`…)
+    /// without parsing the JSON: serde writes the tag first.
+    pub fn meta_type(&self) -> Option<&str> {
+        if self.kind != ChunkKind::Meta {
+            return None;
+        }
+        let rest = self.payload.strip_prefix(b"{\"type\":\"")?;
+        let end = rest.iter().position(|b| *b == b'"')?;
+        std::str::from_utf8(&rest[..end]).ok()
     }
 }
 
@@ -717,6 +766,22 @@ mod tests {
             .expect("valid records");
         assert_eq!(recs.len(), 10);
         assert_eq!(FuncReturn::read_from(recs[9].1), Some(ret_record(9)));
+    }
+
+    #[test]
+    fn raw_chunks_copy_a_capture_byte_for_byte() {
+        let file = sample_file();
+        let mut r = CaptureReader::new(&file[..]).expect("file header");
+        let first = r.next_raw_chunk().expect("read").expect("header chunk");
+        assert_eq!(first.meta_type(), Some("header"));
+        let mut w = CaptureWriter::new(Vec::new(), &header()).expect("write header");
+        let mut types = Vec::new();
+        while let Some(c) = r.next_raw_chunk().expect("read") {
+            types.push(c.meta_type().map(str::to_string));
+            w.write_raw(&c).expect("copy");
+        }
+        assert_eq!(types, vec![None, Some("end".to_string())]);
+        assert_eq!(w.into_inner(), file);
     }
 
     #[test]
