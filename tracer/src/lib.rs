@@ -4,7 +4,8 @@
 //! - [`targets`] resolves `[OBJECT:]GLOB` function patterns to probe sites;
 //!   [`elf`] and [`procfs`] read what that needs from disk and `/proc`.
 //! - [`loader`] loads the embedded eBPF object and attaches its programs.
-//! - [`record`] runs a recording session; [`sink`] writes the capture.
+//! - [`session`] runs a recording session; [`record`] is `tracer record`
+//!   (one session); [`sink`] writes the capture.
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
 //!
@@ -15,6 +16,7 @@ pub mod loader;
 pub mod multi;
 pub mod procfs;
 pub mod record;
+pub mod session;
 pub mod sink;
 pub mod targets;
 pub mod tracefs;

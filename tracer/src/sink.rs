@@ -47,6 +47,8 @@ pub struct Sink {
     writer: CaptureWriter<BufWriter<File>>,
     pending: Vec<u8>,
     chunk_bytes: usize,
+    first_ns: u64,
+    last_ns: u64,
     /// Records written, by kind.
     pub counts: [u64; KINDS],
 }
@@ -79,6 +81,8 @@ impl Sink {
             writer,
             pending: Vec::with_capacity(chunk_bytes + 4096),
             chunk_bytes,
+            first_ns: 0,
+            last_ns: 0,
             counts: [0; KINDS],
         };
         sink.flush()?;
@@ -97,6 +101,19 @@ impl Sink {
         if let Some(count) = self.counts.get_mut(usize::from(header.kind)) {
             *count += 1;
         }
+        if self.first_ns == 0 {
+            self.first_ns = header.ts_ns;
+        }
+        self.last_ns = self.last_ns.max(header.ts_ns);
+        if self.pending.len() >= self.chunk_bytes {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Appends whole records kept from earlier (not counted again).
+    pub fn push_block(&mut self, records: &[u8]) -> Result<(), SinkError> {
+        self.pending.extend_from_slice(records);
         if self.pending.len() >= self.chunk_bytes {
             self.write_pending()?;
         }
@@ -135,6 +152,16 @@ impl Sink {
     /// Bytes written so far.
     pub fn bytes(&self) -> u64 {
         self.writer.bytes_written() + self.pending.len() as u64
+    }
+
+    /// Time of the first record pushed, `CLOCK_MONOTONIC` ns (0: none yet).
+    pub fn first_ns(&self) -> u64 {
+        self.first_ns
+    }
+
+    /// Time of the latest record pushed, `CLOCK_MONOTONIC` ns.
+    pub fn last_ns(&self) -> u64 {
+        self.last_ns
     }
 
     /// The file's path.

@@ -1,0 +1,1186 @@
+//! One recording session: resolve targets and functions, load and attach the
+//! programs, drain the ring into a capture file, and account for everything
+//! that was lost. `tracer record` runs one session to its end; the agent runs
+//! sessions for as long as it lives, rotating their capture files.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    ffi::OsString,
+    io::Write as _,
+    os::fd::{AsRawFd as _, OwnedFd},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+use tracer_common::{
+    capture::{
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, RawRecords,
+        RecordSettings, Stats, Symbol,
+    },
+    record::{
+        self, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr, Syscall, kind,
+        lifecycle,
+    },
+};
+
+use crate::{
+    elf::{ElfSymbols, file_offset},
+    loader::{LoadOptions, Loaded},
+    procfs::{self, ProcError},
+    record::{RecordConfig, RecordError, Summary, Target, kind_name},
+    sink::Sink,
+    targets::{self, TargetError, TargetObjects},
+    tracefs,
+    usdt::{self, UsdtSite},
+};
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `CLOCK_MONOTONIC` now, ns (the clock of `bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buffer and its length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn capture_header(config: &RecordConfig) -> CaptureHeader {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    // Read the two clocks back to back; the pair converts record times to wall time.
+    let monotonic_ns = monotonic_ns();
+    let realtime_ns = clock(libc::CLOCK_REALTIME);
+    CaptureHeader {
+        format_version: FORMAT_VERSION,
+        tool: format!("tracer {}", env!("CARGO_PKG_VERSION")),
+        host: host_name(),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        kernel: read("/proc/sys/kernel/osrelease"),
+        clock: ClockRef {
+            monotonic_ns,
+            realtime_ns,
+        },
+        argv: config.argv.clone(),
+        settings: RecordSettings {
+            function_patterns: config
+                .functions
+                .iter()
+                .map(|p| p.as_str().to_string())
+                .collect(),
+            syscalls: config.syscalls,
+            sample_hz: config.sample_hz,
+            sample_all: config.sample_all,
+            follow_children: config.follow,
+            ring_bytes: u64::from(config.ring_bytes),
+        },
+    }
+}
+
+/// Resolves a command's program like `execvp` does.
+fn which(program: &OsString) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if p.components().count() > 1 {
+        return p.canonicalize().ok();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(p))
+        .find(|c| c.is_file())
+}
+
+/// A started command, held before `exec` until tracing is armed.
+struct Held {
+    pid: u32,
+    release: Option<OwnedFd>,
+    exited: tokio::task::JoinHandle<Option<std::process::ExitStatus>>,
+}
+
+/// Forks `argv` and holds the child before `exec` until [`Held::release`]
+/// is written to, so the program is traced from its first instruction.
+/// (`std::process::Command::spawn` cannot be used: it waits for the exec.)
+fn spawn_held(argv: &[OsString], path: &Path) -> Result<Held, RecordError> {
+    use std::{ffi::CString, os::unix::ffi::OsStrExt as _};
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let spawn_err = |source| RecordError::Spawn {
+        command: command.clone(),
+        source,
+    };
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| spawn_err(std::io::Error::other(e)))?;
+    let c_args = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| spawn_err(std::io::Error::other(e)))?;
+    let mut c_argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    c_argv.push(std::ptr::null());
+    let mut fds = [0; 2];
+    // SAFETY: valid array of two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(spawn_err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 returned two fresh fds that we own.
+    let (read_end, write_end) = unsafe {
+        use std::os::fd::FromRawFd as _;
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    // SAFETY: the child calls only async-signal-safe functions (close, read,
+    // execv, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(spawn_err(std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            libc::close(write_end.as_raw_fd());
+            let mut byte = 0u8;
+            let n = libc::read(read_end.as_raw_fd(), (&raw mut byte).cast(), 1);
+            if n == 1 {
+                libc::execv(c_path.as_ptr(), c_argv.as_ptr());
+            }
+            libc::_exit(127);
+        }
+    }
+    drop(read_end);
+    let pid = pid as u32;
+    let exited = tokio::task::spawn_blocking(move || {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        use std::os::unix::process::ExitStatusExt as _;
+        (rc == pid as libc::pid_t).then(|| std::process::ExitStatus::from_raw(status))
+    });
+    Ok(Held {
+        pid,
+        release: Some(write_end),
+        exited,
+    })
+}
+
+/// Process bookkeeping while recording: which pids were seen, snapshotted,
+/// which objects' symbols were written.
+struct Tracker {
+    snapshotted: HashSet<u32>,
+    objects_written: HashSet<String>,
+    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    kernel_ips: BTreeSet<u64>,
+    kernel_written: HashSet<u64>,
+    kallsyms: Option<Vec<(u64, String)>>,
+    roots: BTreeSet<u32>,
+    live: BTreeSet<u32>,
+    comms: BTreeMap<u32, String>,
+    pending_objects: Vec<PathBuf>,
+    /// Last snapshot of each live process and the kernel symbols written,
+    /// for the next file after a rotation.
+    infos: BTreeMap<u32, ProcessInfo>,
+    kernel_symbols: Vec<Symbol>,
+}
+
+impl Tracker {
+    fn new() -> Self {
+        Self {
+            snapshotted: HashSet::new(),
+            objects_written: HashSet::new(),
+            elf_cache: BTreeMap::new(),
+            kernel_ips: BTreeSet::new(),
+            kernel_written: HashSet::new(),
+            kallsyms: None,
+            roots: BTreeSet::new(),
+            live: BTreeSet::new(),
+            comms: BTreeMap::new(),
+            pending_objects: Vec::new(),
+            infos: BTreeMap::new(),
+            kernel_symbols: Vec::new(),
+        }
+    }
+
+    /// Looks at one record on the hot path: set lookups only, except for
+    /// the first record of a process and for lifecycle records (rare), which
+    /// snapshot `/proc` right away, while the process still exists.
+    #[inline]
+    fn observe(
+        &mut self,
+        header: &Header,
+        bytes: &[u8],
+        loaded: &mut Loaded,
+        sink: &mut Sink,
+    ) -> Result<(), RecordError> {
+        if header.kind == kind::LIFECYCLE {
+            if let Some(lc) = Lifecycle::read_from(bytes) {
+                match lc.event {
+                    lifecycle::FORK
+                        if lc.child_tid != header.pid && loaded.is_traced(lc.child_tid) =>
+                    {
+                        loaded.register_sockets(lc.child_tid);
+                        // A new process (a new thread's snapshot fails: not a tgid).
+                        if !self.snapshotted.contains(&lc.child_tid) {
+                            self.snapshot(lc.child_tid, true, sink)?;
+                        }
+                    }
+                    // A new image: new maps.
+                    lifecycle::EXEC => self.snapshot(header.pid, true, sink)?,
+                    lifecycle::EXIT if lc.group_dead != 0 => {
+                        self.live.remove(&header.pid);
+                        self.infos.remove(&header.pid);
+                    }
+                    _ => {}
+                }
+            }
+        } else if header.kind == kind::SAMPLE
+            && let Some(s) = record::Sample::read_from(bytes)
+            && s.kernel_ip != 0
+        {
+            self.kernel_ips.insert(s.kernel_ip);
+        }
+        if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
+            let traced = (header.kind != kind::SAMPLE && header.kind != kind::TCP_RETRANSMIT)
+                || loaded.is_traced(header.pid);
+            // A retransmit runs in whatever task the softirq interrupted: its
+            // addresses matter, that task does not.
+            if header.kind == kind::TCP_RETRANSMIT && !traced {
+                return Ok(());
+            }
+            if traced {
+                // Sockets it already had (an --exe process enrolled itself in
+                // the kernel; inherited descriptors, socketpairs).
+                loaded.register_sockets(header.pid);
+            }
+            self.snapshot(header.pid, traced, sink)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a snapshot of `pid` now; its objects' symbols follow in [`Tracker::settle`].
+    fn snapshot(&mut self, pid: u32, traced: bool, sink: &mut Sink) -> Result<(), RecordError> {
+        self.snapshotted.insert(pid);
+        let Ok(info) = procfs::snapshot(pid, monotonic_ns(), traced) else {
+            return Ok(());
+        };
+        if traced {
+            self.live.insert(pid);
+        }
+        self.comms.insert(pid, info.comm.clone());
+        for map in &info.maps {
+            if map.path.starts_with('/') && !self.objects_written.contains(&map.path) {
+                self.objects_written.insert(map.path.clone());
+                self.pending_objects.push(PathBuf::from(&map.path));
+            }
+        }
+        sink.meta(&Meta::Process(info.clone()))?;
+        self.infos.insert(pid, info);
+        Ok(())
+    }
+
+    /// Writes again, into a new file, what readers of it need: the live
+    /// processes, every object's symbols, the kernel symbols. Forgets
+    /// processes that are gone, so a long-lived agent's memory stays flat.
+    fn rewrite(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        self.live.retain(|pid| procfs::exists(*pid));
+        let live = &self.live;
+        self.infos.retain(|pid, _| live.contains(pid));
+        self.comms.retain(|pid, _| live.contains(pid));
+        self.snapshotted.retain(|pid| live.contains(pid));
+        for info in self.infos.values() {
+            sink.meta(&Meta::Process(info.clone()))?;
+        }
+        for path in &self.objects_written {
+            if let Some(elf) = self.elf_cache.get(Path::new(path)) {
+                sink.meta(&Meta::Object(elf.table.clone()))?;
+            }
+        }
+        if !self.kernel_symbols.is_empty() {
+            sink.meta(&Meta::KernelSymbols {
+                symbols: self.kernel_symbols.clone(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes the symbol tables of newly seen objects and kernel symbols.
+    fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        for path in std::mem::take(&mut self.pending_objects) {
+            if !self.elf_cache.contains_key(&path) {
+                match ElfSymbols::read(&path) {
+                    Ok(elf) => {
+                        self.elf_cache.insert(path.clone(), elf);
+                    }
+                    Err(e) => {
+                        log::debug!("no symbols for {}: {e}", path.display());
+                        continue;
+                    }
+                }
+            }
+            sink.meta(&Meta::Object(self.elf_cache[&path].table.clone()))?;
+        }
+        self.write_kernel_symbols(sink)
+    }
+
+    fn write_kernel_symbols(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        if self.kernel_ips.is_empty() {
+            return Ok(());
+        }
+        let kallsyms = self.kallsyms.get_or_insert_with(read_kallsyms);
+        let mut new = Vec::new();
+        for ip in std::mem::take(&mut self.kernel_ips) {
+            let idx = kallsyms.partition_point(|(addr, _)| *addr <= ip);
+            let Some((addr, name)) = idx.checked_sub(1).and_then(|i| kallsyms.get(i)) else {
+                continue;
+            };
+            if self.kernel_written.insert(*addr) {
+                new.push(Symbol {
+                    addr: *addr,
+                    size: 0,
+                    name: name.clone(),
+                });
+            }
+        }
+        if !new.is_empty() {
+            sink.meta(&Meta::KernelSymbols {
+                symbols: new.clone(),
+            })?;
+            self.kernel_symbols.extend(new);
+        }
+        Ok(())
+    }
+}
+
+fn read_kallsyms() -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let mut syms: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
+            let kind = parts.next()?;
+            let name = parts.next()?;
+            (addr != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
+        })
+        .collect();
+    syms.sort_unstable();
+    syms
+}
+
+/// What [`Session::next`] saw.
+#[derive(Debug)]
+pub enum Activity {
+    /// Records were drained from the ring.
+    Drained,
+    /// The command target exited (with its status when known).
+    CommandExited(Option<std::process::ExitStatus>),
+}
+
+/// A file a session closed (by rotation or at its end).
+#[derive(Debug, Clone)]
+pub struct ClosedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// Records in it (not counting metadata).
+    pub records: u64,
+    /// Time of its first and last record, `CLOCK_MONOTONIC` ns (0 when none).
+    pub first_ns: u64,
+    /// See `first_ns`.
+    pub last_ns: u64,
+}
+
+/// A recording in progress.
+pub struct Session {
+    config: RecordConfig,
+    loaded: Loaded,
+    tracker: Tracker,
+    sink: Sink,
+    ring: AsyncFd<RingBuf<MapData>>,
+    held: Option<Held>,
+    probes: Vec<Probe>,
+    usdt_sites: Vec<UsdtSite>,
+    has_pid_targets: bool,
+    has_exe_targets: bool,
+    started: Instant,
+    last_stats: Instant,
+    command_status: Option<std::process::ExitStatus>,
+    taps: Option<Taps>,
+    /// Records written by kind over every file of the session.
+    totals: [u64; crate::sink::KINDS],
+}
+
+impl Session {
+    /// Resolves the targets, loads and attaches the programs, opens the
+    /// capture, marks the targets, and releases a command target.
+    pub async fn start(
+        config: &RecordConfig,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Self, RecordError> {
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(RecordError::NotRoot);
+        }
+        if config.targets.is_empty() {
+            return Err(RecordError::NoTarget);
+        }
+        if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
+            return Err(RecordError::RingSize(config.ring_bytes));
+        }
+        let started = Instant::now();
+        let config = config.clone();
+
+        // 1. Resolve every target and the functions to probe, before touching the kernel.
+        let mut probes = Vec::new();
+        let mut empty_probes = Vec::new();
+        let mut elf_cache = BTreeMap::new();
+        let mut enroll = Vec::new();
+        let mut root_pids = Vec::new();
+        let mut command = None;
+        let mut usdt_sites: Vec<UsdtSite> = Vec::new();
+        for target in &config.targets {
+            let objects = match target {
+                Target::Pid(pid) => {
+                    if !procfs::exists(*pid) {
+                        return Err(ProcError::NoSuchProcess { pid: *pid }.into());
+                    }
+                    root_pids.push(*pid);
+                    TargetObjects::of_pid(*pid)?
+                }
+                Target::Exe(path) => {
+                    let path = path
+                        .canonicalize()
+                        .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
+                    let elf = ElfSymbols::read(&path)?;
+                    let entry = file_offset(&elf.table.segments, elf.entry).ok_or(
+                        TargetError::NoSegment {
+                            object: path.display().to_string(),
+                            symbol: "entry point".into(),
+                            vaddr: elf.entry,
+                        },
+                    )?;
+                    enroll.push((path.clone(), entry));
+                    TargetObjects::of_executable(&path)
+                }
+                Target::Command(argv) => {
+                    let program = argv.first().ok_or(RecordError::NoTarget)?;
+                    let path = which(program).ok_or_else(|| RecordError::Spawn {
+                        command: program.to_string_lossy().into_owned(),
+                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    })?;
+                    command = Some((argv.clone(), path.clone()));
+                    TargetObjects::of_executable(&path)
+                }
+            };
+            if !config.usdt.is_empty()
+                || !config.usdt_semaphores.is_empty()
+                || !config.usdt_empty.is_empty()
+            {
+                let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
+                    .chain(objects.libs.iter().cloned())
+                    .collect();
+                let all = usdt::sites_of(&objects)?;
+                let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
+                let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+                let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
+                for h in &holders {
+                    progress(&format!(
+                        "{}: semaphore raised{}",
+                        h.full_name(),
+                        if h.vaddr
+                            == wanted
+                                .iter()
+                                .find(|w| w.semaphore_offset == h.semaphore_offset)
+                                .map_or(0, |w| w.vaddr)
+                        {
+                            " by a silent probe at its own site (a trap per hit)".to_string()
+                        } else {
+                            format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
+                        }
+                    ));
+                }
+                chosen.extend(holders);
+                for site in usdt::select(&config.usdt_empty, &all, &searched)? {
+                    chosen.push(UsdtSite {
+                        silent: true,
+                        ..site
+                    });
+                }
+                for site in chosen {
+                    if !usdt_sites
+                        .iter()
+                        .any(|s| s.object == site.object && s.file_offset == site.file_offset)
+                    {
+                        // Fail now, before touching the kernel, on a spec we cannot decode.
+                        site.spec()?;
+                        usdt_sites.push(site);
+                    }
+                }
+                let names: Vec<String> = config
+                    .usdt
+                    .iter()
+                    .chain(&config.usdt_semaphores)
+                    .chain(&config.usdt_empty)
+                    .map(|p| p.as_str().to_string())
+                    .collect();
+                progress(&format!(
+                    "{}: {} USDT probe site(s) in {}",
+                    names.join(", "),
+                    usdt_sites.len(),
+                    objects.exe.display()
+                ));
+            }
+            if !config.empty_probes.is_empty() {
+                targets::resolve(
+                    &config.empty_probes,
+                    &objects,
+                    &mut empty_probes,
+                    &mut elf_cache,
+                )?;
+            }
+            if !config.functions.is_empty() {
+                let resolved =
+                    targets::resolve(&config.functions, &objects, &mut probes, &mut elf_cache)?;
+                for (pattern, r) in config.functions.iter().zip(resolved) {
+                    let names: Vec<String> =
+                        r.objects.iter().map(|p| p.display().to_string()).collect();
+                    progress(&format!(
+                        "{}: {} function(s) in {}{}",
+                        pattern.as_str(),
+                        r.functions,
+                        names.join(", "),
+                        if r.from_system {
+                            format!(
+                                " (not loaded by {} itself: probed for the processes that load it)",
+                                objects.exe.display()
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ));
+                }
+            }
+        }
+
+        // 2. Load and attach.
+        if tracefs::ensure_mounted()? {
+            progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
+        }
+        let mut loaded = Loaded::load(&LoadOptions {
+            ring_bytes: config.ring_bytes,
+            wakeup_bytes: config.wakeup_bytes.min(u64::from(config.ring_bytes) / 2),
+            sample_all: config.sample_all,
+            follow_children: config.follow,
+            syscalls: config.syscalls,
+            offsets: tracefs::tracepoint_offsets(),
+            uprobe_multi: config.uprobe_multi,
+        })?;
+        let attach_started = Instant::now();
+        loaded.attach_lifecycle()?;
+        if config.syscalls {
+            let missing = loaded.attach_syscalls()?;
+            if !missing.is_empty() {
+                progress(&format!(
+                    "this kernel has no tracepoints for: {}",
+                    missing.join(", ")
+                ));
+            }
+            if !loaded.attach_tcp()? {
+                progress(
+                    "this kernel has no tcp:tcp_retransmit_skb tracepoint; retransmits are not recorded",
+                );
+            }
+        }
+        if config.sample_hz > 0 {
+            let cpus = loaded.attach_sampling(config.sample_hz)?;
+            progress(&format!(
+                "sampling at {} Hz on {cpus} cpus",
+                config.sample_hz
+            ));
+        }
+        loaded.attach_probes(&probes)?;
+        for probe in &empty_probes {
+            loaded.attach_empty_probe(probe)?;
+        }
+        for (exe, offset) in &enroll {
+            loaded.attach_enroll(exe, *offset)?;
+        }
+        progress(&format!(
+            "attached {} function probes ({} links{}) in {:.0} ms",
+            probes.len(),
+            loaded.links,
+            if loaded.multi_link_count > 0 {
+                format!(", {} of them uprobe_multi", loaded.multi_link_count)
+            } else {
+                String::new()
+            },
+            attach_started.elapsed().as_secs_f64() * 1e3
+        ));
+
+        // 3. Open the capture and mark the targets.
+        let mut sink = Sink::create(&config.output, &capture_header(&config), config.chunk_bytes)?;
+        write_preface(&mut sink, &probes, &usdt_sites)?;
+        let mut tracker = Tracker::new();
+        tracker.elf_cache = elf_cache;
+        // Probed objects' symbols go in even if no snapshot of a process
+        // catches them mapped: the analyzer can place them from the probe hits.
+        for probe in &probes {
+            if tracker.objects_written.insert(probe.object.clone()) {
+                tracker.pending_objects.push(PathBuf::from(&probe.object));
+            }
+        }
+        for pid in &root_pids {
+            loaded.trace_pid(*pid, true)?;
+            tracker.roots.insert(*pid);
+            tracker.snapshot(*pid, true, &mut sink)?;
+            if config.follow {
+                let mut stack = procfs::children(*pid);
+                while let Some(child) = stack.pop() {
+                    loaded.trace_pid(child, false)?;
+                    tracker.snapshot(child, true, &mut sink)?;
+                    stack.extend(procfs::children(child));
+                }
+            }
+        }
+        for (exe, _) in &enroll {
+            // Processes already running the executable; new ones enrol themselves.
+            for pid in running_instances(exe) {
+                loaded.trace_pid(pid, true)?;
+                tracker.snapshot(pid, true, &mut sink)?;
+            }
+        }
+        let mut held = match &command {
+            Some((argv, path)) => {
+                let held = spawn_held(argv, path)?;
+                let pid = held.pid;
+                loaded.trace_pid(pid, true)?;
+                tracker.roots.insert(pid);
+                tracker.live.insert(pid);
+                Some(held)
+            }
+            None => None,
+        };
+        if !usdt_sites.is_empty() {
+            // Semaphores count who listens: probe only the traced processes
+            // where they are known (a raised `line` semaphore slows every other
+            // interpreter on the node), every process of the object for --exe.
+            let pids: Vec<u32> = if enroll.is_empty() {
+                tracker.live.iter().copied().collect()
+            } else {
+                Vec::new()
+            };
+            let usdt_started = Instant::now();
+            loaded.attach_usdt(&usdt_sites, &pids)?;
+            progress(&format!(
+                "attached {} USDT probe site(s) for {} in {:.0} ms",
+                usdt_sites.len(),
+                if pids.is_empty() {
+                    "every process of their objects".to_string()
+                } else {
+                    format!("{} process(es)", pids.len())
+                },
+                usdt_started.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+        tracker.settle(&mut sink)?;
+        if let Some(fd) = held.as_mut().and_then(|h| h.release.take()) {
+            // Release the command: it execs now, traced.
+            std::fs::File::from(fd).write_all(&[1])?;
+        }
+        let ring = loaded
+            .take_ring()
+            .ok_or(RecordError::Io(std::io::Error::other(
+                "ring buffer already taken",
+            )))?;
+        // SAFETY: the ring's fd stays open while the AsyncFd owns the ring.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| RecordError::Io(std::io::Error::other(e.to_string())))?;
+        Ok(Self {
+            has_pid_targets: !root_pids.is_empty() || held.is_some(),
+            has_exe_targets: !enroll.is_empty(),
+            config,
+            loaded,
+            tracker,
+            sink,
+            ring,
+            held,
+            probes,
+            usdt_sites,
+            started,
+            last_stats: Instant::now(),
+            command_status: None,
+            taps: None,
+            totals: [0; crate::sink::KINDS],
+        })
+    }
+
+    /// Waits for records (draining them) or for the command target to exit.
+    pub async fn next(&mut self) -> Result<Activity, RecordError> {
+        let child_exit = async {
+            match &mut self.held {
+                Some(h) => (&mut h.exited).await.ok().flatten(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            guard = self.ring.readable_mut() => {
+                let mut guard = guard?;
+                guard.clear_ready();
+                drain(
+                    guard.get_inner_mut(),
+                    &mut self.sink,
+                    &mut self.tracker,
+                    &mut self.loaded,
+                    self.taps.as_mut(),
+                )?;
+                Ok(Activity::Drained)
+            }
+            status = child_exit => {
+                self.command_status = status;
+                self.held = None;
+                Ok(Activity::CommandExited(status))
+            }
+        }
+    }
+
+    /// After the command target exited: the reason to stop, unless other
+    /// targets are still traced (the last records of its children still
+    /// arrive until they exit too).
+    pub fn command_done(&mut self) -> Option<String> {
+        if self.has_exe_targets {
+            return None;
+        }
+        self.tracker.live.retain(|pid| procfs::exists(*pid));
+        self.tracker
+            .live
+            .is_empty()
+            .then(|| "command exited".to_string())
+    }
+
+    /// Periodic work: drain, write new symbols, flush, counters once a
+    /// second. Returns a reason to stop when every pid target has exited.
+    pub fn tick(&mut self) -> Result<Option<String>, RecordError> {
+        self.drain()?;
+        self.tracker.settle(&mut self.sink)?;
+        self.sink.flush()?;
+        self.loaded.flush_logs();
+        if self.last_stats.elapsed() >= Duration::from_secs(1) {
+            self.last_stats = Instant::now();
+            write_stats(&self.loaded, &mut self.sink)?;
+        }
+        if self.has_pid_targets && !self.has_exe_targets && self.command_status.is_none() {
+            self.tracker.live.retain(|pid| procfs::exists(*pid));
+            if self.tracker.live.is_empty() {
+                return Ok(Some("targets exited".to_string()));
+            }
+        }
+        Ok(None)
+    }
+
+    fn drain(&mut self) -> Result<(), RecordError> {
+        drain(
+            self.ring.get_mut(),
+            &mut self.sink,
+            &mut self.tracker,
+            &mut self.loaded,
+            self.taps.as_mut(),
+        )
+    }
+
+    /// Processes traced now.
+    pub fn live_processes(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.tracker
+            .live
+            .iter()
+            .map(|pid| (*pid, self.tracker.comms.get(pid).map_or("", String::as_str)))
+    }
+
+    /// Function probes attached.
+    pub fn probes(&self) -> &[Probe] {
+        &self.probes
+    }
+
+    /// Loss counters of the eBPF side since the session started.
+    pub fn losses(&self) -> BTreeMap<String, u64> {
+        self.loaded.read_stats()
+    }
+
+    /// Records written by kind over every file of the session.
+    pub fn records(&self) -> [u64; crate::sink::KINDS] {
+        let mut all = self.totals;
+        for (a, b) in all.iter_mut().zip(self.sink.counts.iter()) {
+            *a += b;
+        }
+        all
+    }
+
+    /// The capture file being written, its size and its first record's time.
+    pub fn current_file(&self) -> (&Path, u64, u64) {
+        (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
+    }
+
+    /// Keeps what the agent needs beside the rotating files (see [`Taps`]).
+    pub fn enable_taps(&mut self, taps: Taps) {
+        self.taps = Some(taps);
+    }
+
+    /// The taps, when enabled.
+    pub fn taps(&self) -> Option<&Taps> {
+        self.taps.as_ref()
+    }
+
+    /// The taps, when enabled.
+    pub fn taps_mut(&mut self) -> Option<&mut Taps> {
+        self.taps.as_mut()
+    }
+
+    /// Closes the current capture file (counters, end marker `rotated`) and
+    /// continues in a new one at `path`, which starts with everything a
+    /// reader needs on its own: probes, the live processes, their objects'
+    /// symbols, kernel symbols, and the USDT strings the taps kept.
+    pub fn rotate(&mut self, path: &Path) -> Result<ClosedFile, RecordError> {
+        self.drain()?;
+        self.tracker.settle(&mut self.sink)?;
+        write_stats(&self.loaded, &mut self.sink)?;
+        self.sink.meta(&Meta::End(End {
+            stop_ns: monotonic_ns(),
+            reason: "rotated".to_string(),
+        }))?;
+        self.sink.flush()?;
+        let next = Sink::create(path, &capture_header(&self.config), self.config.chunk_bytes)?;
+        let old = std::mem::replace(&mut self.sink, next);
+        for (a, b) in self.totals.iter_mut().zip(old.counts.iter()) {
+            *a += b;
+        }
+        let closed = ClosedFile {
+            path: old.path().to_path_buf(),
+            bytes: old.bytes(),
+            records: old.records(),
+            first_ns: old.first_ns(),
+            last_ns: old.last_ns(),
+        };
+        drop(old);
+        write_preface(&mut self.sink, &self.probes, &self.usdt_sites)?;
+        self.tracker.rewrite(&mut self.sink)?;
+        if let Some(taps) = &self.taps {
+            self.sink.push_block(&taps.strings_block())?;
+        }
+        self.sink.flush()?;
+        Ok(closed)
+    }
+
+    /// Final drain, unfinished system calls, counters, end marker; then the
+    /// summary goes to `progress` and the programs are detached.
+    pub async fn finish(
+        mut self,
+        reason: String,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Summary, RecordError> {
+        self.drain()?;
+        let stop_ns = monotonic_ns();
+        for (tid, enter) in self.loaded.inflight() {
+            let pid = tgid_of(tid);
+            if pid == 0 || !self.loaded.is_traced(pid) {
+                continue;
+            }
+            let rec = Syscall {
+                header: Header {
+                    ts_ns: stop_ns,
+                    pid,
+                    tid,
+                    kind: kind::SYSCALL,
+                    size: size_of::<Syscall>() as u16,
+                    cpu: 0,
+                },
+                enter_ns: enter.ts_ns,
+                nr: enter.nr,
+                fd: enter.fd,
+                ret: 0,
+                arg: enter.arg,
+                flags: SYSCALL_UNFINISHED,
+                _pad: 0,
+                addr: SockAddr::default(),
+            };
+            self.sink.push(rec.as_bytes(), &rec.header)?;
+        }
+        self.tracker.settle(&mut self.sink)?;
+        let losses = write_stats(&self.loaded, &mut self.sink)?;
+        self.sink.meta(&Meta::End(End {
+            stop_ns,
+            reason: reason.clone(),
+        }))?;
+        self.sink.flush()?;
+        self.loaded.flush_logs();
+        if let Some(h) = self.held.take() {
+            // Recording stopped before the command ended: end it too.
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(h.pid as libc::pid_t, libc::SIGTERM) };
+            self.command_status = h.exited.await.ok().flatten();
+        }
+
+        let mut records = BTreeMap::new();
+        for (kind, n) in self.records().iter().enumerate() {
+            if *n > 0 {
+                *records.entry(kind_name(kind as u16)).or_insert(0) += n;
+            }
+        }
+        let tracker = &self.tracker;
+        let processes = tracker
+            .comms
+            .iter()
+            .filter(|(pid, _)| {
+                tracker.roots.contains(pid)
+                    || self.loaded.is_traced(**pid)
+                    || tracker.live.contains(pid)
+                    || !self.config.sample_all
+            })
+            .map(|(pid, comm)| (*pid, comm.clone()))
+            .collect();
+        let summary = Summary {
+            reason,
+            elapsed: self.started.elapsed(),
+            records,
+            losses,
+            processes,
+            probes: self.probes.len(),
+            usdt_probes: self.usdt_sites.len(),
+            bytes: self.sink.bytes(),
+            output: self.sink.path().to_path_buf(),
+            command_status: self.command_status,
+        };
+        // Tell the user before detaching: the kernel takes an RCU grace period
+        // per tracepoint and uprobe link, seconds in all (see Loaded::detach).
+        progress(&summary.to_string());
+        self.loaded.detach();
+        Ok(summary)
+    }
+}
+
+/// The metadata every capture file of a session starts with.
+fn write_preface(
+    sink: &mut Sink,
+    probes: &[Probe],
+    usdt_sites: &[UsdtSite],
+) -> Result<(), RecordError> {
+    sink.meta(&Meta::Probes {
+        probes: probes.to_vec(),
+    })?;
+    if !usdt_sites.is_empty() {
+        sink.meta(&Meta::UsdtProbes {
+            probes: usdt_sites
+                .iter()
+                .enumerate()
+                .map(|(id, s)| s.meta(id as u32))
+                .collect(),
+        })?;
+    }
+    Ok(())
+}
+
+fn tgid_of(tid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Tgid:")
+                    .map(|v| v.trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn running_instances(exe: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| procfs::exe(*pid).is_ok_and(|p| p == exe))
+        .collect()
+}
+
+fn write_stats(loaded: &Loaded, sink: &mut Sink) -> Result<BTreeMap<String, u64>, RecordError> {
+    let counters = loaded.read_stats();
+    sink.meta(&Meta::Stats(Stats {
+        at_ns: monotonic_ns(),
+        counters: counters.clone(),
+        records_written: sink.records(),
+    }))?;
+    Ok(counters)
+}
+
+/// Moves every available record from the ring into the capture.
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    sink: &mut Sink,
+    tracker: &mut Tracker,
+    loaded: &mut Loaded,
+    mut taps: Option<&mut Taps>,
+) -> Result<(), RecordError> {
+    while let Some(item) = ring.next() {
+        let bytes: &[u8] = &item;
+        let Some(header) = Header::read_from(bytes) else {
+            continue;
+        };
+        tracker.observe(&header, bytes, loaded, sink)?;
+        if let Some(taps) = taps.as_deref_mut() {
+            taps.observe(&header, bytes, loaded.is_traced(header.pid));
+        }
+        sink.push(bytes, &header)?;
+    }
+    Ok(())
+}
+
+/// What the agent keeps in memory beside its rotating files, each bounded:
+/// - every process's first records (its *preamble*: the initializer unit and
+///   establishing calls that model-based scoring needs to know which process
+///   group a daemon belongs to, long after its start has rotated out);
+/// - the USDT strings, which are sent once per process and pointer, so every
+///   new file needs them again;
+/// - function entries per probe since the last look (load shedding).
+#[derive(Debug, Default)]
+pub struct Taps {
+    per_process: usize,
+    total: usize,
+    used: usize,
+    preambles: BTreeMap<u32, Vec<u8>>,
+    strings: BTreeMap<u32, Vec<u8>>,
+    exited: BTreeMap<u32, u64>,
+    hits: Vec<u64>,
+    /// Records not kept because a preamble or the total was full (they are
+    /// still in the capture files).
+    pub not_kept: u64,
+}
+
+impl Taps {
+    /// Keeps at most `per_process` bytes of each process's first records and
+    /// `total` bytes of preambles and strings together.
+    pub fn new(per_process: usize, total: usize) -> Self {
+        Self {
+            per_process,
+            total,
+            ..Self::default()
+        }
+    }
+
+    #[inline]
+    fn observe(&mut self, header: &Header, bytes: &[u8], traced: bool) {
+        match header.kind {
+            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+                if let Some(e) = FuncEntry::read_from(bytes) {
+                    let id = e.func_id as usize;
+                    if id >= self.hits.len() {
+                        self.hits.resize(id + 1, 0);
+                    }
+                    self.hits[id] += 1;
+                }
+            }
+            kind::LIFECYCLE => {
+                if let Some(lc) = Lifecycle::read_from(bytes)
+                    && lc.event == lifecycle::EXIT
+                    && lc.group_dead != 0
+                {
+                    self.exited.insert(header.pid, header.ts_ns);
+                }
+            }
+            kind::USDT_STRING => {
+                if self.used + bytes.len() <= self.total {
+                    self.used += bytes.len();
+                    self.strings
+                        .entry(header.pid)
+                        .or_default()
+                        .extend_from_slice(bytes);
+                } else {
+                    self.not_kept += 1;
+                }
+                return;
+            }
+            // Samples and retransmits say nothing about what a process is.
+            kind::SAMPLE | kind::TCP_RETRANSMIT => return,
+            _ => {}
+        }
+        if !traced || header.pid == 0 {
+            return;
+        }
+        let kept = self.preambles.entry(header.pid).or_default();
+        if kept.len() + bytes.len() <= self.per_process && self.used + bytes.len() <= self.total {
+            kept.extend_from_slice(bytes);
+            self.used += bytes.len();
+        } else {
+            self.not_kept += 1;
+        }
+    }
+
+    /// The preambles' records older than `before_ns` (records from then on
+    /// are in the files being read with them), process by process.
+    pub fn preamble_records(&self, before_ns: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for bytes in self.preambles.values() {
+            for (header, rec) in RawRecords::new(bytes).flatten() {
+                if header.ts_ns < before_ns {
+                    out.extend_from_slice(rec);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every kept USDT string record.
+    pub fn strings_block(&self) -> Vec<u8> {
+        self.strings.values().flatten().copied().collect()
+    }
+
+    /// Forgets processes that exited before `ns` (nothing still kept on
+    /// disk refers to them).
+    pub fn forget_exited_before(&mut self, ns: u64) {
+        let gone: Vec<u32> = self
+            .exited
+            .iter()
+            .filter(|(_, t)| **t < ns)
+            .map(|(p, _)| *p)
+            .collect();
+        for pid in gone {
+            self.exited.remove(&pid);
+            for map in [&mut self.preambles, &mut self.strings] {
+                if let Some(v) = map.remove(&pid) {
+                    self.used -= v.len();
+                }
+            }
+        }
+    }
+
+    /// Function entries per `func_id` since the last call.
+    pub fn take_hits(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.hits)
+    }
+
+    /// Bytes kept in memory.
+    pub fn bytes(&self) -> usize {
+        self.used
+    }
+
+    /// Processes with a preamble.
+    pub fn processes(&self) -> usize {
+        self.preambles.len()
+    }
+}
