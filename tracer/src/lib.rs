@@ -15,6 +15,7 @@ pub mod elf;
 pub mod loader;
 pub mod multi;
 pub mod procfs;
+pub mod quantity;
 pub mod record;
 pub mod session;
 pub mod sink;
