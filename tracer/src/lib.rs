@@ -6,11 +6,14 @@
 //! - [`loader`] loads the embedded eBPF object and attaches its programs.
 //! - [`session`] runs a recording session; [`record`] is `tracer record`
 //!   (one session); [`sink`] writes the capture.
+//! - [`agent`] is `tracer agent`: sessions for as long as it lives, a
+//!   flight recorder, snapshots, live analysis, a control socket.
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
 //!
 //! Decoding captures lives in the `analyzer` crate, shared with `tracer replay`.
 
+pub mod agent;
 pub mod elf;
 pub mod loader;
 pub mod multi;

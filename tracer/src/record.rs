@@ -36,6 +36,9 @@ pub struct RecordConfig {
     pub targets: Vec<Target>,
     /// Function patterns.
     pub functions: Vec<FunctionPattern>,
+    /// Functions left out although a pattern matches them (symbol names;
+    /// the agent's load shedding).
+    pub exclude_functions: Vec<String>,
     /// Functions that get empty probes (benchmarks: the bare uprobe cost).
     pub empty_probes: Vec<FunctionPattern>,
     /// USDT probes (`PROVIDER:NAME` globs) to attach in the targets' objects.
@@ -77,6 +80,7 @@ impl Default for RecordConfig {
         Self {
             targets: Vec::new(),
             functions: Vec::new(),
+            exclude_functions: Vec::new(),
             empty_probes: Vec::new(),
             usdt: Vec::new(),
             usdt_semaphores: Vec::new(),

@@ -583,6 +583,20 @@ impl Session {
             }
         }
 
+        if !config.exclude_functions.is_empty() {
+            let before = probes.len();
+            probes.retain(|p| !config.exclude_functions.contains(&p.symbol));
+            // Probe ids index the capture's probe table.
+            for (id, p) in probes.iter_mut().enumerate() {
+                p.func_id = id as u32;
+            }
+            progress(&format!(
+                "left out {} function(s) shed for load: {}",
+                before - probes.len(),
+                config.exclude_functions.join(", ")
+            ));
+        }
+
         // 2. Load and attach.
         if tracefs::ensure_mounted()? {
             progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
@@ -1044,7 +1058,7 @@ fn drain(
         };
         tracker.observe(&header, bytes, loaded, sink)?;
         if let Some(taps) = taps.as_deref_mut() {
-            taps.observe(&header, bytes, loaded.is_traced(header.pid));
+            taps.observe(&header, bytes);
         }
         sink.push(bytes, &header)?;
     }
@@ -1084,7 +1098,7 @@ impl Taps {
     }
 
     #[inline]
-    fn observe(&mut self, header: &Header, bytes: &[u8], traced: bool) {
+    fn observe(&mut self, header: &Header, bytes: &[u8]) {
         match header.kind {
             kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
                 if let Some(e) = FuncEntry::read_from(bytes) {
@@ -1119,7 +1133,10 @@ impl Taps {
             kind::SAMPLE | kind::TCP_RETRANSMIT => return,
             _ => {}
         }
-        if !traced || header.pid == 0 {
+        // Records of these kinds only come from traced processes (the eBPF
+        // side filters them), and a short-lived one may be gone from the
+        // traced set by the time its records are drained.
+        if header.pid == 0 {
             return;
         }
         let kept = self.preambles.entry(header.pid).or_default();

@@ -12,6 +12,7 @@ use crate::{
 
 /// Which scoring.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
 pub enum Scoring {
     /// 000 eq. 1–2: mean Δ over effective nodes (commonality ∪ minimum difference).
     #[default]

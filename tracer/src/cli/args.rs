@@ -55,6 +55,85 @@ pub enum Command {
     ///   tracer list-usdt --json 1234
     #[command(verbatim_doc_comment)]
     ListUsdt(ListUsdtArgs),
+    /// Run the privileged agent: record the configured targets all the time
+    /// into a flight recorder (rotating capture files under a disk and age
+    /// limit), follow them across restarts, freeze the recent past into
+    /// snapshots on request, shed load over budget, and answer `tracer ctl`
+    /// on a root-only Unix socket. SIGHUP reloads the configuration.
+    ///
+    /// Examples:
+    ///   tracer agent --example-config > /etc/eftrace/agent.toml
+    ///   tracer agent --config /etc/eftrace/agent.toml --check
+    ///   systemctl start tracer-agent     (packaging/tracer-agent.service)
+    #[command(verbatim_doc_comment)]
+    Agent(AgentArgs),
+    /// Control a running agent: status, snapshot, reload (needs root).
+    ///
+    /// Examples:
+    ///   tracer ctl status
+    ///   tracer ctl snapshot --window 5m --reason 'slow writes on node 3'
+    ///   tracer ctl reload
+    #[command(verbatim_doc_comment)]
+    Ctl(CtlArgs),
+}
+
+/// `tracer agent`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// The configuration file (TOML; see --example-config).
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        default_value = "/etc/eftrace/agent.toml"
+    )]
+    pub config: PathBuf,
+    /// Check the configuration and exit (0: valid; 2: the error names the key).
+    #[arg(long)]
+    pub check: bool,
+    /// Print a commented example configuration and exit.
+    #[arg(long)]
+    pub example_config: bool,
+}
+
+/// `tracer ctl`.
+#[derive(Debug, clap::Args)]
+pub struct CtlArgs {
+    /// The agent's control socket (its `agent.socket`).
+    #[arg(
+        short,
+        long,
+        value_name = "PATH",
+        default_value = "/run/eftrace/agent.sock"
+    )]
+    pub socket: PathBuf,
+    /// Print the agent's answer as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to ask.
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// `tracer ctl` requests.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// Health: state, processes, event rate, own CPU and memory, losses,
+    /// files and disk use, load shed.
+    Status,
+    /// Freeze the recent past into a standalone capture file and print its path.
+    Snapshot {
+        /// How much of the past (default: the configured snapshot_window).
+        #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
+        window: Option<Duration>,
+        /// Why (goes into the file name and its end marker).
+        #[arg(short, long)]
+        reason: Option<String>,
+    },
+    /// Re-read the configuration; an invalid one is refused and the running one kept.
+    Reload,
+    /// Per-window features and verdicts of the last live evaluation.
+    Features,
 }
 
 /// `tracer list-usdt`.

@@ -12,7 +12,9 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use tracer::record::{RecordConfig, record};
 
-use crate::args::{Args, Command, ListUsdtArgs, RecordArgs, ReplayArgs};
+use crate::args::{
+    AgentArgs, Args, Command, CtlArgs, CtlCommand, ListUsdtArgs, RecordArgs, ReplayArgs,
+};
 
 fn init_logging(verbose: u8) {
     let level = match verbose {
@@ -148,6 +150,181 @@ fn run_list_usdt(args: ListUsdtArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    use tracer::agent::{Agent, config::AgentConfig};
+    if args.example_config {
+        print!("{}", tracer::agent::config::EXAMPLE);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.check {
+        let config = AgentConfig::load(&args.config)?;
+        let (exes, waiting) = tracer::agent::resolve_targets(&config);
+        println!("{}: valid", args.config.display());
+        for exe in exes {
+            println!("  traces {}", exe.display());
+        }
+        for w in waiting {
+            println!("  waits: {w}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let agent = Agent::new(&args.config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(agent.run())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_ctl(args: CtlArgs) -> anyhow::Result<ExitCode> {
+    use tracer::agent::ctl::{Request, request};
+    let req = match &args.command {
+        CtlCommand::Status => Request::Status,
+        CtlCommand::Snapshot { window, reason } => Request::Snapshot {
+            window_s: window.map(|w| w.as_secs_f64()),
+            reason: reason.clone(),
+        },
+        CtlCommand::Reload => Request::Reload,
+        CtlCommand::Features => Request::Features,
+    };
+    let response = request(&args.socket, &req, std::time::Duration::from_secs(120))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&response)?);
+    } else if let Some(e) = &response.error {
+        eprintln!("tracer: the agent refused: {e}");
+    } else {
+        print!("{}", ctl_text(&args.command, &response.result));
+    }
+    Ok(if response.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A person's view of an agent's answer.
+fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let size = |v: &serde_json::Value| tracer::quantity::format_size(v.as_u64().unwrap_or(0));
+    match command {
+        CtlCommand::Status => {
+            let _ = writeln!(
+                out,
+                "agent pid {} up {:.0} s: {}",
+                r["pid"],
+                r["uptime_s"].as_f64().unwrap_or(0.0),
+                r["state"].as_str().unwrap_or("?")
+            );
+            if let Some(e) = r["last_error"].as_str() {
+                let _ = writeln!(out, "  last error: {e}");
+            }
+            if let Some(s) = r["session"].as_object() {
+                let procs: Vec<String> = s["processes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{}[{}]", p[1].as_str().unwrap_or(""), p[0]))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  session {}: {} function probes; processes: {}",
+                    s["id"],
+                    s["probes"],
+                    if procs.is_empty() {
+                        "none yet".to_string()
+                    } else {
+                        procs.join(" ")
+                    }
+                );
+            }
+            let u = &r["usage"];
+            let _ = writeln!(
+                out,
+                "  {:.0} events/s; agent CPU {:.1}%, memory {}",
+                u["events_per_s"].as_f64().unwrap_or(0.0),
+                u["cpu_percent"].as_f64().unwrap_or(0.0),
+                size(&u["rss_bytes"])
+            );
+            let losses: Vec<String> = r["losses"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  records {}; lost: {}",
+                r["records_total"],
+                if losses.is_empty() {
+                    "none".to_string()
+                } else {
+                    losses.join(", ")
+                }
+            );
+            let rec = &r["recorder"];
+            let _ = writeln!(
+                out,
+                "  flight recorder {}: {} files + current, {} of {}; removed {} files ({} records) for size, {} for age",
+                rec["dir"].as_str().unwrap_or(""),
+                rec["files"].as_array().map_or(0, Vec::len),
+                size(&rec["disk_bytes"]),
+                size(&rec["max_disk"]),
+                rec["removed_for_size"]["files"],
+                rec["removed_for_size"]["records"],
+                rec["removed_for_age"]["files"],
+            );
+            let p = &r["preambles"];
+            let _ = writeln!(
+                out,
+                "  preambles: {} processes, {}",
+                p["processes"],
+                size(&p["bytes"])
+            );
+            for a in r["shed"]["actions"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "  shed at {:.0} s: {} ({})",
+                    a["at_s"].as_f64().unwrap_or(0.0),
+                    a["action"].as_str().unwrap_or(""),
+                    a["why"].as_str().unwrap_or("")
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  alerts: {} (in {})",
+                r["alerts"],
+                r["alerts_file"].as_str().unwrap_or("")
+            );
+        }
+        CtlCommand::Snapshot { .. } => {
+            let j = &r["joined"];
+            let _ = writeln!(
+                out,
+                "{}\n  {} records from {} file(s) and {} from process preambles, {}",
+                r["path"].as_str().unwrap_or(""),
+                j["records"],
+                j["files"],
+                j["preamble_records"],
+                size(&r["bytes"])
+            );
+        }
+        CtlCommand::Reload => {
+            let _ = writeln!(out, "configuration reloaded");
+        }
+        CtlCommand::Features => {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(r).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.verbose);
@@ -155,6 +332,8 @@ fn main() -> ExitCode {
         Command::Record(a) => run_record(a),
         Command::Replay(a) => run_replay(a),
         Command::ListUsdt(a) => run_list_usdt(a),
+        Command::Agent(a) => run_agent(a),
+        Command::Ctl(a) => run_ctl(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,827 @@
+//! `tracer agent`: a long-lived privileged daemon that records its targets
+//! all the time into a flight recorder (a bounded, rotating set of capture
+//! files), freezes the recent past into snapshots on request or on an
+//! alert, evaluates it live with the analyzer's replay code, sheds load when
+//! over its budget, and answers `tracer ctl` on a root-only Unix socket.
+//!
+//! - [`config`]: the TOML file; [`recorder`]: the files and their limits;
+//!   [`window`]: joins files into one capture (windows, snapshots);
+//!   [`budget`]: self-measurement and load shedding; [`alerts`]: JSON lines;
+//!   [`ctl`]: the control socket and its client.
+
+pub mod alerts;
+pub mod budget;
+pub mod config;
+pub mod ctl;
+pub mod recorder;
+pub mod window;
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
+
+use self::{
+    alerts::AlertLog,
+    budget::{Meter, Shed, Step, Usage},
+    config::{AgentConfig, ConfigError},
+    ctl::{CtlError, CtlServer, Request, Response},
+    recorder::{FileEntry, FlightRecorder, Limits, RecorderError, Removed},
+    window::{Joined, WindowError},
+};
+use crate::{
+    procfs,
+    record::{RecordError, kind_name, monotonic_ns},
+    session::{Session, Taps},
+};
+
+/// Version of the status format.
+pub const STATUS_VERSION: u32 = 1;
+
+/// Errors that stop the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Not root.
+    #[error("the agent needs root to load eBPF programs and attach probes")]
+    NotRoot,
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The flight-recorder directory is unusable.
+    #[error(transparent)]
+    Recorder(#[from] RecorderError),
+    /// The control socket could not be created.
+    #[error(transparent)]
+    Ctl(#[from] CtlError),
+    /// Signals or the runtime failed.
+    #[error("agent i/o")]
+    Io(#[from] std::io::Error),
+}
+
+/// The recording in progress and what it was started with.
+struct Running {
+    session: Session,
+    id: u64,
+    exes: Vec<PathBuf>,
+    started: Instant,
+}
+
+/// The agent's state.
+pub struct Agent {
+    config_path: PathBuf,
+    config: AgentConfig,
+    recorder: FlightRecorder,
+    snapshots_dir: PathBuf,
+    running: Option<Running>,
+    sessions: u64,
+    shed: Shed,
+    meter: Meter,
+    alerts: AlertLog,
+    started: Instant,
+    waiting: Vec<String>,
+    last_error: Option<String>,
+    /// Losses of finished sessions.
+    lost_before: BTreeMap<String, u64>,
+    /// Records of finished sessions.
+    records_before: u64,
+    /// Time without a session while re-arming.
+    rearm_gap: Duration,
+    snapshots: Vec<PathBuf>,
+    host: String,
+}
+
+/// `tracer ctl status`.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// The agent's pid.
+    pub pid: u32,
+    /// Seconds since it started.
+    pub uptime_s: f64,
+    /// Its configuration file.
+    pub config: PathBuf,
+    /// `recording`, or what it waits for.
+    pub state: String,
+    /// The last error (a session that could not start).
+    pub last_error: Option<String>,
+    /// The recording session.
+    pub session: Option<SessionStatus>,
+    /// Sessions started (re-arms after reloads, new executables, shedding).
+    pub sessions: u64,
+    /// Seconds spent re-arming (nothing recorded meanwhile).
+    pub rearm_gap_s: f64,
+    /// Records written since the agent started.
+    pub records_total: u64,
+    /// Records lost by the eBPF side since the agent started, by cause.
+    pub losses: BTreeMap<String, u64>,
+    /// The agent's own usage over the last second.
+    pub usage: Usage,
+    /// The flight recorder.
+    pub recorder: RecorderStatus,
+    /// Preambles and USDT strings kept in memory.
+    pub preambles: PreambleStatus,
+    /// Load shed.
+    pub shed: ShedStatus,
+    /// Alerts raised and where they go.
+    pub alerts: u64,
+    /// The alert file.
+    pub alerts_file: PathBuf,
+    /// Snapshots written (latest last, at most 20).
+    pub snapshots: Vec<PathBuf>,
+}
+
+/// The session part of [`Status`].
+#[derive(Debug, Serialize)]
+pub struct SessionStatus {
+    /// Its number.
+    pub id: u64,
+    /// Seconds since it started.
+    pub age_s: f64,
+    /// Executables traced.
+    pub executables: Vec<PathBuf>,
+    /// Function probes attached.
+    pub probes: usize,
+    /// Processes traced now (pid, command name).
+    pub processes: Vec<(u32, String)>,
+    /// Records written by kind.
+    pub records: BTreeMap<&'static str, u64>,
+}
+
+/// The recorder part of [`Status`].
+#[derive(Debug, Serialize)]
+pub struct RecorderStatus {
+    /// Directory.
+    pub dir: PathBuf,
+    /// Closed files.
+    pub files: Vec<FileEntry>,
+    /// The file being written and its size.
+    pub current: Option<(PathBuf, u64)>,
+    /// Bytes on disk, all files.
+    pub disk_bytes: u64,
+    /// The limit.
+    pub max_disk: u64,
+    /// Removed to stay under max_disk.
+    pub removed_for_size: Removed,
+    /// Removed for age.
+    pub removed_for_age: Removed,
+}
+
+/// The preamble part of [`Status`].
+#[derive(Debug, Serialize)]
+pub struct PreambleStatus {
+    /// Processes with one.
+    pub processes: usize,
+    /// Bytes kept.
+    pub bytes: usize,
+    /// Records not kept (budget full; still in the files).
+    pub not_kept: u64,
+}
+
+/// The shedding part of [`Status`].
+#[derive(Debug, Serialize)]
+pub struct ShedStatus {
+    /// Whether CPU sampling is on.
+    pub sampling: bool,
+    /// Functions no longer probed.
+    pub excluded_functions: Vec<String>,
+    /// Every step, oldest first.
+    pub actions: Vec<budget::ShedAction>,
+}
+
+/// What a snapshot wrote.
+#[derive(Debug, Serialize)]
+pub struct SnapshotResult {
+    /// The file (replay it with `tracer replay` or `analyzer`).
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// What went in.
+    pub joined: Joined,
+}
+
+impl Agent {
+    /// Reads the configuration and prepares the directories (not the socket).
+    pub fn new(config_path: &Path) -> Result<Self, AgentError> {
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(AgentError::NotRoot);
+        }
+        let config = AgentConfig::load(config_path)?;
+        let recorder =
+            FlightRecorder::open(&config.agent.state_dir.join("rings"), limits(&config))?;
+        let snapshots_dir = config.agent.state_dir.join("snapshots");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&snapshots_dir)
+            .map_err(|source| RecorderError::Dir {
+                path: snapshots_dir.clone(),
+                source,
+            })?;
+        Ok(Self {
+            config_path: config_path.to_path_buf(),
+            alerts: AlertLog::new(&config.alerts_path()),
+            config,
+            recorder,
+            snapshots_dir,
+            running: None,
+            sessions: 0,
+            shed: Shed::new(),
+            meter: Meter::new(0),
+            started: Instant::now(),
+            waiting: Vec::new(),
+            last_error: None,
+            lost_before: BTreeMap::new(),
+            records_before: 0,
+            rearm_gap: Duration::ZERO,
+            snapshots: Vec::new(),
+            host: procfs_host(),
+        })
+    }
+
+    /// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration.
+    pub async fn run(mut self) -> Result<(), AgentError> {
+        let ctl = CtlServer::bind(&self.config.agent.socket)?;
+        log::info!("control socket {}", ctl.path().display());
+        eprintln!(
+            "tracer agent: flight recorder in {} (at most {} on disk, {} of history); control socket {}",
+            self.recorder.dir().display(),
+            crate::quantity::format_size(self.config.recorder.max_disk.0),
+            humanize(self.config.recorder.max_age.0),
+            ctl.path().display()
+        );
+        let (to_agent, mut requests) = mpsc::channel(16);
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sighup = signal(SignalKind::hangup())?;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut second = tokio::time::interval(Duration::from_secs(1));
+        second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut poll = tokio::time::interval(Duration::from_secs(2));
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            tokio::select! {
+                activity = next_activity(&mut self.running) => {
+                    if let Err(e) = activity {
+                        self.fail(format!("recording failed: {e}")).await;
+                    } else {
+                        self.rotate_if_due(false);
+                    }
+                }
+                _ = tick.tick() => self.on_tick(),
+                _ = second.tick() => self.on_second().await,
+                _ = poll.tick() => self.poll_targets().await,
+                Some((request, reply)) = requests.recv() => {
+                    let response = self.handle(request).await;
+                    let _ = reply.send(response);
+                }
+                accepted = ctl.accept(to_agent.clone()) => {
+                    if let Err(e) = accepted {
+                        log::warn!("control socket: {e}");
+                    }
+                }
+                _ = sighup.recv() => {
+                    let r = self.reload().await;
+                    eprintln!("tracer agent: SIGHUP: {}", r.error.as_deref().unwrap_or("configuration reloaded"));
+                }
+                _ = sigint.recv() => break "interrupted (SIGINT)",
+                _ = sigterm.recv() => break "terminated (SIGTERM)",
+            }
+        };
+        eprintln!("tracer agent: stopping: {reason}");
+        self.stop_session(reason).await;
+        Ok(())
+    }
+
+    /// Resolves the targets; starts or re-arms the session when executables
+    /// appeared that it does not trace.
+    async fn poll_targets(&mut self) {
+        let (exes, waiting) = resolve_targets(&self.config);
+        self.waiting = waiting;
+        let mut wanted: Vec<PathBuf> = self
+            .running
+            .as_ref()
+            .map(|r| r.exes.clone())
+            .unwrap_or_default();
+        let mut new = false;
+        for exe in exes {
+            if !wanted.contains(&exe) {
+                wanted.push(exe);
+                new = true;
+            }
+        }
+        if new || (self.running.is_none() && !wanted.is_empty()) {
+            self.rearm(wanted, "new executables to trace").await;
+        }
+    }
+
+    /// Ends the session (if any) and starts one tracing `exes`.
+    async fn rearm(&mut self, exes: Vec<PathBuf>, why: &str) {
+        let gap_started = Instant::now();
+        let had_session = self.running.is_some();
+        self.stop_session(why).await;
+        if exes.is_empty() {
+            return;
+        }
+        self.sessions += 1;
+        let id = self.sessions;
+        let output = self.recorder.next_path(id);
+        let config = self.config.record_config(
+            &exes,
+            self.shed.sampling,
+            &self.shed.excluded,
+            output.clone(),
+        );
+        let mut progress = |msg: &str| eprintln!("tracer agent: session {id}: {}", msg.trim_end());
+        match Session::start(&config, &mut progress).await {
+            Ok(mut session) => {
+                session.enable_taps(Taps::new(
+                    self.config.recorder.preamble.0 as usize,
+                    if self.shed.preambles_dropped {
+                        0
+                    } else {
+                        self.config.recorder.preamble_total.0 as usize
+                    },
+                ));
+                eprintln!(
+                    "tracer agent: session {id}: recording {} ({} process(es) now) into {}",
+                    exes.iter()
+                        .map(|e| e.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    session.live_processes().count(),
+                    self.recorder.dir().display()
+                );
+                self.meter = Meter::new(0);
+                self.last_error = None;
+                self.running = Some(Running {
+                    session,
+                    id,
+                    exes,
+                    started: Instant::now(),
+                });
+                if had_session {
+                    self.rearm_gap += gap_started.elapsed();
+                }
+            }
+            Err(e) => {
+                let message = error_chain(&e);
+                if self.last_error.as_deref() != Some(message.as_str()) {
+                    eprintln!("tracer agent: cannot start recording: {message}");
+                }
+                self.last_error = Some(message);
+                // Nothing was written worth keeping.
+                let _ = fs::remove_file(&output);
+            }
+        }
+    }
+
+    /// Finishes the session: its file is closed with an end marker.
+    async fn stop_session(&mut self, reason: &str) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        let id = running.id;
+        let losses = running.session.losses();
+        for (k, v) in losses {
+            *self.lost_before.entry(k).or_default() += v;
+        }
+        self.records_before += running.session.records().iter().sum::<u64>();
+        let (path, _, first_ns) = running.session.current_file();
+        let path = path.to_path_buf();
+        let mut progress = |msg: &str| log::info!("session {id}: {}", msg.trim_end());
+        match running
+            .session
+            .finish(reason.to_string(), &mut progress)
+            .await
+        {
+            Ok(summary) => self.recorder.closed(
+                crate::session::ClosedFile {
+                    path,
+                    bytes: summary.bytes,
+                    records: summary.records.values().sum(),
+                    first_ns,
+                    last_ns: monotonic_ns(),
+                },
+                id,
+            ),
+            Err(e) => eprintln!(
+                "tracer agent: session {id} ended badly: {}",
+                error_chain(&e)
+            ),
+        }
+    }
+
+    async fn fail(&mut self, message: String) {
+        eprintln!("tracer agent: {message}; re-arming at the next target poll");
+        self.last_error = Some(message);
+        self.stop_session("error").await;
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(r) = &mut self.running
+            && let Err(e) = r.session.tick()
+        {
+            self.last_error = Some(format!("flushing: {}", error_chain(&e)));
+        }
+        self.rotate_if_due(true);
+    }
+
+    /// Rotates when the current file is big (or, on ticks, old) enough, and
+    /// keeps the files within their limits.
+    fn rotate_if_due(&mut self, by_age: bool) {
+        let Some(r) = &mut self.running else {
+            self.recorder.enforce(0);
+            return;
+        };
+        let (_, bytes, _) = r.session.current_file();
+        let due = if by_age {
+            self.recorder.should_rotate(bytes)
+        } else {
+            bytes >= self.recorder.limits().file_bytes
+        };
+        if due {
+            let next = self.recorder.next_path(r.id);
+            match r.session.rotate(&next) {
+                Ok(closed) => self.recorder.closed(closed, r.id),
+                Err(e) => self.last_error = Some(format!("rotating: {}", error_chain(&e))),
+            }
+        }
+        let (_, bytes, _) = r.session.current_file();
+        self.recorder.enforce(bytes);
+        // Processes that exited before the oldest kept record are not
+        // needed any more.
+        let oldest = self
+            .recorder
+            .files()
+            .find(|f| f.session == Some(r.id) && f.first_ns > 0)
+            .map(|f| f.first_ns)
+            .unwrap_or_else(|| r.session.current_file().2);
+        if let Some(taps) = r.session.taps_mut() {
+            taps.forget_exited_before(oldest);
+        }
+    }
+
+    async fn on_second(&mut self) {
+        let total = self.records_now();
+        let usage = self.meter.measure(total);
+        let Some(r) = &mut self.running else {
+            return;
+        };
+        if let Some(taps) = r.session.taps_mut() {
+            let hits = taps.take_hits();
+            let probes = r.session.probes();
+            self.shed.add_hits(
+                hits.into_iter()
+                    .enumerate()
+                    .filter(|(_, n)| *n > 0)
+                    .filter_map(|(id, n)| Some((probes.get(id)?.symbol.clone(), n))),
+            );
+        }
+        let step = self.shed.decide(
+            &usage,
+            &self.config.budget,
+            self.config.trace.sample_hz > 0,
+            self.started.elapsed().as_secs_f64(),
+        );
+        if step == Step::Nothing {
+            return;
+        }
+        if let Some(action) = self.shed.actions.last().cloned() {
+            self.alerts.raise(&alerts::Alert {
+                version: alerts::ALERT_VERSION,
+                at: alerts::now_rfc3339(),
+                host: self.host.clone(),
+                kind: "shed".into(),
+                summary: format!("{} ({})", action.action, action.why),
+                snapshot: None,
+                detail: serde_json::to_value(&action).unwrap_or_default(),
+            });
+        }
+        match step {
+            Step::DropPreambles => {
+                if let Some(taps) = r.session.taps_mut() {
+                    *taps = Taps::new(0, 0);
+                }
+            }
+            Step::StopSampling | Step::DropFunction(_) => {
+                let exes = r.exes.clone();
+                self.rearm(exes, "shedding load").await;
+            }
+            Step::Nothing => {}
+        }
+    }
+
+    fn records_now(&self) -> u64 {
+        self.running
+            .as_ref()
+            .map_or(0, |r| r.session.records().iter().sum())
+    }
+
+    async fn handle(&mut self, request: Request) -> Response {
+        match request {
+            Request::Status => Response::ok(self.status()),
+            Request::Snapshot { window_s, reason } => {
+                let window = window_s
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .unwrap_or(self.config.analysis.snapshot_window.0);
+                match self.snapshot(window, reason.as_deref().unwrap_or("requested")) {
+                    Ok(result) => Response::ok(result),
+                    Err(e) => Response::error(e),
+                }
+            }
+            Request::Reload => self.reload().await,
+            Request::Features => Response::error(
+                "no live evaluation is configured (analysis.model or analysis.peers_thresholds)",
+            ),
+        }
+    }
+
+    /// Reads the configuration again; keeps the running one if the new one
+    /// is invalid or changes what cannot change while running.
+    async fn reload(&mut self) -> Response {
+        let new = match AgentConfig::load(&self.config_path) {
+            Ok(c) => c,
+            Err(e) => {
+                return Response::error(format!("{e}; keeping the running configuration"));
+            }
+        };
+        if new.agent != self.config.agent {
+            return Response::error(
+                "the [agent] section (state_dir, socket, alerts) cannot change while running; \
+                 restart the agent; keeping the running configuration",
+            );
+        }
+        let rearm = new.targets != self.config.targets || new.trace != self.config.trace;
+        self.config = new;
+        self.recorder.set_limits(limits(&self.config));
+        // A new budget starts from nothing shed.
+        self.shed = Shed::new();
+        if rearm || self.running.is_some() {
+            let exes = resolve_targets(&self.config).0;
+            self.rearm(exes, "configuration reloaded").await;
+        }
+        Response::ok(serde_json::json!({"reloaded": self.config_path}))
+    }
+
+    /// Joins the last `window` of the current session into a snapshot file.
+    fn snapshot(&mut self, window: Duration, reason: &str) -> Result<SnapshotResult, String> {
+        let Some(r) = &mut self.running else {
+            return Err("not recording (no target is running yet)".into());
+        };
+        r.session
+            .tick()
+            .map_err(|e| format!("flushing: {}", error_chain(&e)))?;
+        let since = monotonic_ns().saturating_sub(window.as_nanos() as u64);
+        let (current, _, _) = r.session.current_file();
+        let mut files: Vec<&Path> = self
+            .recorder
+            .files()
+            .filter(|f| f.session == Some(r.id) && f.last_ns >= since)
+            .map(|f| f.path.as_path())
+            .collect();
+        files.push(current);
+        let preamble = r
+            .session
+            .taps()
+            .map(|t| t.preamble_records(since))
+            .unwrap_or_default();
+        let slug: String = reason
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(40)
+            .collect();
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+        let path = self.snapshots_dir.join(format!("{stamp}-{slug}.capture"));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        let mut out = std::io::BufWriter::new(file);
+        let joined = window::join(
+            &files,
+            &preamble,
+            since,
+            &format!("snapshot: {reason}"),
+            &mut out,
+        )
+        .map_err(|e: WindowError| format!("writing {}: {}", path.display(), error_chain(&e)))?;
+        drop(out);
+        let bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        eprintln!(
+            "tracer agent: snapshot {} ({} records, {} bytes): {reason}",
+            path.display(),
+            joined.records + joined.preamble_records,
+            bytes
+        );
+        self.snapshots.push(path.clone());
+        if self.snapshots.len() > 20 {
+            self.snapshots.remove(0);
+        }
+        Ok(SnapshotResult {
+            path,
+            bytes,
+            joined,
+        })
+    }
+
+    fn status(&self) -> Status {
+        let mut losses = self.lost_before.clone();
+        let mut session = None;
+        let mut current = None;
+        let mut preambles = PreambleStatus {
+            processes: 0,
+            bytes: 0,
+            not_kept: 0,
+        };
+        if let Some(r) = &self.running {
+            for (k, v) in r.session.losses() {
+                *losses.entry(k).or_default() += v;
+            }
+            let mut records = BTreeMap::new();
+            for (kind, n) in r.session.records().iter().enumerate() {
+                if *n > 0 {
+                    *records.entry(kind_name(kind as u16)).or_insert(0) += n;
+                }
+            }
+            session = Some(SessionStatus {
+                id: r.id,
+                age_s: r.started.elapsed().as_secs_f64(),
+                executables: r.exes.clone(),
+                probes: r.session.probes().len(),
+                processes: r
+                    .session
+                    .live_processes()
+                    .map(|(p, c)| (p, c.to_string()))
+                    .collect(),
+                records,
+            });
+            let (path, bytes, _) = r.session.current_file();
+            current = Some((path.to_path_buf(), bytes));
+            if let Some(t) = r.session.taps() {
+                preambles = PreambleStatus {
+                    processes: t.processes(),
+                    bytes: t.bytes(),
+                    not_kept: t.not_kept,
+                };
+            }
+        }
+        let state = if self.running.is_some() {
+            "recording".to_string()
+        } else if !self.waiting.is_empty() {
+            format!("waiting for targets: {}", self.waiting.join("; "))
+        } else {
+            "starting".to_string()
+        };
+        Status {
+            version: STATUS_VERSION,
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            config: self.config_path.clone(),
+            state,
+            last_error: self.last_error.clone(),
+            session,
+            sessions: self.sessions,
+            rearm_gap_s: self.rearm_gap.as_secs_f64(),
+            records_total: self.records_before + self.records_now(),
+            losses,
+            usage: self.meter.usage,
+            recorder: RecorderStatus {
+                dir: self.recorder.dir().to_path_buf(),
+                files: self.recorder.files().cloned().collect(),
+                disk_bytes: self.recorder.closed_bytes() + current.as_ref().map_or(0, |c| c.1),
+                current,
+                max_disk: self.recorder.limits().max_disk,
+                removed_for_size: self.recorder.removed_for_size,
+                removed_for_age: self.recorder.removed_for_age,
+            },
+            preambles,
+            shed: ShedStatus {
+                sampling: self.config.trace.sample_hz > 0 && self.shed.sampling,
+                excluded_functions: self.shed.excluded.clone(),
+                actions: self.shed.actions.clone(),
+            },
+            alerts: self.alerts.count,
+            alerts_file: self.alerts.path().to_path_buf(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+}
+
+async fn next_activity(
+    running: &mut Option<Running>,
+) -> Result<crate::session::Activity, RecordError> {
+    match running {
+        Some(r) => r.session.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn limits(config: &AgentConfig) -> Limits {
+    Limits {
+        max_disk: config.recorder.max_disk.0,
+        max_age: config.recorder.max_age.0,
+        file_bytes: config.recorder.file_bytes(),
+        file_age: config.recorder.file_age.0,
+        headroom: config.trace.ring_size.0,
+    }
+}
+
+/// The executables the targets stand for now, and what is not found yet.
+pub fn resolve_targets(config: &AgentConfig) -> (Vec<PathBuf>, Vec<String>) {
+    let mut exes: Vec<PathBuf> = Vec::new();
+    let mut waiting = Vec::new();
+    let mut add = |p: PathBuf| {
+        if !exes.contains(&p) {
+            exes.push(p);
+        }
+    };
+    for t in &config.targets {
+        if let Some(exe) = &t.exe {
+            match exe.canonicalize() {
+                Ok(p) if p.is_file() => add(p),
+                _ => waiting.push(format!("{} does not exist", exe.display())),
+            }
+        } else if let Some(name) = &t.name {
+            let found = processes_named(name);
+            if found.is_empty() {
+                waiting.push(format!("no process named {name}"));
+            }
+            for p in found {
+                add(p);
+            }
+        } else if let Some(pidfile) = &t.pidfile {
+            let exe = fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .and_then(|pid| procfs::exe(pid).ok());
+            match exe {
+                Some(p) => add(p),
+                None => waiting.push(format!(
+                    "no running process in pid file {}",
+                    pidfile.display()
+                )),
+            }
+        }
+    }
+    (exes, waiting)
+}
+
+fn processes_named(name: &str) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut exes = Vec::new();
+    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() == name
+            && let Ok(exe) = procfs::exe(pid)
+            && !exes.contains(&exe)
+        {
+            exes.push(exe);
+        }
+    }
+    exes
+}
+
+fn procfs_host() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn humanize(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{} h", s / 3600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else {
+        format!("{:.0} s", d.as_secs_f64())
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
