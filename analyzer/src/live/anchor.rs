@@ -178,7 +178,7 @@ pub(crate) fn scan(capture: &Capture, window_start_ns: u64) -> Facts {
 }
 
 /// How many frames of the preamble's last stack of `t` are still open at
-/// the gap (see the module doc); `None` when the window says nothing.
+/// the gap (see the module doc); all of them when the window says nothing.
 fn frames_kept<'c>(
     t: &ThreadFacts,
     capture: &'c Capture,
