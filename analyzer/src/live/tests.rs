@@ -584,6 +584,12 @@ fn live_peers_indict_a_busier_server_after_k_of_2k_minus_1_windows() {
         let report = live.evaluate(&cap, w, now);
         assert_eq!(report.version, LIVE_REPORT_VERSION);
         assert!(report.compared, "{:?}", report.notes);
+        let json = serde_json::to_string(&report).expect("json");
+        // Floats may lose their last bit in JSON: compare the shape.
+        let back: LivePeersReport = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back.windows.len(), report.windows.len());
+        assert_eq!(back.servers, report.servers);
+        assert_eq!(back.faulty, report.faulty);
         windows.extend(report.windows);
         now += 3 * SEC;
     }
