@@ -651,3 +651,62 @@ fn live_peers_need_three_servers() {
         report.notes
     );
 }
+
+/// A thread first seen in the window of a process seen before it: its first
+/// unit lacks its beginning unless the window saw the thread being created.
+#[test]
+fn a_thread_that_began_in_the_gap_loses_its_first_unit() {
+    let (main, polls) = server(40, false);
+    let (model, _) = learned(&main);
+    let (worker, _) = server(10, false);
+    const TID: u32 = 101;
+    let w_from = polls[20];
+    let w = at(&main, w_from);
+    // The worker's records, on thread TID, from inside the window.
+    let shift = w + 10 * US - worker[0].0;
+    let worker: Vec<Rec> = worker
+        .into_iter()
+        .map(|(t, mut b)| {
+            b[12..16].copy_from_slice(&TID.to_le_bytes());
+            b[..8].copy_from_slice(&(t + shift).to_le_bytes());
+            if u16::from_le_bytes([b[16], b[17]]) == kind::SYSCALL {
+                let enter = u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")) + shift;
+                b[24..32].copy_from_slice(&enter.to_le_bytes());
+            }
+            (t + shift, b)
+        })
+        .collect();
+    let fork = {
+        let r = Lifecycle {
+            header: header(w + 5 * US, PID, kind::LIFECYCLE, size_of::<Lifecycle>()),
+            event: lifecycle::FORK,
+            child_tid: TID,
+            group_dead: 0,
+            _pad: 0,
+            comm: *b"srv\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        };
+        (w + 5 * US, r.as_bytes().to_vec())
+    };
+    let initializer_reported = |with_fork: bool| {
+        let mut r: Vec<Rec> = main[..polls[2]].to_vec();
+        let mut window: Vec<Rec> = main[w_from..].to_vec();
+        window.extend(worker.iter().cloned());
+        if with_fork {
+            window.push(fork.clone());
+        }
+        window.sort_by_key(|(t, _)| *t);
+        let now = window.last().map_or(0, |(t, _)| *t);
+        r.extend(window);
+        let got = LiveModel::new(model.clone(), Scoring::Nodes).evaluate(
+            &capture(&r, &[PID], &FUNCTIONS, 0),
+            w,
+            now,
+            "t",
+        );
+        assert!(got.iter().filter(|u| u.tid == TID).count() >= 5);
+        got.iter()
+            .any(|u| u.tid == TID && u.kind == UnitKind::Initializer)
+    };
+    assert!(!initializer_reported(false));
+    assert!(initializer_reported(true));
+}
