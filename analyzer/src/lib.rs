@@ -12,6 +12,7 @@
 
 pub mod automaded;
 pub mod decode;
+pub mod live;
 pub mod model;
 pub mod mpi;
 pub mod peers;

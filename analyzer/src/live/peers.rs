@@ -1,0 +1,239 @@
+//! Peer comparison (paper 003) of the windows of a live recording, each
+//! window once, with the k-of-2k−1 rule over the windows seen so far.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{
+    anchor,
+    types::{
+        LIVE_REPORT_VERSION, LivePeersReport, LiveServerWindow, LiveWindow, MetricFeatures,
+        WindowFeatures,
+    },
+};
+use crate::{
+    decode::Capture,
+    peers::{
+        CaptureSource, Cell, Metric, PeersError, RootCause, ServerSplit, Thresholds, extract,
+        rank_components, score,
+    },
+};
+
+/// Root-cause functions reported per faulty server and metric.
+const TOP: usize = 10;
+
+/// Compares the traced servers of successive live captures with their
+/// peers, window by window, against trained thresholds.
+#[derive(Debug)]
+pub struct LivePeers {
+    thresholds: Thresholds,
+    /// Start (wall clock) of the last window reported.
+    last_window: Option<u64>,
+    /// Per server and metric: (window start, anomalous) of the last 2k−1
+    /// windows.
+    history: BTreeMap<String, BTreeMap<Metric, VecDeque<(u64, bool)>>>,
+}
+
+impl LivePeers {
+    /// A live comparison with `thresholds` (its config gives WinSize,
+    /// WinShift, k, the distance and how servers are labelled).
+    pub fn new(thresholds: Thresholds) -> Self {
+        Self {
+            thresholds,
+            last_window: None,
+            history: BTreeMap::new(),
+        }
+    }
+
+    /// Servers whose verdict history is kept.
+    pub fn remembered_servers(&self) -> usize {
+        self.history.len()
+    }
+
+    /// The windows of `capture` that lie inside `[window_start_ns, now_ns]`
+    /// (`CLOCK_MONOTONIC`) and were not reported before, compared.
+    pub fn evaluate(
+        &mut self,
+        capture: &Capture,
+        window_start_ns: u64,
+        now_ns: u64,
+    ) -> LivePeersReport {
+        let mut cfg = self.thresholds.config.clone();
+        let mut notes = Vec::new();
+        // One capture holds every server: one server per traced process.
+        if cfg.split == ServerSplit::PerCapture {
+            cfg.split = ServerSplit::PerProcess { label_arg: None };
+            notes.push(
+                "thresholds were trained one capture per server; live servers are labelled \
+                 comm[pid], which training may not know"
+                    .to_string(),
+            );
+        }
+        let mut report = LivePeersReport {
+            version: LIVE_REPORT_VERSION,
+            servers: Vec::new(),
+            compared: false,
+            windows: Vec::new(),
+            faulty: Vec::new(),
+            notes,
+        };
+        let facts = anchor::scan(capture, window_start_ns);
+        let anchored = anchor::anchored(capture, &facts, window_start_ns);
+        let path = std::path::Path::new("live");
+        let sources = [CaptureSource {
+            path,
+            label: "live",
+            capture: anchored.get(),
+        }];
+        let mut features = match extract("live", &sources, &cfg) {
+            Ok(f) => f,
+            Err(PeersError::TooFewServers { found, min, .. }) => {
+                report.notes.push(format!(
+                    "peer comparison needs at least {min} servers, {found} traced: no verdict"
+                ));
+                return report;
+            }
+            Err(e) => {
+                report.notes.push(format!("no verdict: {e}"));
+                return report;
+            }
+        };
+        let clock = capture.header.clock;
+        let (from, to) = (
+            clock.to_realtime(window_start_ns),
+            clock.to_realtime(now_ns),
+        );
+        // Every traced process was drained up to now: a server that went
+        // quiet (hung) is quiet in the windows up to now, not absent.
+        for s in &mut features.servers {
+            s.span.1 = s.span.1.max(to);
+        }
+        let scored = score(features, &cfg);
+        report.compared = true;
+        report.servers = scored.servers.iter().map(|s| s.label.clone()).collect();
+        report.notes.extend(scored.notes.iter().cloned());
+        self.history
+            .retain(|label, _| report.servers.iter().any(|s| s == label));
+        let span = 2 * cfg.k.max(1) - 1;
+        let window_ns = scored.windowed.window_ns;
+        let new: Vec<usize> = (0..scored.windowed.starts.len())
+            .filter(|w| {
+                let s = scored.windowed.starts[*w];
+                s >= from && s + window_ns <= to && self.last_window.is_none_or(|l| s > l)
+            })
+            .collect();
+        let mut untrained = Vec::new();
+        for w in new {
+            let start = scored.windowed.starts[w];
+            let mut servers = Vec::new();
+            let mut root_causes = Vec::new();
+            for (s, label) in report.servers.iter().enumerate() {
+                let mut metrics = BTreeMap::new();
+                for (mi, mv) in scored.windowed.metrics.iter().enumerate() {
+                    let Some((threshold, own)) = self.thresholds.get(mv.metric, label) else {
+                        continue;
+                    };
+                    if !own && !untrained.contains(label) {
+                        untrained.push(label.clone());
+                    }
+                    let distance = scored.scores[mi][w][s];
+                    let anomalous = distance > threshold;
+                    let h = self
+                        .history
+                        .entry(label.clone())
+                        .or_default()
+                        .entry(mv.metric)
+                        .or_default();
+                    h.push_back((start, anomalous));
+                    while h.len() > span {
+                        h.pop_front();
+                    }
+                    let faulty = h.iter().filter(|(_, a)| *a).count() >= cfg.k;
+                    if faulty {
+                        // The anomalous windows of the history this capture
+                        // still holds.
+                        let windows: Vec<usize> = h
+                            .iter()
+                            .filter(|(_, a)| *a)
+                            .filter_map(|(t, _)| scored.windowed.starts.iter().position(|x| x == t))
+                            .collect();
+                        root_causes.push(RootCause {
+                            server: label.clone(),
+                            metric: mv.metric,
+                            anomalous_windows: h.iter().filter(|(_, a)| *a).count(),
+                            top: rank_components(
+                                cfg.distance,
+                                &mv.components,
+                                &mv.vectors,
+                                s,
+                                &windows,
+                                TOP,
+                            ),
+                        });
+                    }
+                    metrics.insert(
+                        mv.metric,
+                        Cell {
+                            score: distance,
+                            threshold,
+                            anomalous,
+                            faulty,
+                        },
+                    );
+                }
+                servers.push(LiveServerWindow {
+                    server: label.clone(),
+                    faulty: metrics.values().any(|c| c.faulty),
+                    metrics,
+                });
+            }
+            let faulty: Vec<String> = servers
+                .iter()
+                .filter(|s| s.faulty)
+                .map(|s| s.server.clone())
+                .collect();
+            report.faulty.clone_from(&faulty);
+            report.windows.push(LiveWindow {
+                start_ns: start,
+                end_ns: start + window_ns,
+                servers,
+                faulty,
+                root_causes,
+                features: WindowFeatures {
+                    version: LIVE_REPORT_VERSION,
+                    start_ns: start,
+                    window_ns,
+                    servers: report.servers.clone(),
+                    metrics: scored
+                        .windowed
+                        .metrics
+                        .iter()
+                        .map(|mv| MetricFeatures {
+                            metric: mv.metric,
+                            components: mv.components.clone(),
+                            vectors: mv.vectors[w].clone(),
+                        })
+                        .collect(),
+                },
+            });
+            self.last_window = Some(start);
+        }
+        if report.windows.is_empty() {
+            // Nothing new: the verdicts stand as of the last window.
+            report.faulty = self
+                .history
+                .iter()
+                .filter(|(_, m)| {
+                    m.values()
+                        .any(|h| h.iter().filter(|(_, a)| *a).count() >= cfg.k)
+                })
+                .map(|(l, _)| l.clone())
+                .collect();
+        }
+        for label in untrained {
+            report.notes.push(format!(
+                "server {label} has no trained threshold; using the largest trained one"
+            ));
+        }
+        report
+    }
+}
