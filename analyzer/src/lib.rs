@@ -13,6 +13,7 @@
 pub mod automaded;
 pub mod decode;
 pub mod live;
+pub mod load;
 pub mod model;
 pub mod mpi;
 pub mod peers;

@@ -131,32 +131,7 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
 }
 
 fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading model {}", path.display()))?;
-    let mut model: GlobalModel = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a model", path.display()))?;
-    if model.version != analyzer::model::MODEL_VERSION {
-        bail!(
-            "model {} has version {}, this build reads {}",
-            path.display(),
-            model.version,
-            analyzer::model::MODEL_VERSION
-        );
-    }
-    for g in &mut model.groups {
-        for t in [
-            &mut g.initializer,
-            &mut g.finalizer,
-            &mut g.pre_process,
-            &mut g.post_process,
-        ] {
-            t.prepare();
-        }
-        for t in g.handlers.values_mut() {
-            t.prepare();
-        }
-    }
-    Ok(model)
+    Ok(analyzer::load::model(path)?)
 }
 
 fn print_scores(

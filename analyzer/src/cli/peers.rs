@@ -7,8 +7,8 @@ use std::{
 };
 
 use analyzer::peers::{
-    self, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit,
-    THRESHOLDS_VERSION, Thresholds, render,
+    self, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit, Thresholds,
+    render,
 };
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -319,21 +319,7 @@ fn read_endpoints(path: &Path) -> anyhow::Result<Vec<ServerEndpoint>> {
 }
 
 fn load_thresholds(path: &Path) -> anyhow::Result<Thresholds> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading thresholds {}", path.display()))?;
-    let version = serde_json::from_str::<serde_json::Value>(&text)
-        .with_context(|| format!("{} is not JSON", path.display()))?
-        .get("version")
-        .and_then(serde_json::Value::as_u64);
-    if version != Some(u64::from(THRESHOLDS_VERSION)) {
-        bail!(
-            "{} is not a thresholds file of version {THRESHOLDS_VERSION} (found version {:?}); train again with `analyzer peers train`",
-            path.display(),
-            version
-        );
-    }
-    serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a thresholds file", path.display()))
+    Ok(analyzer::load::thresholds(path)?)
 }
 
 /// Runs one `analyzer peers` subcommand.
