@@ -13,6 +13,7 @@ pub mod alerts;
 pub mod budget;
 pub mod config;
 pub mod ctl;
+pub mod live;
 pub mod recorder;
 pub mod window;
 
@@ -35,6 +36,7 @@ use self::{
     budget::{Meter, Shed, Step, Usage},
     config::{AgentConfig, ConfigError},
     ctl::{CtlError, CtlServer, Request, Response},
+    live::{Live, LiveStatus},
     recorder::{FileEntry, FlightRecorder, Limits, RecorderError, Removed},
     window::{Joined, WindowError},
 };
@@ -62,6 +64,9 @@ pub enum AgentError {
     /// The control socket could not be created.
     #[error(transparent)]
     Ctl(#[from] CtlError),
+    /// A model or thresholds file named by `analysis` cannot be used.
+    #[error(transparent)]
+    Load(#[from] analyzer::load::LoadError),
     /// Signals or the runtime failed.
     #[error("agent i/o")]
     Io(#[from] std::io::Error),
@@ -97,6 +102,8 @@ pub struct Agent {
     rearm_gap: Duration,
     snapshots: Vec<PathBuf>,
     host: String,
+    live: Option<Live>,
+    last_auto_snapshot: Option<Instant>,
 }
 
 /// `tracer ctl status`.
@@ -138,6 +145,8 @@ pub struct Status {
     pub alerts_file: PathBuf,
     /// Snapshots written (latest last, at most 20).
     pub snapshots: Vec<PathBuf>,
+    /// Live analysis, when a model or thresholds are configured.
+    pub analysis: Option<LiveStatus>,
 }
 
 /// The session part of [`Status`].
@@ -228,6 +237,7 @@ impl Agent {
                 path: snapshots_dir.clone(),
                 source,
             })?;
+        let live = Live::load(&config)?;
         Ok(Self {
             config_path: config_path.to_path_buf(),
             alerts: AlertLog::new(&config.alerts_path()),
@@ -246,6 +256,8 @@ impl Agent {
             rearm_gap: Duration::ZERO,
             snapshots: Vec::new(),
             host: procfs_host(),
+            live,
+            last_auto_snapshot: None,
         })
     }
 
@@ -268,6 +280,8 @@ impl Agent {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut second = tokio::time::interval(Duration::from_secs(1));
         second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut analysis = tokio::time::interval(self.config.analysis.interval.0);
+        analysis.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll = tokio::time::interval(Duration::from_secs(2));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
@@ -282,6 +296,7 @@ impl Agent {
                 _ = tick.tick() => self.on_tick(),
                 _ = second.tick() => self.on_second().await,
                 _ = poll.tick() => self.poll_targets().await,
+                _ = analysis.tick() => self.analyze(),
                 Some((request, reply)) = requests.recv() => {
                     let response = self.handle(request).await;
                     let _ = reply.send(response);
@@ -523,6 +538,50 @@ impl Agent {
         }
     }
 
+    /// Evaluates the recent past with the loaded model and thresholds and
+    /// raises what they find, with a snapshot of it when configured.
+    fn analyze(&mut self) {
+        let (Some(live), Some(r)) = (&mut self.live, &mut self.running) else {
+            return;
+        };
+        if let Err(e) = r.session.tick() {
+            live.status.last_error = Some(format!("flushing: {}", error_chain(&e)));
+            return;
+        }
+        let now = monotonic_ns();
+        let since = now.saturating_sub(self.config.analysis.window.0.as_nanos() as u64);
+        let (files, preamble) = window_sources(&self.recorder, r, since);
+        let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        let mut buf = Vec::new();
+        if let Err(e) = window::join(&files, &preamble, since, "live window", &mut buf) {
+            live.status.last_error = Some(format!("joining the window: {}", error_chain(&e)));
+            return;
+        }
+        let mut alerts = live.evaluate(&buf, since, now, &self.host);
+        drop(buf);
+        let quiet_for = self.config.analysis.snapshot_window.0 / 2;
+        let wanted = !alerts.is_empty()
+            && self.config.analysis.snapshot_on_alert
+            && self
+                .last_auto_snapshot
+                .is_none_or(|t| t.elapsed() >= quiet_for);
+        if wanted {
+            self.last_auto_snapshot = Some(Instant::now());
+            let reason = format!("alert {}", alerts[0].kind);
+            match self.snapshot(self.config.analysis.snapshot_window.0, &reason) {
+                Ok(s) => {
+                    for a in &mut alerts {
+                        a.snapshot = Some(s.path.clone());
+                    }
+                }
+                Err(e) => eprintln!("tracer agent: snapshot for an alert failed: {e}"),
+            }
+        }
+        for a in &alerts {
+            self.alerts.raise(a);
+        }
+    }
+
     fn records_now(&self) -> u64 {
         self.running
             .as_ref()
@@ -542,9 +601,18 @@ impl Agent {
                 }
             }
             Request::Reload => self.reload().await,
-            Request::Features => Response::error(
-                "no live evaluation is configured (analysis.model or analysis.peers_thresholds)",
-            ),
+            Request::Features => match &self.live {
+                None => Response::error(
+                    "no live evaluation is configured (analysis.model or analysis.peers_thresholds)",
+                ),
+                Some(live) => match &live.last_peers {
+                    Some(report) => Response::ok(report),
+                    None => Response::ok(serde_json::json!({
+                        "note": "no peer windows evaluated yet (analysis.peers_thresholds, at least one interval)",
+                        "analysis": live.status,
+                    })),
+                },
+            },
         }
     }
 
@@ -563,8 +631,18 @@ impl Agent {
                  restart the agent; keeping the running configuration",
             );
         }
+        let live = match Live::load(&new) {
+            Ok(l) => l,
+            Err(e) => {
+                return Response::error(format!(
+                    "{}; keeping the running configuration",
+                    error_chain(&e)
+                ));
+            }
+        };
         let rearm = new.targets != self.config.targets || new.trace != self.config.trace;
         self.config = new;
+        self.live = live;
         self.recorder.set_limits(limits(&self.config));
         // A new budget starts from nothing shed.
         self.shed = Shed::new();
@@ -584,19 +662,8 @@ impl Agent {
             .tick()
             .map_err(|e| format!("flushing: {}", error_chain(&e)))?;
         let since = monotonic_ns().saturating_sub(window.as_nanos() as u64);
-        let (current, _, _) = r.session.current_file();
-        let mut files: Vec<&Path> = self
-            .recorder
-            .files()
-            .filter(|f| f.session == Some(r.id) && f.last_ns >= since)
-            .map(|f| f.path.as_path())
-            .collect();
-        files.push(current);
-        let preamble = r
-            .session
-            .taps()
-            .map(|t| t.preamble_records(since))
-            .unwrap_or_default();
+        let (files, preamble) = window_sources(&self.recorder, r, since);
+        let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
         let slug: String = reason
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -717,8 +784,30 @@ impl Agent {
             alerts: self.alerts.count,
             alerts_file: self.alerts.path().to_path_buf(),
             snapshots: self.snapshots.clone(),
+            analysis: self.live.as_ref().map(|l| l.status.clone()),
         }
     }
+}
+
+/// The files of the current session that hold records from `since_ns` on
+/// (the current one last), and the preambles before it.
+fn window_sources(
+    recorder: &FlightRecorder,
+    r: &Running,
+    since_ns: u64,
+) -> (Vec<PathBuf>, Vec<u8>) {
+    let mut files: Vec<PathBuf> = recorder
+        .files()
+        .filter(|f| f.session == Some(r.id) && f.last_ns >= since_ns)
+        .map(|f| f.path.clone())
+        .collect();
+    files.push(r.session.current_file().0.to_path_buf());
+    let preamble = r
+        .session
+        .taps()
+        .map(|t| t.preamble_records(since_ns))
+        .unwrap_or_default();
+    (files, preamble)
 }
 
 async fn next_activity(

@@ -298,6 +298,20 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                 r["alerts"],
                 r["alerts_file"].as_str().unwrap_or("")
             );
+            if let Some(a) = r["analysis"].as_object() {
+                let _ = writeln!(
+                    out,
+                    "  live analysis: {} evaluations (last {:.0} ms), {} units scored, {} peer windows{}",
+                    a["evaluations"],
+                    a["last_ms"].as_f64().unwrap_or(0.0),
+                    a["units_scored"],
+                    a["peer_windows"],
+                    a["last_error"]
+                        .as_str()
+                        .map(|e| format!("; last error: {e}"))
+                        .unwrap_or_default()
+                );
+            }
         }
         CtlCommand::Snapshot { .. } => {
             let j = &r["joined"];
