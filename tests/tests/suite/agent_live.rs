@@ -1,0 +1,257 @@
+//! The agent's live analysis end to end: a model learned from recorded
+//! normal ring runs is loaded by `tracer agent`, which traces the ring
+//! daemons as they start; a normal run raises no alert, the partial-receive
+//! fault raises one for daemon 2's handler of its right-hand connection,
+//! with a snapshot that scores the same way offline.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use analyzer::{
+    model::GlobalModel,
+    score::{Scoring, score_processes},
+    units::{Variant, decompose_capture},
+};
+use tests::{capture, fixture, privileged, tracer, tracer_bin};
+
+const FUNCTIONS: &[&str] = &[
+    "handle_*",
+    "*_msg",
+    "close_connection",
+    "main_loop",
+    "connect_rhs",
+    "listen_port",
+    "finish",
+];
+
+fn record_ring(ring: &Path, out: &Path, port: u16) {
+    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
+    for f in FUNCTIONS {
+        args.extend(["-f".to_string(), f.to_string()]);
+    }
+    args.extend([
+        "-o".into(),
+        out.display().to_string(),
+        "--".into(),
+        ring.display().to_string(),
+        "4".into(),
+        "10".into(),
+        port.to_string(),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = tracer(&refs);
+    assert!(run.status.success(), "{}", run.stderr);
+}
+
+fn ctl(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(tracer_bin())
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("tracer ctl runs");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "ctl {args:?}: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+struct Agent {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path, config: &str) -> Self {
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, config).expect("write config");
+        let log = dir.join("agent.log");
+        let child = Command::new(tracer_bin())
+            .args(["agent", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("tracer agent starts");
+        let socket = dir.join("agent.sock");
+        let agent = Self { child, socket, log };
+        let started = Instant::now();
+        loop {
+            if agent.socket.exists() {
+                let status = ctl(&agent.socket, &["status"]);
+                if status["result"]["state"] == "recording" {
+                    return agent;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the agent did not start recording: {}",
+                std::fs::read_to_string(&agent.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unit_alerts(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("alert is JSON"))
+        .filter(|a| a["kind"] == "unit")
+        .collect()
+}
+
+#[test]
+fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Its own copy: the agent traces every process of the executable.
+    let ring = fixture("ring", Some("ring_agent"));
+    let base = tests::port_block(25);
+    let mut model = GlobalModel::new(Variant::Paper000);
+    for i in 0..3 {
+        let out = dir.path().join(format!("normal{i}.capture"));
+        record_ring(&ring, &out, base + i * 5);
+        for p in decompose_capture(&capture(&out), Variant::Paper000) {
+            model.learn(&p);
+        }
+    }
+    let model_path = dir.path().join("model.json");
+    std::fs::write(&model_path, serde_json::to_vec(&model).expect("model json")).expect("model");
+
+    let state = dir.path().join("state");
+    let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("{f:?}")).collect();
+    let agent = Agent::start(
+        dir.path(),
+        &format!(
+            r#"
+[agent]
+state_dir = "{state}"
+socket = "{socket}"
+[[target]]
+exe = "{ring}"
+[trace]
+functions = [{functions}]
+ring_size = "1MiB"
+[recorder]
+max_disk = "16MiB"
+file_size = "2MiB"
+file_age = "5s"
+[analysis]
+interval = "1s"
+window = "20s"
+model = "{model}"
+alert_score = 0.5
+snapshot_window = "30s"
+"#,
+            state = state.display(),
+            socket = dir.path().join("agent.sock").display(),
+            ring = ring.display(),
+            functions = functions.join(", "),
+            model = model_path.display(),
+        ),
+    );
+    let alerts = state.join("alerts.jsonl");
+
+    // A normal run under the agent: scored, and nothing to report.
+    let status = Command::new(&ring)
+        .args(["4", "10", &(base + 15).to_string()])
+        .status()
+        .expect("ring runs");
+    assert!(status.success());
+    let scored = |agent: &Agent| {
+        ctl(&agent.socket, &["status"])["result"]["analysis"]["units_scored"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let started = Instant::now();
+    while scored(&agent) < 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the normal run's units were not scored: {:#}\n{}",
+            ctl(&agent.socket, &["status"]),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        unit_alerts(&alerts),
+        Vec::<serde_json::Value>::new(),
+        "a normal run raised alerts"
+    );
+
+    // The fault at daemon 2: its handler of the connection to daemon 3
+    // (listening on base + 3) sees the reset.
+    let faulty_base = tests::port_block(5);
+    let _ = Command::new(&ring)
+        .args(["4", "10", &faulty_base.to_string(), "2"])
+        .status()
+        .expect("faulty ring runs");
+    let started = Instant::now();
+    let peer = format!("127.0.0.1:{}", faulty_base + 3);
+    let alert = loop {
+        if let Some(a) = unit_alerts(&alerts)
+            .into_iter()
+            .find(|a| a["detail"]["peer"] == peer.as_str())
+        {
+            break a;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no alert for the handler of {peer}: {:#?}\n{}",
+            unit_alerts(&alerts),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(alert["detail"]["score"], 1.0, "{alert:#}");
+    assert_eq!(alert["detail"]["kind"], "handler", "{alert:#}");
+    assert_eq!(alert["version"], 1);
+
+    // The snapshot taken for the alert replays, and offline scoring of it
+    // with the same model finds the same unit first.
+    let snapshot = PathBuf::from(
+        alert["snapshot"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no snapshot with the alert: {alert:#}")),
+    );
+    let cap = capture(&snapshot);
+    let scores = score_processes(
+        &model,
+        &cap,
+        "snapshot",
+        &decompose_capture(&cap, Variant::Paper000),
+        Scoring::Nodes,
+    );
+    assert_eq!(
+        scores[0].peer.as_deref(),
+        Some(peer.as_str()),
+        "{:?}",
+        scores[0]
+    );
+    assert_eq!(scores[0].score, 1.0);
+}
