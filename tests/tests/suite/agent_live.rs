@@ -255,3 +255,186 @@ snapshot_window = "30s"
     );
     assert_eq!(scores[0].score, 1.0);
 }
+
+/// Starts `calls pace RATE SECONDS --name LABEL` for each (label, rate).
+fn paced_servers(exe: &Path, servers: &[(&str, u32)], seconds: u32) -> Vec<Child> {
+    servers
+        .iter()
+        .map(|(label, rate)| {
+            Command::new(exe)
+                .args([
+                    "pace",
+                    &rate.to_string(),
+                    &seconds.to_string(),
+                    "--name",
+                    label,
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("calls pace starts")
+        })
+        .collect()
+}
+
+fn server_alerts(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("alert is JSON"))
+        .filter(|a| a["kind"] == "server")
+        .map(|a| a["summary"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Peer comparison live: thresholds trained on four identical servers
+/// (recorded with `tracer record`) are loaded by the agent; four servers
+/// alike raise nothing, and one doing three times the calls of its peers is
+/// indicted, by its command-line label, and only it.
+#[test]
+fn live_peer_comparison_indicts_the_server_unlike_its_peers() {
+    use analyzer::peers::{CaptureSource, Metric, PeersConfig, ServerSplit, analyze, train};
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = fixture("calls", Some("calls_peers"));
+    let labels = ["s0", "s1", "s2", "s3"];
+
+    // Training: one clean run of the four, recorded.
+    let train_capture = dir.path().join("train.capture");
+    let exe_s = exe.display().to_string();
+    let out_s = train_capture.display().to_string();
+    let rec = tests::Background::start(&[
+        "record",
+        "--exe",
+        &exe_s,
+        "-f",
+        "leaf",
+        "--no-syscalls",
+        "--sample-hz",
+        "0",
+        "-o",
+        &out_s,
+    ]);
+    let alike: Vec<(&str, u32)> = labels.iter().map(|l| (*l, 1500)).collect();
+    for mut c in paced_servers(&exe, &alike, 10) {
+        assert!(c.wait().expect("server exits").success());
+    }
+    assert!(rec.stop("INT").success());
+    let cfg = PeersConfig {
+        window_ns: 2_000_000_000,
+        shift_ns: 1_000_000_000,
+        k: 2,
+        metrics: vec![Metric::Count],
+        min_calls: 10.0,
+        split: ServerSplit::PerProcess {
+            label_arg: Some("--name".into()),
+        },
+        ..PeersConfig::default()
+    };
+    let cap = capture(&train_capture);
+    let scored = analyze(
+        "train",
+        &[CaptureSource {
+            path: &train_capture,
+            label: "train",
+            capture: &cap,
+        }],
+        &cfg,
+        2 * cfg.k - 1,
+    )
+    .expect("training run analyses");
+    let thresholds = train(&[scored], &cfg).expect("thresholds");
+    let thresholds_path = dir.path().join("thresholds.json");
+    std::fs::write(
+        &thresholds_path,
+        serde_json::to_vec(&thresholds).expect("json"),
+    )
+    .expect("write thresholds");
+
+    let state = dir.path().join("state");
+    let agent = Agent::start(
+        dir.path(),
+        &format!(
+            r#"
+[agent]
+state_dir = "{state}"
+socket = "{socket}"
+[[target]]
+exe = "{exe}"
+[trace]
+functions = ["leaf"]
+syscalls = false
+ring_size = "1MiB"
+[recorder]
+max_disk = "32MiB"
+file_size = "4MiB"
+file_age = "5s"
+[budget]
+max_events_per_second = 0
+max_cpu_percent = 0.0
+[analysis]
+interval = "1s"
+window = "8s"
+peers_thresholds = "{thresholds}"
+"#,
+            state = state.display(),
+            socket = dir.path().join("agent.sock").display(),
+            exe = exe.display(),
+            thresholds = thresholds_path.display(),
+        ),
+    );
+    let alerts = state.join("alerts.jsonl");
+    let windows = |agent: &Agent| {
+        ctl(&agent.socket, &["status"])["result"]["analysis"]["peer_windows"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+
+    // Four alike: compared, nobody indicted.
+    for mut c in paced_servers(&exe, &alike, 8) {
+        assert!(c.wait().expect("server exits").success());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        windows(&agent) >= 3,
+        "too few peer windows compared: {:#}\n{}",
+        ctl(&agent.socket, &["status"]),
+        agent.log()
+    );
+    assert_eq!(server_alerts(&alerts), Vec::<String>::new());
+    let features = ctl(&agent.socket, &["features"]);
+    assert_eq!(features["ok"], true, "{features:#}");
+    assert_eq!(features["result"]["version"], 1, "{features:#}");
+
+    // s2 makes three times the calls of its peers.
+    let unlike: Vec<(&str, u32)> = labels
+        .iter()
+        .map(|l| (*l, if *l == "s2" { 4500 } else { 1500 }))
+        .collect();
+    let mut servers = paced_servers(&exe, &unlike, 10);
+    let started = Instant::now();
+    let indicted = loop {
+        let found = server_alerts(&alerts);
+        if !found.is_empty() {
+            break found;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "nobody indicted: {:#}\n{}",
+            ctl(&agent.socket, &["features"]),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for c in &mut servers {
+        assert!(c.wait().expect("server exits").success());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let all = server_alerts(&alerts);
+    assert!(indicted[0].starts_with("s2 "), "{indicted:?}");
+    assert!(
+        all.iter().all(|a| a.starts_with("s2 ")),
+        "a server alike its peers was indicted: {all:?}"
+    );
+}
