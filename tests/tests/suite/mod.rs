@@ -1,3 +1,4 @@
+mod agent;
 mod capture_file;
 mod errors;
 mod functions;
