@@ -399,3 +399,202 @@ pub fn assert_ring_fault_localized(
         .join(", ");
     (worst_normal, top)
 }
+
+/// A `tracer agent` in the background, with its configuration, state
+/// directory (`DIR/state`) and control socket (`DIR/ctl.sock`) in a
+/// directory the test owns; stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Agent {
+    /// The agent process.
+    pub child: Child,
+    /// Its configuration file (`DIR/agent.toml`).
+    pub config: PathBuf,
+    /// `[agent] state_dir`.
+    pub state_dir: PathBuf,
+    /// `[agent] socket`.
+    pub socket: PathBuf,
+    log: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Agent {
+    /// The configuration for `dir`: an `[agent]` section placing the state
+    /// and socket in `dir`, then `body` (targets, trace, recorder, ...).
+    pub fn config_text(dir: &Path, body: &str) -> String {
+        format!(
+            "[agent]\nstate_dir = \"{}\"\nsocket = \"{}\"\n\n{body}",
+            dir.join("state").display(),
+            dir.join("ctl.sock").display()
+        )
+    }
+
+    /// Writes `DIR/agent.toml` from `body` and starts `tracer agent` on it;
+    /// returns once `tracer ctl status` answers (panics after 30 s, with
+    /// what the agent printed).
+    pub fn start(dir: &Path, body: &str) -> Self {
+        let config = dir.join("agent.toml");
+        std::fs::write(&config, Self::config_text(dir, body)).expect("write agent.toml");
+        let mut child = Command::new(tracer_bin())
+            .arg("agent")
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tracer agent starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        // Keep draining stderr so the agent never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            }
+        });
+        let mut agent = Self {
+            child,
+            config,
+            state_dir: dir.join("state"),
+            socket: dir.join("ctl.sock"),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            if agent.socket.exists() && agent.ctl(&["status", "--json"]).status.success() {
+                return agent;
+            }
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                // Let the reader thread catch the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                panic!("the agent exited ({status}): {}", agent.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the agent does not answer: {}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs `tracer ctl --socket SOCKET ARGS`.
+    pub fn ctl(&self, args: &[&str]) -> Run {
+        let socket = self.socket.display().to_string();
+        tracer(&[&["ctl", "--socket", &socket], args].concat())
+    }
+
+    /// `tracer ctl status --json`: the status object.
+    pub fn status(&self) -> serde_json::Value {
+        self.request(&["status"])
+    }
+
+    /// `tracer ctl ARGS --json` that must succeed: its `result`.
+    pub fn request(&self, args: &[&str]) -> serde_json::Value {
+        let run = self.ctl(&[args, &["--json"]].concat());
+        assert!(
+            run.status.success(),
+            "tracer ctl {args:?}: {}{}\nagent: {}",
+            run.stdout,
+            run.stderr,
+            self.log()
+        );
+        let mut response: serde_json::Value =
+            serde_json::from_str(&run.stdout).expect("ctl --json prints JSON");
+        assert_eq!(response["ok"], true, "{response}");
+        response["result"].take()
+    }
+
+    /// Polls the status every 100 ms until `done` holds and returns it;
+    /// panics after `timeout` naming `what`.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let started = Instant::now();
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "waited {timeout:?} for {what}; status: {status:#}\nagent: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The last-known session's snapshot of the past `window`, via
+    /// `tracer ctl snapshot --window WINDOW --json`: the result object.
+    pub fn snapshot(&self, window: &str) -> serde_json::Value {
+        self.request(&["snapshot", "--window", window])
+    }
+
+    /// The flight recorder's capture files now, by name (oldest first), with
+    /// their sizes; files removed while listing are left out.
+    pub fn ring_files(&self) -> Vec<(PathBuf, u64)> {
+        let mut files: Vec<(PathBuf, u64)> = std::fs::read_dir(self.state_dir.join("rings"))
+            .map(|d| {
+                d.filter_map(|e| {
+                    let path = e.ok()?.path();
+                    if path.extension()? != "capture" {
+                        return None;
+                    }
+                    Some((path.clone(), std::fs::metadata(&path).ok()?.len()))
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// What the agent printed on stderr so far.
+    pub fn log(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join("\n")
+    }
+
+    /// Sends `signal` and waits (at most 30 s) for the agent to exit.
+    pub fn stop(&mut self, signal: &str) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .expect("kill runs");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the agent") {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the agent did not stop on {signal}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SIGTERM first: the agent detaches and closes its file cleanly.
+            let pid = self.child.id().to_string();
+            let _ = Command::new("kill").args(["-s", "TERM", &pid]).status();
+            let started = Instant::now();
+            while matches!(self.child.try_wait(), Ok(None))
+                && started.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

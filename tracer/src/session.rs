@@ -761,13 +761,18 @@ impl Session {
             guard = self.ring.readable_mut() => {
                 let mut guard = guard?;
                 guard.clear_ready();
-                drain(
+                let more = drain(
                     guard.get_inner_mut(),
                     &mut self.sink,
                     &mut self.tracker,
                     &mut self.loaded,
                     self.taps.as_mut(),
+                    drain_limit(&self.config),
                 )?;
+                if more {
+                    // Stopped at the limit: come back at once for the rest.
+                    guard.retain_ready();
+                }
                 Ok(Activity::Drained)
             }
             status = child_exit => {
@@ -819,7 +824,9 @@ impl Session {
             &mut self.tracker,
             &mut self.loaded,
             self.taps.as_mut(),
-        )
+            drain_limit(&self.config),
+        )?;
+        Ok(())
     }
 
     /// Processes traced now.
@@ -911,7 +918,15 @@ impl Session {
         reason: String,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Summary, RecordError> {
-        self.drain()?;
+        // All of it: nothing drains after this.
+        drain(
+            self.ring.get_mut(),
+            &mut self.sink,
+            &mut self.tracker,
+            &mut self.loaded,
+            self.taps.as_mut(),
+            u64::MAX,
+        )?;
         let stop_ns = monotonic_ns();
         for (tid, enter) in self.loaded.inflight() {
             let pid = tgid_of(tid);
@@ -1044,14 +1059,28 @@ fn write_stats(loaded: &Loaded, sink: &mut Sink) -> Result<BTreeMap<String, u64>
 }
 
 /// Moves every available record from the ring into the capture.
+/// Most one drain adds to the capture file: half the ring. While the
+/// targets keep the ring full a drain would otherwise never end, and the
+/// agent's disk limit keeps one ring's worth free between its checks.
+fn drain_limit(config: &RecordConfig) -> u64 {
+    u64::from(config.ring_bytes) / 2
+}
+
+/// Moves records from the ring to the sink until the ring is empty or the
+/// file grew by `limit` bytes; returns whether it stopped at the limit.
 fn drain(
     ring: &mut RingBuf<MapData>,
     sink: &mut Sink,
     tracker: &mut Tracker,
     loaded: &mut Loaded,
     mut taps: Option<&mut Taps>,
-) -> Result<(), RecordError> {
-    while let Some(item) = ring.next() {
+    limit: u64,
+) -> Result<bool, RecordError> {
+    let start = sink.bytes();
+    while sink.bytes() - start < limit {
+        let Some(item) = ring.next() else {
+            return Ok(false);
+        };
         let bytes: &[u8] = &item;
         let Some(header) = Header::read_from(bytes) else {
             continue;
@@ -1062,7 +1091,7 @@ fn drain(
         }
         sink.push(bytes, &header)?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// What the agent keeps in memory beside its rotating files, each bounded:

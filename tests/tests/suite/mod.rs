@@ -1,3 +1,4 @@
+mod agent;
 mod agent_live;
 mod capture_file;
 mod errors;

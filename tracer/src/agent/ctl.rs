@@ -247,8 +247,14 @@ pub fn request(socket: &Path, request: &Request, timeout: Duration) -> Result<Re
     let mut text =
         serde_json::to_string(request).map_err(|e| CtlError::BadResponse(e.to_string()))?;
     text.push('\n');
-    (&stream).write_all(text.as_bytes()).map_err(io)?;
+    // An agent that refuses the peer answers without reading the request
+    // and closes: the write may fail (EPIPE) while its answer waits unread.
+    let written = (&stream).write_all(text.as_bytes());
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).map_err(io)?;
+    let read = BufReader::new(&stream).read_line(&mut line);
+    if line.is_empty() {
+        written.map_err(io)?;
+        read.map_err(io)?;
+    }
     serde_json::from_str(&line).map_err(|e| CtlError::BadResponse(format!("{e}: {line:?}")))
 }

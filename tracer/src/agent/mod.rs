@@ -467,6 +467,10 @@ impl Agent {
             bytes >= self.recorder.limits().file_bytes
         };
         if due {
+            // Rotating drains once more into the old file: make room for
+            // that drain first, so that one drain at most comes between
+            // two checks of the limit.
+            self.recorder.enforce(bytes);
             let next = self.recorder.next_path(r.id);
             match r.session.rotate(&next) {
                 Ok(closed) => self.recorder.closed(closed, r.id),
