@@ -15,7 +15,7 @@ use analyzer::{
     score::{Scoring, score_processes},
     units::{Variant, decompose_capture},
 };
-use tests::{capture, fixture, privileged, tracer, tracer_bin};
+use tests::{Agent, capture, fixture, privileged, tracer};
 
 const FUNCTIONS: &[&str] = &[
     "handle_*",
@@ -44,73 +44,6 @@ fn record_ring(ring: &Path, out: &Path, port: u16) {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = tracer(&refs);
     assert!(run.status.success(), "{}", run.stderr);
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(tracer_bin())
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("tracer ctl runs");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "ctl {args:?}: {e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-struct Agent {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn start(dir: &Path, config: &str) -> Self {
-        let path = dir.join("agent.toml");
-        std::fs::write(&path, config).expect("write config");
-        let log = dir.join("agent.log");
-        let child = Command::new(tracer_bin())
-            .args(["agent", "--config"])
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("tracer agent starts");
-        let socket = dir.join("agent.sock");
-        let agent = Self { child, socket, log };
-        let started = Instant::now();
-        loop {
-            if agent.socket.exists() {
-                let status = ctl(&agent.socket, &["status"]);
-                if status["result"]["state"] == "recording" {
-                    return agent;
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the agent did not start recording: {}",
-                std::fs::read_to_string(&agent.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn unit_alerts(path: &Path) -> Vec<serde_json::Value> {
@@ -142,15 +75,11 @@ fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
     let model_path = dir.path().join("model.json");
     std::fs::write(&model_path, serde_json::to_vec(&model).expect("model json")).expect("model");
 
-    let state = dir.path().join("state");
     let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("{f:?}")).collect();
     let agent = Agent::start(
         dir.path(),
         &format!(
             r#"
-[agent]
-state_dir = "{state}"
-socket = "{socket}"
 [[target]]
 exe = "{ring}"
 [trace]
@@ -167,14 +96,12 @@ model = "{model}"
 alert_score = 0.5
 snapshot_window = "30s"
 "#,
-            state = state.display(),
-            socket = dir.path().join("agent.sock").display(),
             ring = ring.display(),
             functions = functions.join(", "),
             model = model_path.display(),
         ),
     );
-    let alerts = state.join("alerts.jsonl");
+    let alerts = agent.state_dir.join("alerts.jsonl");
 
     // A normal run under the agent: scored, and nothing to report.
     let status = Command::new(&ring)
@@ -183,7 +110,7 @@ snapshot_window = "30s"
         .expect("ring runs");
     assert!(status.success());
     let scored = |agent: &Agent| {
-        ctl(&agent.socket, &["status"])["result"]["analysis"]["units_scored"]
+        agent.status()["analysis"]["units_scored"]
             .as_u64()
             .unwrap_or(0)
     };
@@ -192,7 +119,7 @@ snapshot_window = "30s"
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "the normal run's units were not scored: {:#}\n{}",
-            ctl(&agent.socket, &["status"]),
+            agent.status(),
             agent.log()
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -352,14 +279,10 @@ fn live_peer_comparison_indicts_the_server_unlike_its_peers() {
     )
     .expect("write thresholds");
 
-    let state = dir.path().join("state");
     let agent = Agent::start(
         dir.path(),
         &format!(
             r#"
-[agent]
-state_dir = "{state}"
-socket = "{socket}"
 [[target]]
 exe = "{exe}"
 [trace]
@@ -378,15 +301,13 @@ interval = "1s"
 window = "8s"
 peers_thresholds = "{thresholds}"
 "#,
-            state = state.display(),
-            socket = dir.path().join("agent.sock").display(),
             exe = exe.display(),
             thresholds = thresholds_path.display(),
         ),
     );
-    let alerts = state.join("alerts.jsonl");
+    let alerts = agent.state_dir.join("alerts.jsonl");
     let windows = |agent: &Agent| {
-        ctl(&agent.socket, &["status"])["result"]["analysis"]["peer_windows"]
+        agent.status()["analysis"]["peer_windows"]
             .as_u64()
             .unwrap_or(0)
     };
@@ -399,13 +320,13 @@ peers_thresholds = "{thresholds}"
     assert!(
         windows(&agent) >= 3,
         "too few peer windows compared: {:#}\n{}",
-        ctl(&agent.socket, &["status"]),
+        agent.status(),
         agent.log()
     );
     assert_eq!(server_alerts(&alerts), Vec::<String>::new());
-    let features = ctl(&agent.socket, &["features"]);
-    assert_eq!(features["ok"], true, "{features:#}");
-    assert_eq!(features["result"]["version"], 1, "{features:#}");
+    let features = agent.request(&["features"]);
+    assert_eq!(features["version"], 1, "{features:#}");
+    assert_eq!(features["compared"], true, "{features:#}");
 
     // s2 makes three times the calls of its peers.
     let unlike: Vec<(&str, u32)> = labels
@@ -422,7 +343,7 @@ peers_thresholds = "{thresholds}"
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "nobody indicted: {:#}\n{}",
-            ctl(&agent.socket, &["features"]),
+            agent.request(&["features"]),
             agent.log()
         );
         std::thread::sleep(Duration::from_millis(200));
