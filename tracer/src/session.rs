@@ -1058,7 +1058,6 @@ fn write_stats(loaded: &Loaded, sink: &mut Sink) -> Result<BTreeMap<String, u64>
     Ok(counters)
 }
 
-/// Moves every available record from the ring into the capture.
 /// Most one drain adds to the capture file: half the ring. While the
 /// targets keep the ring full a drain would otherwise never end, and the
 /// agent's disk limit keeps one ring's worth free between its checks.
