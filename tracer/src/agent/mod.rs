@@ -216,6 +216,10 @@ pub struct SnapshotResult {
     pub bytes: u64,
     /// What went in.
     pub joined: Joined,
+    /// Files of earlier sessions (before a re-arm or a restart of the agent)
+    /// that reach into the window: they replay on their own, but cannot be
+    /// joined with this session's (probe ids differ).
+    pub earlier_files: Vec<PathBuf>,
 }
 
 impl Agent {
@@ -668,6 +672,15 @@ impl Agent {
         let since = monotonic_ns().saturating_sub(window.as_nanos() as u64);
         let (files, preamble) = window_sources(&self.recorder, r, since);
         let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        let window_start = std::time::SystemTime::now()
+            .checked_sub(window)
+            .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        let earlier_files: Vec<PathBuf> = self
+            .recorder
+            .files()
+            .filter(|f| f.session != Some(r.id) && f.closed >= window_start)
+            .map(|f| f.path.clone())
+            .collect();
         let slug: String = reason
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -706,6 +719,7 @@ impl Agent {
             path,
             bytes,
             joined,
+            earlier_files,
         })
     }
 

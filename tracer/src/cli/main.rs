@@ -324,6 +324,13 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                 j["preamble_records"],
                 size(&r["bytes"])
             );
+            for f in r["earlier_files"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "  also in the window, from an earlier session: {}",
+                    f.as_str().unwrap_or("")
+                );
+            }
         }
         CtlCommand::Reload => {
             let _ = writeln!(out, "configuration reloaded");
