@@ -71,6 +71,10 @@ pub(crate) struct BenchAgentArgs {
     /// steady phase, MiB.
     #[arg(long, default_value_t = 8.0)]
     max_rss_growth_mib: f64,
+    /// Also evaluate the recent past live (`[analysis]`, window 30 s every
+    /// 10 s) with a model learned first from a traced run of the target.
+    #[arg(long)]
+    analysis: bool,
     /// Benchmark the debug build instead of the release build.
     #[arg(long)]
     debug: bool,
@@ -127,6 +131,8 @@ struct Row {
     records_total: u64,
     /// Bytes of preambles kept.
     preamble_bytes: u64,
+    /// Time of the last live evaluation, ms (with --analysis).
+    analysis_ms: Option<f64>,
 }
 
 /// One run of the target.
@@ -158,6 +164,7 @@ struct Report {
     burst_minutes: f64,
     after_minutes: f64,
     max_disk: u64,
+    analysis: bool,
     rows: Vec<Row>,
     targets: Vec<TargetRun>,
     mean_cpu_steady: f64,
@@ -174,6 +181,9 @@ struct Report {
     lost: u64,
     sessions: u64,
     shed_actions: u64,
+    /// Live evaluations run and alerts raised (with --analysis).
+    evaluations: u64,
+    alerts: u64,
     checks: Vec<Check>,
 }
 
@@ -192,8 +202,16 @@ pub(crate) fn bench_agent(args: &BenchAgentArgs) -> anyhow::Result<()> {
     let config = dir.join("agent.toml");
     let socket = dir.join("agent.sock");
     let rings = dir.join("state/rings");
-    std::fs::write(&config, agent_config(&dir, &socket, &calls))
-        .with_context(|| format!("writing {}", config.display()))?;
+    let model = if args.analysis {
+        Some(learn_model(&tracer, &calls, &dir)?)
+    } else {
+        None
+    };
+    std::fs::write(
+        &config,
+        agent_config(&dir, &socket, &calls, model.as_deref()),
+    )
+    .with_context(|| format!("writing {}", config.display()))?;
     let log = dir.join("agent.log");
     let mut agent = Agent::start(&tracer, &config, &log)?;
     let result = soak(args, &agent, &socket, &rings, &calls);
@@ -232,7 +250,64 @@ pub(crate) fn bench_agent(args: &BenchAgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn agent_config(dir: &Path, socket: &Path, calls: &Path) -> String {
+/// Records a short run of the target and learns a model of it, for the
+/// live evaluation.
+fn learn_model(tracer: &Path, calls: &Path, dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let capture = dir.join("learn.capture");
+    let out = Command::new(tracer)
+        .args([
+            "record",
+            "--sample-hz",
+            "0",
+            "-f",
+            "leaf",
+            "-f",
+            "site_*",
+            "-o",
+        ])
+        .arg(&capture)
+        .arg("--")
+        .arg(calls)
+        .args(["pace", "5000", "3"])
+        .output()
+        .context("running tracer record")?;
+    if !out.status.success() {
+        bail!(
+            "recording the run to learn from failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let analyzer = tracer.with_file_name("analyzer");
+    let model = dir.join("model.json");
+    let out = Command::new(&analyzer)
+        .args(["model", "learn", "-o"])
+        .arg(&model)
+        .arg(&capture)
+        .output()
+        .with_context(|| format!("running {}", analyzer.display()))?;
+    if !out.status.success() {
+        bail!(
+            "learning the model failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(model)
+}
+
+fn agent_config(dir: &Path, socket: &Path, calls: &Path, model: Option<&Path>) -> String {
+    let analysis = model.map_or(String::new(), |m| {
+        format!(
+            r#"
+# Snapshots are off so the disk figure is the flight recorder's alone.
+[analysis]
+model = "{}"
+interval = "10s"
+window = "30s"
+snapshot_on_alert = false
+"#,
+            m.display()
+        )
+    });
     format!(
         r#"# written by cargo xtask bench-agent
 version = 1
@@ -251,7 +326,8 @@ sample_hz = 0
 
 [recorder]
 max_disk = "{max_disk}"
-max_age = "2m"
+# At 10 k events/s the age limit removes files, at 100 k/s the size limit.
+max_age = "90s"
 file_size = "4MiB"
 file_age = "10s"
 
@@ -260,7 +336,7 @@ file_age = "10s"
 [budget]
 max_events_per_second = 0
 max_cpu_percent = 0
-"#,
+{analysis}"#,
         state = dir.join("state").display(),
         socket = socket.display(),
         calls = calls.display(),
@@ -502,7 +578,7 @@ fn soak(
             .join(", ")
     ));
     out(&format!(
-        "{:>6} {:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}",
+        "{:>6} {:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8}",
         "t s",
         "phase",
         "events/s",
@@ -512,7 +588,8 @@ fn soak(
         "disk MiB",
         "status",
         "removed",
-        "lost"
+        "lost",
+        "eval ms"
     ));
     let tck = clock_ticks_per_s();
     let state = Arc::new(Mutex::new(Workload {
@@ -584,9 +661,10 @@ fn soak(
                 .map_or(0, |m| m.values().map(u).sum()),
             records_total: records,
             preamble_bytes: u(&s["preambles"]["bytes"]),
+            analysis_ms: s["analysis"]["last_ms"].as_f64(),
         };
         out(&format!(
-            "{:>6.0} {:<8} {:>9.0} {:>7.2} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>7} {:>7}",
+            "{:>6.0} {:<8} {:>9.0} {:>7.2} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>7} {:>7} {:>8}",
             row.t_s,
             row.phase.map_or("(change)", Phase::name),
             row.events_per_s,
@@ -596,7 +674,9 @@ fn soak(
             mib(row.disk_bytes),
             mib(row.status_disk_bytes),
             row.removed_files,
-            row.lost
+            row.lost,
+            row.analysis_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.0}"))
         ));
         rows.push(row);
         prev_at = now;
@@ -706,6 +786,7 @@ fn summarize(
         burst_minutes: args.burst_minutes,
         after_minutes: args.after_minutes,
         max_disk: MAX_DISK,
+        analysis: args.analysis,
         mean_cpu_steady,
         mean_cpu_burst: mean(of(Phase::Burst).map(|r| r.cpu_percent)),
         mean_events_steady: mean(of(Phase::Steady).map(|r| r.events_per_s)),
@@ -722,6 +803,8 @@ fn summarize(
         shed_actions: last["shed"]["actions"]
             .as_array()
             .map_or(0, |a| a.len() as u64),
+        evaluations: u(&last["analysis"]["evaluations"]),
+        alerts: u(&last["alerts"]),
         rows,
         targets: runs,
         checks,
@@ -785,6 +868,13 @@ fn print_summary(
         "  records {} ({:.2} h at {} ev/s), lost {}, sessions {}, shed steps {}",
         r.records_total, r.hour_equivalent, r.rate, r.lost, r.sessions, r.shed_actions
     )?;
+    if r.analysis {
+        writeln!(
+            w,
+            "  live analysis: {} evaluations, {} alerts",
+            r.evaluations, r.alerts
+        )?;
+    }
     for c in &r.checks {
         writeln!(
             w,
