@@ -119,6 +119,9 @@ struct Row {
     self_cpu_percent: f64,
     /// VmRSS, bytes.
     rss_bytes: u64,
+    /// VmHWM since the last row, bytes: the peak, which a live evaluation
+    /// reaches for a fraction of a second between two samples.
+    peak_rss_bytes: u64,
     /// Capture files on disk (the directory, measured here), bytes.
     disk_bytes: u64,
     /// The agent's `recorder.disk_bytes`.
@@ -172,6 +175,8 @@ struct Report {
     mean_events_steady: f64,
     mean_events_burst: f64,
     max_rss_bytes: u64,
+    /// The highest per-row peak at the steady rate (steady and after).
+    max_rss_steady_bytes: u64,
     rss_growth_steady_bytes: f64,
     max_disk_bytes_seen: u64,
     records_total: u64,
@@ -423,16 +428,29 @@ fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0))
 }
 
-/// VmRSS of `pid`, bytes.
-fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+/// `field` (VmRSS, VmHWM) of `pid`'s status, bytes.
+fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("the agent (pid {pid}) is gone"))?;
     let kib = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .context("no VmRSS in /proc/PID/status")?;
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))?;
     Ok(kib * 1024)
+}
+
+fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    status_bytes(pid, "VmRSS")
+}
+
+/// The peak resident size since the last call; resets the peak
+/// (`/proc/PID/clear_refs` 5, Linux >= 4.0) so each row has its own.
+fn take_peak_rss(pid: u32) -> anyhow::Result<u64> {
+    let peak = status_bytes(pid, "VmHWM")?;
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .with_context(|| format!("resetting the peak RSS of pid {pid}"))?;
+    Ok(peak)
 }
 
 /// Bytes of the capture files in `dir`.
@@ -578,13 +596,14 @@ fn soak(
             .join(", ")
     ));
     out(&format!(
-        "{:>6} {:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8}",
+        "{:>6} {:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8}",
         "t s",
         "phase",
         "events/s",
         "cpu %",
         "self %",
         "RSS MiB",
+        "peak MiB",
         "disk MiB",
         "status",
         "removed",
@@ -609,6 +628,8 @@ fn soak(
     let mut max_disk = 0u64;
     let mut prev_at = Instant::now();
     let mut prev_ticks = cpu_ticks(pid)?;
+    // The start-up peak (loading programs) is not the soak's.
+    take_peak_rss(pid)?;
     let mut prev_records = u(&status(socket)?["records_total"]);
     let mut prev_phase = phase_now();
     let mut last = Value::Null;
@@ -635,8 +656,9 @@ fn soak(
         let now = Instant::now();
         let ticks = cpu_ticks(pid)?;
         let rss = rss_bytes(pid)?;
+        let peak = take_peak_rss(pid)?;
         let disk = dir_bytes(rings);
-        max_rss = max_rss.max(rss);
+        max_rss = max_rss.max(rss).max(peak);
         max_disk = max_disk.max(disk);
         let dt = now.duration_since(prev_at).as_secs_f64().max(1e-3);
         let records = u(&s["records_total"]);
@@ -652,6 +674,7 @@ fn soak(
             cpu_percent: ticks.saturating_sub(prev_ticks) as f64 / tck / dt * 100.0,
             self_cpu_percent: s["usage"]["cpu_percent"].as_f64().unwrap_or(0.0),
             rss_bytes: rss,
+            peak_rss_bytes: peak,
             disk_bytes: disk,
             status_disk_bytes: u(&s["recorder"]["disk_bytes"]),
             removed_files: u(&s["recorder"]["removed_for_size"]["files"])
@@ -664,13 +687,14 @@ fn soak(
             analysis_ms: s["analysis"]["last_ms"].as_f64(),
         };
         out(&format!(
-            "{:>6.0} {:<8} {:>9.0} {:>7.2} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>7} {:>7} {:>8}",
+            "{:>6.0} {:<8} {:>9.0} {:>7.2} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7} {:>7} {:>8}",
             row.t_s,
             row.phase.map_or("(change)", Phase::name),
             row.events_per_s,
             row.cpu_percent,
             row.self_cpu_percent,
             mib(row.rss_bytes),
+            mib(row.peak_rss_bytes),
             mib(row.disk_bytes),
             mib(row.status_disk_bytes),
             row.removed_files,
@@ -792,6 +816,12 @@ fn summarize(
         mean_events_steady: mean(of(Phase::Steady).map(|r| r.events_per_s)),
         mean_events_burst: mean(of(Phase::Burst).map(|r| r.events_per_s)),
         max_rss_bytes: max_rss,
+        max_rss_steady_bytes: rows
+            .iter()
+            .filter(|r| matches!(r.phase, Some(Phase::Steady | Phase::After)))
+            .map(|r| r.peak_rss_bytes)
+            .max()
+            .unwrap_or(0),
         rss_growth_steady_bytes: growth,
         max_disk_bytes_seen: max_disk_seen,
         records_total,
@@ -851,8 +881,9 @@ fn print_summary(
     )?;
     writeln!(
         w,
-        "  max RSS {:.1} MiB; growth over the steady phase (last third - first third) {:+.2} MiB",
+        "  max RSS {:.1} MiB ({:.1} MiB at the steady rate); growth over the steady phase (last third - first third) {:+.2} MiB",
         mib(r.max_rss_bytes),
+        mib(r.max_rss_steady_bytes),
         r.rss_growth_steady_bytes / (1u64 << 20) as f64
     )?;
     writeln!(
