@@ -919,3 +919,113 @@ fn print_summary(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchAgentArgs,
+    }
+
+    fn args() -> BenchAgentArgs {
+        Cli::parse_from(["bench-agent"]).args
+    }
+
+    fn row(phase: Option<Phase>, cpu: f64, rss_mib: u64) -> Row {
+        Row {
+            t_s: 0.0,
+            phase,
+            events_per_s: 10_000.0,
+            cpu_percent: cpu,
+            self_cpu_percent: 0.0,
+            rss_bytes: rss_mib << 20,
+            peak_rss_bytes: rss_mib << 20,
+            disk_bytes: 0,
+            status_disk_bytes: 0,
+            removed_files: 0,
+            lost: 0,
+            records_total: 0,
+            preamble_bytes: 0,
+            analysis_ms: None,
+        }
+    }
+
+    fn runs(ratio: f64) -> Vec<TargetRun> {
+        vec![TargetRun {
+            phase: Phase::Steady,
+            asked_calls_per_s: 5000.0,
+            achieved_calls_per_s: 5000.0 * ratio,
+            seconds: 60.0,
+        }]
+    }
+
+    fn failed(r: &Report) -> Vec<&str> {
+        r.checks.iter().filter(|c| !c.ok).map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn the_rate_the_fixture_printed_is_read() {
+        let out = "pace: 300000 calls in 60.002 s = 4999.8 calls/s (asked 5000.0) sum 42\n";
+        assert_eq!(achieved(out), Some(4999.8));
+        assert_eq!(achieved("unknown mode pace\n"), None);
+    }
+
+    #[test]
+    fn a_quiet_agent_passes_and_phase_changes_are_left_out() {
+        let mut rows: Vec<Row> = (0..6).map(|_| row(Some(Phase::Steady), 0.2, 30)).collect();
+        // The interval that straddles the burst is neither phase's.
+        rows.push(row(None, 50.0, 30));
+        rows.push(row(Some(Phase::Burst), 1.0, 31));
+        let r = summarize(&args(), rows, runs(1.0), &Value::Null, 31 << 20, 50 << 20);
+        assert!(failed(&r).is_empty(), "{:?}", failed(&r));
+        assert!((r.mean_cpu_steady - 0.2).abs() < 1e-9);
+        assert!((r.mean_cpu_burst - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_missed_target_fails_its_check() {
+        let steady = |cpu, rss: &[u64]| -> Vec<Row> {
+            rss.iter()
+                .map(|m| row(Some(Phase::Steady), cpu, *m))
+                .collect()
+        };
+        let flat = [30, 30, 30, 30, 30, 30];
+        let r = summarize(&args(), steady(6.0, &flat), runs(1.0), &Value::Null, 0, 0);
+        assert_eq!(failed(&r), ["mean CPU at the steady rate"]);
+        let r = summarize(
+            &args(),
+            steady(0.2, &flat),
+            runs(1.0),
+            &Value::Null,
+            120 << 20,
+            0,
+        );
+        assert_eq!(failed(&r), ["max RSS"]);
+        let growing = [30, 30, 35, 40, 45, 50];
+        let r = summarize(
+            &args(),
+            steady(0.2, &growing),
+            runs(1.0),
+            &Value::Null,
+            0,
+            0,
+        );
+        assert_eq!(failed(&r), ["RSS growth over the steady phase"]);
+        let r = summarize(
+            &args(),
+            steady(0.2, &flat),
+            runs(1.0),
+            &Value::Null,
+            0,
+            MAX_DISK + 1,
+        );
+        assert_eq!(failed(&r), ["disk within max_disk"]);
+        let r = summarize(&args(), steady(0.2, &flat), runs(0.8), &Value::Null, 0, 0);
+        assert_eq!(failed(&r), ["target held the steady rate"]);
+    }
+}
