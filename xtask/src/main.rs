@@ -6,9 +6,11 @@
 //! - `demo`: trace a ring of event-driven daemons in normal runs, learn a
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
+//! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
 
 mod bench;
+mod bench_agent;
 mod bench_python;
 mod gluster;
 mod mpi;
@@ -50,6 +52,10 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         repeat: usize,
     },
+    /// Soak the long-lived agent (needs root): a paced target at 10 k
+    /// events/s, a burst, restarts; a table of its CPU, memory and disk.
+    /// Exits non-zero when a target is missed.
+    BenchAgent(bench_agent::BenchAgentArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
@@ -258,6 +264,7 @@ fn main() -> anyhow::Result<()> {
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
+        Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
