@@ -311,6 +311,9 @@ pub struct AnalysisSection {
     pub snapshot_on_alert: bool,
     /// How much of the past a snapshot holds.
     pub snapshot_window: Span,
+    /// Most bytes of records one evaluation reads: above it the window is
+    /// shortened (an evaluation holds a few times its window in memory).
+    pub max_window_bytes: Size,
 }
 
 impl Default for AnalysisSection {
@@ -324,6 +327,7 @@ impl Default for AnalysisSection {
             peers_thresholds: None,
             snapshot_on_alert: true,
             snapshot_window: Span(Duration::from_secs(120)),
+            max_window_bytes: Size(8 << 20),
         }
     }
 }
@@ -481,6 +485,12 @@ impl AgentConfig {
             return Err(invalid(
                 "analysis.window",
                 "shorter than analysis.interval: some records would never be evaluated".into(),
+            ));
+        }
+        if a.max_window_bytes.0 < 256 << 10 {
+            return Err(invalid(
+                "analysis.max_window_bytes",
+                "below 256 KiB an evaluation sees too little".into(),
             ));
         }
         if !(0.0..=1.0).contains(&a.alert_score) {

@@ -32,6 +32,12 @@ pub struct LiveStatus {
     pub last_max_score: Option<f64>,
     /// Peer windows compared in all.
     pub peer_windows: u64,
+    /// The window the last evaluation read, seconds (shorter than the
+    /// configured one when `max_window_bytes` capped it).
+    pub last_window_s: f64,
+    /// Evaluations whose window was shortened by `max_window_bytes` (units
+    /// before a shortened window may go unscored).
+    pub shortened: u64,
     /// Why the last evaluation failed, if it did.
     pub last_error: Option<String>,
 }

@@ -557,7 +557,21 @@ impl Agent {
             return;
         }
         let now = monotonic_ns();
-        let since = now.saturating_sub(self.config.analysis.window.0.as_nanos() as u64);
+        let window_ns = self.config.analysis.window.0.as_nanos() as u64;
+        // Shorten the window to what max_window_bytes holds at the recent
+        // byte rate: an evaluation holds a few times its window in memory.
+        let eval_ns = match recent_byte_rate(&self.recorder, r, now, window_ns) {
+            Some(rate) if rate > 0.0 => {
+                let fits = (self.config.analysis.max_window_bytes.0 as f64 / rate) as u64;
+                window_ns.min(fits.max(1_000_000_000))
+            }
+            _ => window_ns,
+        };
+        live.status.last_window_s = eval_ns as f64 / 1e9;
+        if eval_ns < window_ns {
+            live.status.shortened += 1;
+        }
+        let since = now.saturating_sub(eval_ns);
         let (files, preamble) = window_sources(&self.recorder, r, since);
         let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
         let mut buf = Vec::new();
@@ -826,6 +840,28 @@ fn window_sources(
         .map(|t| t.preamble_records(since_ns))
         .unwrap_or_default();
     (files, preamble)
+}
+
+/// Bytes written per ns over the files of the current session that reach
+/// into the last `window_ns` (`None` before anything was written).
+fn recent_byte_rate(
+    recorder: &FlightRecorder,
+    r: &Running,
+    now: u64,
+    window_ns: u64,
+) -> Option<f64> {
+    let (_, mut bytes, mut first) = r.session.current_file();
+    for f in recorder.files() {
+        if f.session == Some(r.id) && f.first_ns > 0 && f.last_ns + window_ns >= now {
+            bytes += f.bytes;
+            first = if first == 0 {
+                f.first_ns
+            } else {
+                first.min(f.first_ns)
+            };
+        }
+    }
+    (first > 0 && now > first).then(|| bytes as f64 / (now - first) as f64)
 }
 
 async fn next_activity(

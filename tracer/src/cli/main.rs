@@ -301,9 +301,10 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
             if let Some(a) = r["analysis"].as_object() {
                 let _ = writeln!(
                     out,
-                    "  live analysis: {} evaluations (last {:.0} ms), {} units scored, {} peer windows{}",
+                    "  live analysis: {} evaluations (last {:.0} ms over {:.1} s), {} units scored, {} peer windows{}",
                     a["evaluations"],
                     a["last_ms"].as_f64().unwrap_or(0.0),
+                    a["last_window_s"].as_f64().unwrap_or(0.0),
                     a["units_scored"],
                     a["peer_windows"],
                     a["last_error"]
