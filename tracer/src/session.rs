@@ -861,6 +861,16 @@ impl Session {
         (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
     }
 
+    /// Mean size of a record in the current file, bytes (metadata included).
+    pub fn bytes_per_record(&self) -> f64 {
+        let records = self.sink.records();
+        if records == 0 {
+            64.0
+        } else {
+            self.sink.bytes() as f64 / records as f64
+        }
+    }
+
     /// Keeps what the agent needs beside the rotating files (see [`Taps`]).
     pub fn enable_taps(&mut self, taps: Taps) {
         self.taps = Some(taps);

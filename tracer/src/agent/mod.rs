@@ -560,8 +560,11 @@ impl Agent {
         let window_ns = self.config.analysis.window.0.as_nanos() as u64;
         // Shorten the window to what max_window_bytes holds at the recent
         // byte rate: an evaluation holds a few times its window in memory.
-        let eval_ns = match recent_byte_rate(&self.recorder, r, now, window_ns) {
-            Some(rate) if rate > 0.0 => {
+        // The rate of the last second too, so a burst is seen at once.
+        let instant = self.meter.usage.events_per_s * r.session.bytes_per_record() / 1e9;
+        let recent = recent_byte_rate(&self.recorder, r, now, window_ns).unwrap_or(0.0);
+        let eval_ns = match recent.max(instant) {
+            rate if rate > 0.0 => {
                 let fits = (self.config.analysis.max_window_bytes.0 as f64 / rate) as u64;
                 window_ns.min(fits.max(1_000_000_000))
             }
@@ -581,6 +584,10 @@ impl Agent {
         }
         let mut alerts = live.evaluate(&buf, since, now, &self.host);
         drop(buf);
+        // Give the evaluation's memory back to the system now (glibc keeps
+        // freed heap otherwise, and the resident size would stay at its peak).
+        // SAFETY: no preconditions.
+        unsafe { libc::malloc_trim(0) };
         let quiet_for = self.config.analysis.snapshot_window.0 / 2;
         let wanted = !alerts.is_empty()
             && self.config.analysis.snapshot_on_alert
