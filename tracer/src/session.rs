@@ -861,13 +861,15 @@ impl Session {
         (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
     }
 
-    /// Mean size of a record in the current file, bytes (metadata included).
+    /// Mean size of a record in the current file, bytes; metadata (large
+    /// at the start of a file) is included, so the mean is capped at the
+    /// largest record kinds' size.
     pub fn bytes_per_record(&self) -> f64 {
         let records = self.sink.records();
         if records == 0 {
             64.0
         } else {
-            self.sink.bytes() as f64 / records as f64
+            (self.sink.bytes() as f64 / records as f64).min(160.0)
         }
     }
 
