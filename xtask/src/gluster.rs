@@ -169,9 +169,13 @@ struct MatrixArgs {
     /// Peer comparison: distance between feature vectors.
     #[arg(long, value_enum, default_value = "manhattan")]
     distance: analyzer::peers::Distance,
-    /// Peer comparison: metrics (comma-separated; default: all but latency).
+    /// Peer comparison: metrics (comma-separated; default: the analyzer's).
     #[arg(long, value_enum, value_delimiter = ',')]
     metrics: Vec<analyzer::peers::Metric>,
+    /// Peer comparison: metrics compared in shares of each window's work
+    /// (comma-separated; see `analyzer peers train --help`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    normalize: Option<Vec<analyzer::peers::Metric>>,
     #[command(flatten)]
     common: Common,
 }
@@ -463,6 +467,9 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     if !a.metrics.is_empty() {
         cfg.metrics = a.metrics.clone();
     }
+    if let Some(n) = &a.normalize {
+        cfg.normalize = n.clone();
+    }
     cfg.validate()?;
     // Score every run once; keep the scores, not the captures.
     let mut scored = Vec::new();
@@ -480,6 +487,7 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     }
     eprintln!();
     let mut verdicts = Vec::new();
+    let mut workloads: Vec<Workload> = Vec::new();
     for (i, run) in index.runs.iter().enumerate() {
         // Thresholds from the clean runs of the same workload, this one
         // left out: a clean run is never judged by thresholds it trained.
@@ -508,12 +516,36 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             run.server.as_deref().unwrap_or("-")
         );
         verdicts.push((run.fault, run.server.clone(), v));
+        workloads.push(run.workload);
     }
     println!(
         "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, thresholds per workload from the other clean runs",
         a.window, a.shift, cfg.k, cfg.distance
     );
     print_table(&tally(&verdicts));
+    // The combined verdict per workload: where the misses are.
+    let mut names: Vec<Workload> = workloads.clone();
+    names.dedup();
+    let mut per_workload: BTreeMap<(Option<FaultKind>, String), Cell> = BTreeMap::new();
+    for w in names {
+        let mine: Vec<_> = verdicts
+            .iter()
+            .zip(&workloads)
+            .filter(|(_, x)| **x == w)
+            .map(|((f, s, v), _)| {
+                let combined = v.iter().filter(|m| m.metric == "combined");
+                let combined = combined
+                    .map(|m| MetricVerdict {
+                        metric: format!("combined {w}"),
+                        indicted: m.indicted.clone(),
+                    })
+                    .collect();
+                (*f, s.clone(), combined)
+            })
+            .collect();
+        per_workload.extend(tally(&mine));
+    }
+    print_table(&per_workload);
     Ok(())
 }
 

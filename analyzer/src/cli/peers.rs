@@ -118,9 +118,15 @@ pub(crate) struct FeatureArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "samples,count,time,retransmits,socket-bytes"
+        default_value = "samples,count,time,retransmits,socket-bytes,syscall-time"
     )]
     metrics: Vec<Metric>,
+    /// Metrics compared in shares of the window's work: each server's
+    /// vector scaled to percent of the servers' median total per window, so
+    /// an asymmetry keeps its size when a fault slows every server
+    /// (comma-separated; latencies are never scaled).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    normalize: Vec<Metric>,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -173,6 +179,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             resolution: a.resolution,
             min_threshold: a.min_threshold,
             metrics: a.metrics,
+            normalize: a.normalize,
             k: a.k,
             port_arg: a.port_arg,
             endpoints: a.endpoints.endpoints,

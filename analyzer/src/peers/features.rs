@@ -38,10 +38,13 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use tracer_common::{record::lifecycle, syscall::nr};
+use tracer_common::{
+    record::{SYSCALL_UNFINISHED, lifecycle},
+    syscall::{self, nr},
+};
 
 use super::types::{Metric, PeersConfig, PeersError, ServerSplit};
-use crate::decode::{Capture, Event, Symbolizer};
+use crate::decode::{Capture, Event, Symbolizer, syscall_name};
 
 /// Components of [`Metric::Retransmits`].
 pub const RETRANSMIT_COMPONENTS: [&str; 2] =
@@ -502,6 +505,10 @@ pub fn extract(
     let mut samples: Vec<Vec<tracer_common::record::Sample>> = vec![Vec::new(); sources.len()];
     let mut retransmits: Vec<Vec<(usize, tracer_common::record::TcpRetransmit)>> =
         vec![Vec::new(); hosts.len()];
+    // System calls: number → component of `Syscalls` and `SyscallTime`
+    // (apart from `interners`, which the function closure below borrows).
+    let mut syscall_names = Interner::default();
+    let mut syscall_comp: HashMap<u32, u32> = HashMap::new();
     let mut events = 0u64;
     let mut unattributed = 0u64;
     let mut malformed = 0u64;
@@ -638,6 +645,22 @@ pub fn extract(
                         continue;
                     };
                     let t = to_rt(off, h.ts_ns);
+                    let comp = *syscall_comp
+                        .entry(sc.nr)
+                        .or_insert_with(|| syscall_names.id(&syscall_name(sc.nr)));
+                    // An unfinished call has no count yet, but its time so
+                    // far is real (a receive stuck until the stop).
+                    if sc.flags & SYSCALL_UNFINISHED == 0 {
+                        bins.add(s, Metric::Syscalls, comp, t, 1.0);
+                    }
+                    bins.add_interval(
+                        s,
+                        Metric::SyscallTime,
+                        comp,
+                        to_rt(off, sc.enter_ns),
+                        t,
+                        1e-6,
+                    );
                     match sc.nr {
                         nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG if sc.ret > 0 => {
                             bins.add(s, Metric::SocketBytes, 0, t, sc.ret as f64);
@@ -731,6 +754,11 @@ pub fn extract(
         names: interners[Metric::Time.index()].names.clone(),
         ids: interners[Metric::Time.index()].ids.clone(),
     };
+    interners[Metric::Syscalls.index()] = Interner {
+        names: syscall_names.names.clone(),
+        ids: syscall_names.ids.clone(),
+    };
+    interners[Metric::SyscallTime.index()] = syscall_names;
 
     // Pass 2, per host: samples from the host's sample source(s).
     for (host, _) in hosts.iter().enumerate() {
@@ -888,6 +916,31 @@ fn arg_value(cmdline: &[String], arg: &str) -> Option<String> {
     })
 }
 
+/// Scales every server's vector to percent of the servers' median total
+/// (L1 norm), a total below `floor` counting as `floor`.
+pub fn normalize(vectors: &mut [Vec<f64>], floor: f64) {
+    let mut totals: Vec<f64> = vectors.iter().map(|v| v.iter().sum()).collect();
+    let total = super::distance::median(&mut totals).max(floor);
+    // Nothing done on any server: nothing to scale.
+    if total <= 0.0 {
+        return;
+    }
+    let scale = 100.0 / total;
+    for x in vectors.iter_mut().flatten() {
+        *x *= scale;
+    }
+}
+
+/// Whether the system call named `name` waits for readiness (its duration
+/// is idle time, not service time).
+fn is_wait(name: &str) -> bool {
+    syscall::TRACED
+        .iter()
+        .find(|(_, n)| *n == name)
+        .and_then(|(nr, _)| syscall::spec(*nr))
+        .is_some_and(|s| s.flags & syscall::flag::WAIT != 0)
+}
+
 fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -897,6 +950,7 @@ impl Features {
     fn names(&self, metric: Metric) -> &[String] {
         match metric {
             Metric::Latency => &self.components[Metric::Time.index()],
+            Metric::SyscallLatency => &self.components[Metric::SyscallTime.index()],
             m => &self.components[m.index()],
         }
     }
@@ -949,33 +1003,45 @@ impl Features {
             }
             out
         });
-        // Latency: a window's exclusive time over its calls, per function
-        // (0 where it was not called); time and count share component ids.
-        let wants_latency = cfg.metrics.contains(&Metric::Latency);
-        let latency: HashMap<u32, Vec<Vec<f64>>> = windowed[Metric::Time.index()]
-            .iter()
-            .filter(|_| wants_latency)
-            .map(|(comp, time)| {
-                let calls = windowed[Metric::Count.index()].get(comp);
-                let per_call = time
+        // Latencies: a window's time over its calls, per function or system
+        // call (0 where it was not called); time and count of one kind share
+        // component ids.
+        let per_call =
+            |time: Metric, count: Metric, wanted: Metric| -> HashMap<u32, Vec<Vec<f64>>> {
+                if !cfg.metrics.contains(&wanted) {
+                    return HashMap::new();
+                }
+                windowed[time.index()]
                     .iter()
-                    .enumerate()
-                    .map(|(s, ms)| {
-                        ms.iter()
+                    .map(|(comp, time)| {
+                        let calls = windowed[count.index()].get(comp);
+                        let per_call = time
+                            .iter()
                             .enumerate()
-                            .map(|(w, ms)| {
-                                let n = calls.map_or(0.0, |c| c[s][w]);
-                                if n > 0.0 { ms * 1e3 / n } else { 0.0 }
+                            .map(|(s, ms)| {
+                                ms.iter()
+                                    .enumerate()
+                                    .map(|(w, ms)| {
+                                        let n = calls.map_or(0.0, |c| c[s][w]);
+                                        if n > 0.0 { ms * 1e3 / n } else { 0.0 }
+                                    })
+                                    .collect()
                             })
-                            .collect()
+                            .collect();
+                        (*comp, per_call)
                     })
-                    .collect();
-                (*comp, per_call)
-            })
-            .collect();
+                    .collect()
+            };
+        let latency = per_call(Metric::Time, Metric::Count, Metric::Latency);
+        let syscall_latency = per_call(
+            Metric::SyscallTime,
+            Metric::Syscalls,
+            Metric::SyscallLatency,
+        );
         let column = |m: Metric| -> &HashMap<u32, Vec<Vec<f64>>> {
             match m {
                 Metric::Latency => &latency,
+                Metric::SyscallLatency => &syscall_latency,
                 _ => &windowed[m.index()],
             }
         };
@@ -1007,6 +1073,23 @@ impl Features {
                             && peak(Metric::Count, *c) >= cfg.scaled(cfg.min_calls.max(1.0))
                     })
                     .collect(),
+                Metric::Syscalls => (0..n)
+                    .filter(|c| {
+                        peak(Metric::SyscallTime, *c) >= cfg.scaled(cfg.min_time_ms)
+                            || (cfg.min_calls > 0.0 && peak(m, *c) >= cfg.scaled(cfg.min_calls))
+                    })
+                    .collect(),
+                Metric::SyscallTime => (0..n)
+                    .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_time_ms))
+                    .collect(),
+                // Calls frequent enough for a mean per window; waits left
+                // out (see `Metric::SyscallLatency`).
+                Metric::SyscallLatency => (0..n)
+                    .filter(|c| {
+                        !is_wait(&self.names(m)[*c as usize])
+                            && peak(Metric::Syscalls, *c) >= cfg.scaled(cfg.min_calls.max(1.0))
+                    })
+                    .collect(),
                 Metric::Retransmits | Metric::SocketBytes => (0..n).collect(),
             };
             // A stable order for reports and tests.
@@ -1023,11 +1106,22 @@ impl Features {
                     .iter()
                     .map(|c| column(*m).get(c).unwrap_or(&zero))
                     .collect();
+                let floor = match m {
+                    Metric::Samples => Some(cfg.scaled(cfg.min_samples)),
+                    Metric::Time | Metric::SyscallTime => Some(cfg.scaled(cfg.min_time_ms)),
+                    Metric::Latency | Metric::SyscallLatency => None,
+                    _ => Some(cfg.scaled(cfg.min_calls).max(1.0)),
+                }
+                .filter(|_| cfg.normalize.contains(m));
                 let vectors = (0..starts.len())
                     .map(|w| {
-                        (0..self.servers.len())
+                        let mut v: Vec<Vec<f64>> = (0..self.servers.len())
                             .map(|s| columns.iter().map(|col| col[s][w]).collect())
-                            .collect()
+                            .collect();
+                        if let Some(floor) = floor {
+                            normalize(&mut v, floor);
+                        }
+                        v
                     })
                     .collect();
                 MetricVectors {
@@ -1046,5 +1140,58 @@ impl Features {
             metrics,
             common_span: (start, end),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_told_from_service_calls() {
+        for wait in [
+            "epoll_wait",
+            "epoll_pwait",
+            "poll",
+            "ppoll",
+            "select",
+            "pselect6",
+        ] {
+            assert!(is_wait(wait), "{wait}");
+        }
+        for call in [
+            "readv",
+            "writev",
+            "recvmsg",
+            "sendto",
+            "accept4",
+            "syscall_999",
+        ] {
+            assert!(!is_wait(call), "{call}");
+        }
+    }
+
+    /// Totals 10, 20, 30, 100: the median is 25, so every component is
+    /// scaled by 100/25 = 4; with a floor of 50 the scale is 100/50 = 2.
+    #[test]
+    fn normalize_scales_to_percent_of_the_median_total() {
+        let v = || {
+            vec![
+                vec![5.0, 5.0],
+                vec![20.0, 0.0],
+                vec![10.0, 20.0],
+                vec![100.0, 0.0],
+            ]
+        };
+        let mut a = v();
+        normalize(&mut a, 1.0);
+        assert_eq!(a[0], vec![20.0, 20.0]);
+        assert_eq!(a[3], vec![400.0, 0.0]);
+        let mut b = v();
+        normalize(&mut b, 50.0);
+        assert_eq!(b[2], vec![20.0, 40.0]);
+        let mut idle = vec![vec![0.0], vec![0.0], vec![0.0]];
+        normalize(&mut idle, 0.0);
+        assert_eq!(idle, vec![vec![0.0]; 3], "no division by zero");
     }
 }

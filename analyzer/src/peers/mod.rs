@@ -27,7 +27,9 @@ mod types;
 
 pub use diagnose::{diagnose, k_of_2k_minus_1, rank_components};
 pub use distance::{KL_EPSILON, distance, median, median_vector, scores, term};
-pub use features::{CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract};
+pub use features::{
+    CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,
+};
 pub use train::{minimal_threshold, train};
 pub use types::{
     Cell, Culprit, Distance, Metric, PeersConfig, PeersError, REPORT_VERSION, Report, RootCause,

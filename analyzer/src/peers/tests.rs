@@ -36,6 +36,8 @@ struct Fault {
     busy_from: Option<f64>,
     /// Its connections retransmit.
     retransmit_from: Option<f64>,
+    /// Its socket reads take 40× as long (a slow link under it).
+    slow_reads_from: Option<f64>,
 }
 
 /// Raw records with their times.
@@ -152,15 +154,20 @@ fn server_records(
             now += (0.2 * rng.jitter(0.05) * MS as f64) as u64;
             own.push(ret(now, 2));
         }
+        let read_ns = if after(fault.slow_reads_from, t) {
+            4 * MS
+        } else {
+            100_000
+        };
         let read = Syscall {
-            header: header(now + 100_000, p, kind::SYSCALL, 88),
+            header: header(now + read_ns, p, kind::SYSCALL, 88),
             enter_ns: now,
             nr: nr::READ,
             fd: 5,
             ret: 4096,
             ..Default::default()
         };
-        own.push((now + 100_000, read.as_bytes().to_vec()));
+        own.push((now + read_ns, read.as_bytes().to_vec()));
         host.push(sample(now + 50_000, p, 1));
         now += MS;
         own.push(ret(now, 0));
@@ -516,6 +523,12 @@ fn symmetric_servers_are_not_indicted() {
     let t = trained(&cfg, false);
     assert_eq!(t.runs.len(), 2);
     for m in &cfg.metrics {
+        // The servers' 100 µs reads stay below syscall-time's minimum
+        // (1 s a minute), so that metric has no component to train.
+        if *m == Metric::SyscallTime {
+            assert!(!t.metrics.contains_key(m), "no syscall-time component");
+            continue;
+        }
         assert_eq!(t.metrics[m].len(), 4, "{m:?} has a threshold per server");
     }
     // A hog on the shared host is sampled too: node samples land on every
@@ -907,4 +920,88 @@ fn thresholds_round_trip_through_json_with_a_version() {
             "{th:?}"
         );
     }
+}
+
+/// Socket reads that take 40× as long on one server (function calls and
+/// their times unchanged) indict it by time in system calls and by latency
+/// per system call, and the read tops the root cause.
+#[test]
+fn slower_socket_reads_indict_their_server_by_syscall_time_and_latency() {
+    for metric in [Metric::SyscallTime, Metric::SyscallLatency] {
+        let cfg = PeersConfig {
+            metrics: vec![Metric::Time, metric],
+            // Training's reads take 4 ms a window: keep them (at 50 ms a
+            // minute) so there is a syscall-time component to train.
+            min_time_ms: 50.0,
+            ..config(ServerSplit::PerCapture)
+        };
+        let t = trained(&cfg, false);
+        let slow = diagnosed(
+            &cfg,
+            &t,
+            &[(
+                3,
+                Fault {
+                    slow_reads_from: Some(12.0),
+                    ..Default::default()
+                },
+            )],
+            false,
+            false,
+        );
+        let text = render::report_text(&slow, cfg.distance);
+        assert_eq!(slow.faulty, vec!["server3"], "{metric:?}: {text}");
+        assert_eq!(
+            slow.faulty_by_metric[&metric],
+            vec!["server3"],
+            "{metric:?}: {text}"
+        );
+        let rc = slow
+            .root_causes
+            .iter()
+            .find(|c| c.metric == metric)
+            .expect("root cause");
+        assert_eq!(rc.top[0].component, "read", "{text}");
+        assert!(rc.top[0].mean_delta > 0.0, "slower, not faster");
+        let clean = diagnosed(&cfg, &t, &[], false, false);
+        assert!(
+            clean.faulty.is_empty(),
+            "{}",
+            render::report_text(&clean, cfg.distance)
+        );
+    }
+}
+
+/// The same busier server, with counts compared in shares of the window's
+/// work: its extra lookups are a larger share of its calls than of its
+/// peers', so it is still indicted, and a clean run indicts nobody.
+#[test]
+fn normalized_counts_still_indict_a_busier_server() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::Count],
+        normalize: vec![Metric::Count],
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    let busy = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            1,
+            Fault {
+                busy_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&busy, cfg.distance);
+    assert_eq!(busy.faulty, vec!["server1"], "{text}");
+    let clean = diagnosed(&cfg, &t, &[], false, false);
+    assert!(
+        clean.faulty.is_empty(),
+        "{}",
+        render::report_text(&clean, cfg.distance)
+    );
 }

@@ -43,28 +43,58 @@ pub enum Metric {
     Retransmits,
     /// Bytes received and sent by the server's socket system calls.
     SocketBytes,
+    /// Calls per recorded system call (beyond the paper: its count metric
+    /// applied to the socket, wait and I/O calls the tracer records).
+    Syscalls,
+    /// Time in each recorded system call, ms (the paper's time metric for
+    /// system calls; spread over the windows a call spans).
+    SyscallTime,
     /// Mean exclusive time per call of each traced function, µs (beyond the
     /// paper): derived from `time` and `count`, it does not scale with the
     /// request rate, so a server that is slower (or faster) per request than
     /// its peers stands out even when lock-step has every server doing the
     /// same, smaller, amount of work (a network hog on one server).
     Latency,
+    /// Mean duration per call of each recorded system call except the waits
+    /// (epoll/poll/select, whose length is idle time set by the peers'
+    /// request rate), µs (beyond the paper): like `latency` it does not
+    /// scale with the request rate, and it sees what the kernel does on the
+    /// server's behalf, which function probes cannot: a send that a shaped
+    /// or congested link queues returns sooner or later than on its peers,
+    /// a receive from a lossy link brings fewer bytes per call.
+    SyscallLatency,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 9] = [
         Self::Samples,
         Self::Count,
         Self::Time,
         Self::Retransmits,
         Self::SocketBytes,
+        Self::Syscalls,
+        Self::SyscallTime,
         Self::Latency,
+        Self::SyscallLatency,
     ];
 
-    /// Metrics with series of their own (the first five of [`Metric::ALL`]);
-    /// the others are derived from them per window.
-    pub const MEASURED: usize = 5;
+    /// Metrics with series of their own (the first seven of
+    /// [`Metric::ALL`]); the others are derived from them per window.
+    pub const MEASURED: usize = 7;
+
+    /// The metrics used unless others are asked for: the paper's three, the
+    /// kernel's network signals and the time in system calls (on the
+    /// GlusterFS matrix it finds every CPU hog and indicts no clean server;
+    /// see `cargo xtask gluster matrix`).
+    pub const DEFAULT: [Metric; 6] = [
+        Self::Samples,
+        Self::Count,
+        Self::Time,
+        Self::Retransmits,
+        Self::SocketBytes,
+        Self::SyscallTime,
+    ];
 
     /// Index in [`Metric::ALL`].
     pub fn index(self) -> usize {
@@ -79,7 +109,10 @@ impl Metric {
             Self::Time => "time",
             Self::Retransmits => "retransmits",
             Self::SocketBytes => "socket-bytes",
+            Self::Syscalls => "syscalls",
+            Self::SyscallTime => "syscall-time",
             Self::Latency => "latency",
+            Self::SyscallLatency => "syscall-latency",
         }
     }
 
@@ -91,7 +124,9 @@ impl Metric {
             Self::Time => "ms",
             Self::Retransmits => "retransmits",
             Self::SocketBytes => "bytes",
-            Self::Latency => "us",
+            Self::Syscalls => "calls",
+            Self::SyscallTime => "ms",
+            Self::Latency | Self::SyscallLatency => "us",
         }
     }
 }
@@ -160,6 +195,16 @@ pub struct PeersConfig {
     pub min_threshold: f64,
     /// Metrics to use.
     pub metrics: Vec<Metric>,
+    /// Metrics whose feature vectors are scaled, per window, to percent of
+    /// the servers' median total (beyond the paper). A fault that slows one
+    /// server slows its peers too when they work in lock-step, so the
+    /// absolute asymmetry it causes shrinks with the work done, while the
+    /// thresholds were learned at full load; in shares of the window's work
+    /// the asymmetry keeps its size. Totals below the dimensionality
+    /// reduction's minimum (per window) count as that minimum, so nearly
+    /// idle windows are not magnified. Per-call latencies are never scaled.
+    #[serde(default)]
+    pub normalize: Vec<Metric>,
     /// k: a server is faulty when anomalous in at least k of the last 2k−1
     /// windows (paper: 3). Training runs need 2k−1 windows.
     pub k: usize,
@@ -223,9 +268,9 @@ impl Default for PeersConfig {
             min_calls: 600.0,
             resolution: None,
             min_threshold: 1.0,
-            // The paper's three and the kernel's network signals; latency
-            // is opt-in (see `Metric::Latency`).
-            metrics: Metric::ALL[..Metric::MEASURED].to_vec(),
+            // Latencies are opt-in (see `Metric::Latency`).
+            metrics: Metric::DEFAULT.to_vec(),
+            normalize: Vec::new(),
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
