@@ -201,6 +201,9 @@ struct Tracker {
     /// for the next file after a rotation.
     infos: BTreeMap<u32, ProcessInfo>,
     kernel_symbols: Vec<Symbol>,
+    /// Command names from lifecycle records, for processes gone too soon.
+    names: BTreeMap<u32, String>,
+    stubbed: HashSet<u32>,
 }
 
 impl Tracker {
@@ -218,6 +221,8 @@ impl Tracker {
             pending_objects: Vec::new(),
             infos: BTreeMap::new(),
             kernel_symbols: Vec::new(),
+            names: BTreeMap::new(),
+            stubbed: HashSet::new(),
         }
     }
 
@@ -239,13 +244,18 @@ impl Tracker {
                         if lc.child_tid != header.pid && loaded.is_traced(lc.child_tid) =>
                     {
                         loaded.register_sockets(lc.child_tid);
+                        self.names.insert(lc.child_tid, comm_of(&lc.comm));
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
                         }
                     }
                     // A new image: new maps.
-                    lifecycle::EXEC => self.snapshot(header.pid, true, sink)?,
+                    lifecycle::EXEC => {
+                        self.names.insert(header.pid, comm_of(&lc.comm));
+                        self.snapshot(header.pid, true, sink)?;
+                        self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+                    }
                     lifecycle::EXIT if lc.group_dead != 0 => {
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
@@ -273,7 +283,33 @@ impl Tracker {
                 loaded.register_sockets(header.pid);
             }
             self.snapshot(header.pid, traced, sink)?;
+            if traced {
+                self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+            }
         }
+        Ok(())
+    }
+
+    /// A process that exited before `/proc` could be read still gets a
+    /// snapshot holding its name, from its lifecycle records (a replay
+    /// then says `calls[42]`, not `?[42]`). Only for `pid`s known to be
+    /// processes: a thread's fork record names a thread.
+    fn stub_if_gone(&mut self, pid: u32, ts_ns: u64, sink: &mut Sink) -> Result<(), RecordError> {
+        if self.infos.contains_key(&pid) || self.stubbed.contains(&pid) {
+            return Ok(());
+        }
+        let Some(comm) = self.names.get(&pid).filter(|c| !c.is_empty()) else {
+            return Ok(());
+        };
+        self.stubbed.insert(pid);
+        self.comms.insert(pid, comm.clone());
+        sink.meta(&Meta::Process(ProcessInfo {
+            pid,
+            seen_ns: ts_ns,
+            traced: true,
+            comm: comm.clone(),
+            ..ProcessInfo::default()
+        }))?;
         Ok(())
     }
 
@@ -307,6 +343,8 @@ impl Tracker {
         self.infos.retain(|pid, _| live.contains(pid));
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
+        self.names.retain(|pid, _| live.contains(pid));
+        self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;
         }
@@ -369,6 +407,11 @@ impl Tracker {
         }
         Ok(())
     }
+}
+
+fn comm_of(raw: &[u8; 16]) -> String {
+    let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
 fn read_kallsyms() -> Vec<(u64, String)> {
