@@ -161,6 +161,35 @@ fn follows_a_target_that_restarts() {
     );
 }
 
+/// An executable replaced on disk (a package upgrade: a new inode under
+/// the same path) is attached again, so the restarted daemon is traced.
+#[test]
+fn a_replaced_executable_is_attached_again() {
+    if !privileged() {
+        return;
+    }
+    let exe = fixture("calls", Some("ag_upgrade"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{}{SMALL_RECORDER}", traced(&exe, "ring_size = \"256KiB\"")),
+    );
+    agent.wait_for("recording", Duration::from_secs(20), |s| {
+        s["state"] == "recording"
+    });
+    let new = exe.with_file_name("ag_upgrade.new");
+    std::fs::copy(&exe, &new).expect("copy the executable");
+    std::fs::rename(&new, &exe).expect("replace it");
+    agent.wait_for("a re-arm on the new inode", Duration::from_secs(20), |s| {
+        s["sessions"].as_u64() == Some(2) && s["state"] == "recording"
+    });
+    let pid = run_fixture(&exe, &["run", "4"]);
+    let snap = agent.snapshot("60s");
+    let counts = entries_by_function(&capture(&path_of(&snap["path"])));
+    let expected: BTreeMap<(u32, String), usize> = run_counts(pid, 4).into_iter().collect();
+    assert_eq!(counts, expected);
+}
+
 /// A snapshot is a private standalone capture that `tracer replay` and the
 /// analyzer read, with the exact calls made.
 #[test]

@@ -77,6 +77,9 @@ struct Running {
     session: Session,
     id: u64,
     exes: Vec<PathBuf>,
+    /// (device, inode) of each executable when attached: uprobes hold the
+    /// inode, so a binary replaced on disk (an upgrade) needs a re-arm.
+    inodes: Vec<Option<(u64, u64)>>,
     started: Instant,
 }
 
@@ -340,7 +343,16 @@ impl Agent {
                 new = true;
             }
         }
-        if new || (self.running.is_none() && !wanted.is_empty()) {
+        // An executable removed from disk cannot be attached again.
+        wanted.retain(|e| e.is_file());
+        let replaced = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.exes.iter().map(|e| inode(e)).ne(r.inodes.iter().copied()));
+        if replaced {
+            eprintln!("tracer agent: an executable was replaced on disk; re-arming on the new one");
+            self.rearm(wanted, "executable replaced").await;
+        } else if new || (self.running.is_none() && !wanted.is_empty()) {
             self.rearm(wanted, "new executables to trace").await;
         }
     }
@@ -387,6 +399,7 @@ impl Agent {
                 self.running = Some(Running {
                     session,
                     id,
+                    inodes: exes.iter().map(|e| inode(e)).collect(),
                     exes,
                     started: Instant::now(),
                 });
@@ -878,6 +891,11 @@ async fn next_activity(
         Some(r) => r.session.next().await,
         None => std::future::pending().await,
     }
+}
+
+fn inode(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn limits(config: &AgentConfig) -> Limits {
