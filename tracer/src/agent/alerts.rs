@@ -23,8 +23,8 @@ pub struct Alert {
     pub at: String,
     /// The host.
     pub host: String,
-    /// `unit` (a suspect execution unit), `server` (a faulty peer) or
-    /// `shed` (load was shed).
+    /// `unit` (a suspect execution unit), `process` (a process the model
+    /// has no group for), `server` (a faulty peer) or `shed` (load was shed).
     pub kind: String,
     /// One line for people.
     pub summary: String,

@@ -49,6 +49,8 @@ pub struct Live {
     alert_score: f64,
     /// The last peers report (per-window features and verdicts).
     pub last_peers: Option<LivePeersReport>,
+    /// Processes already reported as unknown to the model.
+    unknown: std::collections::BTreeSet<u32>,
     /// Counters.
     pub status: LiveStatus,
 }
@@ -73,6 +75,7 @@ impl Live {
             peers,
             alert_score: a.alert_score,
             last_peers: None,
+            unknown: std::collections::BTreeSet::new(),
             status: LiveStatus::default(),
         }))
     }
@@ -99,9 +102,12 @@ impl Live {
             let scores = model.evaluate(&capture, since_ns, now_ns, "live");
             self.status.units_scored += scores.len() as u64;
             self.status.last_max_score = scores.iter().map(|s| s.score).reduce(f64::max);
-            for s in scores.iter().filter(|s| s.score >= self.alert_score) {
-                alerts.push(unit_alert(s, self.alert_score, host));
-            }
+            alerts.extend(unit_alerts(
+                &scores,
+                self.alert_score,
+                host,
+                &mut self.unknown,
+            ));
         }
         if let Some(peers) = &mut self.peers {
             let report = peers.evaluate(&capture, since_ns, now_ns);
@@ -137,6 +143,54 @@ impl Live {
     }
 }
 
+/// Most unit alerts one evaluation raises; the rest are counted in the last.
+const MAX_UNIT_ALERTS: usize = 5;
+
+/// Alerts for the units scoring at least `threshold` (`scores` is sorted,
+/// highest first), without flooding: a process the model has no group for
+/// scores 1 in every unit, so it is reported once, as a process; of the
+/// others at most [`MAX_UNIT_ALERTS`] per evaluation.
+pub(crate) fn unit_alerts(
+    scores: &[UnitScore],
+    threshold: f64,
+    host: &str,
+    unknown: &mut std::collections::BTreeSet<u32>,
+) -> Vec<Alert> {
+    let mut alerts = Vec::new();
+    let mut over = scores.iter().filter(|s| s.score >= threshold);
+    let (mut units, mut rest) = (0, 0);
+    for s in over.by_ref() {
+        if s.reason.starts_with("no process group") {
+            if unknown.insert(s.pid) {
+                let mut a = unit_alert(s, threshold, host);
+                a.kind = "process".into();
+                a.summary = format!(
+                    "{}[{}] matches no process group of the model (its start differs from every learned process): all its units score 1",
+                    s.comm, s.pid
+                );
+                alerts.push(a);
+            }
+            continue;
+        }
+        if units < MAX_UNIT_ALERTS {
+            units += 1;
+            alerts.push(unit_alert(s, threshold, host));
+        } else {
+            rest += 1;
+        }
+    }
+    if rest > 0
+        && let Some(last) = alerts.last_mut()
+    {
+        last.summary.push_str(&format!(
+            " (and {rest} more units at or above {threshold} in this window)"
+        ));
+    }
+    // Forget processes that exited (memory stays bounded over days).
+    unknown.retain(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+    alerts
+}
+
 fn unit_alert(s: &UnitScore, threshold: f64, host: &str) -> Alert {
     let why: Vec<String> = s
         .differences
@@ -169,5 +223,54 @@ fn unit_alert(s: &UnitScore, threshold: f64, host: &str) -> Alert {
         ),
         snapshot: None,
         detail: serde_json::to_value(s).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use analyzer::units::UnitKind;
+
+    use super::*;
+
+    fn score(pid: u32, score: f64, reason: &str) -> UnitScore {
+        UnitScore {
+            host: "h".into(),
+            pid,
+            comm: "d".into(),
+            tid: pid,
+            kind: UnitKind::Handler,
+            start_ns: 0,
+            end_ns: 0,
+            t_s: 0.0,
+            wall: String::new(),
+            capture: "live".into(),
+            connection: None,
+            peer: None,
+            score,
+            reason: reason.into(),
+            differences: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn alerts_do_not_flood() {
+        let me = std::process::id();
+        let mut unknown = std::collections::BTreeSet::new();
+        let mut scores: Vec<UnitScore> = (0..20)
+            .map(|_| score(me, 1.0, "no process group with this signature in the model"))
+            .collect();
+        scores.extend((0..8).map(|i| score(1, 0.99 - f64::from(i) * 0.001, "nodes")));
+        scores.push(score(1, 0.5, "nodes"));
+        let alerts = unit_alerts(&scores, 0.9, "h", &mut unknown);
+        let kinds: Vec<&str> = alerts.iter().map(|a| a.kind.as_str()).collect();
+        assert_eq!(kinds, ["process", "unit", "unit", "unit", "unit", "unit"]);
+        assert!(
+            alerts[5]
+                .summary
+                .ends_with("(and 3 more units at or above 0.9 in this window)")
+        );
+        // The unknown process (this test, alive) is reported once.
+        let again = unit_alerts(&scores[..20], 0.9, "h", &mut unknown);
+        assert!(again.is_empty(), "{again:?}");
     }
 }
