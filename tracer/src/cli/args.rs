@@ -26,10 +26,6 @@ pub struct Args {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per run; boxing would only add noise"
-)]
 pub enum Command {
     /// Record processes into a capture file (needs root).
     ///
@@ -107,6 +103,9 @@ pub struct CtlArgs {
         default_value = "/run/eftrace/agent.sock"
     )]
     pub socket: PathBuf,
+    /// Take the socket from this agent configuration (its `agent.socket`).
+    #[arg(short, long, value_name = "FILE", conflicts_with = "socket")]
+    pub config: Option<PathBuf>,
     /// Print the agent's answer as JSON.
     #[arg(long, global = true)]
     pub json: bool,

@@ -188,7 +188,11 @@ fn run_ctl(args: CtlArgs) -> anyhow::Result<ExitCode> {
         CtlCommand::Reload => Request::Reload,
         CtlCommand::Features => Request::Features,
     };
-    let response = request(&args.socket, &req, std::time::Duration::from_secs(120))?;
+    let socket = match &args.config {
+        Some(path) => tracer::agent::config::AgentConfig::load(path)?.agent.socket,
+        None => args.socket.clone(),
+    };
+    let response = request(&socket, &req, std::time::Duration::from_secs(120))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&response)?);
     } else if let Some(e) = &response.error {
