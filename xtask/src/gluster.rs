@@ -176,6 +176,10 @@ struct MatrixArgs {
     /// (comma-separated; see `analyzer peers train --help`).
     #[arg(long, value_enum, value_delimiter = ',')]
     normalize: Option<Vec<analyzer::peers::Metric>>,
+    /// Peer comparison: the outlier rule's factor (see `analyzer peers
+    /// train --help`); off by default.
+    #[arg(long, value_name = "F")]
+    outlier: Option<f64>,
     #[command(flatten)]
     common: Common,
 }
@@ -470,6 +474,9 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     if let Some(n) = &a.normalize {
         cfg.normalize = n.clone();
     }
+    if a.outlier.is_some() {
+        cfg.outlier = a.outlier;
+    }
     cfg.validate()?;
     // Score every run once; keep the scores, not the captures.
     let mut scored = Vec::new();
@@ -519,8 +526,12 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
         workloads.push(run.workload);
     }
     println!(
-        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, thresholds per workload from the other clean runs",
-        a.window, a.shift, cfg.k, cfg.distance
+        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds per workload from the other clean runs",
+        a.window,
+        a.shift,
+        cfg.k,
+        cfg.distance,
+        cfg.outlier.map_or("off".to_string(), |f| f.to_string())
     );
     print_table(&tally(&verdicts));
     // The combined verdict per workload: where the misses are.

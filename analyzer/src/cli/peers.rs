@@ -62,6 +62,10 @@ pub(crate) enum PeersCommand {
         /// (default: as trained, paper: 3).
         #[arg(long)]
         k: Option<usize>,
+        /// Outlier rule: anomalous only when also above F × the median of
+        /// the other servers' scores in the window (default: as trained).
+        #[arg(long, value_name = "F")]
+        outlier: Option<f64>,
         /// Functions to list per faulty server and metric.
         #[arg(long, default_value_t = 10)]
         top: usize,
@@ -127,6 +131,12 @@ pub(crate) struct FeatureArgs {
     /// (comma-separated; latencies are never scaled).
     #[arg(long, value_enum, value_delimiter = ',')]
     normalize: Vec<Metric>,
+    /// Outlier rule (beyond the paper): a server is anomalous in a window
+    /// only when its score is above its threshold and above F times the
+    /// median of the other servers' scores there, so a window in which
+    /// every server differs from every other indicts none (e.g. 2).
+    #[arg(long, value_name = "F")]
+    outlier: Option<f64>,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -180,6 +190,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             min_threshold: a.min_threshold,
             metrics: a.metrics,
             normalize: a.normalize,
+            outlier: a.outlier,
             k: a.k,
             port_arg: a.port_arg,
             endpoints: a.endpoints.endpoints,
@@ -358,6 +369,7 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
             thresholds,
             captures,
             k,
+            outlier,
             top,
             json,
             svg,
@@ -365,6 +377,10 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
         } => {
             let mut model = load_thresholds(&thresholds)?;
             model.config.endpoints = endpoints.endpoints;
+            if outlier.is_some() {
+                model.config.outlier = outlier;
+                model.config.validate()?;
+            }
             let mut files = Vec::new();
             for c in &captures {
                 if c.is_dir() {

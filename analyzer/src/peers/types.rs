@@ -205,6 +205,18 @@ pub struct PeersConfig {
     /// idle windows are not magnified. Per-call latencies are never scaled.
     #[serde(default)]
     pub normalize: Vec<Metric>,
+    /// Outlier rule (beyond the paper): when set to a factor F, a server is
+    /// anomalous in a window only if its score is above its threshold *and*
+    /// above F times the median of the other servers' scores in that window.
+    /// A server's score is its median distance to its peers, so with few
+    /// servers a window in which every pair disagrees (all four GlusterFS
+    /// bricks disturbed at once) lifts every score above its threshold;
+    /// a single faulty server, though, is far from all peers while they stay
+    /// close to each other, so its score stands out from theirs. `None`
+    /// (the paper's rule, and what older thresholds files load as): the
+    /// threshold alone.
+    #[serde(default)]
+    pub outlier: Option<f64>,
     /// k: a server is faulty when anomalous in at least k of the last 2k−1
     /// windows (paper: 3). Training runs need 2k−1 windows.
     pub k: usize,
@@ -271,6 +283,7 @@ impl Default for PeersConfig {
             // Latencies are opt-in (see `Metric::Latency`).
             metrics: Metric::DEFAULT.to_vec(),
             normalize: Vec::new(),
+            outlier: None,
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
@@ -310,6 +323,9 @@ impl PeersConfig {
         }
         if self.metrics.is_empty() {
             return bad("no metric selected");
+        }
+        if self.outlier.is_some_and(|f| !(f.is_finite() && f >= 1.0)) {
+            return bad("the outlier factor must be a number of at least 1");
         }
         Ok(())
     }
@@ -380,7 +396,8 @@ pub struct Cell {
     pub score: f64,
     /// Its threshold.
     pub threshold: f64,
-    /// Score above the threshold.
+    /// Score above the threshold (and, with the outlier rule, standing out
+    /// from the other servers' scores).
     pub anomalous: bool,
     /// Anomalous in at least k of the last 2k−1 windows.
     pub faulty: bool,
@@ -472,6 +489,10 @@ pub struct Report {
     pub faulty_by_metric: BTreeMap<Metric, Vec<String>>,
     /// k of the k-of-(2k−1) rule.
     pub k: usize,
+    /// The outlier factor, when the outlier rule was on
+    /// ([`PeersConfig::outlier`]).
+    #[serde(default)]
+    pub outlier: Option<f64>,
     /// Metrics compared.
     pub metrics: Vec<Metric>,
     /// Per-server verdicts.
