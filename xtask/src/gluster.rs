@@ -173,11 +173,12 @@ struct MatrixArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     metrics: Vec<analyzer::peers::Metric>,
     /// Peer comparison: metrics compared in shares of each window's work
-    /// (comma-separated; see `analyzer peers train --help`).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    /// (comma-separated; default: the analyzer's; `--normalize` alone:
+    /// none; see `analyzer peers train --help`).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0..)]
     normalize: Option<Vec<analyzer::peers::Metric>>,
-    /// Peer comparison: the outlier rule's factor (see `analyzer peers
-    /// train --help`); off by default.
+    /// Peer comparison: the outlier rule's factor, 0 for off (default: the
+    /// analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "F")]
     outlier: Option<f64>,
     #[command(flatten)]
@@ -474,8 +475,8 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     if let Some(n) = &a.normalize {
         cfg.normalize = n.clone();
     }
-    if a.outlier.is_some() {
-        cfg.outlier = a.outlier;
+    if let Some(f) = a.outlier {
+        cfg.outlier = (f != 0.0).then_some(f);
     }
     cfg.validate()?;
     // Score every run once; keep the scores, not the captures.
