@@ -173,9 +173,14 @@ struct MatrixArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     metrics: Vec<analyzer::peers::Metric>,
     /// Peer comparison: metrics compared in shares of each window's work
-    /// (comma-separated; see `analyzer peers train --help`).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    /// (comma-separated; default: the analyzer's; `--normalize` alone:
+    /// none; see `analyzer peers train --help`).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0..)]
     normalize: Option<Vec<analyzer::peers::Metric>>,
+    /// Peer comparison: the outlier rule's factor, 0 for off (default: the
+    /// analyzer's; see `analyzer peers train --help`).
+    #[arg(long, value_name = "F")]
+    outlier: Option<f64>,
     #[command(flatten)]
     common: Common,
 }
@@ -470,6 +475,9 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
     if let Some(n) = &a.normalize {
         cfg.normalize = n.clone();
     }
+    if let Some(f) = a.outlier {
+        cfg.outlier = (f != 0.0).then_some(f);
+    }
     cfg.validate()?;
     // Score every run once; keep the scores, not the captures.
     let mut scored = Vec::new();
@@ -519,8 +527,12 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
         workloads.push(run.workload);
     }
     println!(
-        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, thresholds per workload from the other clean runs",
-        a.window, a.shift, cfg.k, cfg.distance
+        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds per workload from the other clean runs",
+        a.window,
+        a.shift,
+        cfg.k,
+        cfg.distance,
+        cfg.outlier.map_or("off".to_string(), |f| f.to_string())
     );
     print_table(&tally(&verdicts));
     // The combined verdict per workload: where the misses are.

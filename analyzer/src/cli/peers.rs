@@ -62,6 +62,11 @@ pub(crate) enum PeersCommand {
         /// (default: as trained, paper: 3).
         #[arg(long)]
         k: Option<usize>,
+        /// Outlier rule: anomalous only when also above F × the median of
+        /// the other servers' scores in the window; 0: off (default: as
+        /// trained).
+        #[arg(long, value_name = "F")]
+        outlier: Option<f64>,
         /// Functions to list per faulty server and metric.
         #[arg(long, default_value_t = 10)]
         top: usize,
@@ -118,15 +123,29 @@ pub(crate) struct FeatureArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "samples,count,time,retransmits,socket-bytes,syscall-time"
+        default_value = "samples,count,time,retransmits,socket-bytes,syscalls,syscall-time,syscall-latency"
     )]
     metrics: Vec<Metric>,
     /// Metrics compared in shares of the window's work: each server's
     /// vector scaled to percent of the servers' median total per window, so
     /// an asymmetry keeps its size when a fault slows every server
-    /// (comma-separated; latencies are never scaled).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    /// (comma-separated; latencies are never scaled; `--normalize` alone:
+    /// none).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        num_args = 0..,
+        default_value = "syscalls"
+    )]
     normalize: Vec<Metric>,
+    /// Outlier rule (beyond the paper): a server is anomalous in a window
+    /// only when its score is above its threshold and above F times the
+    /// median of the other servers' scores there, so a window in which
+    /// every server differs from every other indicts none; 0: off (the
+    /// paper's rule).
+    #[arg(long, value_name = "F", default_value_t = 1.5)]
+    outlier: f64,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -180,6 +199,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             min_threshold: a.min_threshold,
             metrics: a.metrics,
             normalize: a.normalize,
+            outlier: (a.outlier != 0.0).then_some(a.outlier),
             k: a.k,
             port_arg: a.port_arg,
             endpoints: a.endpoints.endpoints,
@@ -358,6 +378,7 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
             thresholds,
             captures,
             k,
+            outlier,
             top,
             json,
             svg,
@@ -365,6 +386,10 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
         } => {
             let mut model = load_thresholds(&thresholds)?;
             model.config.endpoints = endpoints.endpoints;
+            if let Some(f) = outlier {
+                model.config.outlier = (f != 0.0).then_some(f);
+                model.config.validate()?;
+            }
             let mut files = Vec::new();
             for c in &captures {
                 if c.is_dir() {

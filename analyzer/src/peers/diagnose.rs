@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{
     Scored,
-    distance::{median_vector, term},
+    distance::{median, median_vector, term},
     types::{
         Cell, Culprit, Metric, REPORT_VERSION, Report, RootCause, ServerVerdict, ServerWindow,
         Thresholds, WindowReport,
@@ -23,6 +23,25 @@ pub fn k_of_2k_minus_1(anomalous: &[bool], k: usize) -> Vec<bool> {
         .map(|w| {
             let from = (w + 1).saturating_sub(span);
             anomalous[from..=w].iter().filter(|a| **a).count() >= k
+        })
+        .collect()
+}
+
+/// Per server, whether its score exceeds `factor` times the median of the
+/// other servers' scores (the outlier rule of [`PeersConfig::outlier`]).
+/// NaN scores never stand out.
+///
+/// [`PeersConfig::outlier`]: super::PeersConfig::outlier
+pub fn stands_out(scores: &[f64], factor: f64) -> Vec<bool> {
+    (0..scores.len())
+        .map(|s| {
+            let mut others: Vec<f64> = scores
+                .iter()
+                .enumerate()
+                .filter(|(o, _)| *o != s)
+                .map(|(_, x)| *x)
+                .collect();
+            scores[s] > factor * median(&mut others)
         })
         .collect()
 }
@@ -100,6 +119,14 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
         }
         metrics.push(metric);
         dimensions.insert(metric, mv.components.len());
+        // outlier[w][s]: the outlier rule, all true when it is off.
+        let outlier: Vec<Vec<bool>> = run.scores[mi]
+            .iter()
+            .map(|w| match thresholds.config.outlier {
+                Some(f) => stands_out(w, f),
+                None => vec![true; w.len()],
+            })
+            .collect();
         for (s, server) in run.servers.iter().enumerate() {
             let Some((threshold, own)) = thresholds.get(metric, &server.label) else {
                 continue;
@@ -112,7 +139,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
                 ));
             }
             let anomalous: Vec<bool> = (0..n_windows)
-                .map(|w| run.scores[mi][w][s] > threshold)
+                .map(|w| run.scores[mi][w][s] > threshold && outlier[w][s])
                 .collect();
             let faulty = k_of_2k_minus_1(&anomalous, k);
             for w in 0..n_windows {
@@ -195,6 +222,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             .collect(),
         faulty_by_metric,
         k,
+        outlier: thresholds.config.outlier,
         metrics,
         servers: verdicts,
         windows,
@@ -285,6 +313,28 @@ mod tests {
             1,
         );
         assert!(top1.is_empty(), "no difference, nothing to blame");
+    }
+
+    /// Four servers: one far from three that agree stands out; four that
+    /// all disagree alike do not; factor 1 is "above the others' median".
+    #[test]
+    fn a_score_stands_out_when_above_factor_times_the_others_median() {
+        assert_eq!(
+            stands_out(&[2.0, 2.5, 12.0, 3.0], 2.0),
+            vec![false, false, true, false]
+        );
+        assert_eq!(stands_out(&[10.0, 9.0, 11.0, 10.0], 2.0), vec![false; 4]);
+        assert_eq!(
+            stands_out(&[10.0, 9.0, 11.0, 10.0], 1.0),
+            vec![false, false, true, false]
+        );
+        // Exactly the factor is not above it; peers at 0 leave any score out.
+        assert_eq!(
+            stands_out(&[4.0, 2.0, 2.0, 0.0], 2.0),
+            vec![false, false, false, false]
+        );
+        assert_eq!(stands_out(&[0.1, 0.0, 0.0], 2.0), vec![true, false, false]);
+        assert_eq!(stands_out(&[f64::NAN, 1.0, 1.0], 2.0), vec![false; 3]);
     }
 
     #[test]

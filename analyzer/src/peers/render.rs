@@ -105,7 +105,14 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
         s.push('\n');
     }
     if !report.metrics.is_empty() {
-        let _ = writeln!(s, "(* anomalous: score above the threshold; ! faulty)");
+        let _ = match report.outlier {
+            Some(f) => writeln!(
+                s,
+                "(* anomalous: score above the threshold and above {f} × the median of the \
+                 other servers' scores; ! faulty)"
+            ),
+            None => writeln!(s, "(* anomalous: score above the threshold; ! faulty)"),
+        };
     }
     for rc in &report.root_causes {
         let _ = writeln!(

@@ -702,7 +702,15 @@ fn retransmissions_indict_a_server_whose_functions_look_normal() {
     assert_eq!(r.servers[3].metrics, vec![Metric::Retransmits], "{text}");
     assert_eq!(r.faulty_by_metric[&Metric::Retransmits], vec!["server3"]);
     assert!(r.faulty_by_metric[&Metric::Time].is_empty());
-    assert_eq!(r.faulty_by_metric.len(), 5, "every metric is a key");
+    assert!(
+        r.faulty_by_metric.keys().eq(t.metrics.keys()),
+        "every trained metric is a key"
+    );
+    assert_eq!(
+        r.faulty_by_metric.len(),
+        Metric::DEFAULT.len() - 1,
+        "all but syscall-time"
+    );
     let rc = &r.root_causes[0];
     assert_eq!(rc.top.len(), 2, "both directions: {:?}", rc.top);
     // Each retransmission counted once although all four captures hold it:
@@ -1004,4 +1012,163 @@ fn normalized_counts_still_indict_a_busier_server() {
         "{}",
         render::report_text(&clean, cfg.distance)
     );
+}
+
+/// A hand-made run of four servers and one time component: windows 0–1
+/// alike; windows 2–4 every server busy in a function of its own (every
+/// pair 20 ms apart, so every score is 20); windows 5–7 server 2 alone
+/// 20 ms slower (its score 20, the others' 0).
+fn everyone_then_one() -> Scored {
+    let n_windows = 8;
+    let vectors: Vec<Vec<Vec<f64>>> = (0..n_windows)
+        .map(|w| {
+            (0..4)
+                .map(|s| {
+                    let mut v = vec![10.0, 0.0, 0.0, 0.0, 0.0];
+                    match w {
+                        2..=4 => v[1 + s] = 10.0,
+                        5.. if s == 2 => v[0] += 20.0,
+                        _ => {}
+                    }
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    let scores = vec![
+        vectors
+            .iter()
+            .map(|v| scores(Distance::Manhattan, v))
+            .collect(),
+    ];
+    Scored {
+        run: "hand-made".into(),
+        servers: (0..4)
+            .map(|s| ServerInfo {
+                label: format!("server{s}"),
+                source: String::new(),
+                host: "h".into(),
+                span: (T0, T0 + 20 * SEC),
+            })
+            .collect(),
+        windowed: Windowed {
+            starts: (0..n_windows as u64).map(|w| T0 + w * 2 * SEC).collect(),
+            window_ns: 4 * SEC,
+            metrics: vec![MetricVectors {
+                metric: Metric::Time,
+                components: (0..5).map(|c| format!("f{c}")).collect(),
+                vectors,
+            }],
+            common_span: (T0, T0 + 20 * SEC),
+        },
+        scores,
+        retransmit_peers: vec![Default::default(); 4],
+        notes: Vec::new(),
+        events: 0,
+    }
+}
+
+fn hand_thresholds(outlier: Option<f64>) -> Thresholds {
+    let t = ServerThreshold {
+        threshold: 5.0,
+        minimal: 2.5,
+        max_score: 2.5,
+        windows: 8,
+    };
+    Thresholds {
+        version: THRESHOLDS_VERSION,
+        config: PeersConfig {
+            metrics: vec![Metric::Time],
+            outlier,
+            ..config(ServerSplit::PerCapture)
+        },
+        metrics: [(
+            Metric::Time,
+            (0..4).map(|s| (format!("server{s}"), t.clone())).collect(),
+        )]
+        .into(),
+        runs: Vec::new(),
+    }
+}
+
+/// The paper's rule indicts every server when all of them disagree for k of
+/// 2k−1 windows; the outlier rule indicts none of them there, and still the
+/// one server that later differs alone.
+#[test]
+fn the_outlier_rule_indicts_nobody_where_everyone_disagrees() {
+    let run = everyone_then_one();
+    assert_eq!(run.scores[0][3], vec![20.0; 4], "every pair 20 apart");
+    assert_eq!(run.scores[0][6], vec![0.0, 0.0, 20.0, 0.0]);
+    let paper = diagnose(&run, &hand_thresholds(None), 2, 10);
+    assert_eq!(
+        paper.faulty,
+        vec!["server0", "server1", "server2", "server3"]
+    );
+    assert_eq!(paper.servers[0].first_faulty_window, Some(3));
+    let r = diagnose(&run, &hand_thresholds(Some(2.0)), 2, 10);
+    let text = render::report_text(&r, Distance::Manhattan);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    assert_eq!(r.outlier, Some(2.0));
+    // Above the threshold in windows 2–4 but not above 2 × its peers' 20.
+    let cell = &r.windows[3].servers[2].metrics[&Metric::Time];
+    assert!(cell.score > cell.threshold && !cell.anomalous, "{cell:?}");
+    assert_eq!(r.servers[2].first_faulty_window, Some(6));
+    assert_eq!(r.servers[2].anomalous_windows[&Metric::Time], 3);
+    assert!(
+        text.contains("above 2 × the median of the other servers"),
+        "{text}"
+    );
+    // Root cause from its anomalous windows only: f0, 20 ms more each.
+    let rc = &r.root_causes[0];
+    assert_eq!(
+        (rc.top[0].component.as_str(), rc.top[0].mean_delta),
+        ("f0", 20.0)
+    );
+    assert_eq!(
+        rc.top.len(),
+        1,
+        "f1..f4 differed only in the windows left out"
+    );
+}
+
+/// The outlier rule keeps the synthetic faults found (here a slower
+/// function) and clean runs clean.
+#[test]
+fn the_outlier_rule_keeps_a_lone_slow_server_indicted() {
+    let cfg = PeersConfig {
+        outlier: Some(2.0),
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    let clean = diagnosed(&cfg, &t, &[], true, false);
+    assert!(clean.faulty.is_empty());
+    let slow = Fault {
+        slow_from: Some(12.0),
+        ..Default::default()
+    };
+    let r = diagnosed(&cfg, &t, &[(2, slow)], false, false);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    assert!(r.servers[2].metrics.contains(&Metric::Time), "{text}");
+}
+
+/// Thresholds written before the outlier rule existed load with it off; a
+/// factor below 1 (or not a number) is refused.
+#[test]
+fn the_outlier_factor_is_optional_and_at_least_one() {
+    let t = hand_thresholds(Some(2.0));
+    let mut json: serde_json::Value = serde_json::to_value(&t).expect("json");
+    let removed = json["config"]
+        .as_object_mut()
+        .and_then(|c| c.remove("outlier"));
+    assert_eq!(removed, Some(serde_json::json!(2.0)));
+    let old: Thresholds = serde_json::from_value(json).expect("old thresholds");
+    assert_eq!(old.config.outlier, None);
+    for (f, ok) in [(1.0, true), (3.5, true), (0.5, false), (f64::NAN, false)] {
+        let cfg = PeersConfig {
+            outlier: Some(f),
+            ..PeersConfig::default()
+        };
+        assert_eq!(cfg.validate().is_ok(), ok, "{f}");
+    }
 }
