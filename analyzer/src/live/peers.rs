@@ -136,7 +136,15 @@ impl LivePeers {
                         untrained.push(label.clone());
                     }
                     let distance = scored.scores[mi][w][s];
-                    let anomalous = distance > threshold;
+                    // The same rule as `peers diagnose`: over the threshold
+                    // and, when trained with one, standing out from peers.
+                    let stands_out = cfg.outlier.is_none_or(|f| {
+                        crate::peers::stands_out(&scored.scores[mi][w], f)
+                            .get(s)
+                            .copied()
+                            .unwrap_or(false)
+                    });
+                    let anomalous = distance > threshold && stands_out;
                     let h = self
                         .history
                         .entry(label.clone())
