@@ -13,9 +13,9 @@ use crate::{
     procfs::ProcError,
     session::{Activity, Session},
     sink::SinkError,
-    targets::{FunctionPattern, TargetError},
+    targets::{FunctionPattern, MPI_PATTERN, TargetError},
     tracefs::TracefsError,
-    usdt::{UsdtError, UsdtPattern},
+    usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtError, UsdtPattern},
 };
 
 /// What to trace.
@@ -98,6 +98,58 @@ impl Default for RecordConfig {
             output: PathBuf::from("trace.capture"),
             argv: Vec::new(),
         }
+    }
+}
+
+/// What to probe, as a person writes it (`tracer record` flags, the agent's
+/// `[trace]` section), with the MPI and Python presets expanded.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeChoice<'a> {
+    /// `[OBJECT:]GLOB` function patterns.
+    pub functions: &'a [String],
+    /// Patterns whose calls also record six integer arguments.
+    pub args: &'a [String],
+    /// The MPI library's `MPI_*` with arguments.
+    pub mpi: bool,
+    /// USDT probes to record.
+    pub usdt: &'a [String],
+    /// USDT probes whose semaphores are only raised.
+    pub usdt_semaphores: &'a [String],
+    /// CPython's function probes.
+    pub python: bool,
+}
+
+/// [`ProbeChoice`] parsed: function patterns, USDT probes, USDT semaphores.
+pub type ParsedProbes = (Vec<FunctionPattern>, Vec<UsdtPattern>, Vec<UsdtPattern>);
+
+impl ProbeChoice<'_> {
+    /// Parses every pattern and expands the presets.
+    pub fn parse(&self) -> Result<ParsedProbes, RecordError> {
+        let mut functions = Vec::new();
+        for p in self.functions {
+            functions.push(FunctionPattern::parse(p, false)?);
+        }
+        for p in self.args {
+            functions.push(FunctionPattern::parse(p, true)?);
+        }
+        if self.mpi {
+            functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
+        }
+        let mut usdt = Vec::new();
+        for p in self.usdt {
+            usdt.push(UsdtPattern::parse(p)?);
+        }
+        let mut semaphores = Vec::new();
+        for p in self.usdt_semaphores {
+            semaphores.push(UsdtPattern::parse(p)?);
+        }
+        if self.python {
+            for p in PYTHON_PROBES {
+                usdt.push(UsdtPattern::parse(p)?);
+            }
+            semaphores.push(UsdtPattern::parse(PYTHON_SEMAPHORE)?);
+        }
+        Ok((functions, usdt, semaphores))
     }
 }
 

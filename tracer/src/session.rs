@@ -51,7 +51,8 @@ pub fn monotonic_ns() -> u64 {
     clock(libc::CLOCK_MONOTONIC)
 }
 
-fn host_name() -> String {
+/// This host's name.
+pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: buffer and its length.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -11,9 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{
     quantity::{format_size, parse_duration, parse_size},
-    record::{RecordConfig, Target},
-    targets::{FunctionPattern, MPI_PATTERN},
-    usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtPattern},
+    record::{ProbeChoice, RecordConfig, RecordError, Target},
+    targets::FunctionPattern,
+    usdt::UsdtPattern,
 };
 
 /// Version of the configuration format this agent reads.
@@ -520,39 +520,18 @@ impl AgentConfig {
         sampling: bool,
         excluded: &[String],
         output: PathBuf,
-    ) -> RecordConfig {
+    ) -> Result<RecordConfig, RecordError> {
         let t = &self.trace;
-        // Checked in `check`: these parse.
-        let mut functions: Vec<FunctionPattern> = t
-            .functions
-            .iter()
-            .filter_map(|p| FunctionPattern::parse(p, false).ok())
-            .chain(
-                t.args
-                    .iter()
-                    .filter_map(|p| FunctionPattern::parse(p, true).ok()),
-            )
-            .collect();
-        if t.mpi
-            && let Ok(p) = FunctionPattern::parse(MPI_PATTERN, true)
-        {
-            functions.push(p);
+        let (functions, usdt, usdt_semaphores) = ProbeChoice {
+            functions: &t.functions,
+            args: &t.args,
+            mpi: t.mpi,
+            usdt: &t.usdt,
+            usdt_semaphores: &[],
+            python: t.python,
         }
-        let mut usdt: Vec<UsdtPattern> = t
-            .usdt
-            .iter()
-            .filter_map(|p| UsdtPattern::parse(p).ok())
-            .collect();
-        let mut usdt_semaphores = Vec::new();
-        if t.python {
-            usdt.extend(
-                PYTHON_PROBES
-                    .iter()
-                    .filter_map(|p| UsdtPattern::parse(p).ok()),
-            );
-            usdt_semaphores.extend(UsdtPattern::parse(PYTHON_SEMAPHORE).ok());
-        }
-        RecordConfig {
+        .parse()?;
+        Ok(RecordConfig {
             targets: exes.iter().cloned().map(Target::Exe).collect(),
             functions,
             exclude_functions: excluded.to_vec(),
@@ -567,7 +546,7 @@ impl AgentConfig {
             output,
             argv: std::env::args().collect(),
             ..RecordConfig::default()
-        }
+        })
     }
 
     /// Where alerts go.
@@ -658,16 +637,18 @@ mod tests {
             "[[target]]\nexe = \"/usr/bin/true\"\n[trace]\nfunctions = [\"a*\"]\nargs = [\"b\"]\nsample_hz = 49\npython = true\n",
         )
         .expect("config");
-        let r = c.record_config(
-            &[PathBuf::from("/usr/bin/true")],
-            false,
-            &["a1".to_string()],
-            PathBuf::from("x.capture"),
-        );
+        let r = c
+            .record_config(
+                &[PathBuf::from("/usr/bin/true")],
+                false,
+                &["a1".to_string()],
+                PathBuf::from("x.capture"),
+            )
+            .expect("checked patterns parse");
         assert_eq!(r.functions.len(), 2);
         assert_eq!(r.sample_hz, 0, "sampling shed");
         assert_eq!(r.exclude_functions, ["a1"]);
-        assert_eq!(r.usdt.len(), PYTHON_PROBES.len());
+        assert_eq!(r.usdt.len(), crate::usdt::PYTHON_PROBES.len());
         assert_eq!(r.targets, [Target::Exe(PathBuf::from("/usr/bin/true"))]);
     }
 }

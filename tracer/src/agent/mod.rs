@@ -262,7 +262,7 @@ impl Agent {
             records_before: 0,
             rearm_gap: Duration::ZERO,
             snapshots: Vec::new(),
-            host: procfs_host(),
+            host: crate::session::host_name(),
             live,
             last_auto_snapshot: None,
         })
@@ -368,14 +368,17 @@ impl Agent {
         self.sessions += 1;
         let id = self.sessions;
         let output = self.recorder.next_path(id);
-        let config = self.config.record_config(
+        let mut progress = |msg: &str| eprintln!("tracer agent: session {id}: {}", msg.trim_end());
+        let started = match self.config.record_config(
             &exes,
             self.shed.sampling,
             &self.shed.excluded,
             output.clone(),
-        );
-        let mut progress = |msg: &str| eprintln!("tracer agent: session {id}: {}", msg.trim_end());
-        match Session::start(&config, &mut progress).await {
+        ) {
+            Ok(config) => Session::start(&config, &mut progress).await,
+            Err(e) => Err(e),
+        };
+        match started {
             Ok(mut session) => {
                 session.enable_taps(Taps::new(
                     self.config.recorder.preamble.0 as usize,
@@ -963,12 +966,6 @@ fn processes_named(name: &str) -> Vec<PathBuf> {
         }
     }
     exes
-}
-
-fn procfs_host() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 fn humanize(d: Duration) -> String {

@@ -6,9 +6,9 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use clap::{Parser, Subcommand};
 use tracer::{
     quantity::{parse_duration, parse_size},
-    record::{RecordConfig, Target},
-    targets::{FunctionPattern, MPI_PATTERN},
-    usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtPattern},
+    record::{ProbeChoice, RecordConfig, Target},
+    targets::FunctionPattern,
+    usdt::UsdtPattern,
 };
 
 /// Record what running, unmodified processes do (function calls, socket
@@ -254,42 +254,25 @@ impl TryFrom<RecordArgs> for RecordConfig {
         if !a.command.is_empty() {
             targets.push(Target::Command(a.command));
         }
-        let mut functions = Vec::new();
-        for p in &a.functions {
-            functions.push(FunctionPattern::parse(p, false)?);
+        let (functions, usdt, usdt_semaphores) = ProbeChoice {
+            functions: &a.functions,
+            args: &a.args,
+            mpi: a.mpi,
+            usdt: &a.usdt,
+            usdt_semaphores: &a.usdt_semaphores,
+            python: a.python,
         }
-        for p in &a.args {
-            functions.push(FunctionPattern::parse(p, true)?);
-        }
-        if a.mpi {
-            functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
-        }
+        .parse()?;
         let empty_probes = a
             .bench_empty_probe
             .iter()
             .map(|p| FunctionPattern::parse(p, false))
-            .collect::<Result<_, _>>()?;
-        let mut usdt: Vec<UsdtPattern> = a
-            .usdt
-            .iter()
-            .map(|p| UsdtPattern::parse(p))
-            .collect::<Result<_, _>>()?;
-        let mut usdt_semaphores: Vec<UsdtPattern> = a
-            .usdt_semaphores
-            .iter()
-            .map(|p| UsdtPattern::parse(p))
             .collect::<Result<_, _>>()?;
         let usdt_empty = a
             .bench_empty_usdt
             .iter()
             .map(|p| UsdtPattern::parse(p))
             .collect::<Result<_, _>>()?;
-        if a.python {
-            for p in PYTHON_PROBES {
-                usdt.push(UsdtPattern::parse(p)?);
-            }
-            usdt_semaphores.push(UsdtPattern::parse(PYTHON_SEMAPHORE)?);
-        }
         Ok(RecordConfig {
             targets,
             functions,
@@ -355,9 +338,9 @@ mod tests {
         };
         let config = RecordConfig::try_from(rec).expect("valid");
         let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
-        assert_eq!(usdt, PYTHON_PROBES);
+        assert_eq!(usdt, tracer::usdt::PYTHON_PROBES);
         let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
-        assert_eq!(semaphores, [PYTHON_SEMAPHORE]);
+        assert_eq!(semaphores, [tracer::usdt::PYTHON_SEMAPHORE]);
         let bad = Args::parse_from(["tracer", "record", "--usdt", "python:line=9", "-p", "1"]);
         let Command::Record(rec) = bad.command else {
             panic!("record expected")
