@@ -126,6 +126,14 @@ impl LivePeers {
             let start = scored.windowed.starts[w];
             let mut servers = Vec::new();
             let mut root_causes = Vec::new();
+            // The same rule as `peers diagnose`: over the threshold and,
+            // when trained with one, standing out from the peers.
+            let stand_out: Vec<Vec<bool>> = (0..scored.windowed.metrics.len())
+                .map(|mi| match cfg.outlier {
+                    Some(f) => crate::peers::stands_out(&scored.scores[mi][w], f),
+                    None => vec![true; report.servers.len()],
+                })
+                .collect();
             for (s, label) in report.servers.iter().enumerate() {
                 let mut metrics = BTreeMap::new();
                 for (mi, mv) in scored.windowed.metrics.iter().enumerate() {
@@ -136,15 +144,7 @@ impl LivePeers {
                         untrained.push(label.clone());
                     }
                     let distance = scored.scores[mi][w][s];
-                    // The same rule as `peers diagnose`: over the threshold
-                    // and, when trained with one, standing out from peers.
-                    let stands_out = cfg.outlier.is_none_or(|f| {
-                        crate::peers::stands_out(&scored.scores[mi][w], f)
-                            .get(s)
-                            .copied()
-                            .unwrap_or(false)
-                    });
-                    let anomalous = distance > threshold && stands_out;
+                    let anomalous = distance > threshold && stand_out[mi][s];
                     let h = self
                         .history
                         .entry(label.clone())

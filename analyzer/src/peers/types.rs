@@ -586,10 +586,4 @@ pub enum PeersError {
     /// No training run was given.
     #[error("no training runs given")]
     NoRuns,
-    /// The thresholds file has another version.
-    #[error("thresholds have version {found}, this build reads {THRESHOLDS_VERSION}")]
-    ThresholdsVersion {
-        /// The version in the file.
-        found: u32,
-    },
 }
