@@ -330,6 +330,40 @@ pub fn hydra_bin() -> Option<PathBuf> {
     Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
+/// The functions traced in the C ring daemons (`fixtures/ring.c`).
+pub const RING_FUNCTIONS: &[&str] = &[
+    "handle_*",
+    "*_msg",
+    "close_connection",
+    "main_loop",
+    "connect_rhs",
+    "listen_port",
+    "finish",
+];
+
+/// Records one run of the C ring `exe` (4 daemons, 10 rounds, ports from
+/// `port`, the partial-receive fault at daemon `fault`) into `out` with
+/// `tracer record`, without samples.
+pub fn record_ring(exe: &Path, out: &Path, port: u16, fault: Option<u16>) {
+    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
+    for f in RING_FUNCTIONS {
+        args.extend(["-f".to_string(), f.to_string()]);
+    }
+    args.extend([
+        "-o".into(),
+        out.display().to_string(),
+        "--".into(),
+        exe.display().to_string(),
+        "4".into(),
+        "10".into(),
+        port.to_string(),
+    ]);
+    args.extend(fault.map(|n| n.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = tracer(&refs);
+    assert!(run.status.success(), "{}", run.stderr);
+}
+
 /// The ring daemons' partial-receive fault (model.rs, pyring.rs), scored
 /// with `model`: the normal `trial` run's worst unit stays under
 /// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at

@@ -15,36 +15,7 @@ use analyzer::{
     score::{Scoring, score_processes},
     units::{Variant, decompose_capture},
 };
-use tests::{Agent, capture, fixture, privileged, tracer};
-
-const FUNCTIONS: &[&str] = &[
-    "handle_*",
-    "*_msg",
-    "close_connection",
-    "main_loop",
-    "connect_rhs",
-    "listen_port",
-    "finish",
-];
-
-fn record_ring(ring: &Path, out: &Path, port: u16) {
-    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
-    for f in FUNCTIONS {
-        args.extend(["-f".to_string(), f.to_string()]);
-    }
-    args.extend([
-        "-o".into(),
-        out.display().to_string(),
-        "--".into(),
-        ring.display().to_string(),
-        "4".into(),
-        "10".into(),
-        port.to_string(),
-    ]);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = tracer(&refs);
-    assert!(run.status.success(), "{}", run.stderr);
-}
+use tests::{Agent, capture, fixture, privileged};
 
 fn unit_alerts(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -67,7 +38,7 @@ fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
     let mut model = GlobalModel::new(Variant::Paper000);
     for i in 0..3 {
         let out = dir.path().join(format!("normal{i}.capture"));
-        record_ring(&ring, &out, base + i * 5);
+        tests::record_ring(&ring, &out, base + i * 5, None);
         for p in decompose_capture(&capture(&out), Variant::Paper000) {
             model.learn(&p);
         }
@@ -75,7 +46,10 @@ fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
     let model_path = dir.path().join("model.json");
     std::fs::write(&model_path, serde_json::to_vec(&model).expect("model json")).expect("model");
 
-    let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("{f:?}")).collect();
+    let functions: Vec<String> = tests::RING_FUNCTIONS
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect();
     let agent = Agent::start(
         dir.path(),
         &format!(
@@ -109,21 +83,11 @@ snapshot_window = "30s"
         .status()
         .expect("ring runs");
     assert!(status.success());
-    let scored = |agent: &Agent| {
-        agent.status()["analysis"]["units_scored"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let started = Instant::now();
-    while scored(&agent) < 10 {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the normal run's units were not scored: {:#}\n{}",
-            agent.status(),
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    agent.wait_for(
+        "the normal run's units scored",
+        Duration::from_secs(20),
+        |s| s["analysis"]["units_scored"].as_u64() >= Some(10),
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         unit_alerts(&alerts),

@@ -6,24 +6,7 @@ use analyzer::{
     score::Scoring,
     units::{Variant, decompose_capture},
 };
-use tests::{capture, fixture, privileged, tracer};
-
-const FUNCTIONS: &[&str] = &[
-    "-f",
-    "handle_*",
-    "-f",
-    "*_msg",
-    "-f",
-    "close_connection",
-    "-f",
-    "main_loop",
-    "-f",
-    "connect_rhs",
-    "-f",
-    "listen_port",
-    "-f",
-    "finish",
-];
+use tests::{capture, fixture, privileged};
 
 /// Records one ring run (4 daemons, 10 rounds) and returns the capture path.
 fn ring_run(
@@ -32,23 +15,8 @@ fn ring_run(
     port: u16,
     fault: Option<u16>,
 ) -> std::path::PathBuf {
-    let ring = fixture("ring", None);
     let out = dir.join(format!("{name}.capture"));
-    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
-    args.extend(FUNCTIONS.iter().map(|s| s.to_string()));
-    args.extend([
-        "-o".into(),
-        out.display().to_string(),
-        "--".into(),
-        ring.display().to_string(),
-    ]);
-    args.extend(["4".into(), "10".into(), port.to_string()]);
-    if let Some(node) = fault {
-        args.push(node.to_string());
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = tracer(&refs);
-    assert!(run.status.success(), "{}", run.stderr);
+    tests::record_ring(&fixture("ring", None), &out, port, fault);
     out
 }
 
