@@ -7,7 +7,7 @@
 //! veth address ([`ADDR`]; glusterd refuses loopback brick hosts). The four
 //! "servers" are the four `glusterfsd` brick daemons; each listens on its own
 //! TCP port and stores its data on its own loop device + ext4
-//! (`losetup --direct-io=on`), so a fault can hit exactly one server:
+//! (`losetup --direct-io=on`, mounted `sync`), so a fault can hit exactly one server:
 //! network faults match the brick's port (iptables, tc), disk faults its loop
 //! device, CPU and blkio faults its process (cgroup v1). One namespace keeps
 //! a single glusterd (a host has one `/var/lib/glusterd`), and being private
@@ -490,11 +490,16 @@ impl Cluster {
             .trim()
             .to_string();
             sh(60, false, "mkfs.ext4", &["-q", "-F", &dev])?;
+            // `sync`: a brick's writes reach its disk before they return,
+            // as a loaded server's would. Without it a PostMark run of
+            // seconds never leaves the page cache (24 GiB, writeback after
+            // 30 s), so disk faults could not touch the servers at all:
+            // measured, PostMark ran as fast under a disk hog as without.
             sh(
                 20,
                 false,
                 "mount",
-                &[&dev, fsdir.to_str().unwrap_or_default()],
+                &["-o", "sync", &dev, fsdir.to_str().unwrap_or_default()],
             )?;
             let brick = fsdir.join("brick");
             fs::create_dir_all(&brick).map_err(io_err(&brick))?;
@@ -1128,8 +1133,9 @@ pub enum FaultKind {
     /// the server.
     DiskHog,
     /// The server's reads and writes to its disk capped at
-    /// [`FaultParams::disk_bps`] (the brick moved into a cgroup v1 blkio
-    /// group with a lower limit on its loop device).
+    /// [`FaultParams::disk_bps`] and [`FaultParams::disk_iops`] (the brick
+    /// moved into a cgroup v1 blkio group with lower limits on its loop
+    /// device).
     DiskThrottle,
     /// A third-party TCP stream saturating the server's "link". All servers
     /// share the namespace's loopback, which has no bandwidth of its own, so
@@ -1193,6 +1199,10 @@ pub struct FaultParams {
     pub loss: f64,
     /// disk-throttle: bytes/s the server may read and write to its disk.
     pub disk_bps: u64,
+    /// disk-throttle: I/O operations/s the server may issue each way (a
+    /// slow disk is slow at small synchronous writes too, which a byte
+    /// limit alone never reaches); 0 for no limit.
+    pub disk_iops: u64,
     /// disk-hog: size of the file the hog writes and reads back, MiB.
     pub disk_hog_mib: u64,
     /// network-hog: the server's link rate (tc rate, e.g. `400mbit`).
@@ -1208,6 +1218,7 @@ impl Default for FaultParams {
         Self {
             loss: 0.05,
             disk_bps: 8 << 20,
+            disk_iops: 100,
             disk_hog_mib: 128,
             link_rate: "400mbit".into(),
             cpu_share: 0.5,
@@ -1347,13 +1358,17 @@ impl Fault {
                 remove_cgroup(&cg);
                 fs::create_dir(&cg).map_err(io_err(&cg))?;
                 fault.undo.push(Undo::Cgroup(cg.clone()));
-                for file in [
-                    "blkio.throttle.read_bps_device",
-                    "blkio.throttle.write_bps_device",
-                ] {
+                let mut limits = vec![
+                    ("blkio.throttle.read_bps_device", params.disk_bps),
+                    ("blkio.throttle.write_bps_device", params.disk_bps),
+                ];
+                if params.disk_iops > 0 {
+                    limits.push(("blkio.throttle.read_iops_device", params.disk_iops));
+                    limits.push(("blkio.throttle.write_iops_device", params.disk_iops));
+                }
+                for (file, limit) in limits {
                     let p = cg.join(file);
-                    fs::write(&p, format!("{} {}", devno.trim(), params.disk_bps))
-                        .map_err(io_err(&p))?;
+                    fs::write(&p, format!("{} {limit}", devno.trim())).map_err(io_err(&p))?;
                 }
                 let procs = cg.join("cgroup.procs");
                 fs::write(&procs, server.pid.to_string()).map_err(io_err(&procs))?;

@@ -87,6 +87,10 @@ struct Common {
     /// disk-throttle: MiB/s the faulty server may read/write.
     #[arg(long, default_value_t = FaultParams::default().disk_bps >> 20)]
     disk_mibps: u64,
+    /// disk-throttle: I/O operations/s the faulty server may issue each way
+    /// (0: no limit).
+    #[arg(long, default_value_t = FaultParams::default().disk_iops)]
+    disk_iops: u64,
     /// network-hog: the faulty server's link rate (tc syntax).
     #[arg(long, default_value_t = FaultParams::default().link_rate)]
     link_rate: String,
@@ -103,6 +107,7 @@ impl Common {
         FaultParams {
             loss: self.loss,
             disk_bps: self.disk_mibps << 20,
+            disk_iops: self.disk_iops,
             link_rate: self.link_rate.clone(),
             cpu_share: self.cpu_share,
             ..FaultParams::default()
