@@ -11,7 +11,7 @@ use analyzer::{
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
-    score::{Scoring, UnitScore, score_processes},
+    score::{NORMAL_MARGIN, Scoring, UnitScore, calibrate, score_processes},
     units::{Variant, decompose_capture},
 };
 use anyhow::{Context as _, bail};
@@ -85,6 +85,13 @@ enum ModelCommand {
         /// Decomposition: 000 or 001.
         #[arg(long, value_enum, default_value = "000")]
         variant: Variant,
+        /// Skip calibration. By default each capture is held out in turn
+        /// (at most 5 folds), the rest learned, and its units scored: the
+        /// highest score per tree is stored as its normal range, and `model
+        /// score` marks units more than 0.03 above it as anomalous. Costs a learning pass
+        /// per fold and keeps every capture's units in memory.
+        #[arg(long)]
+        no_calibrate: bool,
     },
     /// Score the units of captures against a model; most suspect first.
     ///
@@ -141,8 +148,8 @@ fn print_scores(
 ) -> anyhow::Result<()> {
     writeln!(
         out,
-        "{:>4} {:>6}  {:<22} {:>7} {:<12} {:>9} {:<12} {:<21} why",
-        "rank", "score", "process@host", "tid", "unit", "t (s)", "wall (UTC)", "peer"
+        "{:>4} {:>7} {:>6}  {:<22} {:>7} {:<12} {:>9} {:<12} {:<21} why",
+        "rank", "score", "normal", "process@host", "tid", "unit", "t (s)", "wall (UTC)", "peer"
     )?;
     for (i, s) in scores.iter().take(top).enumerate() {
         let why = if s.reason.is_empty() {
@@ -165,9 +172,11 @@ fn print_scores(
         };
         writeln!(
             out,
-            "{:>4} {:>6.3}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
+            "{:>4} {:>6.3}{} {:>6}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
             i + 1,
             s.score,
+            if s.anomalous { '!' } else { ' ' },
+            s.normal.map_or("-".to_string(), |n| format!("{n:.3}")),
             format!("{}[{}]@{}", s.comm, s.pid, s.host),
             s.tid,
             s.kind.name(),
@@ -183,6 +192,48 @@ fn print_scores(
             "({} more units; --top N or --json for all)",
             scores.len() - top
         )?;
+    }
+    if scores.iter().all(|s| s.normal.is_none()) {
+        writeln!(
+            out,
+            "! no model to match; normal ranges need a model learned from two or more captures"
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "! more than {NORMAL_MARGIN} above the highest score of normal units (\"normal\"), or no model to match"
+    )?;
+    // A fault spreads: the units it disturbs later may deviate more, so the
+    // earliest anomalous unit of each capture is reported on its own.
+    let mut captures: Vec<&str> = scores.iter().map(|s| s.capture.as_str()).collect();
+    captures.sort_unstable();
+    captures.dedup();
+    for capture in captures {
+        let first = scores
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.capture == capture && s.anomalous)
+            .min_by_key(|(_, s)| s.start_ns);
+        match first {
+            Some((rank, s)) => writeln!(
+                out,
+                "earliest anomaly in {capture}: rank {} ({:.3}), {}[{}]@{} tid {} {} at {:.3} s{}",
+                rank + 1,
+                s.score,
+                s.comm,
+                s.pid,
+                s.host,
+                s.tid,
+                s.kind.name(),
+                s.t_s,
+                s.peer
+                    .as_deref()
+                    .map(|p| format!(", peer {p}"))
+                    .unwrap_or_default()
+            )?,
+            None => writeln!(out, "{capture}: every unit is within its normal range")?,
+        }
     }
     Ok(())
 }
@@ -283,6 +334,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             output,
             merge,
             variant,
+            no_calibrate,
         }) => {
             let mut model = match &merge {
                 Some(path) => load_model(path)?,
@@ -295,15 +347,26 @@ fn run(args: Args) -> anyhow::Result<()> {
                     variant
                 );
             }
+            let base = merge.is_some().then(|| model.clone());
             let mut processes = 0;
+            let mut runs = Vec::with_capacity(captures.len());
             for path in &captures {
                 let cap = open(path)?;
-                for p in decompose_capture(&cap, variant) {
-                    model.learn(&p);
+                let run = decompose_capture(&cap, variant);
+                for p in &run {
+                    model.learn(p);
                     processes += 1;
                 }
                 model.sources.push(path.display().to_string());
+                if !no_calibrate {
+                    runs.push(run);
+                }
             }
+            let calibration = if no_calibrate {
+                None
+            } else {
+                Some(calibrate(&mut model, base.as_ref(), &runs))
+            };
             let json = serde_json::to_vec(&model)?;
             std::fs::write(&output, &json)
                 .with_context(|| format!("writing {}", output.display()))?;
@@ -323,6 +386,18 @@ fn run(args: Args) -> anyhow::Result<()> {
                     g.examples.join(", "),
                     g.handlers.len()
                 )?;
+            }
+            match calibration {
+                Some(c) if c.folds > 0 => writeln!(
+                    out,
+                    "normal ranges of {} trees from {} held-out units ({} folds): units above them are marked anomalous",
+                    c.trees, c.units, c.folds
+                )?,
+                Some(_) => writeln!(
+                    out,
+                    "not calibrated (one capture): learn from two or more to mark anomalous units"
+                )?,
+                None => {}
             }
         }
         Command::Model(ModelCommand::Score {

@@ -12,7 +12,7 @@ mod tree;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-pub use tree::{CallTreeModel, ModelNode};
+pub use tree::{CallTreeModel, ModelNode, NormalRange};
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
 
@@ -49,6 +49,22 @@ impl GroupModel {
             UnitKind::PreProcess => &self.pre_process,
             UnitKind::PostProcess => &self.post_process,
             UnitKind::Handler => return self.handlers.get(connection?),
+        };
+        (t.models > 0).then_some(t)
+    }
+
+    /// Mutable [`GroupModel::tree`].
+    pub fn tree_mut(
+        &mut self,
+        kind: UnitKind,
+        connection: Option<&str>,
+    ) -> Option<&mut CallTreeModel> {
+        let t = match kind {
+            UnitKind::Initializer => &mut self.initializer,
+            UnitKind::Finalizer => &mut self.finalizer,
+            UnitKind::PreProcess => &mut self.pre_process,
+            UnitKind::PostProcess => &mut self.post_process,
+            UnitKind::Handler => return self.handlers.get_mut(connection?),
         };
         (t.models > 0).then_some(t)
     }

@@ -20,6 +20,28 @@ pub struct ModelNode {
     pub p_sum: f64,
 }
 
+/// The highest scores of normal units held out of the model they were
+/// scored against (cross-validation over the learned captures): a trial
+/// unit above them behaves as no normal unit did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NormalRange {
+    /// Highest node score (000 eq. 1–2).
+    pub nodes: f64,
+    /// Highest edge score (001).
+    pub edges: f64,
+    /// Held-out units scored.
+    pub units: u64,
+}
+
+impl NormalRange {
+    /// Widens the range by one held-out unit's scores.
+    pub fn add(&mut self, nodes: f64, edges: f64) {
+        self.nodes = self.nodes.max(nodes);
+        self.edges = self.edges.max(edges);
+        self.units += 1;
+    }
+}
+
 /// A call-tree model of one unit kind or connection.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallTreeModel {
@@ -29,6 +51,10 @@ pub struct CallTreeModel {
     pub units: u64,
     /// Nodes; parents come before their children.
     pub nodes: Vec<ModelNode>,
+    /// How high normal units score against this tree, when calibrated
+    /// (`model learn` on several captures); any change to the tree drops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal: Option<NormalRange>,
     #[serde(skip)]
     index: HashMap<(Option<u32>, String, String), u32>,
     #[serde(skip)]
@@ -161,6 +187,7 @@ impl CallTreeModel {
         }
         self.models += 1;
         self.units += units.len() as u64;
+        self.normal = None;
     }
 
     /// The model as `path -> mean probability`, independent of node order.
@@ -187,5 +214,6 @@ impl CallTreeModel {
         }
         self.models += other.models;
         self.units += other.units;
+        self.normal = None;
     }
 }

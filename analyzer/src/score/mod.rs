@@ -1,6 +1,10 @@
 //! Suspect scores (000 §3.1, eq. 1–2; 001 §3.1 edge variant): how far each
 //! execution unit of a trial run deviates from the learned model, 0..1.
 
+mod calibrate;
 mod suspect;
 
-pub use suspect::{Difference, DifferenceKind, Scoring, UnitScore, score_processes, score_tree};
+pub use calibrate::{Calibration, calibrate};
+pub use suspect::{
+    Difference, DifferenceKind, NORMAL_MARGIN, Scoring, UnitScore, score_processes, score_tree,
+};

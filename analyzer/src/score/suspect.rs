@@ -75,11 +75,28 @@ pub struct UnitScore {
     pub peer: Option<String>,
     /// Suspect score, 0..1.
     pub score: f64,
+    /// The highest score of normal units against the same tree, when the
+    /// model is calibrated (see [`super::calibrate`]).
+    #[serde(default)]
+    pub normal: Option<f64>,
+    /// Above its normal range (by more than [`NORMAL_MARGIN`]), or with no
+    /// model to match at all: behaviour no normal run showed. Always false
+    /// against an uncalibrated tree.
+    #[serde(default)]
+    pub anomalous: bool,
     /// Why: no group for the process, no model for the unit, or the nodes.
     pub reason: String,
     /// Contributions, largest Δ first (non-zero only).
     pub differences: Vec<Difference>,
 }
+
+/// How far above its tree's normal range a unit must score to be anomalous.
+/// The range is the highest score of units held out of models learned from
+/// fewer runs, so the same behaviour scores a few hundredths higher or lower
+/// against the full model (measured on Hydra: up to 0.033 with 5 runs
+/// learned, 0.025 with 8); a call no normal unit makes adds 1/terms, 0.05 or
+/// more even in Hydra's large PMI handler tree.
+pub const NORMAL_MARGIN: f64 = 0.03;
 
 /// Scores the trial unit `unit` (nodes of `table`) against `model`.
 pub fn score_tree(
@@ -194,15 +211,17 @@ pub fn score_processes(
         let group = model.group(&p.signature);
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
-            let (score, reason, differences) = match group {
+            let (score, normal, reason, differences) = match group {
                 None => (
                     1.0,
+                    None,
                     "no process group with this signature in the model".to_string(),
                     Vec::new(),
                 ),
                 Some(g) => match g.tree(u.kind, connection.as_deref()) {
                     None => (
                         1.0,
+                        None,
                         format!(
                             "no {} model for this {}",
                             u.kind.name(),
@@ -216,7 +235,11 @@ pub fn score_processes(
                     ),
                     Some(tree) => {
                         let (s, d) = score_tree(tree, &p.nodes, u, scoring);
-                        (s, String::new(), d)
+                        let normal = tree.normal.map(|n| match scoring {
+                            Scoring::Nodes => n.nodes,
+                            Scoring::Edges => n.edges,
+                        });
+                        (s, normal, String::new(), d)
                     }
                 },
             };
@@ -234,6 +257,12 @@ pub fn score_processes(
                 connection,
                 peer: u.peer.as_deref().map(str::to_string),
                 score,
+                normal,
+                anomalous: if reason.is_empty() {
+                    normal.is_some_and(|n| score > n + NORMAL_MARGIN)
+                } else {
+                    true
+                },
                 reason,
                 differences,
             });

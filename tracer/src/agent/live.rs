@@ -247,6 +247,8 @@ mod tests {
             connection: None,
             peer: None,
             score,
+            normal: None,
+            anomalous: false,
             reason: reason.into(),
             differences: Vec::new(),
         }

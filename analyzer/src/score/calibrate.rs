@@ -1,0 +1,273 @@
+//! How high normal units score: cross-validation over the learned runs.
+//!
+//! The papers rank units by score and leave the cut to the operator. But
+//! trees differ in how much normal units vary: a handler that serves many
+//! kinds of request merges them into one tree of low probabilities, so its
+//! normal units score higher than a finalizer that never varies. Each run is
+//! held out in turn, the others learned, and every held-out unit scored
+//! against its tree; the highest score per tree is that tree's normal range,
+//! stored in the model. A trial unit above it behaves as no normal unit did
+//! ([`super::UnitScore::anomalous`]); the earliest such unit is where a fault
+//! first showed.
+
+use std::collections::HashMap;
+
+use crate::{
+    model::{GlobalModel, NormalRange},
+    units::{ProcessUnits, UnitKind},
+};
+
+use super::{Scoring, score_tree};
+
+/// Folds at most: beyond this each fold learns most of the runs anyway.
+const MAX_FOLDS: usize = 5;
+
+/// What [`calibrate`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calibration {
+    /// Folds (each learned without some runs and scored them).
+    pub folds: usize,
+    /// Held-out units scored.
+    pub units: u64,
+    /// Trees of `model` that received a normal range.
+    pub trees: usize,
+}
+
+/// Sets the normal range of every tree of `model`, which must have been
+/// learned from `base` (a model merged into, or none) plus `runs` (one entry
+/// per capture, its decomposed processes): each fold learns `base` and the
+/// runs outside it and scores the runs inside it. Needs two runs, or one run
+/// and a base; otherwise nothing is calibrated (`folds` 0).
+pub fn calibrate(
+    model: &mut GlobalModel,
+    base: Option<&GlobalModel>,
+    runs: &[Vec<ProcessUnits>],
+) -> Calibration {
+    let folds = if base.is_some() || runs.len() >= 2 {
+        runs.len().min(MAX_FOLDS)
+    } else {
+        0
+    };
+    let mut ranges: HashMap<(&[String], UnitKind, Option<String>), NormalRange> = HashMap::new();
+    let mut units = 0;
+    for fold in 0..folds {
+        let mut learned = base
+            .cloned()
+            .unwrap_or_else(|| GlobalModel::new(model.variant));
+        for (i, run) in runs.iter().enumerate() {
+            if i % folds != fold {
+                for p in run {
+                    learned.learn(p);
+                }
+            }
+        }
+        for (i, run) in runs.iter().enumerate() {
+            if i % folds != fold {
+                continue;
+            }
+            for p in run {
+                let group = learned.group(&p.signature);
+                for u in &p.units {
+                    let connection = u.connection.as_ref().map(|c| c.0.to_string());
+                    // No group or tree: the trial would score 1 (000 §3.1).
+                    let (nodes, edges) =
+                        match group.and_then(|g| g.tree(u.kind, connection.as_deref())) {
+                            Some(tree) => (
+                                score_tree(tree, &p.nodes, u, Scoring::Nodes).0,
+                                score_tree(tree, &p.nodes, u, Scoring::Edges).0,
+                            ),
+                            None => (1.0, 1.0),
+                        };
+                    units += 1;
+                    ranges
+                        .entry((&p.signature, u.kind, connection))
+                        .or_default()
+                        .add(nodes, edges);
+                }
+            }
+        }
+    }
+    let mut trees = 0;
+    for ((signature, kind, connection), range) in ranges {
+        let tree = model
+            .groups
+            .iter_mut()
+            .find(|g| g.signature.as_slice() == signature)
+            .and_then(|g| g.tree_mut(kind, connection.as_deref()));
+        if let Some(tree) = tree {
+            tree.normal = Some(range);
+            trees += 1;
+        }
+    }
+    Calibration {
+        folds,
+        units,
+        trees,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        score::score_processes,
+        units::{ConnectionKey, NodeKey, NodeTable, Unit, Variant},
+    };
+
+    /// A process whose handler units (one connection) call the given paths
+    /// of callee names, one unit per entry.
+    fn process(pid: u32, units: &[&[&[&str]]]) -> ProcessUnits {
+        let mut table = NodeTable::default();
+        let units = units
+            .iter()
+            .enumerate()
+            .map(|(i, paths)| {
+                let mut nodes = Vec::new();
+                for path in *paths {
+                    let mut parent = NodeTable::ROOT;
+                    for name in *path {
+                        let key = table.key(NodeKey {
+                            site: format!("site_of_{name}"),
+                            callee: name.to_string(),
+                        });
+                        parent = table.child(parent, key);
+                        nodes.push(parent);
+                    }
+                }
+                nodes.sort_unstable();
+                nodes.dedup();
+                Unit {
+                    kind: UnitKind::Handler,
+                    tid: pid,
+                    start_ns: i as u64 * 10,
+                    end_ns: i as u64 * 10 + 5,
+                    nodes,
+                    connection: Some(ConnectionKey("listen".into())),
+                    fd: Some(4),
+                    peer: None,
+                    entries: (0, 0),
+                }
+            })
+            .collect();
+        ProcessUnits {
+            pid,
+            comm: "d".into(),
+            host: "h".into(),
+            signature: vec!["listen".into()],
+            nodes: table,
+            units,
+        }
+    }
+
+    const GET: &[&[&str]] = &[&["serve", "recv"], &["serve", "get"]];
+    const PUT: &[&[&str]] = &[
+        &["serve", "recv"],
+        &["serve", "put"],
+        &["serve", "put", "write"],
+    ];
+    const CLOSE: &[&[&str]] = &[&["serve", "recv"], &["serve", "deregister"]];
+
+    fn learned(runs: &[Vec<ProcessUnits>]) -> GlobalModel {
+        let mut model = GlobalModel::new(Variant::Paper000);
+        for p in runs.iter().flatten() {
+            model.learn(p);
+        }
+        model
+    }
+
+    fn scores(model: &GlobalModel, trial: &ProcessUnits) -> Vec<super::super::UnitScore> {
+        use tracer_common::capture::{CaptureHeader, CaptureWriter};
+        let w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        let capture = crate::decode::Capture::read(w.into_inner().as_slice()).expect("capture");
+        score_processes(
+            model,
+            &capture,
+            "trial",
+            std::slice::from_ref(trial),
+            Scoring::Nodes,
+        )
+    }
+
+    /// A handler serving two kinds of request mixes them into one tree, so
+    /// its normal units score above 0; the range holds them, and a unit that
+    /// makes a call no normal unit made lies above it although its score is
+    /// lower than the tree's mix would suggest.
+    #[test]
+    fn the_normal_range_holds_normal_units_and_not_new_behaviour() {
+        let runs: Vec<Vec<ProcessUnits>> = (0..3)
+            .map(|i| vec![process(10 + i, &[GET, PUT, GET, PUT])])
+            .collect();
+        let mut model = learned(&runs);
+        let c = calibrate(&mut model, None, &runs);
+        assert_eq!((c.folds, c.units, c.trees), (3, 12, 1));
+        let tree = model.groups[0]
+            .tree(UnitKind::Handler, Some("listen"))
+            .expect("the handler tree");
+        let range = tree.normal.expect("calibrated");
+        assert!(range.nodes > 0.0 && range.nodes < 1.0, "{range:?}");
+        assert_eq!(range.units, 12);
+
+        let normal = scores(&model, &process(20, &[PUT, GET]));
+        assert!(
+            normal
+                .iter()
+                .all(|s| !s.anomalous && s.normal == Some(range.nodes)),
+            "{normal:#?}"
+        );
+        let faulty = scores(&model, &process(21, &[GET, CLOSE]));
+        let close = faulty.iter().find(|s| s.start_ns == 10).expect("unit 2");
+        assert!(close.anomalous, "{close:#?}");
+        assert!(
+            !faulty
+                .iter()
+                .find(|s| s.start_ns == 0)
+                .expect("unit 1")
+                .anomalous
+        );
+    }
+
+    /// A behaviour seen in one run only is outside the model of the others:
+    /// held out, it scores high, and the range widens to it (such a tree
+    /// flags little until more runs are learned).
+    #[test]
+    fn a_behaviour_of_one_run_widens_the_range_to_the_top() {
+        let runs = vec![
+            vec![process(1, &[GET, GET])],
+            vec![process(2, &[GET, GET])],
+            vec![process(3, &[GET, PUT])],
+        ];
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        let range = model.groups[0].handlers["listen"]
+            .normal
+            .expect("calibrated");
+        assert!(range.nodes > 0.3, "{range:?}");
+    }
+
+    /// One capture alone cannot be held out; with a model to merge into it
+    /// can, and a later merge drops the range (the tree changed).
+    #[test]
+    fn one_capture_needs_a_base_and_merging_drops_the_range() {
+        let one = vec![vec![process(1, &[GET, PUT])]];
+        let mut model = learned(&one);
+        assert_eq!(calibrate(&mut model, None, &one).folds, 0);
+        assert!(model.groups[0].handlers["listen"].normal.is_none());
+        assert!(
+            scores(&model, &process(2, &[CLOSE]))
+                .iter()
+                .all(|s| !s.anomalous)
+        );
+
+        let base = model.clone();
+        let more = vec![vec![process(3, &[GET, PUT])]];
+        for p in more.iter().flatten() {
+            model.learn(p);
+        }
+        let c = calibrate(&mut model, Some(&base), &more);
+        assert_eq!((c.folds, c.trees), (1, 1));
+        assert!(model.groups[0].handlers["listen"].normal.is_some());
+
+        model.merge(&base);
+        assert!(model.groups[0].handlers["listen"].normal.is_none());
+    }
+}
