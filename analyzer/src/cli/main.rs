@@ -251,7 +251,7 @@ fn scores_svg(scores: &[UnitScore]) -> String {
             }),
         }
     }
-    let labels: Vec<(f64, f64, String)> = scores
+    let mut labels: Vec<(f64, f64, String)> = scores
         .iter()
         .take(3)
         .enumerate()
@@ -263,6 +263,26 @@ fn scores_svg(scores: &[UnitScore]) -> String {
             )
         })
         .collect();
+    // Where the fault first showed, when it is not among the top three.
+    if let Some((i, s)) = scores
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.anomalous)
+        .min_by_key(|(_, s)| s.start_ns)
+        .filter(|(i, _)| *i >= 3)
+    {
+        labels.push((
+            s.t_s,
+            s.score,
+            format!(
+                "earliest anomaly: #{} {}[{}] {}",
+                i + 1,
+                s.comm,
+                s.pid,
+                s.kind.name()
+            ),
+        ));
+    }
     scatter_svg(
         "Suspect scores of execution units",
         "seconds since the capture started",
