@@ -131,10 +131,16 @@ pub fn scatter_svg(
         );
     }
     for (x, y, text) in labels {
+        // Points in the right half are labelled to their left, so the text
+        // stays inside the plot instead of running under the legend.
+        let (lx, anchor) = if px(*x) > left + (w - left - right) / 2.0 {
+            (px(*x) - 6.0, "end")
+        } else {
+            (px(*x) + 6.0, "start")
+        };
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
-            px(*x) + 6.0,
+            r#"<text x="{lx:.1}" y="{:.1}" font-size="11" text-anchor="{anchor}">{}</text>"#,
             py(*y) - 6.0,
             escape(text)
         );
