@@ -136,7 +136,7 @@ pub(crate) struct FeatureArgs {
         value_enum,
         value_delimiter = ',',
         num_args = 0..,
-        default_value = "syscalls"
+        default_value = "syscalls,time"
     )]
     normalize: Vec<Metric>,
     /// Outlier rule (beyond the paper): a server is anomalous in a window
