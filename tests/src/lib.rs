@@ -369,7 +369,8 @@ pub fn record_ring(exe: &Path, out: &Path, port: u16, fault: Option<u16>) {
 /// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at
 /// daemon 2) the first unit is daemon 2's handler of its connection to
 /// daemon 3, scoring 1, and a unit among the top 3 makes an unexpected call
-/// whose path contains both `closing` texts. Returns the trial's worst score
+/// whose path contains both `closing` texts, and that unit is the earliest
+/// anomalous one. Returns the trial's worst score
 /// and the faulty run's top 3 as text.
 pub fn assert_ring_fault_localized(
     model: &analyzer::model::GlobalModel,
@@ -425,6 +426,19 @@ pub fn assert_ring_fault_localized(
         found.is_some(),
         "{variant:?}: the closing unit is not in the top 3: {:#?}",
         &scores[..3]
+    );
+    // Where the fault first showed: the unit that closed the connection
+    // comes before the reset it caused, however they score.
+    let earliest = scores
+        .iter()
+        .filter(|s| s.anomalous)
+        .min_by_key(|s| s.start_ns)
+        .expect("the faulty run has anomalous units");
+    assert!(
+        earliest.differences.iter().any(|d| {
+            d.kind == DifferenceKind::Unexpected && closing.iter().all(|c| d.path.contains(c))
+        }),
+        "{variant:?}: the earliest anomaly is not the closing unit: {earliest:#?}"
     );
     let top = scores[..3]
         .iter()

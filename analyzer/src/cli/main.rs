@@ -88,7 +88,8 @@ enum ModelCommand {
         /// Skip calibration. By default each capture is held out in turn
         /// (at most 5 folds), the rest learned, and its units scored: the
         /// highest score per tree is stored as its normal range, and `model
-        /// score` marks units more than 0.03 above it as anomalous. Costs a learning pass
+        /// score` marks units more than 0.03 above it as anomalous (as it does
+        /// units that make a call no learned unit made). Costs a learning pass
         /// per fold and keeps every capture's units in memory.
         #[arg(long)]
         no_calibrate: bool,
@@ -193,17 +194,16 @@ fn print_scores(
             scores.len() - top
         )?;
     }
+    writeln!(
+        out,
+        "! behaviour no normal run showed: no model to match, an unexpected call, or a score more than {NORMAL_MARGIN} above the highest of normal units (\"normal\")"
+    )?;
     if scores.iter().all(|s| s.normal.is_none()) {
         writeln!(
             out,
-            "! no model to match; normal ranges need a model learned from two or more captures"
+            "  (no normal ranges: the model was learned from one capture or with --no-calibrate)"
         )?;
-        return Ok(());
     }
-    writeln!(
-        out,
-        "! more than {NORMAL_MARGIN} above the highest score of normal units (\"normal\"), or no model to match"
-    )?;
     // A fault spreads: the units it disturbs later may deviate more, so the
     // earliest anomalous unit of each capture is reported on its own.
     let mut captures: Vec<&str> = scores.iter().map(|s| s.capture.as_str()).collect();
@@ -232,7 +232,7 @@ fn print_scores(
                     .map(|p| format!(", peer {p}"))
                     .unwrap_or_default()
             )?,
-            None => writeln!(out, "{capture}: every unit is within its normal range")?,
+            None => writeln!(out, "{capture}: no unit behaves unlike the normal runs")?,
         }
     }
     Ok(())

@@ -252,10 +252,13 @@ mod tests {
         let mut model = learned(&one);
         assert_eq!(calibrate(&mut model, None, &one).folds, 0);
         assert!(model.groups[0].handlers["listen"].normal.is_none());
+        // Uncalibrated: no range, but a call no learned unit made still counts.
+        let close = scores(&model, &process(2, &[CLOSE, PUT]));
+        assert!(close.iter().all(|s| s.normal.is_none()), "{close:#?}");
+        let flags: Vec<(u64, bool)> = close.iter().map(|s| (s.start_ns, s.anomalous)).collect();
         assert!(
-            scores(&model, &process(2, &[CLOSE]))
-                .iter()
-                .all(|s| !s.anomalous)
+            flags.contains(&(0, true)) && flags.contains(&(10, false)),
+            "{flags:?}"
         );
 
         let base = model.clone();

@@ -79,9 +79,10 @@ pub struct UnitScore {
     /// model is calibrated (see [`super::calibrate`]).
     #[serde(default)]
     pub normal: Option<f64>,
-    /// Above its normal range (by more than [`NORMAL_MARGIN`]), or with no
-    /// model to match at all: behaviour no normal run showed. Always false
-    /// against an uncalibrated tree.
+    /// Behaviour no normal run showed: no model to match at all, a call
+    /// never made at that place in any learned unit (an unexpected node),
+    /// or a score above the tree's normal range by more than
+    /// [`NORMAL_MARGIN`] (calibrated trees only).
     #[serde(default)]
     pub anomalous: bool,
     /// Why: no group for the process, no model for the unit, or the nodes.
@@ -258,11 +259,15 @@ pub fn score_processes(
                 peer: u.peer.as_deref().map(str::to_string),
                 score,
                 normal,
-                anomalous: if reason.is_empty() {
-                    normal.is_some_and(|n| score > n + NORMAL_MARGIN)
-                } else {
-                    true
-                },
+                // An unexpected call counts whatever the score: in a tree
+                // that mixes many requests (a ring daemon's left-hand
+                // handler, normal up to 0.375) a unit that closes the
+                // connection instead scores only 0.259.
+                anomalous: !reason.is_empty()
+                    || differences
+                        .iter()
+                        .any(|d| d.kind == DifferenceKind::Unexpected)
+                    || normal.is_some_and(|n| score > n + NORMAL_MARGIN),
                 reason,
                 differences,
             });
