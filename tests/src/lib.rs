@@ -131,7 +131,7 @@ pub fn fixture(name: &str, as_name: Option<&str>) -> PathBuf {
     out
 }
 
-/// A finished `tracer` run.
+/// A finished `tracer` or `analyzer` run.
 #[derive(Debug)]
 pub struct Run {
     /// Exit status.
@@ -144,12 +144,32 @@ pub struct Run {
 
 /// Runs `tracer ARGS` to completion (bounded by 60 s).
 pub fn tracer(args: &[&str]) -> Run {
+    run_bounded(&tracer_bin(), args)
+}
+
+/// The analyzer binary built beside the tracer under test.
+pub fn analyzer_bin() -> PathBuf {
+    let p = tracer_bin().with_file_name("analyzer");
+    assert!(
+        p.exists(),
+        "no analyzer binary at {}: run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// Runs `analyzer ARGS` to completion (bounded by 60 s).
+pub fn analyzer(args: &[&str]) -> Run {
+    run_bounded(&analyzer_bin(), args)
+}
+
+fn run_bounded(program: &Path, args: &[&str]) -> Run {
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
-        .arg(tracer_bin())
+        .arg(program)
         .args(args)
         .output()
-        .expect("tracer runs");
+        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
     Run {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -380,7 +400,7 @@ pub fn assert_ring_fault_localized(
     closing: [&str; 2],
 ) -> (f64, String) {
     use analyzer::{
-        score::{DifferenceKind, score_processes},
+        score::{DifferenceKind, ScoreReport, score_processes},
         units::{UnitKind, decompose_capture},
     };
     let variant = model.variant;
@@ -400,13 +420,19 @@ pub fn assert_ring_fault_localized(
     );
 
     let cap = capture(faulty);
-    let scores = score_processes(
-        model,
-        &cap,
-        "faulty",
-        &decompose_capture(&cap, variant),
+    let report = ScoreReport::new(
+        variant,
         scoring,
+        &["faulty".to_string()],
+        score_processes(
+            model,
+            &cap,
+            "faulty",
+            &decompose_capture(&cap, variant),
+            scoring,
+        ),
     );
+    let scores = &report.units;
     let first = &scores[0];
     // Daemon 2's right-hand side is daemon 3, listening on base + 3.
     assert_eq!(first.kind, UnitKind::Handler, "{first:?}");
@@ -429,10 +455,8 @@ pub fn assert_ring_fault_localized(
     );
     // Where the fault first showed: the unit that closed the connection
     // comes before the reset it caused, however they score.
-    let earliest = scores
-        .iter()
-        .filter(|s| s.anomalous)
-        .min_by_key(|s| s.start_ns)
+    let earliest = report
+        .earliest_in("faulty")
         .expect("the faulty run has anomalous units");
     assert!(
         earliest.differences.iter().any(|d| {

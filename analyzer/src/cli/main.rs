@@ -11,7 +11,7 @@ use analyzer::{
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
-    score::{NORMAL_MARGIN, Scoring, UnitScore, calibrate, score_processes},
+    score::{NORMAL_MARGIN, ScoreReport, Scoring, calibrate, score_processes},
     units::{Variant, decompose_capture},
 };
 use anyhow::{Context as _, bail};
@@ -110,7 +110,9 @@ enum ModelCommand {
         /// Units to show.
         #[arg(long, default_value_t = 20)]
         top: usize,
-        /// JSON instead of a table (every unit).
+        /// JSON instead of a table: a versioned report of every unit, most
+        /// suspect first, with the earliest anomaly of each capture and of
+        /// all captures (`earliest`, `first_anomaly`: indices into `units`).
         #[arg(long)]
         json: bool,
         /// Also write an SVG plot of every unit's score over time (000 Figure 6).
@@ -144,9 +146,10 @@ fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
 
 fn print_scores(
     out: &mut impl std::io::Write,
-    scores: &[UnitScore],
+    report: &ScoreReport,
     top: usize,
 ) -> anyhow::Result<()> {
+    let scores = &report.units;
     writeln!(
         out,
         "{:>4} {:>7} {:>6}  {:<22} {:>7} {:<12} {:>9} {:<12} {:<21} why",
@@ -204,42 +207,47 @@ fn print_scores(
             "  (no normal ranges: the model was learned from one capture or with --no-calibrate)"
         )?;
     }
-    // A fault spreads: the units it disturbs later may deviate more, so the
-    // earliest anomalous unit of each capture is reported on its own.
-    let mut captures: Vec<&str> = scores.iter().map(|s| s.capture.as_str()).collect();
-    captures.sort_unstable();
-    captures.dedup();
-    for capture in captures {
-        let first = scores
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.capture == capture && s.anomalous)
-            .min_by_key(|(_, s)| s.start_ns);
-        match first {
-            Some((rank, s)) => writeln!(
-                out,
-                "earliest anomaly in {capture}: rank {} ({:.3}), {}[{}]@{} tid {} {} at {:.3} s{}",
-                rank + 1,
-                s.score,
-                s.comm,
-                s.pid,
-                s.host,
-                s.tid,
-                s.kind.name(),
-                s.t_s,
-                s.peer
-                    .as_deref()
-                    .map(|p| format!(", peer {p}"))
-                    .unwrap_or_default()
-            )?,
-            None => writeln!(out, "{capture}: no unit behaves unlike the normal runs")?,
+    let describe = |i: usize| {
+        let s = &report.units[i];
+        format!(
+            "rank {} ({:.3}), {}[{}]@{} tid {} {} at {:.3} s ({} UTC){}",
+            i + 1,
+            s.score,
+            s.comm,
+            s.pid,
+            s.host,
+            s.tid,
+            s.kind.name(),
+            s.t_s,
+            s.wall,
+            s.peer
+                .as_deref()
+                .map(|p| format!(", peer {p}"))
+                .unwrap_or_default()
+        )
+    };
+    for e in &report.earliest {
+        match e.unit {
+            Some(i) => writeln!(out, "earliest anomaly in {}: {}", e.capture, describe(i))?,
+            None => writeln!(out, "{}: no unit behaves unlike the normal runs", e.capture)?,
         }
+    }
+    if report.earliest.len() > 1
+        && let Some(i) = report.first_anomaly
+    {
+        writeln!(
+            out,
+            "earliest anomaly of all captures (by wall clock): {}",
+            describe(i)
+        )?;
     }
     Ok(())
 }
 
-/// Every unit's score against its start time, by unit kind; the top three named.
-fn scores_svg(scores: &[UnitScore]) -> String {
+/// Every unit's score against its start time, by unit kind; the top three
+/// named, and the earliest anomaly when it is not among them.
+fn scores_svg(report: &ScoreReport) -> String {
+    let scores = &report.units;
     let mut series: Vec<Series> = Vec::new();
     for s in scores {
         let label = s.kind.name();
@@ -263,14 +271,11 @@ fn scores_svg(scores: &[UnitScore]) -> String {
             )
         })
         .collect();
-    // Where the fault first showed, when it is not among the top three.
-    if let Some((i, s)) = scores
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.anomalous)
-        .min_by_key(|(_, s)| s.start_ns)
-        .filter(|(i, _)| *i >= 3)
-    {
+    let mut earliest: Vec<usize> = report.earliest.iter().filter_map(|e| e.unit).collect();
+    earliest.sort_unstable();
+    earliest.dedup();
+    for i in earliest.into_iter().filter(|i| *i >= 3) {
+        let s = &scores[i];
         labels.push((
             s.t_s,
             s.score,
@@ -430,29 +435,22 @@ fn run(args: Args) -> anyhow::Result<()> {
         }) => {
             let model = load_model(&model)?;
             let mut scores = Vec::new();
+            let mut names = Vec::with_capacity(captures.len());
             for path in &captures {
                 let cap = open(path)?;
                 let processes = decompose_capture(&cap, model.variant);
-                scores.extend(score_processes(
-                    &model,
-                    &cap,
-                    &path.display().to_string(),
-                    &processes,
-                    scoring,
-                ));
+                let name = path.display().to_string();
+                scores.extend(score_processes(&model, &cap, &name, &processes, scoring));
+                names.push(name);
             }
-            scores.sort_by(|a, b| {
-                b.score
-                    .total_cmp(&a.score)
-                    .then(a.start_ns.cmp(&b.start_ns))
-            });
+            let report = ScoreReport::new(model.variant, scoring, &names, scores);
             if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&scores)?)?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {
-                print_scores(&mut out, &scores, top)?;
+                print_scores(&mut out, &report, top)?;
             }
             if let Some(path) = svg {
-                std::fs::write(&path, scores_svg(&scores))
+                std::fs::write(&path, scores_svg(&report))
                     .with_context(|| format!("writing {}", path.display()))?;
                 if !json {
                     writeln!(

@@ -67,6 +67,10 @@ pub struct UnitScore {
     pub t_s: f64,
     /// Start as wall-clock time (UTC, `HH:MM:SS.mmm`).
     pub wall: String,
+    /// Start as wall-clock ns since the epoch: orders units of captures
+    /// taken on different hosts (as far as their clocks agree).
+    #[serde(default)]
+    pub wall_ns: u64,
     /// The capture the unit came from.
     pub capture: String,
     /// The connection (handler units).
@@ -254,6 +258,7 @@ pub fn score_processes(
                 end_ns: u.end_ns,
                 t_s: (u.start_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
                 wall: wall_clock(capture.header.clock.to_realtime(u.start_ns)),
+                wall_ns: capture.header.clock.to_realtime(u.start_ns),
                 capture: name.to_string(),
                 connection,
                 peer: u.peer.as_deref().map(str::to_string),

@@ -22,7 +22,7 @@ use std::{
 
 use analyzer::{
     model::GlobalModel,
-    score::{DifferenceKind, Scoring, UnitScore, calibrate, score_processes},
+    score::{DifferenceKind, ScoreReport, Scoring, UnitScore, calibrate, score_processes},
     units::{UnitKind, Variant, decompose_capture},
 };
 use tests::{Background, capture, hydra_bin, privileged};
@@ -269,12 +269,16 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         "a normal run's PMI handler is outside its normal range: {outside:#?}"
     );
 
-    let scores = score(&killed, "killed");
-    eprintln!("killed rank of proxy {owner}, top 10:\n{}", table(&scores));
-    let earliest = scores
-        .iter()
-        .filter(|s| s.anomalous)
-        .min_by_key(|s| s.start_ns)
+    let report = ScoreReport::new(
+        variant,
+        Scoring::Nodes,
+        &["killed".to_string()],
+        score(&killed, "killed"),
+    );
+    let scores = &report.units;
+    eprintln!("killed rank of proxy {owner}, top 10:\n{}", table(scores));
+    let earliest = report
+        .earliest_in("killed")
         .expect("the killed run has units outside their normal range");
     eprintln!(
         "earliest anomaly: {}",

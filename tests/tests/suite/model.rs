@@ -120,3 +120,103 @@ fn models_learned_in_parts_merge_to_the_whole() {
         }
     }
 }
+
+/// The CLI a user runs (and the demo): `analyzer model learn` writes a
+/// calibrated model of one role, `model score --json` a versioned report
+/// whose first unit is the reset handler and whose earliest anomaly is the
+/// closing unit, the text table says the same, `--svg` writes the plot, and
+/// a file that is not a model is refused with its name.
+#[test]
+fn the_analyzer_cli_learns_scores_and_names_the_earliest_anomaly() {
+    use analyzer::score::{DifferenceKind, SCORE_REPORT_VERSION, ScoreReport};
+    use tests::analyzer;
+
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = tests::port_block(20);
+    let normal: Vec<String> = (0..3)
+        .map(|i| {
+            ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None)
+                .display()
+                .to_string()
+        })
+        .collect();
+    let faulty_base = base + 15;
+    let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
+    let faulty = faulty.display().to_string();
+    let model = dir.path().join("model.json").display().to_string();
+
+    let mut learn = vec!["model", "learn", "-o", &model];
+    learn.extend(normal.iter().map(String::as_str));
+    let run = analyzer(&learn);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("from 3 captures into 1 process groups"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("normal ranges of"),
+        "not calibrated: {}",
+        run.stdout
+    );
+
+    let svg = dir.path().join("scores.svg");
+    let svg_arg = svg.display().to_string();
+    let run = analyzer(&[
+        "model", "score", "--model", &model, &faulty, "--json", "--svg", &svg_arg,
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let report: ScoreReport = serde_json::from_str(&run.stdout).expect("a score report");
+    assert_eq!(report.version, SCORE_REPORT_VERSION);
+    let first = &report.units[0];
+    assert_eq!(
+        (first.peer.as_deref(), first.score),
+        (Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()), 1.0),
+        "{first:#?}"
+    );
+    let earliest = report.earliest_in(&faulty).expect("an earliest anomaly");
+    assert!(
+        earliest
+            .differences
+            .iter()
+            .any(|d| d.kind == DifferenceKind::Unexpected
+                && d.path.contains("handle_lhs_input")
+                && d.path.contains("close_connection@")),
+        "{earliest:#?}"
+    );
+    assert_eq!(report.first(), Some(earliest), "one capture: the same unit");
+    let plot = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(
+        plot.starts_with("<svg") && plot.contains("#1 ring["),
+        "{plot}"
+    );
+
+    let run = analyzer(&["model", "score", "--model", &model, &faulty, "--top", "5"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let rank = report
+        .earliest
+        .iter()
+        .find_map(|e| e.unit)
+        .expect("an index")
+        + 1;
+    assert!(
+        run.stdout
+            .contains(&format!("earliest anomaly in {faulty}: rank {rank} (")),
+        "{}",
+        run.stdout
+    );
+    let top_row = run.stdout.lines().nth(1).expect("a first row");
+    assert!(top_row.contains(" 1.000!"), "{top_row}");
+
+    // A capture where the model belongs: refused, the file named.
+    let run = analyzer(&["model", "score", "--model", &faulty, &faulty]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{faulty} is not a model")),
+        "{}",
+        run.stderr
+    );
+}

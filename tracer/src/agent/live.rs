@@ -243,6 +243,7 @@ mod tests {
             end_ns: 0,
             t_s: 0.0,
             wall: String::new(),
+            wall_ns: 0,
             capture: "live".into(),
             connection: None,
             peer: None,
