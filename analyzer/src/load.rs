@@ -82,15 +82,7 @@ pub fn model(path: &Path) -> Result<GlobalModel, LoadError> {
             source,
         })?;
     for g in &mut model.groups {
-        for t in [
-            &mut g.initializer,
-            &mut g.finalizer,
-            &mut g.pre_process,
-            &mut g.post_process,
-        ] {
-            t.prepare();
-        }
-        for t in g.handlers.values_mut() {
+        for (_, _, t) in g.all_trees_mut() {
             t.prepare();
         }
     }
@@ -139,11 +131,11 @@ mod tests {
         );
 
         let old = path("old.json");
-        std::fs::write(&old, br#"{"version": 0, "groups": []}"#).expect("write");
+        std::fs::write(&old, br#"{"version": 1, "groups": []}"#).expect("write");
         let e = model(&old).expect_err("old");
         assert!(
             e.to_string()
-                .contains("has format version 0, this build reads version 1")
+                .contains("has format version 1, this build reads version 2")
                 && e.to_string().contains("learn or train it again"),
             "{e}"
         );

@@ -365,6 +365,19 @@ pub const RING_FUNCTIONS: &[&str] = &[
 /// `port`, the partial-receive fault at daemon `fault`) into `out` with
 /// `tracer record`, without samples.
 pub fn record_ring(exe: &Path, out: &Path, port: u16, fault: Option<u16>) {
+    record_ring_waiting(exe, out, port, fault, None);
+}
+
+/// [`record_ring`] with the daemons' loops waiting by `wait` (`poll`,
+/// `select` or `epoll`, `+threads` for two loops in two threads per daemon;
+/// see `fixtures/ring.c`).
+pub fn record_ring_waiting(
+    exe: &Path,
+    out: &Path,
+    port: u16,
+    fault: Option<u16>,
+    wait: Option<&str>,
+) {
     let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
     for f in RING_FUNCTIONS {
         args.extend(["-f".to_string(), f.to_string()]);
@@ -378,7 +391,14 @@ pub fn record_ring(exe: &Path, out: &Path, port: u16, fault: Option<u16>) {
         "10".into(),
         port.to_string(),
     ]);
-    args.extend(fault.map(|n| n.to_string()));
+    match wait {
+        None => args.extend(fault.map(|n| n.to_string())),
+        Some(w) => args.extend([
+            fault.map_or("-1".to_string(), |n| n.to_string()),
+            "1500".into(),
+            w.to_string(),
+        ]),
+    }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = tracer(&refs);
     assert!(run.status.success(), "{}", run.stderr);

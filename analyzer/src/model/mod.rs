@@ -1,6 +1,8 @@
 //! Process and global models (000 §2.3–2.4): per process group (same process
-//! signature), one call tree per unit kind and one per connection of handler
-//! units, each node annotated with its coverage probability `p_g = n_g / n_f`.
+//! signature), one call tree per connection of handler units and, beyond the
+//! papers, one per unit kind and thread role of the other units (the papers'
+//! daemons had one thread), each node annotated with its coverage
+//! probability `p_g = n_g / n_f`.
 //!
 //! Models are mergeable summaries: a tree keeps, per node, the sum of the
 //! probabilities over the process models merged into it and how many were
@@ -16,8 +18,13 @@ pub use tree::{CallTreeModel, ModelNode, NormalRange};
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
 
-/// Version of the serialized model.
-pub const MODEL_VERSION: u32 = 1;
+/// Version of the serialized model. 2: initializer, finalizer and pre/post
+/// trees per thread role.
+pub const MODEL_VERSION: u32 = 2;
+
+/// Trees of one unit kind by key: thread role for initializers,
+/// finalizers and pre/post-processing, connection for handlers.
+pub type Trees = BTreeMap<String, CallTreeModel>;
 
 /// The models of one process group.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -28,45 +35,64 @@ pub struct GroupModel {
     pub processes: u32,
     /// Example process names (up to 8), for reports.
     pub examples: Vec<String>,
-    /// Initializer units.
-    pub initializer: CallTreeModel,
-    /// Finalizer units.
-    pub finalizer: CallTreeModel,
-    /// Pre-processing units (001 variant).
-    pub pre_process: CallTreeModel,
-    /// Post-processing units (001 variant).
-    pub post_process: CallTreeModel,
+    /// Initializer units, by thread role.
+    pub initializer: Trees,
+    /// Finalizer units, by thread role.
+    pub finalizer: Trees,
+    /// Pre-processing units (001 variant), by thread role.
+    pub pre_process: Trees,
+    /// Post-processing units (001 variant), by thread role.
+    pub post_process: Trees,
     /// Handler units by connection key.
-    pub handlers: BTreeMap<String, CallTreeModel>,
+    pub handlers: Trees,
 }
 
 impl GroupModel {
-    /// The tree for units of `kind` (and `connection`, for handlers).
-    pub fn tree(&self, kind: UnitKind, connection: Option<&str>) -> Option<&CallTreeModel> {
-        let t = match kind {
+    /// The trees of units of `kind`.
+    pub fn trees(&self, kind: UnitKind) -> &Trees {
+        match kind {
             UnitKind::Initializer => &self.initializer,
             UnitKind::Finalizer => &self.finalizer,
             UnitKind::PreProcess => &self.pre_process,
             UnitKind::PostProcess => &self.post_process,
-            UnitKind::Handler => return self.handlers.get(connection?),
-        };
-        (t.models > 0).then_some(t)
+            UnitKind::Handler => &self.handlers,
+        }
     }
 
-    /// Mutable [`GroupModel::tree`].
-    pub fn tree_mut(
-        &mut self,
-        kind: UnitKind,
-        connection: Option<&str>,
-    ) -> Option<&mut CallTreeModel> {
-        let t = match kind {
+    /// Mutable [`GroupModel::trees`].
+    pub fn trees_mut(&mut self, kind: UnitKind) -> &mut Trees {
+        match kind {
             UnitKind::Initializer => &mut self.initializer,
             UnitKind::Finalizer => &mut self.finalizer,
             UnitKind::PreProcess => &mut self.pre_process,
             UnitKind::PostProcess => &mut self.post_process,
-            UnitKind::Handler => return self.handlers.get_mut(connection?),
-        };
-        (t.models > 0).then_some(t)
+            UnitKind::Handler => &mut self.handlers,
+        }
+    }
+
+    /// Every tree, with its kind and key.
+    pub fn all_trees_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (UnitKind, &String, &mut CallTreeModel)> {
+        [
+            (UnitKind::Initializer, &mut self.initializer),
+            (UnitKind::Finalizer, &mut self.finalizer),
+            (UnitKind::PreProcess, &mut self.pre_process),
+            (UnitKind::PostProcess, &mut self.post_process),
+            (UnitKind::Handler, &mut self.handlers),
+        ]
+        .into_iter()
+        .flat_map(|(kind, trees)| trees.iter_mut().map(move |(k, t)| (kind, k, t)))
+    }
+
+    /// The tree for units of `kind` with `key` ([`crate::units::Unit::model_key`]).
+    pub fn tree(&self, kind: UnitKind, key: &str) -> Option<&CallTreeModel> {
+        self.trees(kind).get(key).filter(|t| t.models > 0)
+    }
+
+    /// Mutable [`GroupModel::tree`].
+    pub fn tree_mut(&mut self, kind: UnitKind, key: &str) -> Option<&mut CallTreeModel> {
+        self.trees_mut(kind).get_mut(key).filter(|t| t.models > 0)
     }
 }
 
@@ -124,27 +150,15 @@ impl GlobalModel {
                 process.comm, process.pid, process.host
             ));
         }
-        let kinds = [
-            (UnitKind::Initializer, &mut group.initializer),
-            (UnitKind::Finalizer, &mut group.finalizer),
-            (UnitKind::PreProcess, &mut group.pre_process),
-            (UnitKind::PostProcess, &mut group.post_process),
-        ];
-        for (kind, tree) in kinds {
-            let units: Vec<_> = process.units.iter().filter(|u| u.kind == kind).collect();
-            if !units.is_empty() {
-                tree.merge_process(&process.nodes, &units);
-            }
+        // One process model per (kind, key): its units' coverage merged.
+        let mut by_key: BTreeMap<(UnitKind, &str), Vec<_>> = BTreeMap::new();
+        for u in &process.units {
+            by_key.entry((u.kind, u.model_key())).or_default().push(u);
         }
-        let mut by_conn: BTreeMap<&str, Vec<_>> = BTreeMap::new();
-        for u in process.units.iter().filter(|u| u.kind == UnitKind::Handler) {
-            let key = u.connection.as_ref().map_or("unknown", |c| c.as_str());
-            by_conn.entry(key).or_default().push(u);
-        }
-        for (conn, units) in by_conn {
+        for ((kind, key), units) in by_key {
             group
-                .handlers
-                .entry(conn.to_string())
+                .trees_mut(kind)
+                .entry(key.to_string())
                 .or_default()
                 .merge_process(&process.nodes, &units);
         }
@@ -165,12 +179,13 @@ impl GlobalModel {
                             mine.examples.push(e.clone());
                         }
                     }
-                    mine.initializer.merge(&g.initializer);
-                    mine.finalizer.merge(&g.finalizer);
-                    mine.pre_process.merge(&g.pre_process);
-                    mine.post_process.merge(&g.post_process);
-                    for (conn, tree) in &g.handlers {
-                        mine.handlers.entry(conn.clone()).or_default().merge(tree);
+                    for kind in UnitKind::ALL {
+                        for (key, tree) in g.trees(kind) {
+                            mine.trees_mut(kind)
+                                .entry(key.clone())
+                                .or_default()
+                                .merge(tree);
+                        }
                     }
                 }
                 None => self.groups.push(g.clone()),

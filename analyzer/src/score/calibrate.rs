@@ -48,7 +48,7 @@ pub fn calibrate(
     } else {
         0
     };
-    let mut ranges: HashMap<(&[String], UnitKind, Option<String>), NormalRange> = HashMap::new();
+    let mut ranges: HashMap<(&[String], UnitKind, &str), NormalRange> = HashMap::new();
     let mut units = 0;
     for fold in 0..folds {
         let mut learned = base
@@ -68,19 +68,17 @@ pub fn calibrate(
             for p in run {
                 let group = learned.group(&p.signature);
                 for u in &p.units {
-                    let connection = u.connection.as_ref().map(|c| c.0.to_string());
                     // No group or tree: the trial would score 1 (000 §3.1).
-                    let (nodes, edges) =
-                        match group.and_then(|g| g.tree(u.kind, connection.as_deref())) {
-                            Some(tree) => (
-                                score_tree(tree, &p.nodes, u, Scoring::Nodes).0,
-                                score_tree(tree, &p.nodes, u, Scoring::Edges).0,
-                            ),
-                            None => (1.0, 1.0),
-                        };
+                    let (nodes, edges) = match group.and_then(|g| g.tree(u.kind, u.model_key())) {
+                        Some(tree) => (
+                            score_tree(tree, &p.nodes, u, Scoring::Nodes).0,
+                            score_tree(tree, &p.nodes, u, Scoring::Edges).0,
+                        ),
+                        None => (1.0, 1.0),
+                    };
                     units += 1;
                     ranges
-                        .entry((&p.signature, u.kind, connection))
+                        .entry((&p.signature, u.kind, u.model_key()))
                         .or_default()
                         .add(nodes, edges);
                 }
@@ -88,12 +86,12 @@ pub fn calibrate(
         }
     }
     let mut trees = 0;
-    for ((signature, kind, connection), range) in ranges {
+    for ((signature, kind, key), range) in ranges {
         let tree = model
             .groups
             .iter_mut()
             .find(|g| g.signature.as_slice() == signature)
-            .and_then(|g| g.tree_mut(kind, connection.as_deref()));
+            .and_then(|g| g.tree_mut(kind, key));
         if let Some(tree) = tree {
             tree.normal = Some(range);
             trees += 1;
@@ -146,6 +144,7 @@ mod tests {
                     fd: Some(4),
                     peer: None,
                     entries: (0, 0),
+                    role: "main".into(),
                 }
             })
             .collect();
@@ -188,6 +187,38 @@ mod tests {
         )
     }
 
+    /// Threads of two roles (a main thread and a worker) keep their own
+    /// initializer trees, so each scores 0 against its own, where one tree
+    /// of both would call each role's calls half-missing; a thread of a role
+    /// the model never saw has no tree and scores 1, saying so.
+    #[test]
+    fn each_thread_role_has_its_own_trees() {
+        let with_roles = |pid, roles: [&str; 2]| {
+            let mut p = process(pid, &[GET, PUT]);
+            for (u, role) in p.units.iter_mut().zip(roles) {
+                u.kind = UnitKind::Initializer;
+                u.role = role.into();
+            }
+            p
+        };
+        let two = ["main", "worker"];
+        let model = learned(&[vec![with_roles(1, two)], vec![with_roles(2, two)]]);
+        let keys: Vec<&String> = model.groups[0].initializer.keys().collect();
+        assert_eq!(keys, ["main", "worker"]);
+        let s = scores(&model, &with_roles(3, two));
+        assert!(s.iter().all(|u| u.score == 0.0), "{s:#?}");
+
+        let one = ["main", "main"];
+        let mixed = learned(&[vec![with_roles(1, one)], vec![with_roles(2, one)]]);
+        let s = scores(&mixed, &with_roles(3, one));
+        assert!(s.iter().all(|u| u.score >= 0.2), "one tree of both: {s:#?}");
+
+        let s = scores(&model, &with_roles(4, ["main", "helper"]));
+        let helper = s.iter().find(|u| u.role == "helper").expect("scored");
+        assert_eq!(helper.score, 1.0);
+        assert!(helper.reason.contains("role 'helper'"), "{}", helper.reason);
+    }
+
     /// A handler serving two kinds of request mixes them into one tree, so
     /// its normal units score above 0; the range holds them, and a unit that
     /// makes a call no normal unit made lies above it although its score is
@@ -201,7 +232,7 @@ mod tests {
         let c = calibrate(&mut model, None, &runs);
         assert_eq!((c.folds, c.units, c.trees), (3, 12, 1));
         let tree = model.groups[0]
-            .tree(UnitKind::Handler, Some("listen"))
+            .tree(UnitKind::Handler, "listen")
             .expect("the handler tree");
         let range = tree.normal.expect("calibrated");
         assert!(range.nodes > 0.0 && range.nodes < 1.0, "{range:?}");

@@ -116,6 +116,7 @@ mod tests {
             wall: String::new(),
             wall_ns,
             capture: capture.into(),
+            role: "main".into(),
             connection: None,
             peer: None,
             score,

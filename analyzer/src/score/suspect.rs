@@ -73,6 +73,10 @@ pub struct UnitScore {
     pub wall_ns: u64,
     /// The capture the unit came from.
     pub capture: String,
+    /// The role of its thread (the function its first traced call was made
+    /// from; see [`crate::units::thread_role`]).
+    #[serde(default)]
+    pub role: String,
     /// The connection (handler units).
     pub connection: Option<String>,
     /// The peer address, when known.
@@ -223,19 +227,19 @@ pub fn score_processes(
                     "no process group with this signature in the model".to_string(),
                     Vec::new(),
                 ),
-                Some(g) => match g.tree(u.kind, connection.as_deref()) {
+                Some(g) => match g.tree(u.kind, u.model_key()) {
                     None => (
                         1.0,
                         None,
-                        format!(
-                            "no {} model for this {}",
-                            u.kind.name(),
-                            if u.kind == UnitKind::Handler {
-                                "connection"
-                            } else {
-                                "group"
-                            }
-                        ),
+                        if u.kind == UnitKind::Handler {
+                            "no handler model for this connection".to_string()
+                        } else {
+                            format!(
+                                "no {} model for threads of role '{}'",
+                                u.kind.name(),
+                                u.role
+                            )
+                        },
                         Vec::new(),
                     ),
                     Some(tree) => {
@@ -260,6 +264,7 @@ pub fn score_processes(
                 wall: wall_clock(capture.header.clock.to_realtime(u.start_ns)),
                 wall_ns: capture.header.clock.to_realtime(u.start_ns),
                 capture: name.to_string(),
+                role: u.role.to_string(),
                 connection,
                 peer: u.peer.as_deref().map(str::to_string),
                 score,
@@ -330,6 +335,7 @@ mod tests {
             fd: None,
             peer: None,
             entries: (0, 0),
+            role: "main".into(),
         }
     }
 

@@ -19,9 +19,12 @@ use super::trace::{NodeTable, TraceEntry, TraceEntryKind};
 pub struct ConnectionKey(pub Arc<str>);
 
 impl ConnectionKey {
+    /// The text of [`ConnectionKey::unknown`].
+    pub const UNKNOWN: &str = "unknown";
+
     /// The key of descriptors whose establishment was not recorded.
     pub fn unknown() -> Self {
-        Self("unknown".into())
+        Self(Self::UNKNOWN.into())
     }
 
     /// The key as text.

@@ -7,7 +7,10 @@
 //! (Python's `selectors` `select()`, a C `wait_events()`) counts for the
 //! frame the receive is made under, the one that stays open. Everything
 //! before its first wait is the initializer, after the loop frame returns the
-//! finalizer.
+//! finalizer. A loop must recur (stay open across two waits); a thread
+//! whose loop never received is cut the same way, with no handlers.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tracer_common::syscall::{flag, spec};
@@ -80,6 +83,25 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
     out
 }
 
+/// The role of a thread: the function its first traced call was made from
+/// (`main` for a main thread, the start routine of a pthread, the object
+/// where no symbol covers the call site), empty when it made no traced call.
+/// Threads of one role in processes of one group share models of their
+/// non-handler units. Stable across runs, since the call site is the code
+/// that started the thread's work, not an address.
+pub fn thread_role(nodes: &NodeTable, entries: &[TraceEntry]) -> Arc<str> {
+    entries
+        .iter()
+        .find(|e| e.kind == TraceEntryKind::Call && nodes.parent(e.node) == NodeTable::ROOT)
+        .map(|e| {
+            let site = nodes.node_key(e.node).site.as_str();
+            site.rsplit_once("+0x")
+                .map_or(site, |(function, _)| function)
+        })
+        .unwrap_or_default()
+        .into()
+}
+
 /// Cuts one thread's entries into units. `receives` maps (tid, entry index)
 /// of accept/receive calls to their connection.
 pub(crate) fn decompose(
@@ -96,6 +118,7 @@ pub(crate) fn decompose(
     let mut b = Builder {
         nodes,
         tid,
+        role: thread_role(nodes, entries),
         entries,
         units: Vec::new(),
         mark: vec![0; nodes.len()],
@@ -228,56 +251,88 @@ pub(crate) fn decompose(
     b.units
 }
 
-/// The loop frame: most waits followed by a receive; deeper wins ties. With
-/// it, the wrapper frames its waits were made in (frames that returned
-/// between the wait and the receive).
+/// The loop frame (000 §2.2 step 1: a recurring call stack whose body waits
+/// and receives): the frame open at a receive that follows a wait (the
+/// wait's own frame, or the ancestor a wrapper that made the wait returned
+/// to), made at least two waits under (so it recurs); most waits followed
+/// by a receive wins, then the deeper frame. One receive is enough: a
+/// thread watching a connection for a reset receives once, when it comes.
+/// When nothing was received, the frame that stays open across most
+/// consecutive waits is the loop all the same, with no handlers: whether an
+/// event arrived must not change how a thread is cut. With the loop, the
+/// wrapper frames its waits were made in.
 fn find_loop(
     nodes: &NodeTable,
     entries: &[TraceEntry],
     receives: &Receives,
 ) -> Option<(u32, Vec<u32>)> {
-    let mut counts: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    // Per frame: waits followed by a receive while it was open, waits made
+    // in it, and consecutive waits it stayed open across.
+    let mut received: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut waits: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut recurred: rustc_hash::FxHashMap<u32, usize> = Default::default();
     let mut wrapped: Vec<(u32, u32)> = Vec::new();
-    // (frame of the wait, its depth, lowest stack depth since the wait)
+    // The frame open at stack depth `low`, from the wait's frame at depth `d`.
+    let open_frame = |wait_frame: u32, mut d: u32, low: u32| {
+        let mut frame = wait_frame;
+        while d > low && frame != NodeTable::ROOT {
+            frame = nodes.parent(frame);
+            d -= 1;
+        }
+        frame
+    };
+    // (frame of the last wait, its depth, lowest stack depth since), kept
+    // until a receive (`pending`) and until the next wait (`last`).
     let mut pending: Option<(u32, u32, u32)> = None;
+    let mut last: Option<(u32, u32, u32)> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
             // A system call's depth is its frame's (the stack it was made on).
-            pending = Some((nodes.parent(e.node), e.depth, e.depth));
+            let frame = nodes.parent(e.node);
+            *waits.entry(frame).or_default() += 1;
+            if let Some((f, d, low)) = last {
+                *recurred
+                    .entry(open_frame(f, d, low.min(e.depth)))
+                    .or_default() += 1;
+            }
+            pending = Some((frame, e.depth, e.depth));
+            last = pending;
         } else if e.kind == TraceEntryKind::Return {
-            if let Some((_, _, low)) = pending.as_mut() {
+            for (_, _, low) in pending.iter_mut().chain(last.iter_mut()) {
                 *low = (*low).min(e.depth);
             }
         } else if receives.contains(i)
-            && let Some((wait_frame, mut d, low)) = pending.take()
+            && let Some((wait_frame, d, low)) = pending.take()
         {
-            // The frame still open at the receive: the wait's frame, or
-            // the ancestor its wrappers returned to.
-            let mut frame = wait_frame;
-            while d > low && frame != NodeTable::ROOT {
-                frame = nodes.parent(frame);
-                d -= 1;
-            }
+            let frame = open_frame(wait_frame, d, low);
             if frame != wait_frame && !wrapped.contains(&(frame, wait_frame)) {
                 wrapped.push((frame, wait_frame));
             }
-            *counts.entry(frame).or_default() += 1;
+            *received.entry(frame).or_default() += 1;
         }
     }
-    let loop_node = counts
-        .into_iter()
-        .filter(|(_, c)| *c >= 2)
-        .max_by_key(|(node, c)| {
-            (
-                *c,
-                if *node == NodeTable::ROOT {
-                    0
-                } else {
-                    nodes.depth(*node)
-                },
-            )
-        })
-        .map(|(node, _)| node)?;
+    let depth = |node: u32| {
+        if node == NodeTable::ROOT {
+            0
+        } else {
+            nodes.depth(node)
+        }
+    };
+    // Waits under a receiving frame: its own and its wrappers'.
+    let waits_under = |frame: u32| {
+        let wrapper: usize = wrapped
+            .iter()
+            .filter(|(l, _)| *l == frame)
+            .map(|(_, w)| waits.get(w).copied().unwrap_or(0))
+            .sum();
+        waits.get(&frame).copied().unwrap_or(0) + wrapper
+    };
+    let loop_node = received
+        .iter()
+        .filter(|&(&node, _)| waits_under(node) >= 2)
+        .max_by_key(|&(&node, &r)| (r, depth(node)))
+        .or_else(|| recurred.iter().max_by_key(|&(&node, &r)| (r, depth(node))))
+        .map(|(&node, _)| node)?;
     let wrappers = wrapped
         .into_iter()
         .filter(|(l, _)| *l == loop_node)
@@ -289,6 +344,7 @@ fn find_loop(
 struct Builder<'a> {
     nodes: &'a NodeTable,
     tid: u32,
+    role: Arc<str>,
     entries: &'a [TraceEntry],
     units: Vec<Unit>,
     /// `mark[node] == stamp`: node already counted in the unit being built.
@@ -316,6 +372,8 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, kind: UnitKind, start: usize, end: usize, recv: Option<&ReceiveInfo>) {
+        // A span of returns only is a unit too: a loop left without the
+        // calls a normal finalizer makes is evidence (they are missing).
         if start >= end {
             return;
         }
@@ -347,6 +405,7 @@ impl Builder<'_> {
             fd: None,
             peer: recv.and_then(|r| r.peer.clone()),
             entries: (start, end),
+            role: self.role.clone(),
         });
     }
 }
@@ -584,11 +643,235 @@ mod tests {
         );
     }
 
+    /// A watcher thread, `watch@start_routine+0x8`: `polls` waits, then (with
+    /// `receive`) one receive in `on_reset`, then the frame returns.
+    fn watcher(polls: usize, receive: bool) -> (NodeTable, Vec<TraceEntry>, Receives) {
+        let mut t = NodeTable::default();
+        let k = |t: &mut NodeTable, site: &str, callee: &str| {
+            t.key(NodeKey {
+                site: site.into(),
+                callee: callee.into(),
+            })
+        };
+        let (watch_k, reset_k) = (
+            k(&mut t, "start_routine+0x8", "watch"),
+            k(&mut t, "watch+0x30", "on_reset"),
+        );
+        let (poll_k, recv_k) = (
+            k(&mut t, "", &format!("sys:{}", nr::POLL)),
+            k(&mut t, "", &format!("sys:{}", nr::RECVFROM)),
+        );
+        let watch = t.child(NodeTable::ROOT, watch_k);
+        let reset = t.child(watch, reset_k);
+        let poll = t.child(watch, poll_k);
+        let recv = t.child(reset, recv_k);
+        let entry = |kind, node, depth| TraceEntry {
+            ts_ns: 0,
+            kind,
+            node,
+            depth,
+        };
+        let sc = |n: u32, node, depth| {
+            entry(
+                TraceEntryKind::Syscall {
+                    nr: n as u16,
+                    fd: 5,
+                    ret: 0,
+                },
+                node,
+                depth,
+            )
+        };
+        let mut e = vec![entry(TraceEntryKind::Call, watch, 1)];
+        e.extend((0..polls).map(|_| sc(nr::POLL, poll, 1)));
+        let mut receives = Receives::new(polls + 6);
+        if receive {
+            e.push(entry(TraceEntryKind::Call, reset, 2));
+            receives.insert(
+                e.len(),
+                ReceiveInfo {
+                    key: ConnectionKey("rhs".into()),
+                    peer: None,
+                },
+            );
+            e.push(sc(nr::RECVFROM, recv, 2));
+            e.push(entry(TraceEntryKind::Return, reset, 1));
+            e.push(sc(nr::POLL, poll, 1));
+        }
+        e.push(entry(TraceEntryKind::Return, watch, 0));
+        for (i, entry) in e.iter_mut().enumerate() {
+            entry.ts_ns = i as u64;
+        }
+        (t, e, receives)
+    }
+
+    /// 000 §2.2 step 1 finds loops by recurring stacks: a thread that waits
+    /// again and again and receives once (a reset) has a loop and a handler
+    /// unit for that receive; one wait before one receive is no loop.
     #[test]
-    fn a_thread_without_a_loop_is_one_initializer() {
+    fn a_recurring_wait_with_one_receive_is_a_loop() {
+        let (t, e, r) = watcher(5, true);
+        let kinds: Vec<UnitKind> = decompose(&t, 7, &e, &r, Variant::Paper000)
+            .iter()
+            .map(|u| u.kind)
+            .collect();
+        use UnitKind::*;
+        assert_eq!(kinds, [Initializer, Handler, Finalizer]);
+
+        // The same thread when no event came: cut the same way, so its
+        // initializer is the same in both papers' decompositions.
+        for variant in [Variant::Paper000, Variant::Paper001] {
+            let (t, e, r) = watcher(5, true);
+            let event = decompose(&t, 7, &e, &r, variant);
+            let (t, e, r) = watcher(5, false);
+            let quiet = decompose(&t, 7, &e, &r, variant);
+            assert_eq!(quiet[0].kind, Initializer);
+            assert_eq!(quiet[0].nodes, event[0].nodes, "{variant:?}");
+            assert!(quiet.iter().all(|u| u.kind != Handler), "{quiet:?}");
+        }
+
+        // One wait, one receive, no second wait: nothing recurs.
+        let (t, mut e, r) = watcher(1, true);
+        let last_poll = e.len() - 2;
+        e.remove(last_poll);
+        let units = decompose(&t, 7, &e, &r, Variant::Paper000);
+        assert_eq!(units.len(), 1, "{units:?}");
+        assert_eq!(units[0].kind, Initializer);
+    }
+
+    /// Hydra's shape: `main` calls `dmx_wait` each iteration, whose
+    /// `poll_wait` waits and calls the callback that receives, and both
+    /// return to `main`. The loop is `poll_wait` (open at the receives), not
+    /// `main` (open across the waits), so `main`'s clean-up after the loop is
+    /// the finalizer, not part of the last handler.
+    #[test]
+    fn callbacks_under_the_wait_frame_leave_the_clean_up_to_the_finalizer() {
+        let mut t = NodeTable::default();
+        let k = |t: &mut NodeTable, site: &str, callee: &str| {
+            t.key(NodeKey {
+                site: site.into(),
+                callee: callee.into(),
+            })
+        };
+        let keys = [
+            k(&mut t, "libc.so.6+0x2724a", "main"),
+            k(&mut t, "main+0x10", "dmx_wait"),
+            k(&mut t, "dmx_wait+0x8", "poll_wait"),
+            k(&mut t, "poll_wait+0x40", "pmi_cb"),
+            k(&mut t, "main+0x90", "finalize"),
+            k(&mut t, "", &format!("sys:{}", nr::POLL)),
+            k(&mut t, "", &format!("sys:{}", nr::READ)),
+        ];
+        let main = t.child(NodeTable::ROOT, keys[0]);
+        let dmx = t.child(main, keys[1]);
+        let pw = t.child(dmx, keys[2]);
+        let cb = t.child(pw, keys[3]);
+        let fin = t.child(main, keys[4]);
+        let poll = t.child(pw, keys[5]);
+        let read = t.child(cb, keys[6]);
+        let entry = |kind, node, depth| TraceEntry {
+            ts_ns: 0,
+            kind,
+            node,
+            depth,
+        };
+        let sc = |n: u32, node, depth| {
+            entry(
+                TraceEntryKind::Syscall {
+                    nr: n as u16,
+                    fd: 6,
+                    ret: 8,
+                },
+                node,
+                depth,
+            )
+        };
+        let (c, r) = (TraceEntryKind::Call, TraceEntryKind::Return);
+        let mut e = vec![entry(c, main, 1)];
+        let mut receives = Receives::new(64);
+        for _ in 0..3 {
+            e.extend([entry(c, dmx, 2), entry(c, pw, 3), sc(nr::POLL, poll, 3)]);
+            e.push(entry(c, cb, 4));
+            receives.insert(
+                e.len(),
+                ReceiveInfo {
+                    key: ConnectionKey("pmi".into()),
+                    peer: None,
+                },
+            );
+            e.extend([
+                sc(nr::READ, read, 4),
+                entry(r, cb, 3),
+                entry(r, pw, 2),
+                entry(r, dmx, 1),
+            ]);
+        }
+        e.extend([entry(c, fin, 2), entry(r, fin, 1), entry(r, main, 0)]);
+        assert_eq!(find_loop(&t, &e, &receives).map(|l| l.0), Some(pw));
+        let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
+        let last = units.last().expect("units");
+        assert_eq!(last.kind, UnitKind::Finalizer);
+        assert!(last.nodes.contains(&fin), "{units:#?}");
+        assert!(
+            units
+                .iter()
+                .filter(|u| u.kind == UnitKind::Handler)
+                .all(|u| !u.nodes.contains(&fin))
+        );
+    }
+
+    /// A thread's role is the function its first traced call was made from:
+    /// the start routine, `main`, or the object where no symbol is known;
+    /// every unit of the thread carries it.
+    #[test]
+    fn the_thread_role_is_where_its_first_call_was_made() {
+        let (t, e, r) = watcher(3, true);
+        assert_eq!(&*thread_role(&t, &e), "start_routine");
+        for u in decompose(&t, 7, &e, &r, Variant::Paper000) {
+            assert_eq!(&*u.role, "start_routine");
+        }
         let (t, e, _) = trace();
-        let units = decompose(&t, 1, &e, &Receives::default(), Variant::Paper000);
+        // main's own call site is unknown here (empty): so is the role.
+        assert_eq!(&*thread_role(&t, &e), "");
+        assert_eq!(&*thread_role(&t, &[]), "");
+
+        let mut t = NodeTable::default();
+        for (site, role) in [
+            ("libglusterfs.so.0+0x4a1f0", "libglusterfs.so.0"),
+            ("operator+", "operator+"),
+            ("operator++0x10", "operator+"),
+            ("worker:12", "worker:12"),
+        ] {
+            let key = t.key(NodeKey {
+                site: site.into(),
+                callee: "f".into(),
+            });
+            let node = t.child(NodeTable::ROOT, key);
+            let call = TraceEntry {
+                ts_ns: 0,
+                kind: TraceEntryKind::Call,
+                node,
+                depth: 1,
+            };
+            assert_eq!(&*thread_role(&t, &[call]), role, "{site}");
+        }
+    }
+
+    /// Without waits there is no loop: the whole thread is its initializer.
+    /// With waits but no receive, the loop is cut all the same, without
+    /// handlers: the finalizer after it is the one a receiving run has.
+    #[test]
+    fn no_wait_no_loop_and_no_receive_no_handlers() {
+        let (t, e, r) = trace();
+        let no_waits: Vec<TraceEntry> = e.iter().copied().filter(|e| !is_wait(e.kind)).collect();
+        let units = decompose(&t, 1, &no_waits, &Receives::default(), Variant::Paper000);
         assert_eq!(units.len(), 1);
         assert_eq!(units[0].kind, UnitKind::Initializer);
+
+        let quiet = decompose(&t, 1, &e, &Receives::default(), Variant::Paper000);
+        let kinds: Vec<UnitKind> = quiet.iter().map(|u| u.kind).collect();
+        assert_eq!(kinds, [UnitKind::Initializer, UnitKind::Finalizer]);
+        let busy = decompose(&t, 1, &e, &r, Variant::Paper000);
+        assert_eq!(quiet.last(), busy.last());
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! - [`trace`] turns a capture into per-thread trace entries with call stacks
 //!   and interned call-tree nodes;
-//! - [`decompose`] finds the event loop and cuts units;
+//! - [`decompose`] finds the event loop and cuts units, and names each
+//!   thread's role (the function its first traced call was made from);
 //! - [`connections`] gives each socket the identity the papers use: the set of
 //!   call stacks to its establishing calls (bind, connect, listen, accept).
 
@@ -16,6 +17,6 @@ mod trace;
 mod types;
 
 pub use connections::ConnectionKey;
-pub use decompose::{Variant, decompose_capture};
+pub use decompose::{Variant, decompose_capture, thread_role};
 pub use trace::{NodeKey, NodeTable, ThreadTraces, TraceEntry, TraceEntryKind, thread_traces};
 pub use types::{ProcessUnits, Unit, UnitKind};

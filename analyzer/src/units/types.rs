@@ -21,6 +21,15 @@ pub enum UnitKind {
 }
 
 impl UnitKind {
+    /// Every kind.
+    pub const ALL: [UnitKind; 5] = [
+        Self::Initializer,
+        Self::Handler,
+        Self::PreProcess,
+        Self::PostProcess,
+        Self::Finalizer,
+    ];
+
     /// Short name.
     pub fn name(self) -> &'static str {
         match self {
@@ -56,6 +65,24 @@ pub struct Unit {
     pub peer: Option<std::sync::Arc<str>>,
     /// Index of the first and one past the last trace entry of the thread.
     pub entries: (usize, usize),
+    /// The role of its thread (see [`thread_role`](super::thread_role)):
+    /// threads of one role share initializer, finalizer and pre/post models.
+    pub role: std::sync::Arc<str>,
+}
+
+impl Unit {
+    /// What picks its tree in a process model: the connection for a handler
+    /// (000 §2.3), the thread role for every other kind (beyond the papers,
+    /// whose daemons had one thread: a multi-threaded daemon's threads
+    /// start differently, and one tree for all would call every thread's
+    /// initializer half-missing).
+    pub fn model_key(&self) -> &str {
+        match (self.kind, &self.connection) {
+            (UnitKind::Handler, Some(c)) => c.as_str(),
+            (UnitKind::Handler, None) => ConnectionKey::UNKNOWN,
+            _ => &self.role,
+        }
+    }
 }
 
 /// The units of one process, and what identifies its role.

@@ -64,6 +64,64 @@ fn the_partial_receive_fault_is_localized() {
     }
 }
 
+/// The same localization whatever the loop waits with (select, epoll) and
+/// when each daemon runs two loops in two threads (the main thread's over
+/// the listener and left-hand side, a second thread's over the right-hand
+/// side, where the reset shows): units are cut per thread, and the other
+/// thread's interleaved calls neither split nor join them.
+#[test]
+fn select_epoll_and_threaded_loops_are_decomposed_and_localized() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = fixture("ring", None);
+    for wait in ["select", "epoll", "poll+threads", "epoll+threads"] {
+        let base = tests::port_block(25);
+        let run = |name: &str, port: u16, fault: Option<u16>| {
+            let out = dir.path().join(format!("{wait}-{name}.capture"));
+            tests::record_ring_waiting(&exe, &out, port, fault, Some(wait));
+            out
+        };
+        let normal: Vec<_> = (0..3)
+            .map(|i| run(&format!("normal{i}"), base + i * 5, None))
+            .collect();
+        let trial = run("trial", base + 15, None);
+        let faulty = run("faulty", base + 20, Some(2));
+        for (variant, scoring) in [
+            (Variant::Paper000, Scoring::Nodes),
+            (Variant::Paper001, Scoring::Edges),
+        ] {
+            let mut model = GlobalModel::new(variant);
+            let runs: Vec<_> = normal
+                .iter()
+                .map(|path| decompose_capture(&capture(path), variant))
+                .collect();
+            for p in runs.iter().flatten() {
+                model.learn(p);
+            }
+            analyzer::score::calibrate(&mut model, None, &runs);
+            assert_eq!(model.groups.len(), 1, "{wait}: one role");
+            // Each daemon's loop thread(s) have handler units.
+            let threads = if wait.ends_with("+threads") { 2 } else { 1 };
+            for p in runs[0].iter().filter(|p| !p.signature.is_empty()) {
+                let mut tids: Vec<u32> = p.units.iter().map(|u| u.tid).collect();
+                tids.sort_unstable();
+                tids.dedup();
+                assert_eq!(tids.len(), threads, "{wait}: {}[{}]", p.comm, p.pid);
+            }
+            let (worst, top) = tests::assert_ring_fault_localized(
+                &model,
+                scoring,
+                (&trial, &faulty, base + 20),
+                0.5,
+                ["handle_lhs_input", "close_connection@"],
+            );
+            eprintln!("{wait} {variant:?}: normal worst {worst:.3}; faulty top 3: {top}");
+        }
+    }
+}
+
 /// Models merge: learning two halves and merging equals learning all.
 #[test]
 fn models_learned_in_parts_merge_to_the_whole() {
@@ -96,12 +154,14 @@ fn models_learned_in_parts_merge_to_the_whole() {
             (b.signature.clone(), b.processes)
         );
         let trees = |g: &analyzer::model::GroupModel| {
-            let mut t = vec![
-                ("init".to_string(), g.initializer.canonical()),
-                ("fin".to_string(), g.finalizer.canonical()),
-            ];
-            t.extend(g.handlers.iter().map(|(k, v)| (k.clone(), v.canonical())));
-            t
+            analyzer::units::UnitKind::ALL
+                .into_iter()
+                .flat_map(|kind| {
+                    g.trees(kind)
+                        .iter()
+                        .map(move |(k, v)| (format!("{} {k}", kind.name()), v.canonical()))
+                })
+                .collect::<Vec<_>>()
         };
         for ((ka, ta), (kb, tb)) in trees(a).into_iter().zip(trees(b)) {
             assert_eq!(ka, kb);

@@ -245,6 +245,7 @@ mod tests {
             wall: String::new(),
             wall_ns: 0,
             capture: "live".into(),
+            role: "main".into(),
             connection: None,
             peer: None,
             score,
