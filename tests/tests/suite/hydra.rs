@@ -220,6 +220,24 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         model.learn(p);
     }
     let calibration = calibrate(&mut model, None, &runs);
+    // Sizes like the paper's Table 1 (per process, global), for the notes.
+    let json_len = |m: &GlobalModel| serde_json::to_vec(m).map_or(0, |v| v.len());
+    for p in &runs[0] {
+        let mut one = GlobalModel::new(variant);
+        one.learn(p);
+        eprintln!(
+            "process model of {}[{}]: {} bytes",
+            p.comm,
+            p.pid,
+            json_len(&one)
+        );
+    }
+    eprintln!(
+        "global model of {} processes in {} groups: {} bytes",
+        model.groups.iter().map(|g| g.processes).sum::<u32>(),
+        model.groups.len(),
+        json_len(&model)
+    );
     assert!(calibration.folds >= 2, "{calibration:?}");
     assert_eq!(
         model.groups.len(),
