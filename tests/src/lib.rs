@@ -404,6 +404,29 @@ pub fn record_ring_waiting(
     assert!(run.status.success(), "{}", run.stderr);
 }
 
+/// Decomposes each capture of `paths` (one run each), learns a model of
+/// them all and calibrates it (each run held out in turn). Returns the
+/// model, the decomposed runs and what calibration did.
+pub fn learn_calibrated(
+    paths: &[PathBuf],
+    variant: analyzer::units::Variant,
+) -> (
+    analyzer::model::GlobalModel,
+    Vec<Vec<analyzer::units::ProcessUnits>>,
+    analyzer::score::Calibration,
+) {
+    let mut model = analyzer::model::GlobalModel::new(variant);
+    let runs: Vec<_> = paths
+        .iter()
+        .map(|path| analyzer::units::decompose_capture(&capture(path), variant))
+        .collect();
+    for p in runs.iter().flatten() {
+        model.learn(p);
+    }
+    let calibration = analyzer::score::calibrate(&mut model, None, &runs);
+    (model, runs, calibration)
+}
+
 /// The ring daemons' partial-receive fault (model.rs, pyring.rs), scored
 /// with `model`: the normal `trial` run's worst unit stays under
 /// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at

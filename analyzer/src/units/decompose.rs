@@ -417,80 +417,112 @@ mod tests {
     use super::*;
     use crate::units::NodeKey;
 
-    /// main calls serve, whose loop polls, accepts on fd 3, then receives
-    /// twice on fd 4 (one unit) and sends, then receives once on fd 5; serve
-    /// returns, main closes.
-    fn trace() -> (NodeTable, Vec<TraceEntry>, Receives) {
-        let mut t = NodeTable::default();
-        let k = |t: &mut NodeTable, site: &str, callee: &str| {
-            t.key(NodeKey {
-                site: site.into(),
-                callee: callee.into(),
-            })
-        };
-        let main_k = k(&mut t, "", "main");
-        let serve_k = k(&mut t, "main+0x10", "serve");
-        let handle_k = k(&mut t, "serve+0x20", "handle");
-        let main = t.child(NodeTable::ROOT, main_k);
-        let serve = t.child(main, serve_k);
-        let handle = t.child(serve, handle_k);
-        let sys = |t: &mut NodeTable, parent: u32, n: u32| {
-            let key = k(t, "", &format!("sys:{n}"));
-            t.child(parent, key)
-        };
-        let (bind, poll, accept) = (
-            sys(&mut t, main, nr::BIND),
-            sys(&mut t, serve, nr::POLL),
-            sys(&mut t, serve, nr::ACCEPT),
-        );
-        let (recv, close) = (
-            sys(&mut t, handle, nr::RECVFROM),
-            sys(&mut t, main, nr::CLOSE),
-        );
-        let send = sys(&mut t, serve, nr::SENDTO);
-        let call = |node, depth| TraceEntry {
+    use TraceEntryKind::{Call, Return};
+
+    /// The node of `callee` called from `site` in frame `parent`.
+    fn node(t: &mut NodeTable, parent: u32, site: &str, callee: &str) -> u32 {
+        let key = t.key(NodeKey {
+            site: site.into(),
+            callee: callee.into(),
+        });
+        t.child(parent, key)
+    }
+
+    /// The node of system call `n` made in frame `parent`.
+    fn sys_node(t: &mut NodeTable, parent: u32, n: u32) -> u32 {
+        node(t, parent, "", &format!("sys:{n}"))
+    }
+
+    /// An entry at stack depth `depth`.
+    fn at(kind: TraceEntryKind, node: u32, depth: u32) -> TraceEntry {
+        TraceEntry {
             ts_ns: 0,
-            kind: TraceEntryKind::Call,
+            kind,
             node,
             depth,
-        };
-        let ret = |node, depth| TraceEntry {
-            ts_ns: 0,
-            kind: TraceEntryKind::Return,
-            node,
-            depth,
-        };
-        let sc = |node, n, fd, depth| TraceEntry {
-            ts_ns: 0,
-            kind: TraceEntryKind::Syscall {
+        }
+    }
+
+    /// System call `n` on `fd` (returning 8) at stack depth `depth`.
+    fn sys(n: u32, fd: i32, node: u32, depth: u32) -> TraceEntry {
+        at(
+            TraceEntryKind::Syscall {
                 nr: n as u16,
                 fd,
                 ret: 8,
             },
             node,
             depth,
-        };
-        let mut e = vec![call(main, 1), sc(bind, nr::BIND, 3, 1), call(serve, 2)];
-        e.extend([sc(poll, nr::POLL, -1, 2), sc(accept, nr::ACCEPT, 3, 2)]);
-        e.extend([
-            sc(poll, nr::POLL, -1, 2),
-            call(handle, 3),
-            sc(recv, nr::RECVFROM, 4, 3),
-            sc(recv, nr::RECVFROM, 4, 3),
-            ret(handle, 2),
-        ]);
-        // Work in the loop after the handler returned: post-processing (001).
-        e.push(sc(send, nr::SENDTO, 4, 2));
-        e.extend([
-            sc(poll, nr::POLL, -1, 2),
-            call(handle, 3),
-            sc(recv, nr::RECVFROM, 5, 3),
-            ret(handle, 2),
-        ]);
-        e.extend([ret(serve, 1), sc(close, nr::CLOSE, 3, 1), ret(main, 0)]);
+        )
+    }
+
+    /// Entries timed by their index.
+    fn timed(mut e: Vec<TraceEntry>) -> Vec<TraceEntry> {
         for (i, entry) in e.iter_mut().enumerate() {
             entry.ts_ns = i as u64;
         }
+        e
+    }
+
+    /// The receives at entries `at`, all on connection `key`.
+    fn receive_at(len: usize, at: &[usize], key: &str) -> Receives {
+        let mut receives = Receives::new(len);
+        for &i in at {
+            receives.insert(
+                i,
+                ReceiveInfo {
+                    key: ConnectionKey(key.into()),
+                    peer: None,
+                },
+            );
+        }
+        receives
+    }
+
+    /// main calls serve, whose loop polls, accepts on fd 3, then receives
+    /// twice on fd 4 (one unit) and sends, then receives once on fd 5; serve
+    /// returns, main closes.
+    fn trace() -> (NodeTable, Vec<TraceEntry>, Receives) {
+        let mut t = NodeTable::default();
+        let main = node(&mut t, NodeTable::ROOT, "", "main");
+        let serve = node(&mut t, main, "main+0x10", "serve");
+        let handle = node(&mut t, serve, "serve+0x20", "handle");
+        let (bind, poll, accept) = (
+            sys_node(&mut t, main, nr::BIND),
+            sys_node(&mut t, serve, nr::POLL),
+            sys_node(&mut t, serve, nr::ACCEPT),
+        );
+        let (recv, close) = (
+            sys_node(&mut t, handle, nr::RECVFROM),
+            sys_node(&mut t, main, nr::CLOSE),
+        );
+        let send = sys_node(&mut t, serve, nr::SENDTO);
+        let mut e = vec![
+            at(Call, main, 1),
+            sys(nr::BIND, 3, bind, 1),
+            at(Call, serve, 2),
+        ];
+        e.extend([sys(nr::POLL, -1, poll, 2), sys(nr::ACCEPT, 3, accept, 2)]);
+        e.extend([
+            sys(nr::POLL, -1, poll, 2),
+            at(Call, handle, 3),
+            sys(nr::RECVFROM, 4, recv, 3),
+            sys(nr::RECVFROM, 4, recv, 3),
+            at(Return, handle, 2),
+        ]);
+        // Work in the loop after the handler returned: post-processing (001).
+        e.push(sys(nr::SENDTO, 4, send, 2));
+        e.extend([
+            sys(nr::POLL, -1, poll, 2),
+            at(Call, handle, 3),
+            sys(nr::RECVFROM, 5, recv, 3),
+            at(Return, handle, 2),
+        ]);
+        e.extend([
+            at(Return, serve, 1),
+            sys(nr::CLOSE, 3, close, 1),
+            at(Return, main, 0),
+        ]);
         let mut receives = Receives::new(e.len());
         for i in [4, 7, 8, 13] {
             receives.insert(
@@ -501,7 +533,7 @@ mod tests {
                 },
             );
         }
-        (t, e, receives)
+        (t, timed(e), receives)
     }
 
     #[test]
@@ -564,66 +596,24 @@ mod tests {
     #[test]
     fn a_wait_in_a_wrapper_counts_for_the_frame_that_stays_open() {
         let mut t = NodeTable::default();
-        let k = |t: &mut NodeTable, site: &str, callee: &str| {
-            t.key(NodeKey {
-                site: site.into(),
-                callee: callee.into(),
-            })
-        };
-        let (serve_k, wait_k, handle_k) = (
-            k(&mut t, "", "serve"),
-            k(&mut t, "serve+0x8", "wait"),
-            k(&mut t, "serve+0x20", "handle"),
-        );
-        let (poll_k, recv_k) = (
-            k(&mut t, "", &format!("sys:{}", nr::POLL)),
-            k(&mut t, "", &format!("sys:{}", nr::RECVFROM)),
-        );
-        let serve = t.child(NodeTable::ROOT, serve_k);
-        let wait = t.child(serve, wait_k);
-        let handle = t.child(serve, handle_k);
-        let poll = t.child(wait, poll_k);
-        let recv = t.child(handle, recv_k);
-        let entry = |kind, node, depth| TraceEntry {
-            ts_ns: 0,
-            kind,
-            node,
-            depth,
-        };
-        let sc = |n: u32, node, depth| {
-            entry(
-                TraceEntryKind::Syscall {
-                    nr: n as u16,
-                    fd: 4,
-                    ret: 8,
-                },
-                node,
-                depth,
-            )
-        };
-        let (c, r) = (TraceEntryKind::Call, TraceEntryKind::Return);
-        let mut e = vec![entry(c, serve, 1)];
+        let serve = node(&mut t, NodeTable::ROOT, "", "serve");
+        let wait = node(&mut t, serve, "serve+0x8", "wait");
+        let handle = node(&mut t, serve, "serve+0x20", "handle");
+        let poll = sys_node(&mut t, wait, nr::POLL);
+        let recv = sys_node(&mut t, handle, nr::RECVFROM);
+        let mut e = vec![at(Call, serve, 1)];
         for _ in 0..2 {
             e.extend([
-                entry(c, wait, 2),
-                sc(nr::POLL, poll, 2),
-                entry(r, wait, 1),
-                entry(c, handle, 2),
-                sc(nr::RECVFROM, recv, 2),
-                entry(r, handle, 1),
+                at(Call, wait, 2),
+                sys(nr::POLL, 4, poll, 2),
+                at(Return, wait, 1),
+                at(Call, handle, 2),
+                sys(nr::RECVFROM, 4, recv, 2),
+                at(Return, handle, 1),
             ]);
         }
-        e.push(entry(r, serve, 0));
-        let mut receives = Receives::new(e.len());
-        for i in [5, 11] {
-            receives.insert(
-                i,
-                ReceiveInfo {
-                    key: ConnectionKey("conn".into()),
-                    peer: None,
-                },
-            );
-        }
+        e.push(at(Return, serve, 0));
+        let receives = receive_at(e.len(), &[5, 11], "conn");
         assert_eq!(find_loop(&t, &e, &receives), Some((serve, vec![wait])));
         let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
         let shape: Vec<(UnitKind, usize, usize)> = units
@@ -647,62 +637,22 @@ mod tests {
     /// `receive`) one receive in `on_reset`, then the frame returns.
     fn watcher(polls: usize, receive: bool) -> (NodeTable, Vec<TraceEntry>, Receives) {
         let mut t = NodeTable::default();
-        let k = |t: &mut NodeTable, site: &str, callee: &str| {
-            t.key(NodeKey {
-                site: site.into(),
-                callee: callee.into(),
-            })
-        };
-        let (watch_k, reset_k) = (
-            k(&mut t, "start_routine+0x8", "watch"),
-            k(&mut t, "watch+0x30", "on_reset"),
-        );
-        let (poll_k, recv_k) = (
-            k(&mut t, "", &format!("sys:{}", nr::POLL)),
-            k(&mut t, "", &format!("sys:{}", nr::RECVFROM)),
-        );
-        let watch = t.child(NodeTable::ROOT, watch_k);
-        let reset = t.child(watch, reset_k);
-        let poll = t.child(watch, poll_k);
-        let recv = t.child(reset, recv_k);
-        let entry = |kind, node, depth| TraceEntry {
-            ts_ns: 0,
-            kind,
-            node,
-            depth,
-        };
-        let sc = |n: u32, node, depth| {
-            entry(
-                TraceEntryKind::Syscall {
-                    nr: n as u16,
-                    fd: 5,
-                    ret: 0,
-                },
-                node,
-                depth,
-            )
-        };
-        let mut e = vec![entry(TraceEntryKind::Call, watch, 1)];
-        e.extend((0..polls).map(|_| sc(nr::POLL, poll, 1)));
+        let watch = node(&mut t, NodeTable::ROOT, "start_routine+0x8", "watch");
+        let reset = node(&mut t, watch, "watch+0x30", "on_reset");
+        let poll = sys_node(&mut t, watch, nr::POLL);
+        let recv = sys_node(&mut t, reset, nr::RECVFROM);
+        let mut e = vec![at(Call, watch, 1)];
+        e.extend((0..polls).map(|_| sys(nr::POLL, 5, poll, 1)));
         let mut receives = Receives::new(polls + 6);
         if receive {
-            e.push(entry(TraceEntryKind::Call, reset, 2));
-            receives.insert(
-                e.len(),
-                ReceiveInfo {
-                    key: ConnectionKey("rhs".into()),
-                    peer: None,
-                },
-            );
-            e.push(sc(nr::RECVFROM, recv, 2));
-            e.push(entry(TraceEntryKind::Return, reset, 1));
-            e.push(sc(nr::POLL, poll, 1));
+            e.push(at(Call, reset, 2));
+            receives = receive_at(polls + 6, &[e.len()], "rhs");
+            e.push(sys(nr::RECVFROM, 5, recv, 2));
+            e.push(at(Return, reset, 1));
+            e.push(sys(nr::POLL, 5, poll, 1));
         }
-        e.push(entry(TraceEntryKind::Return, watch, 0));
-        for (i, entry) in e.iter_mut().enumerate() {
-            entry.ts_ns = i as u64;
-        }
-        (t, e, receives)
+        e.push(at(Return, watch, 0));
+        (t, timed(e), receives)
     }
 
     /// 000 §2.2 step 1 finds loops by recurring stacks: a thread that waits
@@ -747,66 +697,32 @@ mod tests {
     #[test]
     fn callbacks_under_the_wait_frame_leave_the_clean_up_to_the_finalizer() {
         let mut t = NodeTable::default();
-        let k = |t: &mut NodeTable, site: &str, callee: &str| {
-            t.key(NodeKey {
-                site: site.into(),
-                callee: callee.into(),
-            })
-        };
-        let keys = [
-            k(&mut t, "libc.so.6+0x2724a", "main"),
-            k(&mut t, "main+0x10", "dmx_wait"),
-            k(&mut t, "dmx_wait+0x8", "poll_wait"),
-            k(&mut t, "poll_wait+0x40", "pmi_cb"),
-            k(&mut t, "main+0x90", "finalize"),
-            k(&mut t, "", &format!("sys:{}", nr::POLL)),
-            k(&mut t, "", &format!("sys:{}", nr::READ)),
-        ];
-        let main = t.child(NodeTable::ROOT, keys[0]);
-        let dmx = t.child(main, keys[1]);
-        let pw = t.child(dmx, keys[2]);
-        let cb = t.child(pw, keys[3]);
-        let fin = t.child(main, keys[4]);
-        let poll = t.child(pw, keys[5]);
-        let read = t.child(cb, keys[6]);
-        let entry = |kind, node, depth| TraceEntry {
-            ts_ns: 0,
-            kind,
-            node,
-            depth,
-        };
-        let sc = |n: u32, node, depth| {
-            entry(
-                TraceEntryKind::Syscall {
-                    nr: n as u16,
-                    fd: 6,
-                    ret: 8,
-                },
-                node,
-                depth,
-            )
-        };
-        let (c, r) = (TraceEntryKind::Call, TraceEntryKind::Return);
-        let mut e = vec![entry(c, main, 1)];
-        let mut receives = Receives::new(64);
+        let main = node(&mut t, NodeTable::ROOT, "libc.so.6+0x2724a", "main");
+        let dmx = node(&mut t, main, "main+0x10", "dmx_wait");
+        let pw = node(&mut t, dmx, "dmx_wait+0x8", "poll_wait");
+        let cb = node(&mut t, pw, "poll_wait+0x40", "pmi_cb");
+        let fin = node(&mut t, main, "main+0x90", "finalize");
+        let poll = sys_node(&mut t, pw, nr::POLL);
+        let read = sys_node(&mut t, cb, nr::READ);
+        let mut e = vec![at(Call, main, 1)];
+        let mut reads = Vec::new();
         for _ in 0..3 {
-            e.extend([entry(c, dmx, 2), entry(c, pw, 3), sc(nr::POLL, poll, 3)]);
-            e.push(entry(c, cb, 4));
-            receives.insert(
-                e.len(),
-                ReceiveInfo {
-                    key: ConnectionKey("pmi".into()),
-                    peer: None,
-                },
-            );
             e.extend([
-                sc(nr::READ, read, 4),
-                entry(r, cb, 3),
-                entry(r, pw, 2),
-                entry(r, dmx, 1),
+                at(Call, dmx, 2),
+                at(Call, pw, 3),
+                sys(nr::POLL, 6, poll, 3),
+                at(Call, cb, 4),
+            ]);
+            reads.push(e.len());
+            e.extend([
+                sys(nr::READ, 6, read, 4),
+                at(Return, cb, 3),
+                at(Return, pw, 2),
+                at(Return, dmx, 1),
             ]);
         }
-        e.extend([entry(c, fin, 2), entry(r, fin, 1), entry(r, main, 0)]);
+        e.extend([at(Call, fin, 2), at(Return, fin, 1), at(Return, main, 0)]);
+        let receives = receive_at(e.len(), &reads, "pmi");
         assert_eq!(find_loop(&t, &e, &receives).map(|l| l.0), Some(pw));
         let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
         let last = units.last().expect("units");
@@ -842,18 +758,8 @@ mod tests {
             ("operator++0x10", "operator+"),
             ("worker:12", "worker:12"),
         ] {
-            let key = t.key(NodeKey {
-                site: site.into(),
-                callee: "f".into(),
-            });
-            let node = t.child(NodeTable::ROOT, key);
-            let call = TraceEntry {
-                ts_ns: 0,
-                kind: TraceEntryKind::Call,
-                node,
-                depth: 1,
-            };
-            assert_eq!(&*thread_role(&t, &[call]), role, "{site}");
+            let f = node(&mut t, NodeTable::ROOT, site, "f");
+            assert_eq!(&*thread_role(&t, &[at(Call, f, 1)]), role, "{site}");
         }
     }
 

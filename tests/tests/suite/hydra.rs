@@ -22,7 +22,7 @@ use std::{
 
 use analyzer::{
     model::GlobalModel,
-    score::{DifferenceKind, ScoreReport, Scoring, UnitScore, calibrate, score_processes},
+    score::{DifferenceKind, ScoreReport, Scoring, UnitScore, score_processes},
     units::{UnitKind, Variant, decompose_capture},
 };
 use tests::{Background, capture, hydra_bin, privileged};
@@ -211,15 +211,7 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
     let owner = owner.expect("the killed run names the proxy");
 
     let variant = Variant::Paper000;
-    let mut model = GlobalModel::new(variant);
-    let runs: Vec<_> = normal
-        .iter()
-        .map(|path| decompose_capture(&capture(path), variant))
-        .collect();
-    for p in runs.iter().flatten() {
-        model.learn(p);
-    }
-    let calibration = calibrate(&mut model, None, &runs);
+    let (model, runs, calibration) = tests::learn_calibrated(&normal, variant);
     // Sizes like the paper's Table 1 (per process, global), for the notes.
     let json_len = |m: &GlobalModel| serde_json::to_vec(m).map_or(0, |v| v.len());
     for p in &runs[0] {

@@ -92,15 +92,7 @@ fn select_epoll_and_threaded_loops_are_decomposed_and_localized() {
             (Variant::Paper000, Scoring::Nodes),
             (Variant::Paper001, Scoring::Edges),
         ] {
-            let mut model = GlobalModel::new(variant);
-            let runs: Vec<_> = normal
-                .iter()
-                .map(|path| decompose_capture(&capture(path), variant))
-                .collect();
-            for p in runs.iter().flatten() {
-                model.learn(p);
-            }
-            analyzer::score::calibrate(&mut model, None, &runs);
+            let (model, runs, _) = tests::learn_calibrated(&normal, variant);
             assert_eq!(model.groups.len(), 1, "{wait}: one role");
             // Each daemon's loop thread(s) have handler units.
             let threads = if wait.ends_with("+threads") { 2 } else { 1 };
