@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use tracer_common::syscall::{flag, spec};
 
@@ -141,7 +142,12 @@ pub(crate) fn decompose(
     for &w in &waits {
         wait_at[w] = true;
     }
-    let (first_wait, last_wait) = (waits[0], waits[waits.len() - 1]);
+    // find_loop returns a frame with waits under it; a capture is outside
+    // input all the same, so no waits means no loop, not a panic.
+    let (Some(&first_wait), Some(&last_wait)) = (waits.first(), waits.last()) else {
+        b.push(UnitKind::Initializer, 0, n, None);
+        return b.units;
+    };
     let loop_end = if loop_node == NodeTable::ROOT {
         n
     } else {
@@ -254,70 +260,44 @@ pub(crate) fn decompose(
 /// The loop frame (000 §2.2 step 1: a recurring call stack whose body waits
 /// and receives): the frame open at a receive that follows a wait (the
 /// wait's own frame, or the ancestor a wrapper that made the wait returned
-/// to), made at least two waits under (so it recurs); most waits followed
+/// to), with at least two waits under it (so it recurs); most waits followed
 /// by a receive wins, then the deeper frame. One receive is enough: a
 /// thread watching a connection for a reset receives once, when it comes.
-/// When nothing was received, the frame that stays open across most
-/// consecutive waits is the loop all the same, with no handlers: whether an
-/// event arrived must not change how a thread is cut. With the loop, the
-/// wrapper frames its waits were made in.
+/// When nothing qualifies, [`most_recurring`] is the loop all the same, with
+/// no handlers: whether an event arrived must not change how a thread is
+/// cut. With the loop, the wrapper frames its waits were made in.
 fn find_loop(
     nodes: &NodeTable,
     entries: &[TraceEntry],
     receives: &Receives,
 ) -> Option<(u32, Vec<u32>)> {
-    // Per frame: waits followed by a receive while it was open, waits made
-    // in it, and consecutive waits it stayed open across.
-    let mut received: rustc_hash::FxHashMap<u32, usize> = Default::default();
-    let mut waits: rustc_hash::FxHashMap<u32, usize> = Default::default();
-    let mut recurred: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    // Per frame: waits followed by a receive while it was open, and waits
+    // made in it.
+    let mut received: FxHashMap<u32, usize> = Default::default();
+    let mut waits: FxHashMap<u32, usize> = Default::default();
     let mut wrapped: Vec<(u32, u32)> = Vec::new();
-    // The frame open at stack depth `low`, from the wait's frame at depth `d`.
-    let open_frame = |wait_frame: u32, mut d: u32, low: u32| {
-        let mut frame = wait_frame;
-        while d > low && frame != NodeTable::ROOT {
-            frame = nodes.parent(frame);
-            d -= 1;
-        }
-        frame
-    };
-    // (frame of the last wait, its depth, lowest stack depth since), kept
-    // until a receive (`pending`) and until the next wait (`last`).
+    // (frame of the wait, its depth, lowest stack depth since the wait)
     let mut pending: Option<(u32, u32, u32)> = None;
-    let mut last: Option<(u32, u32, u32)> = None;
     for (i, e) in entries.iter().enumerate() {
         if is_wait(e.kind) {
             // A system call's depth is its frame's (the stack it was made on).
             let frame = nodes.parent(e.node);
             *waits.entry(frame).or_default() += 1;
-            if let Some((f, d, low)) = last {
-                *recurred
-                    .entry(open_frame(f, d, low.min(e.depth)))
-                    .or_default() += 1;
-            }
             pending = Some((frame, e.depth, e.depth));
-            last = pending;
         } else if e.kind == TraceEntryKind::Return {
-            for (_, _, low) in pending.iter_mut().chain(last.iter_mut()) {
+            if let Some((_, _, low)) = pending.as_mut() {
                 *low = (*low).min(e.depth);
             }
         } else if receives.contains(i)
             && let Some((wait_frame, d, low)) = pending.take()
         {
-            let frame = open_frame(wait_frame, d, low);
+            let frame = open_frame(nodes, wait_frame, d, low);
             if frame != wait_frame && !wrapped.contains(&(frame, wait_frame)) {
                 wrapped.push((frame, wait_frame));
             }
             *received.entry(frame).or_default() += 1;
         }
     }
-    let depth = |node: u32| {
-        if node == NodeTable::ROOT {
-            0
-        } else {
-            nodes.depth(node)
-        }
-    };
     // Waits under a receiving frame: its own and its wrappers'.
     let waits_under = |frame: u32| {
         let wrapper: usize = wrapped
@@ -327,18 +307,75 @@ fn find_loop(
             .sum();
         waits.get(&frame).copied().unwrap_or(0) + wrapper
     };
-    let loop_node = received
+    match received
         .iter()
         .filter(|&(&node, _)| waits_under(node) >= 2)
-        .max_by_key(|&(&node, &r)| (r, depth(node)))
-        .or_else(|| recurred.iter().max_by_key(|&(&node, &r)| (r, depth(node))))
-        .map(|(&node, _)| node)?;
-    let wrappers = wrapped
+        .max_by_key(|&(&node, &r)| (r, frame_depth(nodes, node)))
+    {
+        Some((&node, _)) => Some((node, wrappers_of(node, wrapped))),
+        None => most_recurring(nodes, entries),
+    }
+}
+
+/// The loop of a thread whose waits were followed by no (or too few)
+/// receives: the frame that stays open across most pairs of consecutive
+/// waits, deeper on a tie, with the wrapper frames its waits were made in.
+fn most_recurring(nodes: &NodeTable, entries: &[TraceEntry]) -> Option<(u32, Vec<u32>)> {
+    let mut recurred: FxHashMap<u32, usize> = Default::default();
+    let mut wrapped: Vec<(u32, u32)> = Vec::new();
+    // (frame of the last wait, its depth, lowest stack depth since)
+    let mut last: Option<(u32, u32, u32)> = None;
+    for e in entries {
+        if is_wait(e.kind) {
+            let frame = nodes.parent(e.node);
+            if let Some((wait_frame, d, low)) = last {
+                let open = open_frame(nodes, wait_frame, d, low.min(e.depth));
+                for w in [wait_frame, frame] {
+                    if open != w && !wrapped.contains(&(open, w)) {
+                        wrapped.push((open, w));
+                    }
+                }
+                *recurred.entry(open).or_default() += 1;
+            }
+            last = Some((frame, e.depth, e.depth));
+        } else if e.kind == TraceEntryKind::Return
+            && let Some((_, _, low)) = last.as_mut()
+        {
+            *low = (*low).min(e.depth);
+        }
+    }
+    let (node, _) = recurred
         .into_iter()
-        .filter(|(l, _)| *l == loop_node)
+        .max_by_key(|&(node, r)| (r, frame_depth(nodes, node)))?;
+    Some((node, wrappers_of(node, wrapped)))
+}
+
+/// The wait frames of `(open frame, wait frame)` pairs whose open frame is
+/// `frame`.
+fn wrappers_of(frame: u32, wrapped: Vec<(u32, u32)>) -> Vec<u32> {
+    wrapped
+        .into_iter()
+        .filter(|(l, _)| *l == frame)
         .map(|(_, w)| w)
-        .collect();
-    Some((loop_node, wrappers))
+        .collect()
+}
+
+/// The frame open at stack depth `low`, walking up from `frame` at `depth`.
+fn open_frame(nodes: &NodeTable, mut frame: u32, mut depth: u32, low: u32) -> u32 {
+    while depth > low && frame != NodeTable::ROOT {
+        frame = nodes.parent(frame);
+        depth -= 1;
+    }
+    frame
+}
+
+/// A frame's depth, 0 for the root.
+fn frame_depth(nodes: &NodeTable, node: u32) -> usize {
+    if node == NodeTable::ROOT {
+        0
+    } else {
+        nodes.depth(node)
+    }
 }
 
 struct Builder<'a> {
@@ -643,15 +680,16 @@ mod tests {
         let recv = sys_node(&mut t, reset, nr::RECVFROM);
         let mut e = vec![at(Call, watch, 1)];
         e.extend((0..polls).map(|_| sys(nr::POLL, 5, poll, 1)));
-        let mut receives = Receives::new(polls + 6);
+        let mut received = Vec::new();
         if receive {
             e.push(at(Call, reset, 2));
-            receives = receive_at(polls + 6, &[e.len()], "rhs");
+            received.push(e.len());
             e.push(sys(nr::RECVFROM, 5, recv, 2));
             e.push(at(Return, reset, 1));
             e.push(sys(nr::POLL, 5, poll, 1));
         }
         e.push(at(Return, watch, 0));
+        let receives = receive_at(e.len(), &received, "rhs");
         (t, timed(e), receives)
     }
 
@@ -734,6 +772,37 @@ mod tests {
                 .filter(|u| u.kind == UnitKind::Handler)
                 .all(|u| !u.nodes.contains(&fin))
         );
+    }
+
+    /// The Hydra and `selectors` shape with nothing received: the waits are
+    /// made in a wrapper that returns each iteration, so the loop is the
+    /// frame open across them and the wrapper's waits are its waits.
+    #[test]
+    fn a_quiet_loop_that_waits_in_a_wrapper_is_cut_at_its_waits() {
+        let mut t = NodeTable::default();
+        let serve = node(&mut t, NodeTable::ROOT, "", "serve");
+        let wait = node(&mut t, serve, "serve+0x8", "wait");
+        let fin = node(&mut t, serve, "serve+0x40", "finish");
+        let poll = sys_node(&mut t, wait, nr::POLL);
+        let mut e = vec![at(Call, serve, 1)];
+        for _ in 0..3 {
+            e.extend([
+                at(Call, wait, 2),
+                sys(nr::POLL, 4, poll, 2),
+                at(Return, wait, 1),
+            ]);
+        }
+        e.extend([at(Call, fin, 2), at(Return, fin, 1), at(Return, serve, 0)]);
+        let none = Receives::new(e.len());
+        assert_eq!(find_loop(&t, &e, &none), Some((serve, vec![wait])));
+        for variant in [Variant::Paper000, Variant::Paper001] {
+            let units = decompose(&t, 1, &e, &none, variant);
+            assert!(
+                units.iter().all(|u| u.kind != UnitKind::Handler),
+                "{units:?}"
+            );
+            assert_eq!(units[0].kind, UnitKind::Initializer);
+        }
     }
 
     /// A thread's role is the function its first traced call was made from:
