@@ -31,7 +31,7 @@ use tests::{Background, capture, hydra_bin, privileged};
 /// the demux loop, the socket helpers, every callback, the PMI/pmcd layer.
 const FUNCTIONS: &[&str] = &["HYDT_dmx*", "HYDU_sock_*", "*_cb", "HYD_pmcd_*", "main"];
 
-/// Measured (000 scoring, 8 runs learned): a fresh normal run's maximum is
+/// Measured (000 scoring, 8 and 12 runs learned): a fresh normal run's maximum is
 /// 0.372 (a proxy's launch handler), a killed rank's run's first unit
 /// 0.73-0.76 (the other proxy's aborted loop).
 const THRESHOLD: f64 = 0.5;
@@ -40,8 +40,10 @@ const THRESHOLD: f64 = 0.5;
 /// interleaving must occur in the learned runs to be inside the normal
 /// range: measured over 18 normal runs, models of 5 runs left a rare
 /// start-up handler of mpiexec outside it in 8 of 52 other runs, models of 8
-/// runs in none of 40 (2 had a late unit outside it).
-const LEARNED: usize = 8;
+/// runs in none of 40 (2 had a late unit outside it). Beside the rest of the
+/// suite, 8 runs still missed it once in 7 (an mpiexec `control_cb` that
+/// deregisters a descriptor during start-up, 0.397 against 0.148): 12.
+const LEARNED: usize = 12;
 
 /// Compiles the MPI fixture with mpicc.
 fn mpi_program(dir: &Path) -> PathBuf {
