@@ -82,7 +82,7 @@ pub fn model(path: &Path) -> Result<GlobalModel, LoadError> {
             source,
         })?;
     for g in &mut model.groups {
-        for (_, _, t) in g.all_trees_mut() {
+        for t in g.all_trees_mut() {
             t.prepare();
         }
     }

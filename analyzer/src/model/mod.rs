@@ -70,19 +70,17 @@ impl GroupModel {
         }
     }
 
-    /// Every tree, with its kind and key.
-    pub fn all_trees_mut(
-        &mut self,
-    ) -> impl Iterator<Item = (UnitKind, &String, &mut CallTreeModel)> {
+    /// Every tree of every kind.
+    pub fn all_trees_mut(&mut self) -> impl Iterator<Item = &mut CallTreeModel> {
         [
-            (UnitKind::Initializer, &mut self.initializer),
-            (UnitKind::Finalizer, &mut self.finalizer),
-            (UnitKind::PreProcess, &mut self.pre_process),
-            (UnitKind::PostProcess, &mut self.post_process),
-            (UnitKind::Handler, &mut self.handlers),
+            &mut self.initializer,
+            &mut self.finalizer,
+            &mut self.pre_process,
+            &mut self.post_process,
+            &mut self.handlers,
         ]
         .into_iter()
-        .flat_map(|(kind, trees)| trees.iter_mut().map(move |(k, t)| (kind, k, t)))
+        .flat_map(|trees| trees.values_mut())
     }
 
     /// The tree for units of `kind` with `key` ([`crate::units::Unit::model_key`]).

@@ -8,5 +8,6 @@ mod suspect;
 pub use calibrate::{Calibration, calibrate};
 pub use report::{Earliest, SCORE_REPORT_VERSION, ScoreReport};
 pub use suspect::{
-    Difference, DifferenceKind, NORMAL_MARGIN, Scoring, UnitScore, score_processes, score_tree,
+    Difference, DifferenceKind, NORMAL_MARGIN, Scoring, UnitScore, rank, score_processes,
+    score_tree,
 };

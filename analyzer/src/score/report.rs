@@ -54,11 +54,7 @@ impl ScoreReport {
         captures: &[String],
         mut units: Vec<UnitScore>,
     ) -> Self {
-        units.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then(a.start_ns.cmp(&b.start_ns))
-        });
+        super::rank(&mut units);
         let anomalous = || units.iter().enumerate().filter(|(_, u)| u.anomalous);
         let earliest = captures
             .iter()

@@ -207,7 +207,7 @@ pub fn score_tree(
 
 /// Scores every unit of `processes` (decomposed from `capture`) against
 /// `model`: 1 for a process with no matching group and for a unit with no
-/// matching tree (000 §3.1). Sorted by score, highest first.
+/// matching tree (000 §3.1). Ranked by [`rank`].
 pub fn score_processes(
     model: &GlobalModel,
     capture: &Capture,
@@ -252,6 +252,7 @@ pub fn score_processes(
                     }
                 },
             };
+            let wall_ns = capture.header.clock.to_realtime(u.start_ns);
             out.push(UnitScore {
                 host: p.host.clone(),
                 pid: p.pid,
@@ -261,8 +262,8 @@ pub fn score_processes(
                 start_ns: u.start_ns,
                 end_ns: u.end_ns,
                 t_s: (u.start_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
-                wall: wall_clock(capture.header.clock.to_realtime(u.start_ns)),
-                wall_ns: capture.header.clock.to_realtime(u.start_ns),
+                wall: wall_clock(wall_ns),
+                wall_ns,
                 capture: name.to_string(),
                 role: u.role.to_string(),
                 connection,
@@ -283,12 +284,17 @@ pub fn score_processes(
             });
         }
     }
-    out.sort_by(|a, b| {
+    rank(&mut out);
+    out
+}
+
+/// Orders units most suspect first; on a tie, the earlier first.
+pub fn rank(units: &mut [UnitScore]) {
+    units.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
             .then(a.start_ns.cmp(&b.start_ns))
     });
-    out
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a wall-clock time in ns since the epoch.
