@@ -94,8 +94,20 @@ fn select_epoll_and_threaded_loops_are_decomposed_and_localized() {
         ] {
             let (model, runs, _) = tests::learn_calibrated(&normal, variant);
             assert_eq!(model.groups.len(), 1, "{wait}: one role");
-            // Each daemon's loop thread(s) have handler units.
-            let threads = if wait.ends_with("+threads") { 2 } else { 1 };
+            // Each daemon's units come from each of its threads, and each
+            // thread role (the function its first traced call came from)
+            // has its own initializer tree.
+            let (threads, roles) = if wait.ends_with("+threads") {
+                (2, vec!["main", "rhs_thread"])
+            } else {
+                (1, vec!["main"])
+            };
+            let learned: Vec<&str> = model.groups[0]
+                .initializer
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(learned, roles, "{wait}");
             for p in runs[0].iter().filter(|p| !p.signature.is_empty()) {
                 let mut tids: Vec<u32> = p.units.iter().map(|u| u.tid).collect();
                 tids.sort_unstable();
