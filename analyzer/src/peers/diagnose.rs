@@ -223,6 +223,13 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
         faulty_by_metric,
         k,
         outlier: thresholds.config.outlier,
+        normalized: thresholds
+            .config
+            .normalize
+            .iter()
+            .copied()
+            .filter(|m| metrics.contains(m))
+            .collect(),
         metrics,
         servers: verdicts,
         windows,

@@ -70,7 +70,7 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
             metric.name(),
             report.dimensions.get(metric).copied().unwrap_or(0),
             distance_name(distance),
-            metric.unit()
+            metric.unit_of(&report.normalized)
         );
         let _ = write!(s, "{:>5} {:>8} {:>12}", "win", "t (s)", "UTC");
         for l in &servers {
@@ -131,7 +131,7 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
                 number(c.distance),
                 if c.mean_delta >= 0.0 { "+" } else { "-" },
                 number(c.mean_delta.abs()),
-                rc.metric.unit()
+                rc.metric.unit_of(&report.normalized)
             );
         }
     }
@@ -226,7 +226,12 @@ pub fn thresholds_text(t: &Thresholds) -> String {
         number(c.min_threshold)
     );
     for (metric, servers) in &t.metrics {
-        let _ = writeln!(s, "  {} ({}):", metric.name(), metric.unit());
+        let _ = writeln!(
+            s,
+            "  {} ({}):",
+            metric.name(),
+            metric.unit_of(&t.config.normalize)
+        );
         for (label, th) in servers {
             let _ = writeln!(
                 s,
@@ -341,7 +346,7 @@ pub fn report_svg(report: &Report) -> String {
             r#"<text x="{left}" y="{}" font-size="13">{} — score ({}) over time</text>"#,
             y0 + 12.0,
             metric.name(),
-            metric.unit()
+            metric.unit_of(&report.normalized)
         );
         let _ = writeln!(
             s,

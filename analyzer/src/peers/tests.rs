@@ -1008,6 +1008,17 @@ fn normalized_counts_still_indict_a_busier_server() {
     );
     let text = render::report_text(&busy, cfg.distance);
     assert_eq!(busy.faulty, vec!["server1"], "{text}");
+    // Scores and root-cause deltas are shares, and say so.
+    assert_eq!(busy.normalized, vec![Metric::Count]);
+    assert!(
+        text.contains("in % of the median server's total)") && !text.contains("in calls)"),
+        "{text}"
+    );
+    assert!(
+        render::thresholds_text(&t).contains("count (% of the median server's total)"),
+        "{}",
+        render::thresholds_text(&t)
+    );
     let clean = diagnosed(&cfg, &t, &[], false, false);
     assert!(
         clean.faulty.is_empty(),

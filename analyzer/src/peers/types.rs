@@ -120,6 +120,16 @@ impl Metric {
         }
     }
 
+    /// Unit of a component (and of a Manhattan distance), or of a share
+    /// when the metric is compared `normalized`.
+    pub fn unit_of(self, normalized: &[Metric]) -> &'static str {
+        if normalized.contains(&self) {
+            "% of the median server's total"
+        } else {
+            self.unit()
+        }
+    }
+
     /// Unit of a component (and of a Manhattan distance).
     pub fn unit(self) -> &'static str {
         match self {
@@ -507,6 +517,11 @@ pub struct Report {
     pub outlier: Option<f64>,
     /// Metrics compared.
     pub metrics: Vec<Metric>,
+    /// Metrics compared in shares of each window's work
+    /// ([`PeersConfig::normalize`]): their scores are in percent of the
+    /// median server's total, not in the metric's own unit.
+    #[serde(default)]
+    pub normalized: Vec<Metric>,
     /// Per-server verdicts.
     pub servers: Vec<ServerVerdict>,
     /// Per-window scores and verdicts.
