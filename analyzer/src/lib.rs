@@ -11,7 +11,8 @@
 //! one decoding path for files and for live rings.
 
 pub mod automaded;
-pub mod decode;
+/// Decoding captures is defined beside the capture format, in `tracer-common`.
+pub use tracer_common::decode;
 pub mod live;
 pub mod load;
 pub mod model;

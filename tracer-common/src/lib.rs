@@ -7,6 +7,9 @@
 //!   deliver (ring full, unreadable user memory, full maps).
 //! - [`capture`] (feature `std`): the capture file ("captured rings"): header,
 //!   checksummed chunks of raw records, and serde metadata.
+//! - [`decode`] (feature `std`): reading a capture back: typed events,
+//!   symbols from the capture's own tables, text and JSON rendering. It lives
+//!   beside the format so that the root `tracer` needs no analysis code.
 //!
 //! Map and program names live here as constants so that the two sides cannot
 //! drift apart.
@@ -18,6 +21,8 @@ pub mod syscall;
 
 #[cfg(feature = "std")]
 pub mod capture;
+#[cfg(feature = "std")]
+pub mod decode;
 
 /// Names of the maps in the eBPF object.
 pub mod maps {

@@ -11,7 +11,8 @@
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
 //!
-//! Decoding captures lives in the `analyzer` crate, shared with `tracer replay`.
+//! Decoding captures (`tracer replay`) is `tracer_common::decode`, shared with
+//! the analyzer: one decoding path.
 
 pub mod agent;
 pub mod elf;

@@ -4,13 +4,13 @@ mod args;
 
 use std::{io::Write as _, process::ExitCode};
 
-use analyzer::{
-    Capture,
-    decode::format::{Formatter, Summary},
-};
 use anyhow::Context as _;
 use clap::Parser as _;
 use tracer::record::{RecordConfig, record};
+use tracer_common::decode::{
+    Capture,
+    format::{Formatter, Summary},
+};
 
 use crate::args::{
     AgentArgs, Args, Command, CtlArgs, CtlCommand, ListUsdtArgs, RecordArgs, ReplayArgs,

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use tracer_common::{
+use crate::{
     record::{
         FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
         UsdtHit, UsdtString, kind,
@@ -48,7 +48,7 @@ impl Event {
                 args: None,
             },
             kind::FUNC_ENTRY_ARGS => {
-                let full = tracer_common::record::FuncEntryArgs::read_from(bytes)?;
+                let full = crate::record::FuncEntryArgs::read_from(bytes)?;
                 Self::Entry {
                     rec: full.entry,
                     args: Some(full.args),
@@ -88,8 +88,8 @@ impl Event {
             Self::Syscall(_) => "syscall",
             Self::Sample(_) => "sample",
             Self::Lifecycle(l) => match l.event {
-                tracer_common::record::lifecycle::FORK => "fork",
-                tracer_common::record::lifecycle::EXEC => "exec",
+                crate::record::lifecycle::FORK => "fork",
+                crate::record::lifecycle::EXEC => "exec",
                 _ => "exit",
             },
             Self::TcpRetransmit(_) => "tcp_retransmit",
@@ -149,7 +149,7 @@ pub fn addr_string(addr: &SockAddr) -> Option<String> {
 }
 
 /// A NUL-padded command name as text.
-pub(crate) fn comm_string(comm: &[u8; 16]) -> String {
+pub fn comm_string(comm: &[u8; 16]) -> String {
     let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }

@@ -6,9 +6,9 @@ use std::{
     fmt::Write as _,
 };
 
+use crate::record::{SYSCALL_UNFINISHED, lifecycle};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tracer_common::record::{SYSCALL_UNFINISHED, lifecycle};
 
 use super::{Capture, Event, Symbolizer, addr_string, syscall_name, types::comm_string};
 
@@ -305,7 +305,7 @@ impl<'a> Formatter<'a> {
 }
 
 fn tcp_addr(family: u16, addr: &[u8; 16], port: u16) -> String {
-    let sa = tracer_common::record::SockAddr {
+    let sa = crate::record::SockAddr {
         family,
         port_be: port.to_be(),
         _pad: 0,
@@ -443,7 +443,7 @@ impl std::fmt::Display for Summary {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{
+    use crate::{
         capture::{CaptureHeader, CaptureWriter, Meta, UsdtProbe},
         record::{Header, Pod as _, USDT_STRING_MAX, UsdtHit, UsdtString, kind},
     };

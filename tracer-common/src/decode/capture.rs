@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::capture::{
+use crate::capture::{
     CaptureError, CaptureHeader, CaptureReader, Chunk, End, Meta, ObjectSymbols, Probe,
     ProcessInfo, RawRecords, RecordError, Stats, Symbol, UsdtProbe,
 };

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, sync::OnceLock};
 
-use tracer_common::{
+use crate::{
     capture::{ObjectSymbols, RawRecords, Symbol},
     record::{FuncEntry, Pod as _, kind},
 };
@@ -286,7 +286,7 @@ mod tests {
     /// looked) still has its call sites placed, from where its probes hit.
     #[test]
     fn places_unsnapshotted_processes_from_probe_hits() {
-        use tracer_common::{
+        use crate::{
             capture::{Probe, Segment},
             record::{FuncEntry, Header, Pod, kind},
         };

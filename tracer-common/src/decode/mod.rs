@@ -10,5 +10,5 @@ mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
 pub use symbolize::{Location, Symbolizer, is_uretprobe_trampoline};
-pub(crate) use types::comm_string;
+pub use types::comm_string;
 pub use types::{Event, addr_string, syscall_name};
