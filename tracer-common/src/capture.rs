@@ -130,6 +130,23 @@ pub struct RecordSettings {
     pub function_patterns: Vec<String>,
     /// Socket system calls traced.
     pub syscalls: bool,
+    /// File I/O system calls counted (`FileIo` records); absent in older
+    /// captures.
+    #[serde(default)]
+    pub file_io: bool,
+    /// Block requests counted (`BlockIo` records).
+    #[serde(default)]
+    pub block_io: bool,
+    /// Network namespace counters read (`NetDev`, `NetSnmp` records).
+    #[serde(default)]
+    pub net_stats: bool,
+    /// Interval of the counters above, ms (0 when none is recorded).
+    #[serde(default)]
+    pub stats_interval_ms: u64,
+    /// What this kernel could not give although it was asked for (no BTF
+    /// field, no tracepoint), one line each.
+    #[serde(default)]
+    pub unavailable: Vec<String>,
     /// Sampling frequency in Hz, 0 when off.
     pub sample_hz: u64,
     /// Every process on the node sampled, not only traced ones.

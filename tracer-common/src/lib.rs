@@ -3,6 +3,9 @@
 //! - [`record`]: the `#[repr(C)]` records the eBPF programs write into the ring
 //!   buffer, byte for byte as they appear in a capture file.
 //! - [`syscall`]: the x86-64 system calls that are traced, by number and class.
+//! - [`kernel`]: records of the kernel's own view (file and block I/O
+//!   aggregates, network-namespace counters, retransmissions with their
+//!   socket) and the kernel struct offsets the programs read them with.
 //! - [`stats`]: the per-CPU counters of everything the eBPF side failed to
 //!   deliver (ring full, unreadable user memory, full maps).
 //! - [`capture`] (feature `std`): the capture file ("captured rings"): header,
@@ -15,6 +18,7 @@
 //! drift apart.
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod kernel;
 pub mod record;
 pub mod stats;
 pub mod syscall;
@@ -42,6 +46,12 @@ pub mod maps {
     /// Argument specs of USDT probe sites, indexed by attach cookie:
     /// [`crate::record::UsdtSpec`].
     pub const USDT_SPECS: &str = "USDT_SPECS";
+    /// File I/O counters (per CPU): [`crate::kernel::FileKey`] →
+    /// [`crate::kernel::FileAgg`].
+    pub const FILE_STATS: &str = "FILE_STATS";
+    /// Block I/O counters (per CPU): [`crate::kernel::BlockKey`] →
+    /// [`crate::kernel::BlockAgg`].
+    pub const BLOCK_STATS: &str = "BLOCK_STATS";
 }
 
 /// Names of the programs in the eBPF object.
@@ -50,18 +60,32 @@ pub mod programs {
     pub const FUNC_ENTRY: &str = "func_entry";
     /// uretprobe at a traced function's return.
     pub const FUNC_RETURN: &str = "func_return";
-    /// `syscalls:sys_enter_*` tracepoint, attached once per traced system call.
+    /// Raw tracepoint `sys_enter` (every system call of the node).
     pub const SYS_ENTER: &str = "sys_enter";
-    /// `syscalls:sys_exit_*` tracepoint, attached once per traced system call.
+    /// Raw tracepoint `sys_exit`.
     pub const SYS_EXIT: &str = "sys_exit";
-    /// `sched:sched_process_fork`.
+    /// `sched:sched_process_fork` (perf tracepoint: kernels without BTF).
     pub const PROC_FORK: &str = "proc_fork";
-    /// `sched:sched_process_exec`.
+    /// `sched:sched_process_exec` (perf tracepoint: kernels without BTF).
     pub const PROC_EXEC: &str = "proc_exec";
-    /// `sched:sched_process_exit`.
+    /// `sched:sched_process_exit` (perf tracepoint: kernels without BTF).
     pub const PROC_EXIT: &str = "proc_exit";
-    /// `tcp:tcp_retransmit_skb`.
+    /// Raw tracepoint `sched_process_fork`.
+    pub const RAW_PROC_FORK: &str = "raw_proc_fork";
+    /// Raw tracepoint `sched_process_exec`.
+    pub const RAW_PROC_EXEC: &str = "raw_proc_exec";
+    /// Raw tracepoint `sched_process_exit`.
+    pub const RAW_PROC_EXIT: &str = "raw_proc_exit";
+    /// `tcp:tcp_retransmit_skb` (perf tracepoint: kernels without BTF).
     pub const TCP_RETRANSMIT: &str = "tcp_retransmit";
+    /// Raw tracepoint `tcp_retransmit_skb`, with the socket's identity.
+    pub const RAW_TCP_RETRANSMIT: &str = "raw_tcp_retransmit";
+    /// Raw tracepoint `block_io_start` (a request is created from a bio).
+    pub const BLOCK_IO_START: &str = "block_io_start";
+    /// Raw tracepoint `block_rq_issue`.
+    pub const BLOCK_RQ_ISSUE: &str = "block_rq_issue";
+    /// Raw tracepoint `block_rq_complete`.
+    pub const BLOCK_RQ_COMPLETE: &str = "block_rq_complete";
     /// perf cpu-clock sampling.
     pub const SAMPLE: &str = "sample";
     /// uprobe at a USDT probe site (attached through uprobe_multi links).
@@ -70,6 +94,10 @@ pub mod programs {
     pub const EMPTY_ENTRY: &str = "empty_entry";
     /// Empty uretprobe, for overhead benchmarks.
     pub const EMPTY_RETURN: &str = "empty_return";
+    /// Empty `sys_enter` raw tracepoint, for overhead benchmarks.
+    pub const EMPTY_SYS_ENTER: &str = "empty_sys_enter";
+    /// Empty `sys_exit` raw tracepoint, for overhead benchmarks.
+    pub const EMPTY_SYS_EXIT: &str = "empty_sys_exit";
 }
 
 /// Names of the globals user space sets with `EbpfLoader::override_global`.
@@ -84,6 +112,10 @@ pub mod globals {
     pub const TP_OFFSETS: &str = "TP_OFFSETS";
     /// u32: 1 to trace socket system calls.
     pub const TRACE_SYSCALLS: &str = "TRACE_SYSCALLS";
+    /// u32: 1 to count file I/O system calls.
+    pub const TRACE_FILES: &str = "TRACE_FILES";
+    /// [`crate::kernel::KernelOffsets`]: kernel struct offsets from BTF.
+    pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 }
 
 /// Value in [`maps::TRACED_PIDS`] for a process named by the user.

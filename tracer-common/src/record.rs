@@ -33,6 +33,19 @@ pub mod kind {
     pub const USDT: u16 = 8;
     /// [`super::UsdtString`].
     pub const USDT_STRING: u16 = 9;
+    /// [`crate::kernel::FileIo`].
+    pub const FILE_IO: u16 = 10;
+    /// [`crate::kernel::BlockIo`].
+    pub const BLOCK_IO: u16 = 11;
+    /// [`crate::kernel::NetDev`].
+    pub const NET_DEV: u16 = 12;
+    /// [`crate::kernel::NetSnmp`].
+    pub const NET_SNMP: u16 = 13;
+    /// [`crate::kernel::TcpRetransmitSock`], which replaces
+    /// [`TCP_RETRANSMIT`] (still read in older captures).
+    pub const TCP_RETRANSMIT_SOCK: u16 = 14;
+    /// [`crate::kernel::DeviceName`].
+    pub const DEVICE_NAME: u16 = 15;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -112,7 +125,7 @@ pub struct SockAddr {
 }
 
 /// State saved at a system call's entry, until its exit (map value, not a
-/// ring record), 32 bytes.
+/// ring record), 40 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyscallEnter {
@@ -127,6 +140,11 @@ pub struct SyscallEnter {
     pub addr_ptr: u64,
     /// Third argument (requested length for send/recv, flags otherwise).
     pub arg: u64,
+    /// [`crate::kernel::file_class`] of a call on a file (counted in the
+    /// file I/O map, not recorded), 0 for a socket call (recorded).
+    pub file_class: u32,
+    /// For a call on a file: the kernel `dev_t` of its file system.
+    pub dev: u32,
 }
 
 /// A completed (or, flagged, unfinished) system call, 88 bytes.
@@ -378,7 +396,7 @@ const _: () = assert!(size_of::<FuncEntry>() == 48);
 const _: () = assert!(size_of::<FuncEntryArgs>() == 96);
 const _: () = assert!(size_of::<FuncReturn>() == 40);
 const _: () = assert!(size_of::<SockAddr>() == 24);
-const _: () = assert!(size_of::<SyscallEnter>() == 32);
+const _: () = assert!(size_of::<SyscallEnter>() == 40);
 const _: () = assert!(size_of::<Syscall>() == 88);
 const _: () = assert!(size_of::<Sample>() == 56);
 const _: () = assert!(size_of::<Lifecycle>() == 56);
@@ -401,6 +419,12 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::TCP_RETRANSMIT => Some(size_of::<TcpRetransmit>()),
         kind::USDT => Some(size_of::<UsdtHit>()),
         kind::USDT_STRING => Some(size_of::<UsdtString>()),
+        kind::FILE_IO => Some(size_of::<crate::kernel::FileIo>()),
+        kind::BLOCK_IO => Some(size_of::<crate::kernel::BlockIo>()),
+        kind::NET_DEV => Some(size_of::<crate::kernel::NetDev>()),
+        kind::NET_SNMP => Some(size_of::<crate::kernel::NetSnmp>()),
+        kind::TCP_RETRANSMIT_SOCK => Some(size_of::<crate::kernel::TcpRetransmitSock>()),
+        kind::DEVICE_NAME => Some(size_of::<crate::kernel::DeviceName>()),
         _ => None,
     }
 }
@@ -512,12 +536,12 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in 1..=9 {
+        for k in 1..=15 {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }
         assert_eq!(size_of_kind(0), None);
-        assert_eq!(size_of_kind(10), None);
+        assert_eq!(size_of_kind(16), None);
     }
 
     #[test]

@@ -22,10 +22,23 @@ pub enum Stat {
     /// A USDT probe fired with no spec for its cookie, or an argument could
     /// not be read (its value is recorded as 0).
     UsdtArgUnreadable = 7,
+    /// The file I/O map was full: calls of a new (process, call, device)
+    /// were not counted.
+    FileMapFull = 8,
+    /// The block I/O map was full: requests of a new (device, submitter,
+    /// operation) were not counted.
+    BlockMapFull = 9,
+    /// The in-flight block request map was full: a request's latency was not
+    /// measured (it is not counted).
+    BlockInflightFull = 10,
+    /// A kernel structure could not be read (a descriptor's file, a
+    /// request's device, a socket's addresses): that event was not counted
+    /// or lacks those details.
+    KernelUnreadable = 11,
 }
 
 /// Number of counters.
-pub const STAT_COUNT: u32 = 8;
+pub const STAT_COUNT: u32 = 12;
 
 /// Names of the counters, indexed by [`Stat`], as written in captures.
 pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
@@ -37,4 +50,8 @@ pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
     "pid_map_full",
     "user_ip_unreadable",
     "usdt_arg_unreadable",
+    "file_map_full",
+    "block_map_full",
+    "block_inflight_full",
+    "kernel_unreadable",
 ];

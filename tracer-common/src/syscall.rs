@@ -1,9 +1,12 @@
 //! The x86-64 system calls traced for the processes under observation.
 //!
-//! The eBPF programs attach to `syscalls:sys_enter_<name>` and
-//! `syscalls:sys_exit_<name>` for each entry of [`TRACED`], and look up how to
-//! read a call's arguments with [`spec`]. Calls that also apply to files
-//! (`read`, `write`, `close`, ...) are recorded only on socket descriptors.
+//! The eBPF programs attach to the two `raw_syscalls` tracepoints (every
+//! system call of the node passes there), keep the traced processes' calls,
+//! and look up how to read a call's arguments with [`spec`]. Socket calls
+//! ([`TRACED`]) are recorded one by one. File I/O calls ([`FILE_CALLS`], and
+//! `read`, `write`, `close`... on a file rather than a socket) are counted in
+//! the kernel per process, call and device ([`crate::kernel::FileIo`]).
+//! Calls on neither (pipes, terminals, eventfds) are not kept.
 
 /// How to read one system call's arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +19,9 @@ pub struct Spec {
     pub len_arg: u8,
     /// Bits of [`flag`].
     pub flags: u8,
+    /// [`crate::kernel::file_class`] when the call is file I/O on its fd
+    /// argument (or, with [`flag::PATH`], on a path), else 0.
+    pub file: u8,
 }
 
 /// No such argument.
@@ -34,6 +40,10 @@ pub mod flag {
     /// A successful call writes two new socket fds (`int sv[2]`) at the
     /// address argument; the record's `arg` holds them (`sv[0] | sv[1] << 32`).
     pub const RETURNS_PAIR: u8 = 16;
+    /// A file system call that names a path (or works on no descriptor,
+    /// like asynchronous I/O): counted as file I/O with device 0, without
+    /// looking at a descriptor.
+    pub const PATH: u8 = 32;
 }
 
 /// x86-64 system call numbers of the traced calls.
@@ -65,9 +75,78 @@ pub mod nr {
     pub const RECVMMSG: u32 = 299;
     pub const SENDMMSG: u32 = 307;
     pub const EPOLL_PWAIT2: u32 = 441;
+    pub const OPEN: u32 = 2;
+    pub const STAT: u32 = 4;
+    pub const FSTAT: u32 = 5;
+    pub const LSTAT: u32 = 6;
+    pub const PREAD64: u32 = 17;
+    pub const PWRITE64: u32 = 18;
+    pub const ACCESS: u32 = 21;
+    pub const SENDFILE: u32 = 40;
+    pub const FSYNC: u32 = 74;
+    pub const FDATASYNC: u32 = 75;
+    pub const TRUNCATE: u32 = 76;
+    pub const FTRUNCATE: u32 = 77;
+    pub const GETDENTS: u32 = 78;
+    pub const RENAME: u32 = 82;
+    pub const MKDIR: u32 = 83;
+    pub const RMDIR: u32 = 84;
+    pub const CREAT: u32 = 85;
+    pub const LINK: u32 = 86;
+    pub const UNLINK: u32 = 87;
+    pub const SYMLINK: u32 = 88;
+    pub const READLINK: u32 = 89;
+    pub const CHMOD: u32 = 90;
+    pub const FCHMOD: u32 = 91;
+    pub const CHOWN: u32 = 92;
+    pub const FCHOWN: u32 = 93;
+    pub const LCHOWN: u32 = 94;
+    pub const MKNOD: u32 = 133;
+    pub const SETXATTR: u32 = 188;
+    pub const LSETXATTR: u32 = 189;
+    pub const FSETXATTR: u32 = 190;
+    pub const GETXATTR: u32 = 191;
+    pub const LGETXATTR: u32 = 192;
+    pub const FGETXATTR: u32 = 193;
+    pub const LISTXATTR: u32 = 194;
+    pub const LLISTXATTR: u32 = 195;
+    pub const FLISTXATTR: u32 = 196;
+    pub const REMOVEXATTR: u32 = 197;
+    pub const LREMOVEXATTR: u32 = 198;
+    pub const FREMOVEXATTR: u32 = 199;
+    pub const IO_GETEVENTS: u32 = 208;
+    pub const IO_SUBMIT: u32 = 209;
+    pub const GETDENTS64: u32 = 217;
+    pub const OPENAT: u32 = 257;
+    pub const MKDIRAT: u32 = 258;
+    pub const MKNODAT: u32 = 259;
+    pub const FCHOWNAT: u32 = 260;
+    pub const NEWFSTATAT: u32 = 262;
+    pub const UNLINKAT: u32 = 263;
+    pub const RENAMEAT: u32 = 264;
+    pub const LINKAT: u32 = 265;
+    pub const SYMLINKAT: u32 = 266;
+    pub const READLINKAT: u32 = 267;
+    pub const FCHMODAT: u32 = 268;
+    pub const FACCESSAT: u32 = 269;
+    pub const SYNC_FILE_RANGE: u32 = 277;
+    pub const UTIMENSAT: u32 = 280;
+    pub const FALLOCATE: u32 = 285;
+    pub const PREADV: u32 = 295;
+    pub const PWRITEV: u32 = 296;
+    pub const SYNCFS: u32 = 306;
+    pub const RENAMEAT2: u32 = 316;
+    pub const COPY_FILE_RANGE: u32 = 326;
+    pub const PREADV2: u32 = 327;
+    pub const PWRITEV2: u32 = 328;
+    pub const STATX: u32 = 332;
+    pub const IO_PGETEVENTS: u32 = 333;
+    pub const IO_URING_ENTER: u32 = 426;
+    pub const OPENAT2: u32 = 437;
+    pub const FACCESSAT2: u32 = 439;
 }
 
-/// Every traced system call: (number, tracefs name).
+/// The socket system calls recorded one by one: (number, name).
 pub const TRACED: &[(u32, &str)] = &[
     (nr::READ, "read"),
     (nr::WRITE, "write"),
@@ -97,13 +176,94 @@ pub const TRACED: &[(u32, &str)] = &[
     (nr::EPOLL_PWAIT2, "epoll_pwait2"),
 ];
 
+/// The file I/O system calls counted per process, call and device, beyond
+/// `read`, `write`, `readv`, `writev` and `close` (in [`TRACED`], counted
+/// here when their descriptor is a file): (number, name).
+pub const FILE_CALLS: &[(u32, &str)] = &[
+    (nr::OPEN, "open"),
+    (nr::STAT, "stat"),
+    (nr::FSTAT, "fstat"),
+    (nr::LSTAT, "lstat"),
+    (nr::PREAD64, "pread64"),
+    (nr::PWRITE64, "pwrite64"),
+    (nr::ACCESS, "access"),
+    (nr::SENDFILE, "sendfile"),
+    (nr::FSYNC, "fsync"),
+    (nr::FDATASYNC, "fdatasync"),
+    (nr::TRUNCATE, "truncate"),
+    (nr::FTRUNCATE, "ftruncate"),
+    (nr::GETDENTS, "getdents"),
+    (nr::RENAME, "rename"),
+    (nr::MKDIR, "mkdir"),
+    (nr::RMDIR, "rmdir"),
+    (nr::CREAT, "creat"),
+    (nr::LINK, "link"),
+    (nr::UNLINK, "unlink"),
+    (nr::SYMLINK, "symlink"),
+    (nr::READLINK, "readlink"),
+    (nr::CHMOD, "chmod"),
+    (nr::FCHMOD, "fchmod"),
+    (nr::CHOWN, "chown"),
+    (nr::FCHOWN, "fchown"),
+    (nr::LCHOWN, "lchown"),
+    (nr::MKNOD, "mknod"),
+    (nr::SETXATTR, "setxattr"),
+    (nr::LSETXATTR, "lsetxattr"),
+    (nr::FSETXATTR, "fsetxattr"),
+    (nr::GETXATTR, "getxattr"),
+    (nr::LGETXATTR, "lgetxattr"),
+    (nr::FGETXATTR, "fgetxattr"),
+    (nr::LISTXATTR, "listxattr"),
+    (nr::LLISTXATTR, "llistxattr"),
+    (nr::FLISTXATTR, "flistxattr"),
+    (nr::REMOVEXATTR, "removexattr"),
+    (nr::LREMOVEXATTR, "lremovexattr"),
+    (nr::FREMOVEXATTR, "fremovexattr"),
+    (nr::IO_GETEVENTS, "io_getevents"),
+    (nr::IO_SUBMIT, "io_submit"),
+    (nr::GETDENTS64, "getdents64"),
+    (nr::OPENAT, "openat"),
+    (nr::MKDIRAT, "mkdirat"),
+    (nr::MKNODAT, "mknodat"),
+    (nr::FCHOWNAT, "fchownat"),
+    (nr::NEWFSTATAT, "newfstatat"),
+    (nr::UNLINKAT, "unlinkat"),
+    (nr::RENAMEAT, "renameat"),
+    (nr::LINKAT, "linkat"),
+    (nr::SYMLINKAT, "symlinkat"),
+    (nr::READLINKAT, "readlinkat"),
+    (nr::FCHMODAT, "fchmodat"),
+    (nr::FACCESSAT, "faccessat"),
+    (nr::SYNC_FILE_RANGE, "sync_file_range"),
+    (nr::UTIMENSAT, "utimensat"),
+    (nr::FALLOCATE, "fallocate"),
+    (nr::PREADV, "preadv"),
+    (nr::PWRITEV, "pwritev"),
+    (nr::SYNCFS, "syncfs"),
+    (nr::RENAMEAT2, "renameat2"),
+    (nr::COPY_FILE_RANGE, "copy_file_range"),
+    (nr::PREADV2, "preadv2"),
+    (nr::PWRITEV2, "pwritev2"),
+    (nr::STATX, "statx"),
+    (nr::IO_PGETEVENTS, "io_pgetevents"),
+    (nr::IO_URING_ENTER, "io_uring_enter"),
+    (nr::OPENAT2, "openat2"),
+    (nr::FACCESSAT2, "faccessat2"),
+];
+
 #[inline(always)]
 const fn s(fd_arg: u8, addr_arg: u8, len_arg: u8, flags: u8) -> Option<Spec> {
+    f(fd_arg, addr_arg, len_arg, flags, 0)
+}
+
+#[inline(always)]
+const fn f(fd_arg: u8, addr_arg: u8, len_arg: u8, flags: u8, file: u8) -> Option<Spec> {
     Some(Spec {
         fd_arg,
         addr_arg,
         len_arg,
         flags,
+        file,
     })
 }
 
@@ -112,11 +272,12 @@ const fn s(fd_arg: u8, addr_arg: u8, len_arg: u8, flags: u8) -> Option<Spec> {
 // miscompiles (the verifier sees an unset r0).
 #[inline(always)]
 pub const fn spec(nr: u32) -> Option<Spec> {
+    use crate::kernel::file_class::{ASYNC, META, READ, SYNC, WRITE};
     use flag::*;
     match nr {
-        nr::READ | nr::WRITE => s(0, NONE, 2, SOCKET_FD_ONLY),
-        nr::READV | nr::WRITEV => s(0, NONE, 2, SOCKET_FD_ONLY),
-        nr::CLOSE => s(0, NONE, NONE, SOCKET_FD_ONLY | CLOSES_FD),
+        nr::READ | nr::READV => f(0, NONE, 2, SOCKET_FD_ONLY, READ),
+        nr::WRITE | nr::WRITEV => f(0, NONE, 2, SOCKET_FD_ONLY, WRITE),
+        nr::CLOSE => f(0, NONE, NONE, SOCKET_FD_ONLY | CLOSES_FD, META),
         nr::SOCKET => s(NONE, NONE, 0, RETURNS_SOCKET),
         nr::SOCKETPAIR => s(NONE, 3, 0, RETURNS_PAIR),
         nr::CONNECT | nr::BIND => s(0, 1, NONE, 0),
@@ -127,13 +288,80 @@ pub const fn spec(nr: u32) -> Option<Spec> {
         nr::POLL | nr::PPOLL => s(NONE, NONE, 1, WAIT),
         nr::SELECT | nr::PSELECT6 => s(NONE, NONE, 0, WAIT),
         nr::EPOLL_WAIT | nr::EPOLL_PWAIT | nr::EPOLL_PWAIT2 => s(0, NONE, 2, WAIT),
+        // File I/O on a descriptor: counted when it is a file.
+        nr::PREAD64 | nr::PREADV | nr::PREADV2 | nr::COPY_FILE_RANGE => f(0, NONE, NONE, 0, READ),
+        nr::SENDFILE => f(1, NONE, NONE, 0, READ),
+        nr::PWRITE64 | nr::PWRITEV | nr::PWRITEV2 => f(0, NONE, NONE, 0, WRITE),
+        nr::FSYNC | nr::FDATASYNC | nr::SYNC_FILE_RANGE | nr::SYNCFS => f(0, NONE, NONE, 0, SYNC),
+        nr::FSTAT
+        | nr::FTRUNCATE
+        | nr::FALLOCATE
+        | nr::GETDENTS
+        | nr::GETDENTS64
+        | nr::FCHMOD
+        | nr::FCHOWN
+        | nr::FSETXATTR
+        | nr::FGETXATTR
+        | nr::FLISTXATTR
+        | nr::FREMOVEXATTR => f(0, NONE, NONE, 0, META),
+        // File system calls on paths: always counted.
+        nr::OPEN
+        | nr::CREAT
+        | nr::OPENAT
+        | nr::OPENAT2
+        | nr::STAT
+        | nr::LSTAT
+        | nr::NEWFSTATAT
+        | nr::STATX
+        | nr::ACCESS
+        | nr::FACCESSAT
+        | nr::FACCESSAT2
+        | nr::TRUNCATE
+        | nr::RENAME
+        | nr::RENAMEAT
+        | nr::RENAMEAT2
+        | nr::MKDIR
+        | nr::MKDIRAT
+        | nr::RMDIR
+        | nr::LINK
+        | nr::LINKAT
+        | nr::UNLINK
+        | nr::UNLINKAT
+        | nr::SYMLINK
+        | nr::SYMLINKAT
+        | nr::READLINK
+        | nr::READLINKAT
+        | nr::CHMOD
+        | nr::FCHMODAT
+        | nr::CHOWN
+        | nr::LCHOWN
+        | nr::FCHOWNAT
+        | nr::UTIMENSAT
+        | nr::MKNOD
+        | nr::MKNODAT
+        | nr::SETXATTR
+        | nr::LSETXATTR
+        | nr::GETXATTR
+        | nr::LGETXATTR
+        | nr::LISTXATTR
+        | nr::LLISTXATTR
+        | nr::REMOVEXATTR
+        | nr::LREMOVEXATTR => f(NONE, NONE, NONE, PATH, META),
+        nr::IO_SUBMIT | nr::IO_GETEVENTS | nr::IO_PGETEVENTS | nr::IO_URING_ENTER => {
+            f(NONE, NONE, NONE, PATH, ASYNC)
+        }
         _ => None,
     }
 }
 
-/// The tracefs name of system call `nr`, or `None` if it is not traced.
+/// The name of system call `nr`, or `None` if it is neither recorded nor
+/// counted.
 pub fn name(nr: u32) -> Option<&'static str> {
-    TRACED.iter().find(|(n, _)| *n == nr).map(|(_, name)| *name)
+    TRACED
+        .iter()
+        .chain(FILE_CALLS)
+        .find(|(n, _)| *n == nr)
+        .map(|(_, name)| *name)
 }
 
 #[cfg(test)]
@@ -142,14 +370,46 @@ mod tests {
 
     #[test]
     fn every_traced_call_has_a_spec_and_names_are_unique() {
-        for (i, (nr, name)) in TRACED.iter().enumerate() {
+        let all: Vec<(u32, &str)> = TRACED.iter().chain(FILE_CALLS).copied().collect();
+        for (i, (nr, name)) in all.iter().enumerate() {
             assert!(spec(*nr).is_some(), "{name}");
             assert!(
-                TRACED[i + 1..].iter().all(|(n, m)| n != nr && m != name),
+                all[i + 1..].iter().all(|(n, m)| n != nr && m != name),
                 "{name}"
             );
         }
         assert_eq!(spec(60), None, "exit is not traced");
         assert_eq!(name(nr::ACCEPT4), Some("accept4"));
+        assert_eq!(name(nr::PREAD64), Some("pread64"));
+    }
+
+    /// Every file call has a class, socket-only calls have none, and the
+    /// calls that are both are socket calls first.
+    #[test]
+    fn file_calls_are_classified() {
+        use crate::kernel::file_class;
+        for (nr, name) in FILE_CALLS {
+            let s = spec(*nr).expect("spec");
+            assert_ne!(s.file, file_class::NONE, "{name}");
+            assert_eq!(s.flags & flag::SOCKET_FD_ONLY, 0, "{name}");
+        }
+        for (nr, class) in [
+            (nr::READ, file_class::READ),
+            (nr::WRITEV, file_class::WRITE),
+            (nr::CLOSE, file_class::META),
+        ] {
+            let s = spec(nr).expect("spec");
+            assert_eq!(s.file, class);
+            assert_ne!(s.flags & flag::SOCKET_FD_ONLY, 0);
+        }
+        for nr in [nr::SENDTO, nr::ACCEPT, nr::EPOLL_WAIT, nr::SOCKET] {
+            assert_eq!(spec(nr).expect("spec").file, file_class::NONE);
+        }
+        assert_eq!(
+            spec(nr::SENDFILE).expect("spec").fd_arg,
+            1,
+            "its input file"
+        );
+        assert_ne!(spec(nr::OPENAT).expect("spec").flags & flag::PATH, 0);
     }
 }

@@ -1,7 +1,14 @@
 //! Process lifecycle: fork (following children of traced processes), exec
-//! and exit, from the `sched` tracepoints. Field offsets come from user space.
+//! and exit. Raw `sched` tracepoints where the kernel's BTF gave the task
+//! offsets (two-argument raw tracepoints detach at once; each perf
+//! tracepoint link waits for an RCU grace period when it is closed), else
+//! the perf tracepoints, with field offsets from tracefs.
 
-use aya_ebpf::{EbpfContext as _, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::bpf_get_current_comm,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
 use aya_log_ebpf::debug;
 use tracer_common::{
     TRACED_CHILD,
@@ -12,24 +19,18 @@ use tracer_common::{
 use crate::{
     FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, TRACED_PIDS, count, current, emit, emit_urgent,
     global, header, is_traced,
+    kernel::{off, read},
 };
 
 #[inline(always)]
-fn record(
-    ctx: &TracePointContext,
-    event: u32,
-    pid: u32,
-    tid: u32,
-    child_tid: u32,
-    group_dead: u32,
-) {
+fn record(event: u32, pid: u32, tid: u32, child_tid: u32, group_dead: u32) {
     let record = Lifecycle {
         header: header(kind::LIFECYCLE, size_of::<Lifecycle>(), pid, tid),
         event,
         child_tid,
         group_dead,
         _pad: 0,
-        comm: ctx.command().unwrap_or([0; 16]),
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     if event == lifecycle::EXIT {
         emit(record);
@@ -38,27 +39,20 @@ fn record(
     }
 }
 
-#[tracepoint]
-pub fn proc_fork(ctx: TracePointContext) -> u32 {
+/// The current task forked `child` (a process or a thread).
+#[inline(always)]
+fn on_fork<C: aya_ebpf::EbpfContext>(ctx: &C, child: u32) {
     let (pid, tid) = current();
     if !is_traced(pid) {
-        return 0;
+        return;
     }
-    let offset = global(&TP_OFFSETS).fork_child_pid;
-    // SAFETY: a field inside the tracepoint record, offset from its format file.
-    let Ok(child) = (unsafe { ctx.read_at::<i32>(offset as usize) }) else {
-        return 0;
-    };
     // A new thread also passes here; its tid in the map is harmless (keys are
     // tgids) and is removed when the thread exits.
     if global(&FOLLOW_CHILDREN) != 0 {
-        if TRACED_PIDS
-            .insert(&(child as u32), &TRACED_CHILD, 0)
-            .is_err()
-        {
+        if TRACED_PIDS.insert(&child, &TRACED_CHILD, 0).is_err() {
             count(Stat::PidMapFull);
         } else {
-            debug!(&ctx, "following task {} forked by {}", child, pid);
+            debug!(ctx, "following task {} forked by {}", child, pid);
         }
     }
     let forked = crate::Forked {
@@ -67,42 +61,89 @@ pub fn proc_fork(ctx: TracePointContext) -> u32 {
         // SAFETY: helper without preconditions.
         at_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
     };
-    let _ = PARENT.insert(&(child as u32), &forked, 0);
-    record(&ctx, lifecycle::FORK, pid, tid, child as u32, 0);
+    let _ = PARENT.insert(&child, &forked, 0);
+    record(lifecycle::FORK, pid, tid, child, 0);
+}
+
+#[inline(always)]
+fn on_exec() {
+    let (pid, tid) = current();
+    if is_traced(pid) {
+        record(lifecycle::EXEC, pid, tid, 0, 0);
+    }
+}
+
+/// The current task exits; `group_dead`: its whole process with it.
+#[inline(always)]
+fn on_exit(group_dead: impl FnOnce() -> u32) {
+    let (pid, tid) = current();
+    let _ = INFLIGHT.remove(&tid);
+    if !is_traced(pid) && !is_traced(tid) {
+        return;
+    }
+    let group_dead = group_dead();
+    if tid != pid {
+        let _ = TRACED_PIDS.remove(&tid);
+    }
+    if is_traced(pid) {
+        record(lifecycle::EXIT, pid, tid, 0, group_dead);
+    }
+    if group_dead != 0 {
+        let _ = TRACED_PIDS.remove(&pid);
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn raw_proc_fork(ctx: RawTracePointContext) -> i32 {
+    let child_task: u64 = ctx.arg(1);
+    if let Some(child) = read::<i32>(child_task, off!(task_pid)) {
+        on_fork(&ctx, child as u32);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn raw_proc_exec(_ctx: RawTracePointContext) -> i32 {
+    on_exec();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn raw_proc_exit(ctx: RawTracePointContext) -> i32 {
+    on_exit(|| {
+        let dead: u64 = ctx.arg(1);
+        u32::from(dead as u8 != 0)
+    });
     0
 }
 
 #[tracepoint]
-pub fn proc_exec(ctx: TracePointContext) -> u32 {
-    let (pid, tid) = current();
-    if is_traced(pid) {
-        record(&ctx, lifecycle::EXEC, pid, tid, 0, 0);
+pub fn proc_fork(ctx: TracePointContext) -> u32 {
+    let offset = global(&TP_OFFSETS).fork_child_pid;
+    // SAFETY: a field inside the tracepoint record, offset from its format file.
+    if let Ok(child) = unsafe { ctx.read_at::<i32>(offset as usize) } {
+        on_fork(&ctx, child as u32);
     }
+    0
+}
+
+#[tracepoint]
+pub fn proc_exec(_ctx: TracePointContext) -> u32 {
+    on_exec();
     0
 }
 
 #[tracepoint]
 pub fn proc_exit(ctx: TracePointContext) -> u32 {
     let (pid, tid) = current();
-    let _ = INFLIGHT.remove(&tid);
-    if !is_traced(pid) && !is_traced(tid) {
-        return 0;
-    }
-    let offset = global(&TP_OFFSETS).exit_group_dead;
-    // SAFETY: a field inside the tracepoint record, offset from its format file.
-    let group_dead = if offset == u16::MAX {
-        (pid == tid) as u32
-    } else {
-        unsafe { ctx.read_at::<u8>(offset as usize) }.unwrap_or(0) as u32
-    };
-    if tid != pid {
-        let _ = TRACED_PIDS.remove(&tid);
-    }
-    if is_traced(pid) {
-        record(&ctx, lifecycle::EXIT, pid, tid, 0, group_dead);
-    }
-    if group_dead != 0 {
-        let _ = TRACED_PIDS.remove(&pid);
-    }
+    on_exit(|| {
+        let offset = global(&TP_OFFSETS).exit_group_dead;
+        if offset == u16::MAX {
+            (pid == tid) as u32
+        } else {
+            // SAFETY: a field inside the tracepoint record, offset from its format file.
+            unsafe { ctx.read_at::<u8>(offset as usize) }.unwrap_or(0) as u32
+        }
+    });
     0
 }

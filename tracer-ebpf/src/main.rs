@@ -4,7 +4,10 @@
 #![no_std]
 #![no_main]
 
+mod block;
+mod files;
 mod func;
+mod kernel;
 mod lifecycle;
 mod sample;
 mod syscalls;
@@ -14,9 +17,10 @@ mod usdt;
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
+    kernel::{BlockAgg, BlockKey, BlockStart, FileAgg, FileKey, KernelOffsets},
     record::{Header, SyscallEnter, TracepointOffsets},
     stats::{STAT_COUNT, Stat},
 };
@@ -29,10 +33,33 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 #[map]
 static TRACED_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(32768, 0);
 
-/// Socket fds of traced processes, key `(tgid << 32) | fd`. LRU: a leaked
+/// Socket fds of traced processes, key `(tgid << 32) | fd`, value the
+/// socket's `struct sock` address once looked up (1 before). LRU: a leaked
 /// entry (fd closed by a path we do not see, e.g. dup2 over it) ages out.
 #[map]
-static SOCKET_FDS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(65536, 0);
+static SOCKET_FDS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(65536, 0);
+
+/// The traced process that last made a system call on each socket, by
+/// `struct sock` address: whose a retransmission is.
+#[map]
+static SOCK_OWNER: LruHashMap<u64, u32> = LruHashMap::with_max_entries(65536, 0);
+
+/// File I/O counters of traced processes (cumulative, per CPU; user space
+/// writes the increase every stats interval). Allocated as keys appear.
+#[map]
+static FILE_STATS: PerCpuHashMap<FileKey, FileAgg> =
+    PerCpuHashMap::with_max_entries(8192, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Block request counters of the node (cumulative, per CPU).
+#[map]
+static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockAgg> =
+    PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Block requests in flight, by `struct request` address. LRU: a request
+/// whose completion was never seen (a flush sequence's internal request)
+/// ages out, and its address is recognised as reused by its bio.
+#[map]
+static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(16384, 0);
 
 /// Parent process of each process forked by a traced one: a child's
 /// inherited sockets are its ancestors' (checked on first use).
@@ -74,7 +101,11 @@ static FOLLOW_CHILDREN: u32 = 1;
 #[unsafe(no_mangle)]
 static TRACE_SYSCALLS: u32 = 1;
 #[unsafe(no_mangle)]
+static TRACE_FILES: u32 = 0;
+#[unsafe(no_mangle)]
 static TP_OFFSETS: TracepointOffsets = TracepointOffsets::ABSENT;
+#[unsafe(no_mangle)]
+static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::ABSENT;
 
 /// Reads a global set by user space; volatile so the compiler keeps the load
 /// (the loader rewrites the value in the object's .rodata).

@@ -1,17 +1,25 @@
-//! Socket system calls: one program for every `syscalls:sys_enter_*` and one
-//! for every `syscalls:sys_exit_*` tracepoint of the traced calls. The entry
-//! saves the arguments by tid; the exit emits one record with both times.
+//! System calls of the traced processes, from the two raw tracepoints every
+//! system call of the node passes (`sys_enter`, `sys_exit`): two links in
+//! all, however many calls are traced, each costing one map lookup for the
+//! processes that are not traced. The entry saves the arguments by tid; the
+//! exit emits one record with both times for a socket call, or adds a call
+//! on a file to the file I/O counters (`files.rs`).
 
-use aya_ebpf::{helpers::bpf_probe_read_user_buf, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user_buf},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
 use tracer_common::{
+    kernel::{file_class, mode},
     record::{SockAddr, Syscall, SyscallEnter, kind},
     stats::Stat,
     syscall::{self, NONE, flag},
 };
 
 use crate::{
-    CLOSED, INFLIGHT, PARENT, SOCKET_FDS, TRACE_SYSCALLS, count, current, emit, global, header,
-    is_traced,
+    CLOSED, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
+    emit, files, global, header, is_traced, kernel,
 };
 
 /// Whether `fd` of `pid` is a known socket, or one inherited across fork
@@ -22,6 +30,10 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     // SAFETY: presence checks only.
     if unsafe { SOCKET_FDS.get(&key) }.is_some() {
         return true;
+    }
+    // An fd number never seen: nothing to inherit it from.
+    if fd < 0 {
+        return false;
     }
     let mut p = pid;
     for _ in 0..4 {
@@ -43,10 +55,12 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     false
 }
 
-/// Offset of `__syscall_nr` in both enter and exit records.
-const NR_OFFSET: usize = 8;
-/// Offset of the first argument (enter) or of `ret` (exit).
-const ARGS_OFFSET: usize = 16;
+/// Offset of `r10` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
+/// `user_regs_struct`); r10, r9, r8, ax, cx, dx, si, di follow in order.
+const PT_REGS_R10: u64 = 56;
+/// The six argument registers' indexes in that block, in argument order
+/// (di, si, dx, r10, r8, r9).
+const ARG_REGS: [usize; 6] = [7, 6, 5, 0, 2, 1];
 
 const AF_UNIX: u16 = 1;
 const AF_INET: u16 = 2;
@@ -57,43 +71,77 @@ fn fd_key(pid: u32, fd: i64) -> u64 {
     ((pid as u64) << 32) | (fd as u64 & 0xffff_ffff)
 }
 
+/// The system call's six arguments, read from the user registers saved at
+/// entry (`struct pt_regs *` is the raw tracepoint's first argument).
 #[inline(always)]
-fn arg(ctx: &TracePointContext, index: u8) -> u64 {
-    if index == NONE || index > 5 {
-        return 0;
-    }
-    // SAFETY: a field inside the tracepoint record.
-    unsafe { ctx.read_at::<u64>(ARGS_OFFSET + 8 * index as usize) }.unwrap_or(0)
+fn args(ctx: &RawTracePointContext) -> Option<[u64; 8]> {
+    let regs: u64 = ctx.arg(0);
+    // SAFETY: the helper checks the address; a fault returns an error.
+    unsafe { bpf_probe_read_kernel((regs + PT_REGS_R10) as *const [u64; 8]) }.ok()
 }
 
-#[tracepoint]
-pub fn sys_enter(ctx: TracePointContext) -> u32 {
+#[inline(always)]
+fn arg(regs: &[u64; 8], index: u8) -> u64 {
+    match ARG_REGS.get(index as usize) {
+        Some(i) => regs.get(*i).copied().unwrap_or(0),
+        None => 0,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     try_sys_enter(&ctx);
     0
 }
 
 #[inline(always)]
-fn try_sys_enter(ctx: &TracePointContext) {
-    if global(&TRACE_SYSCALLS) == 0 {
-        return;
-    }
+fn try_sys_enter(ctx: &RawTracePointContext) {
     let (pid, tid) = current();
     if !is_traced(pid) {
         return;
     }
-    // SAFETY: a field inside the tracepoint record.
-    let Ok(nr) = (unsafe { ctx.read_at::<i32>(NR_OFFSET) }) else {
+    let nr: u64 = ctx.arg(1);
+    let Some(spec) = syscall::spec(nr as u32) else {
         return;
     };
-    let Some(spec) = syscall::spec(nr as u32) else {
+    let sockets = global(&TRACE_SYSCALLS) != 0;
+    let files = global(&TRACE_FILES) != 0 && spec.file != file_class::NONE;
+    if !sockets && !files {
+        return;
+    }
+    let Some(regs) = args(ctx) else {
         return;
     };
     let fd = if spec.fd_arg == NONE {
         -1
     } else {
-        arg(ctx, spec.fd_arg) as i32
+        arg(&regs, spec.fd_arg) as i32
     };
-    if spec.flags & flag::SOCKET_FD_ONLY != 0 && !is_socket(pid, fd as i64) {
+    // What the call is on: a socket (recorded), a file (counted), neither.
+    let (class, dev) = if spec.flags & flag::PATH != 0 {
+        (spec.file, 0)
+    } else if spec.file == file_class::NONE
+        || (spec.flags & flag::SOCKET_FD_ONLY != 0 && is_socket(pid, fd as i64))
+    {
+        (file_class::NONE, 0)
+    } else {
+        // The descriptor itself says: a file, a socket we did not know
+        // (opened before its process was traced, inherited), or neither.
+        let Some(f) = kernel::fd_file(fd as i64) else {
+            return;
+        };
+        if f.kind == mode::S_IFSOCK && spec.flags & flag::SOCKET_FD_ONLY != 0 {
+            if SOCKET_FDS.insert(&fd_key(pid, fd as i64), &1, 0).is_err() {
+                count(Stat::SocketMapFull);
+            }
+            (file_class::NONE, 0)
+        } else if f.is_storage() {
+            (spec.file, f.dev)
+        } else {
+            return;
+        }
+    };
+    if (class == file_class::NONE && !sockets) || (class != file_class::NONE && !files) {
         return;
     }
     let enter = SyscallEnter {
@@ -101,30 +149,35 @@ fn try_sys_enter(ctx: &TracePointContext) {
         ts_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
         nr: nr as u32,
         fd,
-        addr_ptr: arg(ctx, spec.addr_arg),
-        arg: arg(ctx, spec.len_arg),
+        addr_ptr: arg(&regs, spec.addr_arg),
+        arg: arg(&regs, spec.len_arg),
+        file_class: u32::from(class),
+        dev,
     };
     if INFLIGHT.insert(&tid, &enter, 0).is_err() {
         count(Stat::InflightFull);
     }
 }
 
-#[tracepoint]
-pub fn sys_exit(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     try_sys_exit(&ctx);
     0
 }
 
 #[inline(always)]
-fn try_sys_exit(ctx: &TracePointContext) {
+fn try_sys_exit(ctx: &RawTracePointContext) {
     let (pid, tid) = current();
     // SAFETY: the value is copied out before the entry is removed.
     let Some(enter) = (unsafe { INFLIGHT.get(&tid) }).copied() else {
         return;
     };
     let _ = INFLIGHT.remove(&tid);
-    // SAFETY: a field inside the tracepoint record.
-    let ret = unsafe { ctx.read_at::<i64>(ARGS_OFFSET) }.unwrap_or(0);
+    let ret: i64 = ctx.arg(1);
+    if enter.file_class != 0 {
+        files::count_call(pid, &enter, ret);
+        return;
+    }
     let Some(spec) = syscall::spec(enter.nr) else {
         return;
     };
@@ -132,6 +185,9 @@ fn try_sys_exit(ctx: &TracePointContext) {
         if SOCKET_FDS.insert(&fd_key(pid, ret), &1, 0).is_err() {
             count(Stat::SocketMapFull);
         }
+        note_owner(pid, ret);
+    } else if spec.fd_arg != NONE && spec.flags & (flag::WAIT | flag::CLOSES_FD) == 0 {
+        note_owner(pid, i64::from(enter.fd));
     }
     if spec.flags & flag::CLOSES_FD != 0 {
         let key = fd_key(pid, enter.fd as i64);
@@ -183,6 +239,31 @@ fn try_sys_exit(ctx: &TracePointContext) {
     });
 }
 
+/// Remembers that traced process `pid` uses the socket behind `fd`, so a
+/// retransmission on it is known to be its own (`tcp.rs`). The socket's
+/// `struct sock` is looked up once per descriptor and kept in `SOCKET_FDS`.
+#[inline(always)]
+fn note_owner(pid: u32, fd: i64) {
+    let key = fd_key(pid, fd);
+    // SAFETY: the value is copied out.
+    let Some(known) = (unsafe { SOCKET_FDS.get(&key) }).copied() else {
+        return;
+    };
+    let sk = if known > 1 {
+        known
+    } else {
+        let Some(sk) = kernel::fd_file(fd).and_then(|f| kernel::socket_sock(f.file)) else {
+            return;
+        };
+        let _ = SOCKET_FDS.insert(&key, &sk, 0);
+        sk
+    };
+    // SAFETY: the value is copied out.
+    if unsafe { SOCK_OWNER.get(&sk) }.copied() != Some(pid) {
+        let _ = SOCK_OWNER.insert(&sk, &pid, 0);
+    }
+}
+
 /// Reads a `sockaddr_in`, `sockaddr_in6` or the start of a `sockaddr_un`.
 #[inline(always)]
 fn read_sockaddr(ptr: u64) -> SockAddr {
@@ -219,4 +300,17 @@ fn read_sockaddr(ptr: u64) -> SockAddr {
         _ => {}
     }
     out
+}
+
+/// Empty `sys_enter` program (benchmarks: the cost of the raw tracepoint
+/// itself, paid by every system call of the node).
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn empty_sys_enter(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// Empty `sys_exit` program (benchmarks).
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn empty_sys_exit(_ctx: RawTracePointContext) -> i32 {
+    0
 }

@@ -3,7 +3,10 @@
 //!
 //! - [`targets`] resolves `[OBJECT:]GLOB` function patterns to probe sites;
 //!   [`elf`] and [`procfs`] read what that needs from disk and `/proc`.
-//! - [`loader`] loads the embedded eBPF object and attaches its programs.
+//! - [`loader`] loads the embedded eBPF object and attaches its programs,
+//!   with kernel struct offsets from [`btf`].
+//! - [`kstats`] writes the kernel's view every stats interval: file and
+//!   block I/O counters, network namespace counters, device names.
 //! - [`session`] runs a recording session; [`record`] is `tracer record`
 //!   (one session); [`sink`] writes the capture.
 //! - [`agent`] is `tracer agent`: sessions for as long as it lives, a
@@ -15,7 +18,9 @@
 //! the analyzer: one decoding path.
 
 pub mod agent;
+pub mod btf;
 pub mod elf;
+pub mod kstats;
 pub mod loader;
 pub mod multi;
 pub mod procfs;

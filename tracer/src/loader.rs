@@ -1,6 +1,6 @@
 //! Loads the embedded eBPF object, sets its globals, and attaches its
-//! programs: uprobes per traced function, syscall and lifecycle tracepoints,
-//! perf sampling. Owns the maps user space talks to.
+//! programs: uprobes per traced function, the raw system-call, lifecycle,
+//! block and TCP tracepoints, perf sampling. Owns the maps user space talks to.
 
 use std::{
     collections::BTreeMap,
@@ -11,9 +11,9 @@ use std::{
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{
-        PerfEvent, ProgramError, TracePoint, UProbe,
+        PerfEvent, ProgramError, RawTracePoint, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
@@ -21,10 +21,11 @@ use aya::{
 use tracer_common::{
     COOKIE_ARGS, TRACED_ROOT,
     capture::Probe,
-    globals, maps, programs,
+    globals,
+    kernel::{BlockAgg, BlockKey, FileAgg, FileKey, KernelOffsets},
+    maps, programs,
     record::{SyscallEnter, TracepointOffsets, UsdtSpec},
     stats::{STAT_COUNT, STAT_NAMES},
-    syscall,
 };
 
 use crate::{
@@ -106,8 +107,12 @@ pub struct LoadOptions {
     pub follow_children: bool,
     /// Trace socket system calls.
     pub syscalls: bool,
+    /// Count file I/O system calls.
+    pub files: bool,
     /// Tracepoint field offsets of this kernel.
     pub offsets: TracepointOffsets,
+    /// Kernel struct offsets of this kernel (from its BTF).
+    pub kernel: KernelOffsets,
     /// Use uprobe_multi links where the kernel has them.
     pub uprobe_multi: bool,
 }
@@ -117,11 +122,13 @@ pub struct Loaded {
     ebpf: Ebpf,
     ring: Option<RingBuf<MapData>>,
     traced: HashMap<MapData, u32, u32>,
-    sockets: HashMap<MapData, u64, u8>,
+    sockets: HashMap<MapData, u64, u64>,
     /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
     parents: HashMap<MapData, u32, [u8; 16]>,
     inflight: HashMap<MapData, u32, SyscallEnter>,
     stats: PerCpuArray<MapData, u64>,
+    file_stats: PerCpuHashMap<MapData, FileKey, FileAgg>,
+    block_stats: PerCpuHashMap<MapData, BlockKey, BlockAgg>,
     usdt_specs: Array<MapData, UsdtSpec>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     loaded_uprobes: bool,
@@ -137,6 +144,10 @@ pub struct Loaded {
     multi_links: Vec<OwnedFd>,
     allow_multi: bool,
     tracepoint_links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    raw_links: Vec<(
+        &'static str,
+        aya::programs::raw_trace_point::RawTracePointLinkId,
+    )>,
     uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
 }
 
@@ -163,12 +174,15 @@ impl Loaded {
         let sample_all = u32::from(opts.sample_all);
         let follow = u32::from(opts.follow_children);
         let syscalls = u32::from(opts.syscalls);
+        let files = u32::from(opts.files && opts.kernel.has_files());
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::SAMPLE_ALL, &sample_all, true)
             .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
             .override_global(globals::FOLLOW_CHILDREN, &follow, true)
             .override_global(globals::TRACE_SYSCALLS, &syscalls, true)
+            .override_global(globals::TRACE_FILES, &files, true)
             .override_global(globals::TP_OFFSETS, &opts.offsets, true)
+            .override_global(globals::KERNEL_OFFSETS, &opts.kernel, true)
             .map_max_entries(maps::EVENTS, opts.ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| {
@@ -199,6 +213,8 @@ impl Loaded {
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
         let stats = take(&mut ebpf, maps::STATS)?;
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
+        let file_stats = take(&mut ebpf, maps::FILE_STATS)?;
+        let block_stats = take(&mut ebpf, maps::BLOCK_STATS)?;
         Ok(Self {
             ebpf,
             ring: Some(ring),
@@ -207,6 +223,8 @@ impl Loaded {
             parents,
             inflight,
             stats,
+            file_stats,
+            block_stats,
             usdt_specs,
             logger,
             loaded_uprobes: false,
@@ -217,6 +235,7 @@ impl Loaded {
             multi_links: Vec::new(),
             allow_multi: opts.uprobe_multi,
             tracepoint_links: Vec::new(),
+            raw_links: Vec::new(),
             uprobe_links: Vec::new(),
         })
     }
@@ -247,8 +266,44 @@ impl Loaded {
         Ok(prog)
     }
 
-    /// Attaches fork/exec/exit tracking.
-    pub fn attach_lifecycle(&mut self) -> Result<(), LoadError> {
+    fn raw_tracepoint(&mut self, program: &'static str) -> Result<&mut RawTracePoint, LoadError> {
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(LoadError::MissingProgram { name: program })?
+            .try_into()
+            .map_err(attach_err(program))?;
+        if prog.fd().is_err() {
+            prog.load()
+                .map_err(attach_err(format!("{program} (load)")))?;
+        }
+        Ok(prog)
+    }
+
+    /// Attaches `program` to raw tracepoint `event`.
+    fn attach_raw(&mut self, program: &'static str, event: &str) -> Result<(), LoadError> {
+        let id = self
+            .raw_tracepoint(program)?
+            .attach(event)
+            .map_err(attach_err(format!("raw tracepoint {event}")))?;
+        self.raw_links.push((program, id));
+        self.links += 1;
+        Ok(())
+    }
+
+    /// Attaches fork/exec/exit tracking: raw tracepoints when `raw` (this
+    /// kernel's BTF gave the task offsets), else the perf tracepoints.
+    pub fn attach_lifecycle(&mut self, raw: bool) -> Result<(), LoadError> {
+        if raw {
+            for (program, event) in [
+                (programs::RAW_PROC_FORK, "sched_process_fork"),
+                (programs::RAW_PROC_EXEC, "sched_process_exec"),
+                (programs::RAW_PROC_EXIT, "sched_process_exit"),
+            ] {
+                self.attach_raw(program, event)?;
+            }
+            return Ok(());
+        }
         for (program, event) in [
             (programs::PROC_FORK, "sched_process_fork"),
             (programs::PROC_EXEC, "sched_process_exec"),
@@ -264,38 +319,57 @@ impl Loaded {
         Ok(())
     }
 
-    /// Attaches the entry and exit tracepoints of every traced system call
-    /// this kernel has; returns the names of the calls it lacks.
-    pub fn attach_syscalls(&mut self) -> Result<Vec<&'static str>, LoadError> {
-        let mut missing = Vec::new();
-        for (_, name) in syscall::TRACED {
-            if !crate::tracefs::has_event("syscalls", &format!("sys_enter_{name}")) {
-                missing.push(*name);
-                continue;
-            }
-            for (program, dir) in [(programs::SYS_ENTER, "enter"), (programs::SYS_EXIT, "exit")] {
-                let event = format!("sys_{dir}_{name}");
-                let id = self
-                    .tracepoint(program)?
-                    .attach("syscalls", &event)
-                    .map_err(attach_err(format!("syscalls:{event}")))?;
-                self.tracepoint_links.push((program, id));
-                self.links += 1;
-            }
-        }
-        Ok(missing)
+    /// Attaches the two raw system-call tracepoints (`sys_enter`,
+    /// `sys_exit`), through which every system call of the node passes.
+    pub fn attach_syscalls(&mut self) -> Result<(), LoadError> {
+        self.attach_raw(programs::SYS_ENTER, "sys_enter")?;
+        self.attach_raw(programs::SYS_EXIT, "sys_exit")
     }
 
-    /// Attaches `tcp:tcp_retransmit_skb`; false when the kernel lacks it.
-    pub fn attach_tcp(&mut self) -> Result<bool, LoadError> {
+    /// Attaches empty programs to the raw system-call tracepoints instead
+    /// (overhead benchmarks: what the tracepoints cost with nothing to do).
+    pub fn attach_empty_syscalls(&mut self) -> Result<(), LoadError> {
+        self.attach_raw(programs::EMPTY_SYS_ENTER, "sys_enter")?;
+        self.attach_raw(programs::EMPTY_SYS_EXIT, "sys_exit")
+    }
+
+    /// Attaches TCP retransmission tracking: the raw tracepoint when `raw`
+    /// (this kernel's BTF gave the socket offsets), else the perf
+    /// tracepoint (addresses only); false when the kernel lacks it.
+    pub fn attach_tcp(&mut self, raw: bool) -> Result<bool, LoadError> {
+        if raw {
+            return match self.attach_raw(programs::RAW_TCP_RETRANSMIT, "tcp_retransmit_skb") {
+                Ok(()) => Ok(true),
+                Err(LoadError::Attach { .. })
+                    if !crate::tracefs::has_event("tcp", "tcp_retransmit_skb") =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            };
+        }
         if !crate::tracefs::has_event("tcp", "tcp_retransmit_skb") {
             return Ok(false);
         }
-        self.tracepoint(programs::TCP_RETRANSMIT)?
+        let id = self
+            .tracepoint(programs::TCP_RETRANSMIT)?
             .attach("tcp", "tcp_retransmit_skb")
             .map_err(attach_err("tcp:tcp_retransmit_skb"))?;
+        self.tracepoint_links.push((programs::TCP_RETRANSMIT, id));
         self.links += 1;
         Ok(true)
+    }
+
+    /// Attaches block request tracking (creation, issue, completion).
+    pub fn attach_block(&mut self) -> Result<(), LoadError> {
+        for (program, event) in [
+            (programs::BLOCK_IO_START, "block_io_start"),
+            (programs::BLOCK_RQ_ISSUE, "block_rq_issue"),
+            (programs::BLOCK_RQ_COMPLETE, "block_rq_complete"),
+        ] {
+            self.attach_raw(program, event)?;
+        }
+        Ok(())
     }
 
     /// Starts cpu-clock sampling at `hz` on every online CPU; returns the CPU count.
@@ -551,6 +625,13 @@ impl Loaded {
                 links.push(Box::new(link));
             }
         }
+        for (name, id) in std::mem::take(&mut self.raw_links) {
+            let prog: Option<&mut RawTracePoint> =
+                self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
+                links.push(Box::new(link));
+            }
+        }
         for (name, id) in std::mem::take(&mut self.uprobe_links) {
             let prog: Option<&mut UProbe> =
                 self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
@@ -585,7 +666,7 @@ impl Loaded {
             })?;
         for fd in crate::procfs::socket_fds(pid) {
             self.sockets
-                .insert((u64::from(pid) << 32) | u64::from(fd), 1, 0)
+                .insert((u64::from(pid) << 32) | u64::from(fd), 1u64, 0)
                 .map_err(|source| LoadError::Map {
                     name: maps::SOCKET_FDS,
                     source,
@@ -602,7 +683,7 @@ impl Loaded {
         for fd in crate::procfs::socket_fds(pid) {
             let _ = self
                 .sockets
-                .insert((u64::from(pid) << 32) | u64::from(fd), 1, 0);
+                .insert((u64::from(pid) << 32) | u64::from(fd), 1u64, 0);
         }
         let _ = self.parents.remove(&pid);
     }
@@ -625,6 +706,60 @@ impl Loaded {
     /// System calls in progress now, by tid.
     pub fn inflight(&self) -> Vec<(u32, SyscallEnter)> {
         self.inflight.iter().filter_map(Result::ok).collect()
+    }
+
+    /// The file I/O counters, summed over CPUs (cumulative since the key
+    /// appeared).
+    pub fn file_stats(&self) -> Vec<(FileKey, FileAgg)> {
+        self.file_stats
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, per_cpu)| {
+                let mut sum = FileAgg::default();
+                for v in per_cpu.iter() {
+                    sum.calls += v.calls;
+                    sum.errors += v.errors;
+                    sum.bytes += v.bytes;
+                    sum.time_ns += v.time_ns;
+                    for (s, x) in sum.hist.iter_mut().zip(v.hist) {
+                        *s += x;
+                    }
+                }
+                (key, sum)
+            })
+            .collect()
+    }
+
+    /// The block counters, summed over CPUs (cumulative).
+    pub fn block_stats(&self) -> Vec<(BlockKey, BlockAgg)> {
+        self.block_stats
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, per_cpu)| {
+                let mut sum = BlockAgg::default();
+                for v in per_cpu.iter() {
+                    sum.requests += v.requests;
+                    sum.errors += v.errors;
+                    sum.bytes += v.bytes;
+                    sum.queue_ns += v.queue_ns;
+                    sum.service_ns += v.service_ns;
+                    for (s, x) in sum.hist.iter_mut().zip(v.hist) {
+                        *s += x;
+                    }
+                }
+                (key, sum)
+            })
+            .collect()
+    }
+
+    /// Forgets the file counters of `key` (its process is gone).
+    pub fn forget_file_key(&mut self, key: &FileKey) {
+        let _ = self.file_stats.remove(key);
+    }
+
+    /// Forgets the block counters of `key` (its submitter is gone).
+    pub fn forget_block_key(&mut self, key: &BlockKey) {
+        let _ = self.block_stats.remove(key);
     }
 }
 

@@ -41,6 +41,9 @@ pub struct RecordConfig {
     pub exclude_functions: Vec<String>,
     /// Functions that get empty probes (benchmarks: the bare uprobe cost).
     pub empty_probes: Vec<FunctionPattern>,
+    /// Empty programs on the system-call tracepoints instead of the real
+    /// ones (benchmarks: the bare raw tracepoint cost).
+    pub empty_syscalls: bool,
     /// USDT probes (`PROVIDER:NAME` globs) to attach in the targets' objects.
     pub usdt: Vec<UsdtPattern>,
     /// USDT probes whose semaphores are raised without recording their hits.
@@ -51,8 +54,16 @@ pub struct RecordConfig {
     /// Attach function probes with uprobe_multi links where the kernel has
     /// them (fast attach and detach), else one perf link per probe.
     pub uprobe_multi: bool,
-    /// Trace socket system calls.
+    /// Trace socket system calls (and TCP retransmissions).
     pub syscalls: bool,
+    /// Count file I/O system calls of the traced processes.
+    pub file_io: bool,
+    /// Count the node's block requests per device and submitter.
+    pub block_io: bool,
+    /// Read the traced processes' network namespace counters.
+    pub net_stats: bool,
+    /// How often file, block and network counters are written.
+    pub stats_interval: Duration,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -82,11 +93,16 @@ impl Default for RecordConfig {
             functions: Vec::new(),
             exclude_functions: Vec::new(),
             empty_probes: Vec::new(),
+            empty_syscalls: false,
             usdt: Vec::new(),
             usdt_semaphores: Vec::new(),
             usdt_empty: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
+            file_io: true,
+            block_io: true,
+            net_stats: true,
+            stats_interval: Duration::from_millis(250),
             sample_hz: 0,
             sample_all: false,
             follow: true,
@@ -314,9 +330,14 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::SYSCALL => "syscall",
         kind::SAMPLE => "sample",
         kind::LIFECYCLE => "lifecycle",
-        kind::TCP_RETRANSMIT => "tcp_retransmit",
+        kind::TCP_RETRANSMIT | kind::TCP_RETRANSMIT_SOCK => "tcp_retransmit",
         kind::USDT => "usdt",
         kind::USDT_STRING => "usdt_string",
+        kind::FILE_IO => "file_io",
+        kind::BLOCK_IO => "block_io",
+        kind::NET_DEV => "net_dev",
+        kind::NET_SNMP => "net_snmp",
+        kind::DEVICE_NAME => "device_name",
         _ => "unknown",
     }
 }

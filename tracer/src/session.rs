@@ -26,7 +26,9 @@ use tracer_common::{
 };
 
 use crate::{
+    btf,
     elf::{ElfSymbols, file_offset},
+    kstats::{KernelStats, KernelStatsConfig},
     loader::{LoadOptions, Loaded},
     procfs::{self, ProcError},
     record::{RecordConfig, RecordError, Summary, Target, kind_name},
@@ -63,7 +65,17 @@ pub fn host_name() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn capture_header(config: &RecordConfig) -> CaptureHeader {
+/// What of the kernel's view a session records, after asking the kernel.
+#[derive(Debug, Clone, Default)]
+struct KernelView {
+    files: bool,
+    block: bool,
+    net: bool,
+    /// What was asked for and this kernel cannot give.
+    unavailable: Vec<String>,
+}
+
+fn capture_header(config: &RecordConfig, view: &KernelView) -> CaptureHeader {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim().to_string())
@@ -90,6 +102,15 @@ fn capture_header(config: &RecordConfig) -> CaptureHeader {
                 .map(|p| p.as_str().to_string())
                 .collect(),
             syscalls: config.syscalls,
+            file_io: view.files,
+            block_io: view.block,
+            net_stats: view.net,
+            stats_interval_ms: if view.files || view.block || view.net {
+                config.stats_interval.as_millis() as u64
+            } else {
+                0
+            },
+            unavailable: view.unavailable.clone(),
             sample_hz: config.sample_hz,
             sample_all: config.sample_all,
             follow_children: config.follow,
@@ -271,11 +292,13 @@ impl Tracker {
             self.kernel_ips.insert(s.kernel_ip);
         }
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
-            let traced = (header.kind != kind::SAMPLE && header.kind != kind::TCP_RETRANSMIT)
-                || loaded.is_traced(header.pid);
+            let retransmit =
+                header.kind == kind::TCP_RETRANSMIT || header.kind == kind::TCP_RETRANSMIT_SOCK;
+            let traced =
+                (header.kind != kind::SAMPLE && !retransmit) || loaded.is_traced(header.pid);
             // A retransmit runs in whatever task the softirq interrupted: its
             // addresses matter, that task does not.
-            if header.kind == kind::TCP_RETRANSMIT && !traced {
+            if retransmit && !traced {
                 return Ok(());
             }
             if traced {
@@ -473,6 +496,9 @@ pub struct Session {
     taps: Option<Taps>,
     /// Records written by kind over every file of the session.
     totals: [u64; crate::sink::KINDS],
+    view: KernelView,
+    kstats: KernelStats,
+    last_kstats: Instant,
 }
 
 impl Session {
@@ -645,30 +671,65 @@ impl Session {
         if tracefs::ensure_mounted()? {
             progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
         }
+        let kernel = match btf::kernel_offsets() {
+            Ok(k) => k,
+            Err(e) => {
+                progress(&format!("{e}"));
+                tracer_common::kernel::KernelOffsets::ABSENT
+            }
+        };
+        let mut view = KernelView {
+            files: config.file_io && kernel.has_files(),
+            block: config.block_io && kernel.has_block(),
+            net: config.net_stats,
+            unavailable: Vec::new(),
+        };
+        if config.file_io && !view.files {
+            view.unavailable.push(
+                "file I/O: this kernel's BTF lacks the fields that tell a file descriptor's type"
+                    .into(),
+            );
+        }
+        if config.block_io && !view.block {
+            view.unavailable
+                .push("block I/O: this kernel's BTF lacks the block request fields".into());
+        }
+        if config.syscalls && !(kernel.has_tcp() && kernel.has_socket()) {
+            view.unavailable.push(
+                "retransmission owners: this kernel's BTF lacks the socket fields; retransmits carry addresses only"
+                    .into(),
+            );
+        }
         let mut loaded = Loaded::load(&LoadOptions {
             ring_bytes: config.ring_bytes,
             wakeup_bytes: config.wakeup_bytes.min(u64::from(config.ring_bytes) / 2),
             sample_all: config.sample_all,
             follow_children: config.follow,
             syscalls: config.syscalls,
+            files: view.files,
             offsets: tracefs::tracepoint_offsets(),
+            kernel,
             uprobe_multi: config.uprobe_multi,
         })?;
         let attach_started = Instant::now();
-        loaded.attach_lifecycle()?;
-        if config.syscalls {
-            let missing = loaded.attach_syscalls()?;
-            if !missing.is_empty() {
-                progress(&format!(
-                    "this kernel has no tracepoints for: {}",
-                    missing.join(", ")
-                ));
-            }
-            if !loaded.attach_tcp()? {
-                progress(
-                    "this kernel has no tcp:tcp_retransmit_skb tracepoint; retransmits are not recorded",
-                );
-            }
+        loaded.attach_lifecycle(kernel.has_task())?;
+        if config.empty_syscalls {
+            loaded.attach_empty_syscalls()?;
+        } else if config.syscalls || view.files {
+            loaded.attach_syscalls()?;
+        }
+        if config.syscalls && !loaded.attach_tcp(kernel.has_tcp() && kernel.has_socket())? {
+            view.unavailable
+                .push("retransmits: this kernel has no tcp_retransmit_skb tracepoint".into());
+        }
+        if view.block
+            && let Err(e) = loaded.attach_block()
+        {
+            view.block = false;
+            view.unavailable.push(format!("block I/O: {e}"));
+        }
+        for line in &view.unavailable {
+            progress(&format!("not recorded: {line}"));
         }
         if config.sample_hz > 0 {
             let cpus = loaded.attach_sampling(config.sample_hz)?;
@@ -697,7 +758,11 @@ impl Session {
         ));
 
         // 3. Open the capture and mark the targets.
-        let mut sink = Sink::create(&config.output, &capture_header(&config), config.chunk_bytes)?;
+        let mut sink = Sink::create(
+            &config.output,
+            &capture_header(&config, &view),
+            config.chunk_bytes,
+        )?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
         tracker.elf_cache = elf_cache;
@@ -790,6 +855,16 @@ impl Session {
             command_status: None,
             taps: None,
             totals: [0; crate::sink::KINDS],
+            kstats: KernelStats::new(
+                KernelStatsConfig {
+                    files: view.files,
+                    block: view.block,
+                    net: view.net,
+                },
+                monotonic_ns(),
+            ),
+            view,
+            last_kstats: Instant::now(),
         })
     }
 
@@ -845,6 +920,10 @@ impl Session {
     /// second. Returns a reason to stop when every pid target has exited.
     pub fn tick(&mut self) -> Result<Option<String>, RecordError> {
         self.drain()?;
+        if self.last_kstats.elapsed() >= self.config.stats_interval {
+            self.last_kstats = Instant::now();
+            self.collect_kstats()?;
+        }
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -859,6 +938,17 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// Writes the file, block and network counters of the interval that
+    /// ends now.
+    fn collect_kstats(&mut self) -> Result<(), RecordError> {
+        self.kstats.collect(
+            &mut self.loaded,
+            &self.tracker.live,
+            monotonic_ns(),
+            &mut self.sink,
+        )
     }
 
     fn drain(&mut self) -> Result<(), RecordError> {
@@ -938,6 +1028,9 @@ impl Session {
     /// symbols, kernel symbols, and the USDT strings the taps kept.
     pub fn rotate(&mut self, path: &Path) -> Result<ClosedFile, RecordError> {
         self.drain()?;
+        // The interval ends with the file, so none straddles two files.
+        self.collect_kstats()?;
+        self.last_kstats = Instant::now();
         self.tracker.settle(&mut self.sink)?;
         write_stats(&self.loaded, &mut self.sink)?;
         self.sink.meta(&Meta::End(End {
@@ -945,7 +1038,12 @@ impl Session {
             reason: "rotated".to_string(),
         }))?;
         self.sink.flush()?;
-        let next = Sink::create(path, &capture_header(&self.config), self.config.chunk_bytes)?;
+        let next = Sink::create(
+            path,
+            &capture_header(&self.config, &self.view),
+            self.config.chunk_bytes,
+        )?;
+        self.kstats.new_file();
         let old = std::mem::replace(&mut self.sink, next);
         for (a, b) in self.totals.iter_mut().zip(old.counts.iter()) {
             *a += b;
@@ -984,7 +1082,17 @@ impl Session {
             u64::MAX,
         )?;
         let stop_ns = monotonic_ns();
+        self.kstats.collect(
+            &mut self.loaded,
+            &self.tracker.live,
+            stop_ns,
+            &mut self.sink,
+        )?;
         for (tid, enter) in self.loaded.inflight() {
+            // Calls on files are counted when they end, never recorded.
+            if enter.file_class != 0 {
+                continue;
+            }
             let pid = tgid_of(tid);
             if pid == 0 || !self.loaded.is_traced(pid) {
                 continue;
@@ -1214,7 +1322,7 @@ impl Taps {
                 return;
             }
             // Samples and retransmits say nothing about what a process is.
-            kind::SAMPLE | kind::TCP_RETRANSMIT => return,
+            kind::SAMPLE | kind::TCP_RETRANSMIT | kind::TCP_RETRANSMIT_SOCK => return,
             _ => {}
         }
         // Records of these kinds only come from traced processes (the eBPF

@@ -38,7 +38,7 @@ pub enum SinkError {
 }
 
 /// Number of record kinds counted (index = kind).
-pub const KINDS: usize = tracer_common::record::kind::USDT_STRING as usize + 1;
+pub const KINDS: usize = tracer_common::record::kind::DEVICE_NAME as usize + 1;
 
 /// A capture file being written.
 #[derive(Debug)]

@@ -503,7 +503,7 @@ pub fn extract(
     // Samples per capture, kept from pass 1 for pass 2 (which needs every
     // capture's pid map first) instead of decoding the captures again.
     let mut samples: Vec<Vec<tracer_common::record::Sample>> = vec![Vec::new(); sources.len()];
-    let mut retransmits: Vec<Vec<(usize, tracer_common::record::TcpRetransmit)>> =
+    let mut retransmits: Vec<Vec<(usize, tracer_common::kernel::TcpRetransmitSock)>> =
         vec![Vec::new(); hosts.len()];
     // System calls: number → component of `Syscalls` and `SyscallTime`
     // (apart from `interners`, which the function closure below borrows).
@@ -722,7 +722,14 @@ pub fn extract(
                 },
                 Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
                 Event::Sample(smp) => samples[ci].push(smp),
-                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
+                Event::Usdt(_)
+                | Event::UsdtString(_)
+                | Event::FileIo(_)
+                | Event::BlockIo(_)
+                | Event::NetDev(_)
+                | Event::NetSnmp(_)
+                | Event::DeviceName(_)
+                | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap

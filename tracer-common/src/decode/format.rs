@@ -6,11 +6,18 @@ use std::{
     fmt::Write as _,
 };
 
-use crate::record::{SYSCALL_UNFINISHED, lifecycle};
+use crate::{
+    kernel::{NET_DEV_COUNTERS, NET_SNMP_COUNTERS, TcpRetransmitSock, block_op, file_class},
+    record::{SYSCALL_UNFINISHED, lifecycle},
+    syscall,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Capture, Event, Symbolizer, addr_string, syscall_name, types::comm_string};
+use super::{
+    Capture, Event, Symbolizer, addr_string, syscall_name,
+    types::{comm_string, dev_string, nul_padded},
+};
 
 /// Renders the events of one capture.
 pub struct Formatter<'a> {
@@ -21,6 +28,8 @@ pub struct Formatter<'a> {
     /// the event being formatted (the tracer re-sends a pointer whose text
     /// changed).
     strings: RefCell<HashMap<(u32, u64), String>>,
+    /// Device names, as the capture named them before the event.
+    devices: RefCell<HashMap<u32, String>>,
 }
 
 impl<'a> Formatter<'a> {
@@ -33,13 +42,29 @@ impl<'a> Formatter<'a> {
             symbolizer: Symbolizer::new(capture),
             start_ns: capture.header.clock.monotonic_ns,
             strings: RefCell::default(),
+            devices: RefCell::default(),
         }
     }
 
-    /// Keeps the text of a USDT string record for the hits after it.
+    /// Keeps the text of a USDT string record for the hits after it, and
+    /// device names for the records that mention them.
     fn learn(&self, event: &Event) {
         if let Some((pid, ptr, text)) = event.usdt_text() {
             self.strings.borrow_mut().insert((pid, ptr), text);
+        }
+        if let Event::DeviceName(d) = event {
+            self.devices.borrow_mut().insert(d.dev, nul_padded(&d.name));
+        }
+    }
+
+    /// `loop3 (7:3)`, or `7:3` for a device not named yet, or `-` for none.
+    fn device(&self, dev: u32) -> String {
+        if dev == 0 {
+            return "-".into();
+        }
+        match self.devices.borrow().get(&dev) {
+            Some(name) => format!("{name} ({})", dev_string(dev)),
+            None => dev_string(dev),
         }
     }
 
@@ -171,6 +196,106 @@ impl<'a> Formatter<'a> {
                     tcp_addr(t.family, &t.daddr, t.dport),
                     t.state
                 );
+                if t.identity().is_some() {
+                    let _ = write!(
+                        line,
+                        " seq {} (retransmission {} of the socket, netns {}{}{})",
+                        t.seq,
+                        t.total_retrans,
+                        t.netns,
+                        if t.owner != 0 {
+                            format!(", owner {}", t.owner)
+                        } else {
+                            String::new()
+                        },
+                        if t.err != 0 {
+                            format!(", failed: {}", t.err)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+            Event::FileIo(f) => {
+                let _ = write!(
+                    line,
+                    "{} on {}: {} calls{}, {} bytes, {:.1} us/call over {:.3} s",
+                    syscall_name(f.nr),
+                    self.device(f.dev),
+                    f.calls,
+                    if f.errors > 0 {
+                        format!(" ({} failed)", f.errors)
+                    } else {
+                        String::new()
+                    },
+                    f.bytes,
+                    per(f.time_ns, f.calls) / 1e3,
+                    h.ts_ns.saturating_sub(f.since_ns) as f64 / 1e9
+                );
+            }
+            Event::BlockIo(b) => {
+                let _ = write!(
+                    line,
+                    "{} {} by {}: {} requests{}, {} bytes, {:.3} ms/request ({:.3} ms in the device) over {:.3} s",
+                    self.device(b.dev),
+                    block_op::name(b.op),
+                    if h.pid == 0 {
+                        "a kernel thread".to_string()
+                    } else {
+                        format!("pid {}", h.pid)
+                    },
+                    b.requests,
+                    if b.errors > 0 {
+                        format!(" ({} failed)", b.errors)
+                    } else {
+                        String::new()
+                    },
+                    b.bytes,
+                    per(b.queue_ns, b.requests) / 1e6,
+                    per(b.service_ns, b.requests) / 1e6,
+                    h.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9
+                );
+            }
+            Event::NetDev(n) => {
+                let c = &n.counters;
+                let _ = write!(
+                    line,
+                    "netns {} {}: rx {} bytes {} packets ({} errors, {} dropped), tx {} bytes {} packets ({} errors, {} dropped)",
+                    n.netns,
+                    nul_padded(&n.name),
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[4],
+                    c[5],
+                    c[6],
+                    c[7]
+                );
+            }
+            Event::NetSnmp(n) => {
+                let shown: Vec<String> = NET_SNMP_COUNTERS
+                    .iter()
+                    .zip(n.values)
+                    .enumerate()
+                    .filter(|(i, _)| n.present & (1 << i) != 0)
+                    .map(|(_, ((proto, name), v))| format!("{proto}.{name}={v}"))
+                    .collect();
+                let _ = write!(line, "netns {}: {}", n.netns, shown.join(" "));
+            }
+            Event::DeviceName(d) => {
+                let mount = nul_padded(&d.mount);
+                let _ = write!(
+                    line,
+                    "{} is {}{}",
+                    dev_string(d.dev),
+                    nul_padded(&d.name),
+                    if mount.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", mounted at {mount}")
+                    }
+                );
             }
             Event::Usdt(u) => {
                 let n = (u.nargs as usize).min(u.args.len());
@@ -277,6 +402,71 @@ impl<'a> Formatter<'a> {
                     json!(tcp_addr(t.family, &t.daddr, t.dport)),
                 );
                 obj.insert("state".into(), json!(t.state));
+                if t.identity().is_some() {
+                    let TcpRetransmitSock {
+                        base: _,
+                        sk,
+                        skb,
+                        owner,
+                        seq,
+                        total_retrans,
+                        err,
+                        netns,
+                        _pad: _,
+                    } = *t;
+                    obj.insert("sk".into(), json!(sk));
+                    obj.insert("skb".into(), json!(skb));
+                    obj.insert("owner".into(), json!(owner));
+                    obj.insert("seq".into(), json!(seq));
+                    obj.insert("total_retrans".into(), json!(total_retrans));
+                    obj.insert("err".into(), json!(err));
+                    obj.insert("netns".into(), json!(netns));
+                }
+            }
+            Event::FileIo(f) => {
+                obj.insert("syscall".into(), json!(syscall_name(f.nr)));
+                obj.insert("class".into(), json!(file_class_of(f.nr)));
+                obj.insert("dev".into(), json!(dev_string(f.dev)));
+                obj.insert("since_ns".into(), json!(f.since_ns));
+                obj.insert("calls".into(), json!(f.calls));
+                obj.insert("errors".into(), json!(f.errors));
+                obj.insert("bytes".into(), json!(f.bytes));
+                obj.insert("time_ns".into(), json!(f.time_ns));
+                obj.insert("latency_hist".into(), json!(f.hist));
+            }
+            Event::BlockIo(b) => {
+                obj.insert("dev".into(), json!(dev_string(b.dev)));
+                obj.insert("op".into(), json!(block_op::name(b.op)));
+                obj.insert("since_ns".into(), json!(b.since_ns));
+                obj.insert("requests".into(), json!(b.requests));
+                obj.insert("errors".into(), json!(b.errors));
+                obj.insert("bytes".into(), json!(b.bytes));
+                obj.insert("queue_ns".into(), json!(b.queue_ns));
+                obj.insert("service_ns".into(), json!(b.service_ns));
+                obj.insert("latency_hist".into(), json!(b.hist));
+            }
+            Event::NetDev(n) => {
+                obj.insert("netns".into(), json!(n.netns));
+                obj.insert("interface".into(), json!(nul_padded(&n.name)));
+                for (name, v) in NET_DEV_COUNTERS.iter().zip(n.counters) {
+                    obj.insert((*name).into(), json!(v));
+                }
+            }
+            Event::NetSnmp(n) => {
+                obj.insert("netns".into(), json!(n.netns));
+                let counters: serde_json::Map<String, Value> = NET_SNMP_COUNTERS
+                    .iter()
+                    .zip(n.values)
+                    .enumerate()
+                    .filter(|(i, _)| n.present & (1 << i) != 0)
+                    .map(|(_, ((proto, name), v))| (format!("{proto}.{name}"), json!(v)))
+                    .collect();
+                obj.insert("counters".into(), Value::Object(counters));
+            }
+            Event::DeviceName(d) => {
+                obj.insert("dev".into(), json!(dev_string(d.dev)));
+                obj.insert("name".into(), json!(nul_padded(&d.name)));
+                obj.insert("mount".into(), json!(nul_padded(&d.mount)));
             }
             Event::Usdt(u) => {
                 let n = (u.nargs as usize).min(u.args.len());
@@ -304,6 +494,16 @@ impl<'a> Formatter<'a> {
     }
 }
 
+/// `total / n`, 0 when `n` is 0.
+fn per(total: u64, n: u64) -> f64 {
+    if n == 0 { 0.0 } else { total as f64 / n as f64 }
+}
+
+/// The file I/O class name of system call `nr`.
+fn file_class_of(nr: u32) -> &'static str {
+    file_class::name(syscall::spec(nr).map_or(0, |s| s.file))
+}
+
 fn tcp_addr(family: u16, addr: &[u8; 16], port: u16) -> String {
     let sa = crate::record::SockAddr {
         family,
@@ -312,6 +512,43 @@ fn tcp_addr(family: u16, addr: &[u8; 16], port: u16) -> String {
         addr: *addr,
     };
     addr_string(&sa).unwrap_or_else(|| "?".into())
+}
+
+/// Totals of one kind of file or block I/O over a capture.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IoTotals {
+    /// Calls (file I/O) or requests (block I/O).
+    pub calls: u64,
+    /// Of those, failed ones.
+    pub errors: u64,
+    /// Bytes read or written.
+    pub bytes: u64,
+    /// Time in them, ns (block: creation to completion).
+    pub time_ns: u64,
+}
+
+impl IoTotals {
+    fn add(&mut self, calls: u64, errors: u64, bytes: u64, time_ns: u64) {
+        self.calls += calls;
+        self.errors += errors;
+        self.bytes += bytes;
+        self.time_ns += time_ns;
+    }
+}
+
+impl std::fmt::Display for IoTotals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ", self.calls)?;
+        if self.errors > 0 {
+            write!(f, "({} failed) ", self.errors)?;
+        }
+        write!(
+            f,
+            "{} B {:.1} us each",
+            self.bytes,
+            per(self.time_ns, self.calls) / 1e3
+        )
+    }
 }
 
 /// What a capture holds, in numbers.
@@ -327,8 +564,19 @@ pub struct Summary {
     pub calls: BTreeMap<String, u64>,
     /// System calls by name.
     pub syscalls: BTreeMap<String, u64>,
-    /// Events by process, keyed "comm[pid]".
+    /// Events by process, keyed "comm[pid]" (records of a device or a
+    /// network namespace, not of a process, are left out).
     pub processes: BTreeMap<String, u64>,
+    /// File I/O system calls by class (`read`, `write`, `sync`,
+    /// `metadata`, `async`), every traced process together.
+    pub file_io: BTreeMap<String, IoTotals>,
+    /// Block requests by device and operation (`loop3 (7:3) write`), every
+    /// submitter together.
+    pub block_io: BTreeMap<String, IoTotals>,
+    /// Network interfaces' counters over the capture (last reading minus
+    /// first), keyed `netns N IFACE`, in the order of
+    /// [`crate::kernel::NET_DEV_COUNTERS`].
+    pub interfaces: BTreeMap<String, [u64; 8]>,
     /// eBPF-side loss counters (non-zero ones).
     pub losses: BTreeMap<String, u64>,
     /// Whether the recorder closed the file.
@@ -351,6 +599,9 @@ impl Summary {
         let (mut first, mut last) = (u64::MAX, 0);
         let mut per_pid: BTreeMap<u32, u64> = BTreeMap::new();
         let mut per_func: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut devices: HashMap<u32, String> = HashMap::new();
+        let mut block: BTreeMap<(u32, u32), IoTotals> = BTreeMap::new();
+        let mut ifaces: BTreeMap<(u64, String), ([u64; 8], [u64; 8])> = BTreeMap::new();
         for event in capture.events() {
             let Ok(event) = event else {
                 s.malformed += 1;
@@ -360,10 +611,33 @@ impl Summary {
             first = first.min(h.ts_ns);
             last = last.max(h.ts_ns);
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
-            *per_pid.entry(h.pid).or_default() += 1;
+            if !matches!(
+                event,
+                Event::BlockIo(_) | Event::NetDev(_) | Event::NetSnmp(_) | Event::DeviceName(_)
+            ) {
+                *per_pid.entry(h.pid).or_default() += 1;
+            }
             match &event {
                 Event::Entry { rec, .. } => *per_func.entry(rec.func_id).or_default() += 1,
                 Event::Syscall(sc) => *s.syscalls.entry(syscall_name(sc.nr)).or_default() += 1,
+                Event::FileIo(f) => s
+                    .file_io
+                    .entry(file_class_of(f.nr).to_string())
+                    .or_default()
+                    .add(f.calls, f.errors, f.bytes, f.time_ns),
+                Event::BlockIo(b) => block
+                    .entry((b.dev, b.op))
+                    .or_default()
+                    .add(b.requests, b.errors, b.bytes, b.queue_ns),
+                Event::DeviceName(d) => {
+                    devices.insert(d.dev, nul_padded(&d.name));
+                }
+                Event::NetDev(n) => {
+                    let e = ifaces
+                        .entry((n.netns, nul_padded(&n.name)))
+                        .or_insert((n.counters, n.counters));
+                    e.1 = n.counters;
+                }
                 _ => {}
             }
         }
@@ -375,6 +649,26 @@ impl Summary {
         s.calls = per_func
             .into_iter()
             .map(|(id, n)| (capture.function_name(id), n))
+            .collect();
+        s.block_io = block
+            .into_iter()
+            .map(|((dev, op), t)| {
+                let name = match devices.get(&dev) {
+                    Some(n) => format!("{n} ({})", dev_string(dev)),
+                    None => dev_string(dev),
+                };
+                (format!("{name} {}", block_op::name(op)), t)
+            })
+            .collect();
+        s.interfaces = ifaces
+            .into_iter()
+            .map(|((netns, name), (first, last))| {
+                let mut d = [0u64; 8];
+                for (o, (a, b)) in d.iter_mut().zip(last.iter().zip(first)) {
+                    *o = a.saturating_sub(b);
+                }
+                (format!("netns {netns} {name}"), d)
+            })
             .collect();
         s.processes = per_pid
             .into_iter()
@@ -414,6 +708,42 @@ impl std::fmt::Display for Summary {
             writeln!(f, "  syscalls:  {}", list(&self.syscalls))?;
         }
         writeln!(f, "  processes: {}", list(&self.processes))?;
+        let io_list = |m: &BTreeMap<String, IoTotals>| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.file_io.is_empty() {
+            writeln!(f, "  file I/O:  {}", io_list(&self.file_io))?;
+        }
+        if !self.block_io.is_empty() {
+            writeln!(f, "  block I/O: {}", io_list(&self.block_io))?;
+        }
+        if !self.interfaces.is_empty() {
+            let shown: Vec<String> = self
+                .interfaces
+                .iter()
+                .map(|(k, c)| {
+                    format!(
+                        "{k} rx {} B{} tx {} B{}",
+                        c[0],
+                        if c[2] + c[3] > 0 {
+                            format!(" ({} errors, {} dropped)", c[2], c[3])
+                        } else {
+                            String::new()
+                        },
+                        c[4],
+                        if c[6] + c[7] > 0 {
+                            format!(" ({} errors, {} dropped)", c[6], c[7])
+                        } else {
+                            String::new()
+                        }
+                    )
+                })
+                .collect();
+            writeln!(f, "  network:   {}", shown.join(", "))?;
+        }
         if self.losses.is_empty() {
             writeln!(f, "  losses:    none")?;
         } else {

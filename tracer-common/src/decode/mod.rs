@@ -10,5 +10,4 @@ mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
 pub use symbolize::{Location, Symbolizer, is_uretprobe_trampoline};
-pub use types::comm_string;
-pub use types::{Event, addr_string, syscall_name};
+pub use types::{Event, addr_string, comm_string, dev_string, nul_padded, syscall_name};

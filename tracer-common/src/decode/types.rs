@@ -3,6 +3,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
+    kernel::{BlockIo, DeviceName, FileIo, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
         FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
         UsdtHit, UsdtString, kind,
@@ -28,12 +29,24 @@ pub enum Event {
     Sample(Sample),
     /// Fork, exec or exit.
     Lifecycle(Lifecycle),
-    /// A TCP retransmission.
-    TcpRetransmit(TcpRetransmit),
+    /// A TCP retransmission (from an older capture, with its addresses only:
+    /// [`TcpRetransmitSock::identity`] is `None`). Reads as a
+    /// [`TcpRetransmit`] through `Deref`.
+    TcpRetransmit(TcpRetransmitSock),
     /// A USDT probe fired; `Capture::usdt_probe(rec.probe_id)` names it.
     Usdt(UsdtHit),
     /// The text of a USDT string argument (see [`Event::usdt_text`]).
     UsdtString(UsdtString),
+    /// File I/O system calls of a process during a stats interval.
+    FileIo(FileIo),
+    /// Block requests of a device and submitter during a stats interval.
+    BlockIo(BlockIo),
+    /// A network interface's counters (cumulative).
+    NetDev(NetDev),
+    /// A network namespace's IP/TCP/UDP counters (cumulative).
+    NetSnmp(NetSnmp),
+    /// The name of a device.
+    DeviceName(DeviceName),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -58,9 +71,18 @@ impl Event {
             kind::SYSCALL => Self::Syscall(Syscall::read_from(bytes)?),
             kind::SAMPLE => Self::Sample(Sample::read_from(bytes)?),
             kind::LIFECYCLE => Self::Lifecycle(Lifecycle::read_from(bytes)?),
-            kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
+            kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmitSock {
+                base: TcpRetransmit::read_from(bytes)?,
+                ..TcpRetransmitSock::default()
+            }),
+            kind::TCP_RETRANSMIT_SOCK => Self::TcpRetransmit(TcpRetransmitSock::read_from(bytes)?),
             kind::USDT => Self::Usdt(UsdtHit::read_from(bytes)?),
             kind::USDT_STRING => Self::UsdtString(UsdtString::read_from(bytes)?),
+            kind::FILE_IO => Self::FileIo(FileIo::read_from(bytes)?),
+            kind::BLOCK_IO => Self::BlockIo(BlockIo::read_from(bytes)?),
+            kind::NET_DEV => Self::NetDev(NetDev::read_from(bytes)?),
+            kind::NET_SNMP => Self::NetSnmp(NetSnmp::read_from(bytes)?),
+            kind::DEVICE_NAME => Self::DeviceName(DeviceName::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -73,9 +95,14 @@ impl Event {
             Self::Syscall(r) => &r.header,
             Self::Sample(r) => &r.header,
             Self::Lifecycle(r) => &r.header,
-            Self::TcpRetransmit(r) => &r.header,
+            Self::TcpRetransmit(r) => &r.base.header,
             Self::Usdt(r) => &r.header,
             Self::UsdtString(r) => &r.header,
+            Self::FileIo(r) => &r.header,
+            Self::BlockIo(r) => &r.header,
+            Self::NetDev(r) => &r.header,
+            Self::NetSnmp(r) => &r.header,
+            Self::DeviceName(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -95,6 +122,11 @@ impl Event {
             Self::TcpRetransmit(_) => "tcp_retransmit",
             Self::Usdt(_) => "usdt",
             Self::UsdtString(_) => "usdt_string",
+            Self::FileIo(_) => "file_io",
+            Self::BlockIo(_) => "block_io",
+            Self::NetDev(_) => "net_dev",
+            Self::NetSnmp(_) => "net_snmp",
+            Self::DeviceName(_) => "device_name",
             Self::Unknown(_) => "unknown",
         }
     }
@@ -150,8 +182,19 @@ pub fn addr_string(addr: &SockAddr) -> Option<String> {
 
 /// A NUL-padded command name as text.
 pub fn comm_string(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+    nul_padded(comm)
+}
+
+/// A NUL-padded name (interface, device, mount point) as text.
+pub fn nul_padded(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// A kernel `dev_t` as `major:minor`.
+pub fn dev_string(dev: u32) -> String {
+    let (major, minor) = crate::kernel::dev_parts(dev);
+    format!("{major}:{minor}")
 }
 
 #[cfg(test)]

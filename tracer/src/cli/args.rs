@@ -202,13 +202,36 @@ pub struct RecordArgs {
     /// Attach empty programs to matching functions (overhead benchmarks).
     #[arg(long, value_name = "PATTERN", hide = true)]
     pub bench_empty_probe: Vec<String>,
+    /// Attach empty programs to the system-call tracepoints instead of the
+    /// real ones (overhead benchmarks).
+    #[arg(long, hide = true)]
+    pub bench_empty_syscalls: bool,
     /// One perf link per function probe even where uprobe_multi links exist
     /// (tests compare the two paths).
     #[arg(long, hide = true)]
     pub no_uprobe_multi: bool,
-    /// Do not trace socket system calls (traced by default).
+    /// Do not trace socket system calls and TCP retransmissions (traced by
+    /// default).
     #[arg(long)]
     pub no_syscalls: bool,
+    /// Do not count the traced processes' file I/O system calls (read,
+    /// write, pread, fsync, open, stat... on files, not sockets or pipes),
+    /// which are counted by default per process, call and device, with
+    /// bytes and latency.
+    #[arg(long)]
+    pub no_file_io: bool,
+    /// Do not count the node's block requests (counted by default per
+    /// device, submitting process and operation, with bytes and latency).
+    #[arg(long)]
+    pub no_block_io: bool,
+    /// Do not read the network counters of the traced processes' network
+    /// namespaces (read by default: per interface traffic and drops, TCP
+    /// retransmitted segments, from /proc/PID/net).
+    #[arg(long)]
+    pub no_net_stats: bool,
+    /// How often file, block and network counters are written.
+    #[arg(long, value_name = "TIME", default_value = "250ms", value_parser = parse_duration)]
+    pub stats_interval: Duration,
     /// CPU samples per second per CPU (perf cpu-clock); 0 turns sampling off.
     #[arg(long, value_name = "HZ", default_value_t = 99)]
     pub sample_hz: u64,
@@ -277,11 +300,16 @@ impl TryFrom<RecordArgs> for RecordConfig {
             targets,
             functions,
             empty_probes,
+            empty_syscalls: a.bench_empty_syscalls,
             usdt,
             usdt_semaphores,
             usdt_empty,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
+            file_io: !a.no_file_io,
+            block_io: !a.no_block_io,
+            net_stats: !a.no_net_stats,
+            stats_interval: a.stats_interval,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
