@@ -219,6 +219,10 @@ pub struct ProcessInfo {
     /// listeners established before recording began (absent in older captures).
     #[serde(default)]
     pub sockets: Vec<SocketEntry>,
+    /// Inode number of its network namespace (`/proc/PID/ns/net`), as the
+    /// kernel's network records name it; 0 when unknown (older captures).
+    #[serde(default)]
+    pub netns: u64,
 }
 
 /// A TCP socket of a process, from `/proc/PID/fd` and `/proc/PID/net/tcp{,6}`.

@@ -431,6 +431,25 @@ impl Default for DeviceName {
     }
 }
 
+/// A local address of a traced process's network namespace, 56 bytes,
+/// written by user space with the namespace's first counters in each
+/// capture file and again when its addresses change: which namespace (so
+/// which server) an address of a retransmission belongs to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetAddr {
+    /// Common header, as in [`NetDev`].
+    pub header: Header,
+    /// Inode number of the network namespace.
+    pub netns: u64,
+    /// `AF_INET` (2) or `AF_INET6` (10).
+    pub family: u16,
+    /// Padding, zero.
+    pub _pad: [u8; 6],
+    /// The address (IPv4 in the first 4 bytes), network order.
+    pub addr: [u8; 16],
+}
+
 /// "Absent" in [`KernelOffsets`].
 pub const NO_OFFSET: u32 = u32::MAX;
 
@@ -639,6 +658,7 @@ const _: () = assert!(size_of::<NetDev>() == 112);
 const _: () = assert!(size_of::<NetSnmp>() == 200);
 const _: () = assert!(size_of::<TcpRetransmitSock>() == 104);
 const _: () = assert!(size_of::<DeviceName>() == 128);
+const _: () = assert!(size_of::<NetAddr>() == 56);
 const _: () = assert!(size_of::<KernelOffsets>() == 144);
 
 // SAFETY: each is repr(C), integers only, and the size assertions above show
@@ -664,6 +684,8 @@ unsafe impl Pod for NetSnmp {}
 unsafe impl Pod for TcpRetransmitSock {}
 // SAFETY: as above.
 unsafe impl Pod for DeviceName {}
+// SAFETY: as above.
+unsafe impl Pod for NetAddr {}
 
 // SAFETY: repr(C), integers only, no implicit padding (size assertions above).
 #[cfg(feature = "aya")]
@@ -713,6 +735,8 @@ mod tests {
         assert_eq!(offset_of!(DeviceName, name), 32);
         assert_eq!(offset_of!(DeviceName, mount), 64);
         assert_eq!(offset_of!(BlockStart, pid), 32);
+        assert_eq!(offset_of!(NetAddr, family), 32);
+        assert_eq!(offset_of!(NetAddr, addr), 40);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub mod kind {
     pub const TCP_RETRANSMIT_SOCK: u16 = 14;
     /// [`crate::kernel::DeviceName`].
     pub const DEVICE_NAME: u16 = 15;
+    /// [`crate::kernel::NetAddr`].
+    pub const NET_ADDR: u16 = 16;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -425,6 +427,7 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::NET_SNMP => Some(size_of::<crate::kernel::NetSnmp>()),
         kind::TCP_RETRANSMIT_SOCK => Some(size_of::<crate::kernel::TcpRetransmitSock>()),
         kind::DEVICE_NAME => Some(size_of::<crate::kernel::DeviceName>()),
+        kind::NET_ADDR => Some(size_of::<crate::kernel::NetAddr>()),
         _ => None,
     }
 }
@@ -536,12 +539,12 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in 1..=15 {
+        for k in 1..=16 {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }
         assert_eq!(size_of_kind(0), None);
-        assert_eq!(size_of_kind(16), None);
+        assert_eq!(size_of_kind(17), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::{
 use tracer_common::{
     kernel::{
         BlockAgg, BlockIo, BlockKey, DeviceName, FileAgg, FileIo, FileKey, LATENCY_BUCKETS,
-        NET_SNMP_COUNTERS, NetDev, NetSnmp, dev_parts,
+        NET_SNMP_COUNTERS, NetAddr, NetDev, NetSnmp, dev_parts,
     },
     record::{Header, Pod as _, kind},
 };
@@ -55,6 +55,8 @@ pub struct KernelStats {
     since_ns: u64,
     /// Devices named in the current capture file.
     named: HashSet<u32>,
+    /// Local addresses of each network namespace, as last written.
+    addrs: HashMap<u64, Vec<(u16, [u8; 16])>>,
 }
 
 impl KernelStats {
@@ -66,12 +68,14 @@ impl KernelStats {
             blocks: HashMap::new(),
             since_ns: now_ns,
             named: HashSet::new(),
+            addrs: HashMap::new(),
         }
     }
 
-    /// A new capture file: it names its devices again.
+    /// A new capture file: it names its devices and addresses again.
     pub fn new_file(&mut self) {
         self.named.clear();
+        self.addrs.clear();
     }
 
     /// Writes the records of the interval ending at `now_ns`. `traced`: the
@@ -137,6 +141,20 @@ impl KernelStats {
                 };
                 if !seen.insert(meta.ino()) {
                     continue;
+                }
+                let addrs = local_addresses(*pid);
+                if self.addrs.get(&meta.ino()) != Some(&addrs) {
+                    for (family, addr) in &addrs {
+                        let rec = NetAddr {
+                            header: header(kind::NET_ADDR, size_of::<NetAddr>(), *pid, now_ns),
+                            netns: meta.ino(),
+                            family: *family,
+                            _pad: [0; 6],
+                            addr: *addr,
+                        };
+                        sink.push(rec.as_bytes(), &rec.header)?;
+                    }
+                    self.addrs.insert(meta.ino(), addrs);
                 }
                 for rec in net_records(*pid, meta.ino(), now_ns) {
                     match rec {
@@ -337,6 +355,57 @@ fn net_records(pid: u32, netns: u64, now_ns: u64) -> Vec<NetRecord> {
     out
 }
 
+/// The local addresses of the network namespace of `pid`: IPv4 from
+/// `/proc/PID/net/fib_trie`, IPv6 from `/proc/PID/net/if_inet6`, sorted.
+fn local_addresses(pid: u32) -> Vec<(u16, [u8; 16])> {
+    let mut out = Vec::new();
+    if let Some(text) = read_bounded(Path::new(&format!("/proc/{pid}/net/fib_trie"))) {
+        for v4 in parse_fib_trie_local(&text) {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&v4.octets());
+            out.push((2, a));
+        }
+    }
+    if let Some(text) = read_bounded(Path::new(&format!("/proc/{pid}/net/if_inet6"))) {
+        for v6 in parse_if_inet6(&text) {
+            out.push((10, v6.octets()));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The local IPv4 addresses in a `/proc/net/fib_trie` text: each leaf
+/// (`|-- ADDR`) followed by a `/32 host LOCAL` route.
+pub fn parse_fib_trie_local(text: &str) -> Vec<std::net::Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut leaf = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(addr) = line.strip_prefix("|-- ") {
+            leaf = addr.trim().parse().ok();
+        } else if line.starts_with("/32 host LOCAL")
+            && let Some(addr) = leaf
+            && !out.contains(&addr)
+        {
+            out.push(addr);
+        }
+    }
+    out
+}
+
+/// The addresses of a `/proc/net/if_inet6` text (32 hex digits first).
+pub fn parse_if_inet6(text: &str) -> Vec<std::net::Ipv6Addr> {
+    text.lines()
+        .filter_map(|line| {
+            let hex = line.split_whitespace().next()?;
+            let v = u128::from_str_radix(hex, 16).ok().filter(|_| hex.len() == 32)?;
+            Some(std::net::Ipv6Addr::from(v))
+        })
+        .collect()
+}
+
 /// Interfaces of a `/proc/net/dev` text: name and the counters of
 /// [`tracer_common::kernel::NET_DEV_COUNTERS`] (receive bytes, packets,
 /// errors, drops; transmit the same).
@@ -430,6 +499,24 @@ mod tests {
         assert_eq!(get("Tcp", "InSegs"), Some(4000));
         assert_eq!(get("TcpExt", "TCPTimeouts"), Some(5));
         assert_eq!(get("Udp", "InDatagrams"), None, "absent, not zero");
+    }
+
+    #[test]
+    fn local_addresses_are_read_from_fib_trie_and_if_inet6() {
+        let trie = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n\
+            \x20    +-- 10.213.7.4/30 2 0 2\n        |-- 10.213.7.4\n           /32 link BROADCAST\n\
+            \x20          /30 link UNICAST\n        |-- 10.213.7.6\n           /32 host LOCAL\n\
+            Local:\n  +-- 127.0.0.0/8 2 0 2\n     |-- 127.0.0.1\n        /32 host LOCAL\n\
+            \x20    |-- 10.213.7.6\n        /32 host LOCAL\n";
+        let v4: Vec<String> = parse_fib_trie_local(trie)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(v4, vec!["10.213.7.6", "127.0.0.1"]);
+        let inet6 = "00000000000000000000000000000001 01 80 10 80       lo\n\
+            fe80000000000000b4a1fffffe000001 05 40 20 80   veth0\nbad line\n";
+        let v6: Vec<String> = parse_if_inet6(inet6).iter().map(ToString::to_string).collect();
+        assert_eq!(v6, vec!["::1", "fe80::b4a1:ffff:fe00:1"]);
     }
 
     #[test]

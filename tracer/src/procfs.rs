@@ -133,7 +133,16 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
         env,
         maps: exec_maps(pid)?,
         sockets: tcp_sockets(pid),
+        netns: netns(pid).unwrap_or(0),
     })
+}
+
+/// Inode number of the network namespace of `pid` (`/proc/PID/ns/net`).
+pub fn netns(pid: u32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// TCP sockets of `pid` (its network namespace's tables, matched by inode).

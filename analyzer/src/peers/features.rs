@@ -17,16 +17,29 @@
 //!   does to the servers themselves. Without `--sample-all`, each capture's
 //!   samples of its own servers are used. Idle-task samples (pid 0) are not
 //!   counted, as the paper's unhalted-cycle samples never saw idle time.
-//! - TCP retransmissions are attributed by address only: to the server whose
-//!   socket it was (its bound address, or the peer of a connection it
-//!   accepted or, when only one server connected there, made; or an endpoint
-//!   the user gave), and to the server a same-host peer was retransmitting
-//!   to. Their pid is not used: they fire in softirq or timer context, and on
-//!   a real four-brick GlusterFS capture under 5% loss not one of the faulty
-//!   brick's 79 retransmissions carried its pid (most carried the FUSE
-//!   client's or a compiler's). Every tracer on a host records every
-//!   retransmission of the host, so duplicates across captures of one host
-//!   are counted once.
+//! - TCP retransmissions are attributed to the server whose socket it is:
+//!   the traced process the recorder saw use the socket last (its owner,
+//!   recorded in the kernel), else the server bound to its local address
+//!   or that accepted its connection; and to the server its remote address
+//!   is (a peer's or an untraced client's retransmission towards it). A
+//!   wildcard bind shared by servers in several network namespaces is told
+//!   apart by the namespace's addresses (or, for loopback, the socket's own
+//!   namespace); what stays ambiguous is left unplaced, never guessed from
+//!   who else talked to that address. Their pid is not used: they fire in
+//!   softirq or timer context. Every tracer on a host records every
+//!   retransmission of the host, so copies are merged on what every copy
+//!   shares (the socket, the buffer, its sequence number, the socket's
+//!   retransmission count; time and addresses in captures that predate
+//!   them).
+//! - File I/O system calls are counted per process and interval by the
+//!   kernel; they belong to the server of the process and are spread over
+//!   their interval. Block requests: every tracer on a host counts every
+//!   request of the host, so the host's first capture that has them is its
+//!   only block source (as for samples). A request belongs to the server
+//!   whose process submitted it, else (a kernel thread's writeback, a disk
+//!   hog) to the servers whose file I/O went to that device.
+//! - Network namespace counters (interfaces, TCP/IP) belong to every server
+//!   of the capture that read them whose processes live in that namespace.
 //! - Time is exclusive wall-clock time: while a function is the innermost
 //!   traced frame of a thread, its time runs (system calls and blocking
 //!   included), and it is spread over the bins it falls into, so a call that
@@ -35,22 +48,54 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::IpAddr,
 };
 
 use tracer_common::{
+    kernel::{BlockIo, NET_SNMP_COUNTERS, NetSnmp, TcpRetransmitSock, dev_parts},
     record::{SYSCALL_UNFINISHED, lifecycle},
     syscall::{self, nr},
 };
 
 use super::types::{Metric, PeersConfig, PeersError, ServerSplit};
-use crate::decode::{Capture, Event, Symbolizer, syscall_name};
+use crate::decode::{Capture, Event, Symbolizer, ip_addr, nul_padded, syscall_name};
 
 /// Components of [`Metric::Retransmits`].
 pub const RETRANSMIT_COMPONENTS: [&str; 2] =
     ["retransmits by the server", "retransmits to the server"];
 /// Components of [`Metric::SocketBytes`].
 pub const SOCKET_BYTE_COMPONENTS: [&str; 2] = ["bytes received", "bytes sent"];
+/// Components of [`Metric::FileIo`], [`Metric::FileTime`] and
+/// [`Metric::FileLatency`]: the classes of `tracer_common::kernel::file_class`
+/// in order (class `c` is component `c - 1`).
+pub const FILE_COMPONENTS: [&str; 5] = ["read", "write", "sync", "metadata", "async"];
+/// Components of the block metrics: `tracer_common::kernel::block_op` in
+/// order.
+pub const BLOCK_COMPONENTS: [&str; 5] = ["read", "write", "flush", "discard", "other"];
+/// Components of [`Metric::NetBytes`].
+pub const NET_BYTE_COMPONENTS: [&str; 2] = ["bytes received", "bytes sent"];
+/// Components of [`Metric::NetErrors`].
+pub const NET_ERROR_COMPONENTS: [&str; 8] = [
+    "packets dropped on receive",
+    "packets dropped on send",
+    "interface errors",
+    "tcp segments retransmitted",
+    "tcp retransmission timeouts",
+    "tcp segments received in error",
+    "ip packets discarded",
+    "connections dropped by a full listen queue",
+];
+
+/// Which [`NET_ERROR_COMPONENTS`] each SNMP counter adds to, by
+/// (section, name) of `tracer_common::kernel::NET_SNMP_COUNTERS`.
+const SNMP_ERRORS: [((&str, &str), u32); 6] = [
+    (("Tcp", "RetransSegs"), 3),
+    (("TcpExt", "TCPTimeouts"), 4),
+    (("Tcp", "InErrs"), 5),
+    (("Ip", "InDiscards"), 6),
+    (("Ip", "OutDiscards"), 6),
+    (("TcpExt", "ListenDrops"), 7),
+];
 
 /// One capture given to the analysis.
 #[derive(Clone, Copy, Debug)]
@@ -202,56 +247,130 @@ impl Bins {
 type Endpoint = (IpAddr, u16);
 
 fn ip_of(family: u16, addr: &[u8; 16]) -> Option<IpAddr> {
-    match family {
-        2 => Some(IpAddr::V4(Ipv4Addr::new(
-            addr[0], addr[1], addr[2], addr[3],
-        ))),
-        10 => {
-            let v6 = Ipv6Addr::from(*addr);
-            Some(match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(v6),
-            })
-        }
-        _ => None,
-    }
+    ip_addr(family, addr)
 }
 
 /// Socket endpoints of the servers of one host, learned from their system
-/// calls, to place retransmissions.
+/// calls and snapshots, and their network namespaces, to place
+/// retransmissions.
 #[derive(Default)]
 struct Endpoints {
     /// Bound (listening) ports: (address, or `None` for a wildcard) → server.
     bound: HashMap<u16, Vec<(Option<IpAddr>, usize)>>,
     /// Peers of accepted connections.
     accepted: HashMap<Endpoint, usize>,
-    /// Targets of connections made, with every server that made one.
-    connected: HashMap<Endpoint, Vec<usize>>,
+    /// Servers with a process in each network namespace.
+    netns_servers: HashMap<u64, Vec<usize>>,
+    /// Servers whose network namespace has each (non-loopback) address.
+    ip_servers: HashMap<IpAddr, Vec<usize>>,
 }
 
 impl Endpoints {
-    fn bound_by(&self, (ip, port): Endpoint) -> Option<usize> {
-        let list = self.bound.get(&port)?;
-        list.iter()
-            .find(|(a, _)| *a == Some(ip))
-            .or_else(|| list.iter().find(|(a, _)| a.is_none()))
-            .map(|(_, s)| *s)
+    /// The one server among `candidates` that `ip` can be, `netns` being the
+    /// namespace a loopback address lives in.
+    fn narrow(&self, candidates: Vec<usize>, ip: IpAddr, netns: Option<u64>) -> Option<usize> {
+        let mut candidates = candidates;
+        candidates.sort_unstable();
+        candidates.dedup();
+        if let [only] = candidates[..] {
+            return Some(only);
+        }
+        let owners = if ip.is_loopback() {
+            netns.and_then(|n| self.netns_servers.get(&n))
+        } else {
+            self.ip_servers.get(&ip)
+        }?;
+        let mut left = candidates.into_iter().filter(|s| owners.contains(s));
+        match (left.next(), left.next()) {
+            (Some(s), None) => Some(s),
+            _ => None,
+        }
     }
 
-    /// (the server whose socket `local` is, the server `remote` is a socket of).
-    fn classify(&self, local: Endpoint, remote: Endpoint) -> (Option<usize>, Option<usize>) {
+    /// The server bound to `(ip, port)`: one bound to that address, else
+    /// one bound to any address; several are told apart by which of them
+    /// has `ip` (`netns`: where a loopback address lives).
+    fn bound_by(&self, (ip, port): Endpoint, netns: Option<u64>) -> Option<usize> {
+        let list = self.bound.get(&port)?;
+        let exact: Vec<usize> = list
+            .iter()
+            .filter(|(a, _)| *a == Some(ip))
+            .map(|(_, s)| *s)
+            .collect();
+        let candidates = if exact.is_empty() {
+            list.iter()
+                .filter(|(a, _)| a.is_none())
+                .map(|(_, s)| *s)
+                .collect()
+        } else {
+            exact
+        };
+        self.narrow(candidates, ip, netns)
+    }
+
+    /// (the server whose socket `local` is, the server `remote` is a socket
+    /// of), for a socket in namespace `netns`.
+    fn classify(
+        &self,
+        local: Endpoint,
+        remote: Endpoint,
+        netns: Option<u64>,
+    ) -> (Option<usize>, Option<usize>) {
         let by = self
-            .bound_by(local)
-            .or_else(|| self.accepted.get(&remote).copied())
-            .or_else(|| match self.connected.get(&remote).map(Vec::as_slice) {
-                Some([only]) => Some(*only),
-                _ => None,
-            });
+            .bound_by(local, netns)
+            .or_else(|| self.accepted.get(&remote).copied());
+        // A loopback peer is in the socket's namespace; another address is
+        // in the namespace that has it.
         let to = self
-            .bound_by(remote)
+            .bound_by(remote, netns)
             .or_else(|| self.accepted.get(&local).copied());
         (by, to)
     }
+}
+
+/// What every copy of one retransmission shares, to count it once.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum RetransmitKey {
+    /// Socket, buffer, sequence number, the socket's retransmission count.
+    Identity(u64, u64, u32, u32),
+    /// Older captures: time, CPU, addresses and ports.
+    Legacy(u64, u32, [u8; 16], [u8; 16], u16, u16),
+}
+
+impl RetransmitKey {
+    fn of(t: &TcpRetransmitSock) -> Self {
+        match t.identity() {
+            Some((sk, skb, seq, n)) => Self::Identity(sk, skb, seq, n),
+            None => Self::Legacy(
+                t.header.ts_ns,
+                t.header.cpu,
+                t.saddr,
+                t.daddr,
+                t.sport,
+                t.dport,
+            ),
+        }
+    }
+}
+
+/// Adds `value`, spread evenly over `[t0, t1)` (at `t1` when empty).
+fn spread(bins: &mut Bins, s: usize, metric: Metric, comp: u32, t0: u64, t1: u64, value: f64) {
+    if t1 > t0 {
+        bins.add_interval(s, metric, comp, t0, t1, value / (t1 - t0) as f64);
+    } else {
+        bins.add(s, metric, comp, t1, value);
+    }
+}
+
+/// The increase of cumulative counters since the previous reading, `None`
+/// for the first reading or after a reset (a counter went down).
+fn increase<const N: usize>(prev: Option<&[u64; N]>, now: &[u64; N]) -> Option<[u64; N]> {
+    let prev = prev?;
+    let mut out = [0u64; N];
+    for (o, (n, p)) in out.iter_mut().zip(now.iter().zip(prev)) {
+        *o = n.checked_sub(*p)?;
+    }
+    Some(out)
 }
 
 /// Per-thread state for exclusive time.
@@ -306,6 +425,8 @@ pub fn extract(
     // processes when it first saw them, and listening ports read from command
     // lines (`cfg.port_arg`, any address).
     let mut bound_ports: Vec<(usize, Option<IpAddr>, u16)> = Vec::new();
+    // (host, network namespace, server): where each server's processes live.
+    let mut server_netns: Vec<(usize, u64, usize)> = Vec::new();
     for (ci, src) in sources.iter().enumerate() {
         let cap = src.capture;
         let mut map = HashMap::new();
@@ -405,6 +526,13 @@ pub fn extract(
                 }
             }
         }
+        for (pid, server) in &map {
+            let netns = traced.get(pid).map_or(0, |p| p.netns);
+            let entry = (host_of[ci], netns, *server);
+            if netns != 0 && !server_netns.contains(&entry) {
+                server_netns.push(entry);
+            }
+        }
         own.push(map);
     }
     for (i, a) in servers.iter().enumerate() {
@@ -460,7 +588,26 @@ pub fn extract(
     for name in SOCKET_BYTE_COMPONENTS {
         interners[Metric::SocketBytes.index()].id(name);
     }
+    for (metric, names) in [
+        (Metric::FileIo, &FILE_COMPONENTS[..]),
+        (Metric::FileTime, &FILE_COMPONENTS[..]),
+        (Metric::BlockRequests, &BLOCK_COMPONENTS[..]),
+        (Metric::BlockBytes, &BLOCK_COMPONENTS[..]),
+        (Metric::BlockTime, &BLOCK_COMPONENTS[..]),
+        (Metric::NetBytes, &NET_BYTE_COMPONENTS[..]),
+        (Metric::NetErrors, &NET_ERROR_COMPONENTS[..]),
+    ] {
+        for name in names {
+            interners[metric.index()].id(name);
+        }
+    }
     let mut endpoints: Vec<Endpoints> = (0..hosts.len()).map(|_| Endpoints::default()).collect();
+    for (host, netns, server) in &server_netns {
+        let list = endpoints[*host].netns_servers.entry(*netns).or_default();
+        if !list.contains(server) {
+            list.push(*server);
+        }
+    }
     for (s, ip, port) in &bound_ports {
         let host = hosts
             .iter()
@@ -503,8 +650,15 @@ pub fn extract(
     // Samples per capture, kept from pass 1 for pass 2 (which needs every
     // capture's pid map first) instead of decoding the captures again.
     let mut samples: Vec<Vec<tracer_common::record::Sample>> = vec![Vec::new(); sources.len()];
-    let mut retransmits: Vec<Vec<(usize, tracer_common::kernel::TcpRetransmitSock)>> =
-        vec![Vec::new(); hosts.len()];
+    let mut retransmits: Vec<Vec<(usize, TcpRetransmitSock)>> = vec![Vec::new(); hosts.len()];
+    // Block records per host (placed once every capture's file I/O says
+    // whose devices are whose); calls per (device, server) per host.
+    let mut block: Vec<Vec<(usize, BlockIo)>> = vec![Vec::new(); hosts.len()];
+    let mut device_calls: Vec<HashMap<u32, HashMap<usize, u64>>> = vec![HashMap::new(); hosts.len()];
+    let mut device_names: HashMap<u32, String> = HashMap::new();
+    // Addresses of each network namespace per host.
+    let mut netns_addrs: Vec<HashMap<u64, HashSet<IpAddr>>> = vec![HashMap::new(); hosts.len()];
+    let mut unplaced_net = 0u64;
     // System calls: number → component of `Syscalls` and `SyscallTime`
     // (apart from `interners`, which the function closure below borrows).
     let mut syscall_names = Interner::default();
@@ -551,6 +705,24 @@ pub fn extract(
             }
         };
         let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
+        // Previous network counters of this capture: per (namespace,
+        // interface), and per namespace.
+        let mut last_dev: HashMap<(u64, [u8; 16]), (u64, [u64; 8])> = HashMap::new();
+        let mut last_snmp: HashMap<u64, (u64, NetSnmp)> = HashMap::new();
+        // The servers of this capture a namespace's counters belong to.
+        let capture_servers: HashSet<usize> = map.values().copied().chain(default_server).collect();
+        let netns_servers = endpoints[host].netns_servers.clone();
+        let netns_of = |netns: u64, pid: u32, map: &mut HashMap<u32, usize>| -> Vec<usize> {
+            let mut list: Vec<usize> = netns_servers
+                .get(&netns)
+                .map(|l| l.iter().copied().filter(|s| capture_servers.contains(s)).collect())
+                .unwrap_or_default();
+            if list.is_empty() {
+                // Snapshots without namespaces (older captures): the reader's.
+                list.extend(map.get(&pid).copied().or(default_server));
+            }
+            list
+        };
         let mut last_ts = start_mono;
         for event in cap.events() {
             let Ok(event) = event else {
@@ -682,18 +854,6 @@ pub fn extract(
                                     .insert((ip, u16::from_be(sc.addr.port_be)), s);
                             }
                         }
-                        // 0, or -EINPROGRESS for a non-blocking connect.
-                        nr::CONNECT if sc.ret == 0 || sc.ret == -115 => {
-                            if let Some(ip) = ip_of(sc.addr.family, &sc.addr.addr) {
-                                let list = endpoints[host]
-                                    .connected
-                                    .entry((ip, u16::from_be(sc.addr.port_be)))
-                                    .or_default();
-                                if !list.contains(&s) {
-                                    list.push(s);
-                                }
-                            }
-                        }
                         _ => {}
                     }
                 }
@@ -721,15 +881,69 @@ pub fn extract(
                     _ => {}
                 },
                 Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
+                Event::FileIo(f) => {
+                    let Some(s) = server(map, h.pid) else {
+                        unattributed += 1;
+                        continue;
+                    };
+                    let class = syscall::spec(f.nr).map_or(0, |sp| sp.file);
+                    let Some(comp) = (class as u32).checked_sub(1) else {
+                        continue;
+                    };
+                    let (t0, t1) = (to_rt(off, f.since_ns.min(h.ts_ns)), to_rt(off, h.ts_ns));
+                    spread(&mut bins, s, Metric::FileIo, comp, t0, t1, f.calls as f64);
+                    spread(&mut bins, s, Metric::FileTime, comp, t0, t1, f.time_ns as f64 / 1e6);
+                    // Files on a device (major 0: no block device behind).
+                    if dev_parts(f.dev).0 != 0 {
+                        *device_calls[host]
+                            .entry(f.dev)
+                            .or_default()
+                            .entry(s)
+                            .or_default() += f.calls;
+                    }
+                }
+                Event::BlockIo(b) => block[host].push((ci, b)),
+                Event::DeviceName(d) => {
+                    device_names.insert(d.dev, nul_padded(&d.name));
+                }
+                Event::NetAddr(a) => {
+                    if let Some(ip) = ip_of(a.family, &a.addr) {
+                        netns_addrs[host].entry(a.netns).or_default().insert(ip);
+                    }
+                }
+                Event::NetDev(n) => {
+                    let prev = last_dev.insert((n.netns, n.name), (h.ts_ns, n.counters));
+                    let Some((t_prev, before)) = prev else {
+                        continue;
+                    };
+                    if nul_padded(&n.name) == "lo" {
+                        continue;
+                    }
+                    let Some(d) = increase(Some(&before), &n.counters) else {
+                        continue;
+                    };
+                    let targets = netns_of(n.netns, h.pid, map);
+                    if targets.is_empty() {
+                        unplaced_net += 1;
+                    }
+                    let (t0, t1) = (to_rt(off, t_prev), to_rt(off, h.ts_ns));
+                    for s in targets {
+                        add_net_dev(&mut bins, s, t0, t1, &d);
+                    }
+                }
+                Event::NetSnmp(n) => {
+                    let prev = last_snmp.insert(n.netns, (h.ts_ns, n));
+                    let Some((t_prev, before)) = prev else {
+                        continue;
+                    };
+                    let targets = netns_of(n.netns, h.pid, map);
+                    let (t0, t1) = (to_rt(off, t_prev), to_rt(off, h.ts_ns));
+                    for s in targets {
+                        add_net_snmp(&mut bins, s, t0, t1, &before, &n);
+                    }
+                }
                 Event::Sample(smp) => samples[ci].push(smp),
-                Event::Usdt(_)
-                | Event::UsdtString(_)
-                | Event::FileIo(_)
-                | Event::BlockIo(_)
-                | Event::NetDev(_)
-                | Event::NetSnmp(_)
-                | Event::DeviceName(_)
-                | Event::Unknown(_) => {}
+                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap
@@ -847,33 +1061,115 @@ pub fn extract(
         }
     }
 
+    // Block requests, from one capture per host (every tracer of a host
+    // counts every request of the host).
+    let mut unplaced_block = 0u64;
+    let mut shared_devices: Vec<String> = Vec::new();
+    for (host, list) in block.iter().enumerate() {
+        let Some(source) = list.first().map(|(ci, _)| *ci) else {
+            continue;
+        };
+        // Every process of a server on this host, from every capture.
+        let pid_server: HashMap<u32, usize> = own
+            .iter()
+            .enumerate()
+            .filter(|(ci, _)| host_of[*ci] == host)
+            .flat_map(|(_, m)| m.iter().map(|(p, s)| (*p, *s)))
+            .collect();
+        let owners: HashMap<u32, Vec<usize>> = device_calls[host]
+            .iter()
+            .map(|(dev, per)| {
+                let mut v: Vec<usize> = per.keys().copied().collect();
+                v.sort_unstable();
+                (*dev, v)
+            })
+            .collect();
+        for (dev, v) in &owners {
+            if v.len() > 1 {
+                let name = device_names.get(dev).cloned().unwrap_or_else(|| {
+                    let (ma, mi) = dev_parts(*dev);
+                    format!("{ma}:{mi}")
+                });
+                let labels: Vec<&str> = v.iter().map(|s| servers[*s].label.as_str()).collect();
+                shared_devices.push(format!("{name} ({})", labels.join(", ")));
+            }
+        }
+        let off = offset(sources[source].capture);
+        for (_, b) in list.iter().filter(|(ci, _)| *ci == source) {
+            let targets: Vec<usize> = match pid_server.get(&b.header.pid) {
+                Some(s) if b.header.pid != 0 => vec![*s],
+                _ => owners.get(&b.dev).cloned().unwrap_or_default(),
+            };
+            if targets.is_empty() {
+                unplaced_block += b.requests;
+                continue;
+            }
+            let comp = b.op.min(BLOCK_COMPONENTS.len() as u32 - 1);
+            let (t0, t1) = (
+                to_rt(off, b.since_ns.min(b.header.ts_ns)),
+                to_rt(off, b.header.ts_ns),
+            );
+            for s in targets {
+                spread(&mut bins, s, Metric::BlockRequests, comp, t0, t1, b.requests as f64);
+                spread(&mut bins, s, Metric::BlockBytes, comp, t0, t1, b.bytes as f64);
+                spread(&mut bins, s, Metric::BlockTime, comp, t0, t1, b.queue_ns as f64 / 1e6);
+            }
+        }
+    }
+
     // Retransmissions, once per host.
+    for (host, addrs) in netns_addrs.iter().enumerate() {
+        for (netns, ips) in addrs {
+            let Some(owners) = endpoints[host].netns_servers.get(netns).cloned() else {
+                continue;
+            };
+            for ip in ips.iter().filter(|ip| !ip.is_loopback()) {
+                let list = endpoints[host].ip_servers.entry(*ip).or_default();
+                for s in &owners {
+                    if !list.contains(s) {
+                        list.push(*s);
+                    }
+                }
+            }
+        }
+    }
     let mut retransmit_peers: Vec<HashMap<String, u64>> = vec![HashMap::new(); servers.len()];
     let mut unplaced = 0u64;
     for (host, list) in retransmits.iter().enumerate() {
-        let mut seen = HashSet::new();
+        // One entry per retransmission, in order: its first copy, and the
+        // owner any copy names (only the tracer of the owner knows it).
+        let mut index: HashMap<RetransmitKey, usize> = HashMap::new();
+        let mut unique: Vec<(usize, TcpRetransmitSock, Option<usize>)> = Vec::new();
         for (c, t) in list {
-            if !seen.insert((
-                t.header.ts_ns,
-                t.header.cpu,
-                t.saddr,
-                t.daddr,
-                t.sport,
-                t.dport,
-            )) {
-                continue;
+            let owner = (t.owner != 0)
+                .then(|| own[*c].get(&t.owner).copied().or(capture_server[*c]))
+                .flatten();
+            match index.get(&RetransmitKey::of(t)) {
+                Some(i) => {
+                    if unique[*i].2.is_none() {
+                        unique[*i].2 = owner;
+                    }
+                }
+                None => {
+                    index.insert(RetransmitKey::of(t), unique.len());
+                    unique.push((*c, *t, owner));
+                }
             }
+        }
+        for (c, t, owner) in unique {
             let (Some(lip), Some(rip)) = (ip_of(t.family, &t.saddr), ip_of(t.family, &t.daddr))
             else {
                 continue;
             };
-            let (by, to) = endpoints[host].classify((lip, t.sport), (rip, t.dport));
-            let at = to_rt(offset(sources[*c].capture), t.header.ts_ns);
+            let netns = (t.netns != 0).then_some(u64::from(t.netns));
+            let (by, to) = endpoints[host].classify((lip, t.sport), (rip, t.dport), netns);
+            let by = owner.or(by);
+            let at = to_rt(offset(sources[c].capture), t.header.ts_ns);
             if let Some(s) = by {
                 bins.add(s, Metric::Retransmits, 0, at, 1.0);
                 *retransmit_peers[s].entry(rip.to_string()).or_default() += 1;
             }
-            if let Some(s) = to {
+            if let Some(s) = to.filter(|to| Some(*to) != by) {
                 bins.add(s, Metric::Retransmits, 1, at, 1.0);
                 *retransmit_peers[s].entry(lip.to_string()).or_default() += 1;
             }
@@ -897,6 +1193,22 @@ pub fn extract(
             "{unplaced} TCP retransmissions matched no server's sockets (other traffic on the host) and were ignored"
         ));
     }
+    if unplaced_block > 0 {
+        notes.push(format!(
+            "{unplaced_block} block requests were on devices no server's file I/O went to, by no server's process, and were ignored"
+        ));
+    }
+    if !shared_devices.is_empty() {
+        notes.push(format!(
+            "devices the files of several servers live on count for each of them (their block metrics cannot tell them apart): {}",
+            shared_devices.join("; ")
+        ));
+    }
+    if unplaced_net > 0 {
+        notes.push(format!(
+            "{unplaced_net} interface readings of network namespaces with no server were ignored"
+        ));
+    }
 
     Ok(Features {
         run: run.to_string(),
@@ -909,6 +1221,34 @@ pub fn extract(
         events,
         notes,
     })
+}
+
+/// Adds an interface's counter increase over `[t0, t1)` to server `s`.
+fn add_net_dev(bins: &mut Bins, s: usize, t0: u64, t1: u64, d: &[u64; 8]) {
+    spread(bins, s, Metric::NetBytes, 0, t0, t1, d[0] as f64);
+    spread(bins, s, Metric::NetBytes, 1, t0, t1, d[4] as f64);
+    spread(bins, s, Metric::NetErrors, 0, t0, t1, d[3] as f64);
+    spread(bins, s, Metric::NetErrors, 1, t0, t1, d[7] as f64);
+    spread(bins, s, Metric::NetErrors, 2, t0, t1, (d[2] + d[6]) as f64);
+}
+
+/// Adds a namespace's SNMP counter increase over `[t0, t1)` to server `s`.
+fn add_net_snmp(bins: &mut Bins, s: usize, t0: u64, t1: u64, before: &NetSnmp, now: &NetSnmp) {
+    for ((proto, name), comp) in SNMP_ERRORS {
+        let Some(i) = NET_SNMP_COUNTERS
+            .iter()
+            .position(|c| *c == (proto, name))
+        else {
+            continue;
+        };
+        let bit = 1u32 << i;
+        if before.present & now.present & bit == 0 {
+            continue;
+        }
+        if let Some(d) = now.values[i].checked_sub(before.values[i]) {
+            spread(bins, s, Metric::NetErrors, comp, t0, t1, d as f64);
+        }
+    }
 }
 
 /// The value after `arg` in `cmdline` (`arg VALUE` or `arg=VALUE`).
@@ -958,6 +1298,8 @@ impl Features {
         match metric {
             Metric::Latency => &self.components[Metric::Time.index()],
             Metric::SyscallLatency => &self.components[Metric::SyscallTime.index()],
+            Metric::FileLatency => &self.components[Metric::FileTime.index()],
+            Metric::BlockLatency => &self.components[Metric::BlockTime.index()],
             m => &self.components[m.index()],
         }
     }
@@ -1045,10 +1387,18 @@ impl Features {
             Metric::Syscalls,
             Metric::SyscallLatency,
         );
+        let file_latency = per_call(Metric::FileTime, Metric::FileIo, Metric::FileLatency);
+        let block_latency = per_call(
+            Metric::BlockTime,
+            Metric::BlockRequests,
+            Metric::BlockLatency,
+        );
         let column = |m: Metric| -> &HashMap<u32, Vec<Vec<f64>>> {
             match m {
                 Metric::Latency => &latency,
                 Metric::SyscallLatency => &syscall_latency,
+                Metric::FileLatency => &file_latency,
+                Metric::BlockLatency => &block_latency,
                 _ => &windowed[m.index()],
             }
         };
@@ -1097,7 +1447,27 @@ impl Features {
                             && peak(Metric::Syscalls, *c) >= cfg.scaled(cfg.min_calls.max(1.0))
                     })
                     .collect(),
-                Metric::Retransmits | Metric::SocketBytes => (0..n).collect(),
+                // Few fixed components (classes, operations, counters):
+                // all kept, so every server's vector has the same shape
+                // whatever happened in training.
+                Metric::Retransmits
+                | Metric::SocketBytes
+                | Metric::FileIo
+                | Metric::FileTime
+                | Metric::BlockRequests
+                | Metric::BlockBytes
+                | Metric::BlockTime
+                | Metric::NetBytes
+                | Metric::NetErrors => (0..n).collect(),
+                // Means over enough calls (or requests) in a window.
+                Metric::FileLatency => (0..n)
+                    .filter(|c| peak(Metric::FileIo, *c) >= cfg.scaled(cfg.min_calls.max(1.0)))
+                    .collect(),
+                Metric::BlockLatency => (0..n)
+                    .filter(|c| {
+                        peak(Metric::BlockRequests, *c) >= cfg.scaled(cfg.min_calls.max(1.0))
+                    })
+                    .collect(),
             };
             // A stable order for reports and tests.
             ids.sort_by(|a, b| self.names(m)[*a as usize].cmp(&self.names(m)[*b as usize]));
@@ -1115,8 +1485,13 @@ impl Features {
                     .collect();
                 let floor = match m {
                     Metric::Samples => Some(cfg.scaled(cfg.min_samples)),
-                    Metric::Time | Metric::SyscallTime => Some(cfg.scaled(cfg.min_time_ms)),
-                    Metric::Latency | Metric::SyscallLatency => None,
+                    Metric::Time | Metric::SyscallTime | Metric::FileTime | Metric::BlockTime => {
+                        Some(cfg.scaled(cfg.min_time_ms))
+                    }
+                    Metric::Latency
+                    | Metric::SyscallLatency
+                    | Metric::FileLatency
+                    | Metric::BlockLatency => None,
                     _ => Some(cfg.scaled(cfg.min_calls).max(1.0)),
                 }
                 .filter(|_| cfg.normalize.contains(m));

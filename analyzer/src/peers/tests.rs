@@ -7,6 +7,7 @@ use tracer_common::{
         CaptureHeader, CaptureWriter, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo,
         RecordSettings, Symbol,
     },
+    kernel::{BlockIo, FileIo, NetDev, block_op},
     record::{
         FuncEntry, FuncReturn, Header, Pod as _, Sample, SockAddr, Syscall, TcpRetransmit, kind,
     },
@@ -21,6 +22,8 @@ const T0: u64 = 1_800_000_000_000_000_000;
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 const HOG_PID: u32 = 999;
+/// Network namespace of server `s`: `NETNS0 + s`.
+const NETNS0: u64 = 4_026_532_000;
 const KSYMS: [(&str, u64); 3] = [
     ("vfs_read", 0xffff_1000),
     ("tcp_recvmsg", 0xffff_2000),
@@ -38,6 +41,15 @@ struct Fault {
     retransmit_from: Option<f64>,
     /// Its socket reads take 40× as long (a slow link under it).
     slow_reads_from: Option<f64>,
+    /// Its disk is 5× slower: file reads and block requests take longer.
+    slow_disk_from: Option<f64>,
+    /// Someone floods its network namespace with 50 MB a second.
+    net_hog_from: Option<f64>,
+}
+
+/// Server `s`'s own disk (`loop{s}`).
+fn disk(s: usize) -> u32 {
+    (7 << 20) | s as u32
 }
 
 /// Raw records with their times.
@@ -195,6 +207,75 @@ fn server_records(
         }
         t += 100 * MS;
     }
+    // The kernel's view, every 250 ms: preads and an fsync on the server's
+    // own disk; block writes there (its own, and a kernel thread's
+    // writeback); its network namespace's interface counters (loopback's
+    // large ones are never the server's traffic).
+    let (mut rx, mut tx, mut lo) = (0u64, 0u64, 0u64);
+    let mut t = 250 * MS;
+    while t < seconds * SEC {
+        let since = t - 250 * MS;
+        let slow = if after(fault.slow_disk_from, t) { 5.0 } else { 1.0 };
+        let took = |n: f64, each_ns: f64, rng: &mut Rng| (n * each_ns * slow * rng.jitter(0.05)) as u64;
+        let file = |nr: u32, calls: u64, bytes: u64, time_ns: u64| FileIo {
+            header: header(t, p, kind::FILE_IO, size_of::<FileIo>()),
+            since_ns: since,
+            nr,
+            dev: disk(s),
+            calls,
+            bytes,
+            time_ns,
+            ..Default::default()
+        };
+        let time = took(25.0, 200_000.0, &mut rng);
+        own.push((t, file(nr::PREAD64, 25, 25 * 4096, time).as_bytes().to_vec()));
+        let time = took(2.0, 2_000_000.0, &mut rng);
+        own.push((t, file(nr::FSYNC, 2, 0, time).as_bytes().to_vec()));
+        for (by, requests) in [(p, 10u64), (0, 5)] {
+            let b = BlockIo {
+                header: header(t, by, kind::BLOCK_IO, size_of::<BlockIo>()),
+                since_ns: since,
+                dev: disk(s),
+                op: block_op::WRITE,
+                requests,
+                bytes: requests * 4096,
+                queue_ns: took(requests as f64, 1e6, &mut rng),
+                service_ns: took(requests as f64, 8e5, &mut rng),
+                ..Default::default()
+            };
+            host.push((t, b.as_bytes().to_vec()));
+        }
+        if s == 0 {
+            // The root disk, which no server's files are on: ignored.
+            let b = BlockIo {
+                header: header(t, 0, kind::BLOCK_IO, size_of::<BlockIo>()),
+                since_ns: since,
+                dev: 254 << 20,
+                op: block_op::READ,
+                requests: 3,
+                bytes: 3 * 4096,
+                ..Default::default()
+            };
+            host.push((t, b.as_bytes().to_vec()));
+        }
+        rx += (1e6 * rng.jitter(0.05)) as u64;
+        tx += (1e6 * rng.jitter(0.05)) as u64;
+        if after(fault.net_hog_from, t) {
+            rx += 12_500_000;
+        }
+        lo += 1 << 30;
+        for (name, c) in [("veth0", [rx, rx / 1000, 0, 0, tx, tx / 1000, 0, 0]), ("lo", [lo; 8])] {
+            let mut n = NetDev {
+                header: header(t, p, kind::NET_DEV, size_of::<NetDev>()),
+                netns: NETNS0 + s as u64,
+                counters: c,
+                ..Default::default()
+            };
+            n.name[..name.len()].copy_from_slice(name.as_bytes());
+            own.push((t, n.as_bytes().to_vec()));
+        }
+        t += 250 * MS;
+    }
     (own, host)
 }
 
@@ -266,6 +347,7 @@ fn run(
                         format!("/bricks/b{s}"),
                         format!("--port={}", port(s)),
                     ],
+                    netns: NETNS0 + s as u64,
                     ..Default::default()
                 }))
                 .expect("process");
@@ -303,7 +385,12 @@ fn run(
                 // Times relative to the run's start, on the host's clock.
                 let ts = u64::from_le_bytes(r[..8].try_into().expect("8 bytes")) + shift;
                 r[..8].copy_from_slice(&ts.to_le_bytes());
-                if u16::from_le_bytes([r[16], r[17]]) == kind::SYSCALL {
+                // The entry time of a system call, the interval start of
+                // file and block counts.
+                if matches!(
+                    u16::from_le_bytes([r[16], r[17]]),
+                    kind::SYSCALL | kind::FILE_IO | kind::BLOCK_IO
+                ) {
                     let enter = u64::from_le_bytes(r[24..32].try_into().expect("8 bytes")) + shift;
                     r[24..32].copy_from_slice(&enter.to_le_bytes());
                 }
@@ -764,7 +851,8 @@ fn given_endpoints_place_retransmissions_of_servers_bound_before_recording() {
                     Event::Return(r) => r.as_bytes().to_vec(),
                     Event::Syscall(s) => s.as_bytes().to_vec(),
                     Event::Sample(s) => s.as_bytes().to_vec(),
-                    Event::TcpRetransmit(r) => r.as_bytes().to_vec(),
+                    // The fixture's retransmissions are of the older kind.
+                    Event::TcpRetransmit(r) => r.base.as_bytes().to_vec(),
                     _ => Vec::new(),
                 })
                 .collect();
@@ -1184,4 +1272,321 @@ fn the_outlier_factor_is_optional_and_at_least_one() {
         };
         assert_eq!(cfg.validate().is_ok(), ok, "{f}");
     }
+}
+
+
+/// The kernel's storage and network metrics, and only them.
+fn kernel_view_config() -> PeersConfig {
+    PeersConfig {
+        metrics: vec![
+            Metric::FileIo,
+            Metric::FileTime,
+            Metric::FileLatency,
+            Metric::BlockRequests,
+            Metric::BlockBytes,
+            Metric::BlockTime,
+            Metric::BlockLatency,
+            Metric::NetBytes,
+            Metric::NetErrors,
+        ],
+        ..config(ServerSplit::PerCapture)
+    }
+}
+
+/// A disk 5× slower under one server makes its file calls and block
+/// requests slower, not fewer: the latencies indict it, the counts do not.
+#[test]
+fn a_slow_disk_indicts_its_server_by_file_and_block_latency() {
+    let cfg = kernel_view_config();
+    let t = trained(&cfg, false);
+    let fault = Fault {
+        slow_disk_from: Some(10.0),
+        ..Default::default()
+    };
+    let r = diagnosed(&cfg, &t, &[(2, fault)], false, false);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    for m in [
+        Metric::FileLatency,
+        Metric::BlockLatency,
+        Metric::FileTime,
+        Metric::BlockTime,
+    ] {
+        assert_eq!(r.faulty_by_metric[&m], vec!["server2"], "{m:?}: {text}");
+    }
+    for m in [Metric::FileIo, Metric::BlockRequests, Metric::BlockBytes, Metric::NetBytes] {
+        assert!(r.faulty_by_metric[&m].is_empty(), "{m:?}: {text}");
+    }
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|c| c.metric == Metric::FileLatency)
+        .expect("a root cause");
+    // pread: 0.2 ms → 1 ms a call (fsync, 32 calls a window, is under the
+    // 40 calls a window a mean needs).
+    assert_eq!(rc.top.len(), 1, "{:?}", rc.top);
+    assert_eq!(rc.top[0].component, "read", "{:?}", rc.top);
+    assert!(rc.top[0].mean_delta > 500.0, "{:?}", rc.top);
+}
+
+/// Block requests: every capture of the host holds every request, counted
+/// once; a kernel thread's writeback counts for the server whose files are
+/// on that device; a device no server's files are on is ignored, and said.
+#[test]
+fn block_requests_count_once_and_writeback_goes_to_the_devices_server() {
+    let cfg = kernel_view_config();
+    let captures = run(5, 20, &[], false, false);
+    let path = std::path::PathBuf::from("x");
+    let sources: Vec<CaptureSource<'_>> = captures
+        .iter()
+        .map(|(label, capture)| CaptureSource {
+            path: &path,
+            label,
+            capture,
+        })
+        .collect();
+    let f = extract("x", &sources, &cfg).expect("features");
+    let w = f.windows(&cfg);
+    let requests = &w.metrics[3];
+    assert_eq!(requests.metric, Metric::BlockRequests);
+    assert_eq!(requests.components, ["discard", "flush", "other", "read", "write"]);
+    // 10 of the server's own and 5 writeback requests per 250 ms: 240 in
+    // a 4 s window, on every server; no read (the root disk's are not theirs).
+    for server in &requests.vectors[2] {
+        assert_eq!(server, &vec![0.0, 0.0, 0.0, 0.0, 240.0]);
+    }
+    let bytes = &w.metrics[4];
+    assert_eq!(bytes.vectors[2][1], vec![0.0, 0.0, 0.0, 0.0, 240.0 * 4096.0]);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("237 block requests were on devices no server")),
+        "3 a quarter second on the root disk, 79 quarters: {:?}",
+        f.notes
+    );
+    // File I/O: 25 preads and 2 fsyncs per 250 ms, read and sync classes.
+    let file = &w.metrics[0];
+    assert_eq!(file.components, ["async", "metadata", "read", "sync", "write"]);
+    assert_eq!(file.vectors[2][3], vec![0.0, 0.0, 400.0, 32.0, 0.0]);
+    // 0.2 ms a pread (±5%).
+    let latency = &w.metrics[2];
+    assert_eq!(
+        latency.components,
+        ["read"],
+        "the classes called often enough for a mean (not sync: 32 a window)"
+    );
+    let pread_us = latency.vectors[2][3][0];
+    assert!((190.0..=210.0).contains(&pread_us), "{pread_us}");
+}
+
+/// Traffic into one server's network namespace that is not its own
+/// shows on that server only; loopback traffic is never counted.
+#[test]
+fn a_network_hog_indicts_its_server_by_net_bytes() {
+    let cfg = kernel_view_config();
+    let t = trained(&cfg, false);
+    let fault = Fault {
+        net_hog_from: Some(10.0),
+        ..Default::default()
+    };
+    let r = diagnosed(&cfg, &t, &[(1, fault)], false, false);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server1"], "{text}");
+    assert_eq!(r.faulty_by_metric[&Metric::NetBytes], vec!["server1"], "{text}");
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|c| c.metric == Metric::NetBytes)
+        .expect("a root cause");
+    assert_eq!(rc.top[0].component, "bytes received", "{:?}", rc.top);
+    // 4 MB a second a server, 50 MB more on the hogged one: its window
+    // score is about 200 MB (the median distance to its peers).
+    let cell = &r.windows[10].servers[1].metrics[&Metric::NetBytes];
+    assert!((1.9e8..2.1e8).contains(&cell.score), "{}", cell.score);
+}
+
+/// Appends records to each capture (`by_capture(i)`), as if recorded.
+fn inject(captures: &mut [(String, Capture)], by_capture: impl Fn(usize) -> Vec<Vec<u8>>) {
+    for (i, (_, cap)) in captures.iter_mut().enumerate() {
+        let bytes = by_capture(i).concat();
+        cap.chunks.push((u64::MAX, bytes));
+    }
+}
+
+/// A retransmission with its socket's identity, on the host clock.
+fn retransmit_sock(
+    t: u64,
+    local: ([u8; 4], u16),
+    remote: ([u8; 4], u16),
+    identity: (u64, u32),
+    owner: u32,
+    netns: u64,
+) -> Vec<u8> {
+    let mut r = tracer_common::kernel::TcpRetransmitSock {
+        base: TcpRetransmit {
+            header: header(
+                5 * SEC + t,
+                0,
+                kind::TCP_RETRANSMIT_SOCK,
+                size_of::<tracer_common::kernel::TcpRetransmitSock>(),
+            ),
+            sport: local.1,
+            dport: remote.1,
+            family: 2,
+            state: 1,
+            ..Default::default()
+        },
+        sk: identity.0,
+        skb: identity.0 + 0x100,
+        owner,
+        seq: 1000,
+        total_retrans: identity.1,
+        netns: netns as u32,
+        ..Default::default()
+    };
+    r.base.saddr[..4].copy_from_slice(&local.0);
+    r.base.daddr[..4].copy_from_slice(&remote.0);
+    r.as_bytes().to_vec()
+}
+
+/// Retransmissions (server, component) counted over a run.
+fn retransmit_totals(captures: &[(String, Capture)]) -> (Vec<[f64; 2]>, Vec<String>) {
+    let cfg = config(ServerSplit::PerCapture);
+    let path = std::path::PathBuf::from("x");
+    let sources: Vec<CaptureSource<'_>> = captures
+        .iter()
+        .map(|(label, capture)| CaptureSource {
+            path: &path,
+            label,
+            capture,
+        })
+        .collect();
+    let f = extract("x", &sources, &cfg).expect("features");
+    let totals = f
+        .series
+        .iter()
+        .map(|m| {
+            let r = &m[Metric::Retransmits.index()];
+            [0u32, 1].map(|c| r.get(&c).map_or(0.0, |v| v.iter().sum()))
+        })
+        .collect();
+    (totals, f.notes)
+}
+
+/// Issue 16, items 1-2: a retransmission belongs to the server whose socket
+/// it is, never to a server that merely talked to the same address, and
+/// the copies every recorder of the host writes count once.
+#[test]
+fn issue_16_retransmissions_belong_to_their_socket_and_count_once() {
+    let mut captures = run(3, 20, &[], false, false);
+    let lo = [127, 0, 0, 1];
+    inject(&mut captures, |c| {
+        let mut out = Vec::new();
+        if c == 1 {
+            // Server 1 once connected to server 2's listening address.
+            let mut addr = SockAddr {
+                family: 2,
+                port_be: port(2).to_be(),
+                ..Default::default()
+            };
+            addr.addr[..4].copy_from_slice(&lo);
+            let connect = Syscall {
+                header: header(5 * SEC + SEC, pid(1), kind::SYSCALL, 88),
+                enter_ns: 5 * SEC + SEC,
+                nr: nr::CONNECT,
+                fd: 9,
+                ret: 0,
+                addr,
+                ..Default::default()
+            };
+            out.push(connect.as_bytes().to_vec());
+        }
+        for k in 0..30u32 {
+            let t = 2 * SEC + u64::from(k) * 100 * MS;
+            // An untraced client's retransmissions towards server 2: every
+            // recorder sees them, none owns them.
+            out.push(retransmit_sock(t, (lo, 40001), (lo, port(2)), (0x1000, k), 0, 0));
+            // Server 3's on a connection it made (no bound address says
+            // so): only server 3's recorder knows the owner.
+            let owner = if c == 3 { pid(3) } else { 0 };
+            out.push(retransmit_sock(
+                t + MS,
+                ([10, 9, 0, 4], 51000),
+                ([10, 9, 9, 9], 80),
+                (0x2000, k),
+                owner,
+                0,
+            ));
+        }
+        out
+    });
+    let (totals, notes) = retransmit_totals(&captures);
+    assert_eq!(totals[2], [0.0, 30.0], "to server 2, once per event: {notes:?}");
+    assert_eq!(totals[1], [0.0, 0.0], "not by server 1, who only connected there");
+    assert_eq!(totals[3], [30.0, 0.0], "by server 3, its owner, once");
+    assert_eq!(totals[0], [0.0, 0.0]);
+}
+
+/// Servers in their own network namespaces listening on the same port of
+/// every address: a retransmission towards one of them is placed by the
+/// address its namespace has, and not placed at all without addresses.
+#[test]
+fn a_port_shared_by_namespaced_servers_is_told_apart_by_their_addresses() {
+    let ip = |s: usize| [10, 9, 0, s as u8 + 1];
+    let build = |with_addresses: bool| {
+        let mut captures = run(4, 20, &[], false, false);
+        inject(&mut captures, |c| {
+            let mut out = Vec::new();
+            let mut listen = SockAddr {
+                family: 2,
+                port_be: 9000u16.to_be(),
+                ..Default::default()
+            };
+            listen.addr[..4].copy_from_slice(&[0, 0, 0, 0]);
+            let bind = Syscall {
+                header: header(5 * SEC + 500 * MS, pid(c), kind::SYSCALL, 88),
+                enter_ns: 5 * SEC + 500 * MS,
+                nr: nr::BIND,
+                fd: 7,
+                addr: listen,
+                ..Default::default()
+            };
+            out.push(bind.as_bytes().to_vec());
+            if with_addresses {
+                let mut a = tracer_common::kernel::NetAddr {
+                    header: header(
+                        5 * SEC + 300 * MS,
+                        pid(c),
+                        kind::NET_ADDR,
+                        size_of::<tracer_common::kernel::NetAddr>(),
+                    ),
+                    netns: NETNS0 + c as u64,
+                    family: 2,
+                    ..Default::default()
+                };
+                a.addr[..4].copy_from_slice(&ip(c));
+                out.push(a.as_bytes().to_vec());
+            }
+            for k in 0..20u32 {
+                // A client in the root namespace, towards server 2's address.
+                let t = 3 * SEC + u64::from(k) * 100 * MS;
+                out.push(retransmit_sock(
+                    t,
+                    ([10, 9, 0, 100], 40000),
+                    (ip(2), 9000),
+                    (0x3000, k),
+                    0,
+                    1,
+                ));
+            }
+            out
+        });
+        captures
+    };
+    let (totals, _) = retransmit_totals(&build(true));
+    assert_eq!(totals[2], [0.0, 20.0], "{totals:?}");
+    assert!(totals.iter().enumerate().all(|(s, t)| s == 2 || *t == [0.0, 0.0]));
+    let (totals, notes) = retransmit_totals(&build(false));
+    assert!(totals.iter().all(|t| *t == [0.0, 0.0]), "never guessed: {totals:?}");
+    assert!(notes.iter().any(|n| n.starts_with("20 TCP retransmissions matched no server")), "{notes:?}");
 }

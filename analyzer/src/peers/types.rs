@@ -14,8 +14,11 @@ pub const THRESHOLDS_VERSION: u32 = 1;
 pub const REPORT_VERSION: u32 = 1;
 
 /// One behaviour metric compared across servers (Kasick et al. §5.1 compare
-/// one metric at a time; the last two are this project's kernel network
-/// signals, which the paper's §7.2 asks for).
+/// one metric at a time). Beyond the paper's three (`samples`, `count`,
+/// `time`): the kernel's view, which needs no symbols of the servers and
+/// which its §7.2 asks for (network: retransmissions, socket bytes, the
+/// server's network namespace; storage: file I/O system calls and block
+/// requests), and system calls.
 #[derive(
     Clone,
     Copy,
@@ -49,6 +52,31 @@ pub enum Metric {
     /// Time in each recorded system call, ms (the paper's time metric for
     /// system calls; spread over the windows a call spans).
     SyscallTime,
+    /// File I/O system calls of the server's processes per class (`read`,
+    /// `write`, `sync`, `metadata`, `async`), on files only (not sockets
+    /// or pipes).
+    FileIo,
+    /// Time in those calls per class, ms.
+    FileTime,
+    /// Block requests per operation (`read`, `write`, `flush`, `discard`)
+    /// on the server's devices: submitted by its processes, or by anyone
+    /// else (page-cache writeback by kernel threads, another process: a
+    /// disk hog) on a device only this server's files live on; a device the
+    /// files of several servers live on counts for each of them.
+    BlockRequests,
+    /// Bytes of those requests per operation.
+    BlockBytes,
+    /// Creation-to-completion time of those requests per operation, ms
+    /// (queueing and service).
+    BlockTime,
+    /// Bytes received and sent on the interfaces (loopback left out) of
+    /// the server's network namespace: the black-box view of its traffic,
+    /// including traffic that is not its own (a network hog towards it).
+    NetBytes,
+    /// Drops and errors in the server's network namespace: interface drops
+    /// and errors, TCP retransmitted segments, timeouts and input errors,
+    /// IP discards, listen drops.
+    NetErrors,
     /// Mean exclusive time per call of each traced function, µs (beyond the
     /// paper): derived from `time` and `count`, it does not scale with the
     /// request rate, so a server that is slower (or faster) per request than
@@ -63,11 +91,18 @@ pub enum Metric {
     /// or congested link queues returns sooner or later than on its peers,
     /// a receive from a lossy link brings fewer bytes per call.
     SyscallLatency,
+    /// Mean time per file I/O call of each class, µs: derived from
+    /// `file-time` and `file-io`; a throttled or busy disk makes every
+    /// call slower however few the requests are.
+    FileLatency,
+    /// Mean creation-to-completion time per block request of each
+    /// operation, µs: derived from `block-time` and `block-requests`.
+    BlockLatency,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 18] = [
         Self::Samples,
         Self::Count,
         Self::Time,
@@ -75,13 +110,22 @@ impl Metric {
         Self::SocketBytes,
         Self::Syscalls,
         Self::SyscallTime,
+        Self::FileIo,
+        Self::FileTime,
+        Self::BlockRequests,
+        Self::BlockBytes,
+        Self::BlockTime,
+        Self::NetBytes,
+        Self::NetErrors,
         Self::Latency,
         Self::SyscallLatency,
+        Self::FileLatency,
+        Self::BlockLatency,
     ];
 
-    /// Metrics with series of their own (the first seven of
+    /// Metrics with series of their own (the first fourteen of
     /// [`Metric::ALL`]); the others are derived from them per window.
-    pub const MEASURED: usize = 7;
+    pub const MEASURED: usize = 14;
 
     /// The metrics used unless others are asked for: the paper's three, the
     /// kernel's network signals and the system-call count, time and latency
@@ -115,8 +159,17 @@ impl Metric {
             Self::SocketBytes => "socket-bytes",
             Self::Syscalls => "syscalls",
             Self::SyscallTime => "syscall-time",
+            Self::FileIo => "file-io",
+            Self::FileTime => "file-time",
+            Self::BlockRequests => "block-requests",
+            Self::BlockBytes => "block-bytes",
+            Self::BlockTime => "block-time",
+            Self::NetBytes => "net-bytes",
+            Self::NetErrors => "net-errors",
             Self::Latency => "latency",
             Self::SyscallLatency => "syscall-latency",
+            Self::FileLatency => "file-latency",
+            Self::BlockLatency => "block-latency",
         }
     }
 
@@ -140,7 +193,12 @@ impl Metric {
             Self::SocketBytes => "bytes",
             Self::Syscalls => "calls",
             Self::SyscallTime => "ms",
-            Self::Latency | Self::SyscallLatency => "us",
+            Self::FileIo => "calls",
+            Self::FileTime | Self::BlockTime => "ms",
+            Self::BlockRequests => "requests",
+            Self::BlockBytes | Self::NetBytes => "bytes",
+            Self::NetErrors => "events",
+            Self::Latency | Self::SyscallLatency | Self::FileLatency | Self::BlockLatency => "us",
         }
     }
 }

@@ -283,6 +283,14 @@ impl<'a> Formatter<'a> {
                     .collect();
                 let _ = write!(line, "netns {}: {}", n.netns, shown.join(" "));
             }
+            Event::NetAddr(a) => {
+                let _ = write!(
+                    line,
+                    "netns {} has address {}",
+                    a.netns,
+                    super::ip_addr(a.family, &a.addr).map_or("?".into(), |ip| ip.to_string())
+                );
+            }
             Event::DeviceName(d) => {
                 let mount = nul_padded(&d.mount);
                 let _ = write!(
@@ -463,6 +471,13 @@ impl<'a> Formatter<'a> {
                     .collect();
                 obj.insert("counters".into(), Value::Object(counters));
             }
+            Event::NetAddr(a) => {
+                obj.insert("netns".into(), json!(a.netns));
+                obj.insert(
+                    "addr".into(),
+                    json!(super::ip_addr(a.family, &a.addr).map(|ip| ip.to_string())),
+                );
+            }
             Event::DeviceName(d) => {
                 obj.insert("dev".into(), json!(dev_string(d.dev)));
                 obj.insert("name".into(), json!(nul_padded(&d.name)));
@@ -613,7 +628,11 @@ impl Summary {
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
             if !matches!(
                 event,
-                Event::BlockIo(_) | Event::NetDev(_) | Event::NetSnmp(_) | Event::DeviceName(_)
+                Event::BlockIo(_)
+                    | Event::NetDev(_)
+                    | Event::NetSnmp(_)
+                    | Event::NetAddr(_)
+                    | Event::DeviceName(_)
             ) {
                 *per_pid.entry(h.pid).or_default() += 1;
             }

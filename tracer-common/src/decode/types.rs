@@ -3,7 +3,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
-    kernel::{BlockIo, DeviceName, FileIo, NetDev, NetSnmp, TcpRetransmitSock},
+    kernel::{BlockIo, DeviceName, FileIo, NetAddr, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
         FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
         UsdtHit, UsdtString, kind,
@@ -47,6 +47,8 @@ pub enum Event {
     NetSnmp(NetSnmp),
     /// The name of a device.
     DeviceName(DeviceName),
+    /// A local address of a network namespace.
+    NetAddr(NetAddr),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -83,6 +85,7 @@ impl Event {
             kind::NET_DEV => Self::NetDev(NetDev::read_from(bytes)?),
             kind::NET_SNMP => Self::NetSnmp(NetSnmp::read_from(bytes)?),
             kind::DEVICE_NAME => Self::DeviceName(DeviceName::read_from(bytes)?),
+            kind::NET_ADDR => Self::NetAddr(NetAddr::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -103,6 +106,7 @@ impl Event {
             Self::NetDev(r) => &r.header,
             Self::NetSnmp(r) => &r.header,
             Self::DeviceName(r) => &r.header,
+            Self::NetAddr(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -127,6 +131,7 @@ impl Event {
             Self::NetDev(_) => "net_dev",
             Self::NetSnmp(_) => "net_snmp",
             Self::DeviceName(_) => "device_name",
+            Self::NetAddr(_) => "net_addr",
             Self::Unknown(_) => "unknown",
         }
     }
@@ -153,6 +158,26 @@ pub fn syscall_name(nr: u32) -> String {
     syscall::name(nr)
         .map(str::to_string)
         .unwrap_or_else(|| format!("syscall_{nr}"))
+}
+
+/// An IP address of a `family` (`AF_INET` in the first 4 bytes, or
+/// `AF_INET6`), IPv4-mapped IPv6 addresses folded to IPv4; `None` for
+/// another family.
+pub fn ip_addr(family: u16, addr: &[u8; 16]) -> Option<std::net::IpAddr> {
+    use std::net::IpAddr;
+    match family {
+        2 => Some(IpAddr::V4(Ipv4Addr::new(
+            addr[0], addr[1], addr[2], addr[3],
+        ))),
+        10 => {
+            let v6 = Ipv6Addr::from(*addr);
+            Some(match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A socket address as text (`1.2.3.4:80`, `[::1]:80`, `unix:/path`), or
