@@ -400,7 +400,9 @@ pub fn parse_if_inet6(text: &str) -> Vec<std::net::Ipv6Addr> {
     text.lines()
         .filter_map(|line| {
             let hex = line.split_whitespace().next()?;
-            let v = u128::from_str_radix(hex, 16).ok().filter(|_| hex.len() == 32)?;
+            let v = u128::from_str_radix(hex, 16)
+                .ok()
+                .filter(|_| hex.len() == 32)?;
             Some(std::net::Ipv6Addr::from(v))
         })
         .collect()
@@ -515,7 +517,10 @@ mod tests {
         assert_eq!(v4, vec!["10.213.7.6", "127.0.0.1"]);
         let inet6 = "00000000000000000000000000000001 01 80 10 80       lo\n\
             fe80000000000000b4a1fffffe000001 05 40 20 80   veth0\nbad line\n";
-        let v6: Vec<String> = parse_if_inet6(inet6).iter().map(ToString::to_string).collect();
+        let v6: Vec<String> = parse_if_inet6(inet6)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(v6, vec!["::1", "fe80::b4a1:ffff:fe00:1"]);
     }
 

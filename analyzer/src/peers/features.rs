@@ -654,7 +654,8 @@ pub fn extract(
     // Block records per host (placed once every capture's file I/O says
     // whose devices are whose); calls per (device, server) per host.
     let mut block: Vec<Vec<(usize, BlockIo)>> = vec![Vec::new(); hosts.len()];
-    let mut device_calls: Vec<HashMap<u32, HashMap<usize, u64>>> = vec![HashMap::new(); hosts.len()];
+    let mut device_calls: Vec<HashMap<u32, HashMap<usize, u64>>> =
+        vec![HashMap::new(); hosts.len()];
     let mut device_names: HashMap<u32, String> = HashMap::new();
     // Addresses of each network namespace per host.
     let mut netns_addrs: Vec<HashMap<u64, HashSet<IpAddr>>> = vec![HashMap::new(); hosts.len()];
@@ -715,7 +716,12 @@ pub fn extract(
         let netns_of = |netns: u64, pid: u32, map: &mut HashMap<u32, usize>| -> Vec<usize> {
             let mut list: Vec<usize> = netns_servers
                 .get(&netns)
-                .map(|l| l.iter().copied().filter(|s| capture_servers.contains(s)).collect())
+                .map(|l| {
+                    l.iter()
+                        .copied()
+                        .filter(|s| capture_servers.contains(s))
+                        .collect()
+                })
                 .unwrap_or_default();
             if list.is_empty() {
                 // Snapshots without namespaces (older captures): the reader's.
@@ -892,7 +898,15 @@ pub fn extract(
                     };
                     let (t0, t1) = (to_rt(off, f.since_ns.min(h.ts_ns)), to_rt(off, h.ts_ns));
                     spread(&mut bins, s, Metric::FileIo, comp, t0, t1, f.calls as f64);
-                    spread(&mut bins, s, Metric::FileTime, comp, t0, t1, f.time_ns as f64 / 1e6);
+                    spread(
+                        &mut bins,
+                        s,
+                        Metric::FileTime,
+                        comp,
+                        t0,
+                        t1,
+                        f.time_ns as f64 / 1e6,
+                    );
                     // Files on a device (major 0: no block device behind).
                     if dev_parts(f.dev).0 != 0 {
                         *device_calls[host]
@@ -1110,9 +1124,33 @@ pub fn extract(
                 to_rt(off, b.header.ts_ns),
             );
             for s in targets {
-                spread(&mut bins, s, Metric::BlockRequests, comp, t0, t1, b.requests as f64);
-                spread(&mut bins, s, Metric::BlockBytes, comp, t0, t1, b.bytes as f64);
-                spread(&mut bins, s, Metric::BlockTime, comp, t0, t1, b.queue_ns as f64 / 1e6);
+                spread(
+                    &mut bins,
+                    s,
+                    Metric::BlockRequests,
+                    comp,
+                    t0,
+                    t1,
+                    b.requests as f64,
+                );
+                spread(
+                    &mut bins,
+                    s,
+                    Metric::BlockBytes,
+                    comp,
+                    t0,
+                    t1,
+                    b.bytes as f64,
+                );
+                spread(
+                    &mut bins,
+                    s,
+                    Metric::BlockTime,
+                    comp,
+                    t0,
+                    t1,
+                    b.queue_ns as f64 / 1e6,
+                );
             }
         }
     }
@@ -1235,10 +1273,7 @@ fn add_net_dev(bins: &mut Bins, s: usize, t0: u64, t1: u64, d: &[u64; 8]) {
 /// Adds a namespace's SNMP counter increase over `[t0, t1)` to server `s`.
 fn add_net_snmp(bins: &mut Bins, s: usize, t0: u64, t1: u64, before: &NetSnmp, now: &NetSnmp) {
     for ((proto, name), comp) in SNMP_ERRORS {
-        let Some(i) = NET_SNMP_COUNTERS
-            .iter()
-            .position(|c| *c == (proto, name))
-        else {
+        let Some(i) = NET_SNMP_COUNTERS.iter().position(|c| *c == (proto, name)) else {
             continue;
         };
         let bit = 1u32 << i;

@@ -215,8 +215,13 @@ fn server_records(
     let mut t = 250 * MS;
     while t < seconds * SEC {
         let since = t - 250 * MS;
-        let slow = if after(fault.slow_disk_from, t) { 5.0 } else { 1.0 };
-        let took = |n: f64, each_ns: f64, rng: &mut Rng| (n * each_ns * slow * rng.jitter(0.05)) as u64;
+        let slow = if after(fault.slow_disk_from, t) {
+            5.0
+        } else {
+            1.0
+        };
+        let took =
+            |n: f64, each_ns: f64, rng: &mut Rng| (n * each_ns * slow * rng.jitter(0.05)) as u64;
         let file = |nr: u32, calls: u64, bytes: u64, time_ns: u64| FileIo {
             header: header(t, p, kind::FILE_IO, size_of::<FileIo>()),
             since_ns: since,
@@ -228,7 +233,10 @@ fn server_records(
             ..Default::default()
         };
         let time = took(25.0, 200_000.0, &mut rng);
-        own.push((t, file(nr::PREAD64, 25, 25 * 4096, time).as_bytes().to_vec()));
+        own.push((
+            t,
+            file(nr::PREAD64, 25, 25 * 4096, time).as_bytes().to_vec(),
+        ));
         let time = took(2.0, 2_000_000.0, &mut rng);
         own.push((t, file(nr::FSYNC, 2, 0, time).as_bytes().to_vec()));
         for (by, requests) in [(p, 10u64), (0, 5)] {
@@ -264,7 +272,10 @@ fn server_records(
             rx += 12_500_000;
         }
         lo += 1 << 30;
-        for (name, c) in [("veth0", [rx, rx / 1000, 0, 0, tx, tx / 1000, 0, 0]), ("lo", [lo; 8])] {
+        for (name, c) in [
+            ("veth0", [rx, rx / 1000, 0, 0, tx, tx / 1000, 0, 0]),
+            ("lo", [lo; 8]),
+        ] {
             let mut n = NetDev {
                 header: header(t, p, kind::NET_DEV, size_of::<NetDev>()),
                 netns: NETNS0 + s as u64,
@@ -1274,7 +1285,6 @@ fn the_outlier_factor_is_optional_and_at_least_one() {
     }
 }
 
-
 /// The kernel's storage and network metrics, and only them.
 fn kernel_view_config() -> PeersConfig {
     PeersConfig {
@@ -1314,7 +1324,12 @@ fn a_slow_disk_indicts_its_server_by_file_and_block_latency() {
     ] {
         assert_eq!(r.faulty_by_metric[&m], vec!["server2"], "{m:?}: {text}");
     }
-    for m in [Metric::FileIo, Metric::BlockRequests, Metric::BlockBytes, Metric::NetBytes] {
+    for m in [
+        Metric::FileIo,
+        Metric::BlockRequests,
+        Metric::BlockBytes,
+        Metric::NetBytes,
+    ] {
         assert!(r.faulty_by_metric[&m].is_empty(), "{m:?}: {text}");
     }
     let rc = r
@@ -1349,14 +1364,20 @@ fn block_requests_count_once_and_writeback_goes_to_the_devices_server() {
     let w = f.windows(&cfg);
     let requests = &w.metrics[3];
     assert_eq!(requests.metric, Metric::BlockRequests);
-    assert_eq!(requests.components, ["discard", "flush", "other", "read", "write"]);
+    assert_eq!(
+        requests.components,
+        ["discard", "flush", "other", "read", "write"]
+    );
     // 10 of the server's own and 5 writeback requests per 250 ms: 240 in
     // a 4 s window, on every server; no read (the root disk's are not theirs).
     for server in &requests.vectors[2] {
         assert_eq!(server, &vec![0.0, 0.0, 0.0, 0.0, 240.0]);
     }
     let bytes = &w.metrics[4];
-    assert_eq!(bytes.vectors[2][1], vec![0.0, 0.0, 0.0, 0.0, 240.0 * 4096.0]);
+    assert_eq!(
+        bytes.vectors[2][1],
+        vec![0.0, 0.0, 0.0, 0.0, 240.0 * 4096.0]
+    );
     assert!(
         f.notes
             .iter()
@@ -1366,7 +1387,10 @@ fn block_requests_count_once_and_writeback_goes_to_the_devices_server() {
     );
     // File I/O: 25 preads and 2 fsyncs per 250 ms, read and sync classes.
     let file = &w.metrics[0];
-    assert_eq!(file.components, ["async", "metadata", "read", "sync", "write"]);
+    assert_eq!(
+        file.components,
+        ["async", "metadata", "read", "sync", "write"]
+    );
     assert_eq!(file.vectors[2][3], vec![0.0, 0.0, 400.0, 32.0, 0.0]);
     // 0.2 ms a pread (±5%).
     let latency = &w.metrics[2];
@@ -1392,7 +1416,11 @@ fn a_network_hog_indicts_its_server_by_net_bytes() {
     let r = diagnosed(&cfg, &t, &[(1, fault)], false, false);
     let text = render::report_text(&r, cfg.distance);
     assert_eq!(r.faulty, vec!["server1"], "{text}");
-    assert_eq!(r.faulty_by_metric[&Metric::NetBytes], vec!["server1"], "{text}");
+    assert_eq!(
+        r.faulty_by_metric[&Metric::NetBytes],
+        vec!["server1"],
+        "{text}"
+    );
     let rc = r
         .root_causes
         .iter()
@@ -1505,7 +1533,14 @@ fn issue_16_retransmissions_belong_to_their_socket_and_count_once() {
             let t = 2 * SEC + u64::from(k) * 100 * MS;
             // An untraced client's retransmissions towards server 2: every
             // recorder sees them, none owns them.
-            out.push(retransmit_sock(t, (lo, 40001), (lo, port(2)), (0x1000, k), 0, 0));
+            out.push(retransmit_sock(
+                t,
+                (lo, 40001),
+                (lo, port(2)),
+                (0x1000, k),
+                0,
+                0,
+            ));
             // Server 3's on a connection it made (no bound address says
             // so): only server 3's recorder knows the owner.
             let owner = if c == 3 { pid(3) } else { 0 };
@@ -1521,8 +1556,16 @@ fn issue_16_retransmissions_belong_to_their_socket_and_count_once() {
         out
     });
     let (totals, notes) = retransmit_totals(&captures);
-    assert_eq!(totals[2], [0.0, 30.0], "to server 2, once per event: {notes:?}");
-    assert_eq!(totals[1], [0.0, 0.0], "not by server 1, who only connected there");
+    assert_eq!(
+        totals[2],
+        [0.0, 30.0],
+        "to server 2, once per event: {notes:?}"
+    );
+    assert_eq!(
+        totals[1],
+        [0.0, 0.0],
+        "not by server 1, who only connected there"
+    );
     assert_eq!(totals[3], [30.0, 0.0], "by server 3, its owner, once");
     assert_eq!(totals[0], [0.0, 0.0]);
 }
@@ -1585,8 +1628,21 @@ fn a_port_shared_by_namespaced_servers_is_told_apart_by_their_addresses() {
     };
     let (totals, _) = retransmit_totals(&build(true));
     assert_eq!(totals[2], [0.0, 20.0], "{totals:?}");
-    assert!(totals.iter().enumerate().all(|(s, t)| s == 2 || *t == [0.0, 0.0]));
+    assert!(
+        totals
+            .iter()
+            .enumerate()
+            .all(|(s, t)| s == 2 || *t == [0.0, 0.0])
+    );
     let (totals, notes) = retransmit_totals(&build(false));
-    assert!(totals.iter().all(|t| *t == [0.0, 0.0]), "never guessed: {totals:?}");
-    assert!(notes.iter().any(|n| n.starts_with("20 TCP retransmissions matched no server")), "{notes:?}");
+    assert!(
+        totals.iter().all(|t| *t == [0.0, 0.0]),
+        "never guessed: {totals:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("20 TCP retransmissions matched no server")),
+        "{notes:?}"
+    );
 }

@@ -10,6 +10,4 @@ mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
 pub use symbolize::{Location, Symbolizer, is_uretprobe_trampoline};
-pub use types::{
-    Event, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name,
-};
+pub use types::{Event, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name};
