@@ -42,7 +42,7 @@ static SOCKET_FDS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(65536, 0)
 /// The traced process that last made a system call on each socket, by
 /// `struct sock` address: whose a retransmission is.
 #[map]
-static SOCK_OWNER: LruHashMap<u64, u32> = LruHashMap::with_max_entries(65536, 0);
+static SOCK_OWNER: LruHashMap<u64, u32> = LruHashMap::with_max_entries(16384, 0);
 
 /// File I/O counters of traced processes (cumulative, per CPU; user space
 /// writes the increase every stats interval). Allocated as keys appear.
@@ -59,7 +59,7 @@ static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockAgg> =
 /// whose completion was never seen (a flush sequence's internal request)
 /// ages out, and its address is recognised as reused by its bio.
 #[map]
-static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(16384, 0);
+static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(8192, 0);
 
 /// Parent process of each process forked by a traced one: a child's
 /// inherited sockets are its ancestors' (checked on first use).

@@ -101,13 +101,13 @@ impl TypeEntry {
 }
 
 /// A parsed BTF blob: every type's position, the string section, and the
-/// struct and union ids by name.
-pub struct Btf {
-    types: Vec<u8>,
-    strings: Vec<u8>,
+/// ids of the structs and unions asked for, by name.
+pub struct Btf<'a> {
+    types: &'a [u8],
+    strings: &'a [u8],
     /// Index = type id (0 is void).
     entries: Vec<TypeEntry>,
-    structs: HashMap<String, u32>,
+    structs: HashMap<&'a str, u32>,
 }
 
 fn word(bytes: &[u8], at: usize) -> Result<u32, BtfError> {
@@ -120,9 +120,10 @@ fn word(bytes: &[u8], at: usize) -> Result<u32, BtfError> {
         })
 }
 
-impl Btf {
-    /// Parses a BTF blob (little-endian).
-    pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+impl<'a> Btf<'a> {
+    /// Parses a BTF blob (little-endian), indexing the structs and unions
+    /// named in `wanted` (the first of each name).
+    pub fn parse(data: &'a [u8], wanted: &[&str]) -> Result<Self, BtfError> {
         let magic = data.get(..2).ok_or(BtfError::Parse {
             at: 0,
             what: "no header",
@@ -140,18 +141,14 @@ impl Btf {
             let start = hdr_len.checked_add(off)?;
             data.get(start..start.checked_add(len)?)
         };
-        let types = section(type_off, type_len)
-            .ok_or(BtfError::Parse {
-                at: 8,
-                what: "type section out of bounds",
-            })?
-            .to_vec();
-        let strings = section(str_off, str_len)
-            .ok_or(BtfError::Parse {
-                at: 16,
-                what: "string section out of bounds",
-            })?
-            .to_vec();
+        let types = section(type_off, type_len).ok_or(BtfError::Parse {
+            at: 8,
+            what: "type section out of bounds",
+        })?;
+        let strings = section(str_off, str_len).ok_or(BtfError::Parse {
+            at: 16,
+            what: "string section out of bounds",
+        })?;
         let mut btf = Self {
             types,
             strings,
@@ -185,12 +182,14 @@ impl Btf {
                     });
                 }
             };
-            if matches!(e.kind(), KIND_STRUCT | KIND_UNION) && e.name_off != 0 {
+            if matches!(e.kind(), KIND_STRUCT | KIND_UNION)
+                && e.name_off != 0
+                && let Some(name) = btf.string(e.name_off)
+                && wanted.contains(&name)
+            {
+                // The first of a name wins (a kernel has one of each).
                 let id = btf.entries.len() as u32;
-                if let Some(name) = btf.string(e.name_off) {
-                    // The first of a name wins (a kernel has one of each).
-                    btf.structs.entry(name.to_string()).or_insert(id);
-                }
+                btf.structs.entry(name).or_insert(id);
             }
             btf.entries.push(e);
             at += 12 + extra;
@@ -204,7 +203,7 @@ impl Btf {
         Ok(btf)
     }
 
-    fn string(&self, off: u32) -> Option<&str> {
+    fn string(&self, off: u32) -> Option<&'a str> {
         let rest = self.strings.get(off as usize..)?;
         let end = rest.iter().position(|b| *b == 0)?;
         std::str::from_utf8(&rest[..end]).ok()
@@ -370,11 +369,20 @@ pub fn kernel_offsets() -> Result<KernelOffsets, BtfError> {
             path: path.to_path_buf(),
         });
     }
-    Ok(offsets(&Btf::parse(&data)?))
+    let wanted: Vec<&str> = FIELDS.iter().map(|f| f.1).collect();
+    Ok(offsets(&Btf::parse(&data, &wanted)?))
+}
+
+/// The offsets of this kernel, read once per process (the agent starts a
+/// session again and again; the kernel does not change under it).
+pub fn kernel_offsets_cached() -> Result<KernelOffsets, &'static BtfError> {
+    static OFFSETS: std::sync::OnceLock<Result<KernelOffsets, BtfError>> =
+        std::sync::OnceLock::new();
+    OFFSETS.get_or_init(kernel_offsets).as_ref().copied()
 }
 
 /// The offsets found in `btf`.
-pub fn offsets(btf: &Btf) -> KernelOffsets {
+pub fn offsets(btf: &Btf<'_>) -> KernelOffsets {
     let mut out = KernelOffsets::ABSENT;
     for (field, ty, path, size) in FIELDS {
         let found = btf.offset_of(ty, path).filter(|(_, actual)| {
@@ -425,7 +433,7 @@ mod tests {
     /// `struct outer { int a; union { struct inner in; long b; }; int
     /// bits:3; const u16 c; }` with `struct inner { char x[3]; u32 y; }`
     /// and a typedef'd u16.
-    fn sample() -> Btf {
+    fn sample() -> Btf<'static> {
         // Strings: offsets of each name.
         let strings = b"\0int\0outer\0a\0inner\0in\0b\0x\0y\0long\0char\0u16\0c\0bits\0";
         let s = |name: &str| {
@@ -495,7 +503,8 @@ mod tests {
             ],
         ]
         .concat();
-        Btf::parse(&blob(&types, strings)).expect("valid BTF")
+        let data = Box::leak(blob(&types, strings).into_boxed_slice());
+        Btf::parse(data, &["outer", "inner"]).expect("valid BTF")
     }
 
     #[test]
@@ -531,14 +540,14 @@ mod tests {
     #[test]
     fn damaged_btf_is_an_error_not_a_panic() {
         let good = blob(&[1, info(KIND_INT, 0, false), 4, 32], b"\0int\0");
-        assert!(Btf::parse(&good).is_ok());
+        assert!(Btf::parse(&good, &[]).is_ok());
         for cut in 0..good.len() {
-            let _ = Btf::parse(&good[..cut]);
+            let _ = Btf::parse(&good[..cut], &[]);
         }
         let mut bad_kind = good.clone();
         bad_kind[24 + 7] = 31;
         assert!(matches!(
-            Btf::parse(&bad_kind),
+            Btf::parse(&bad_kind, &[]),
             Err(BtfError::Parse {
                 what: "unknown type kind",
                 ..
@@ -546,9 +555,9 @@ mod tests {
         ));
         // A struct claiming more members than the section holds.
         let lying = blob(&[1, info(KIND_STRUCT, 9, false), 4], b"\0s\0");
-        assert!(Btf::parse(&lying).is_err());
-        assert!(Btf::parse(b"\x9f\xeb\x01\x00").is_err());
-        assert!(Btf::parse(b"garbage!").is_err());
+        assert!(Btf::parse(&lying, &[]).is_err());
+        assert!(Btf::parse(b"\x9f\xeb\x01\x00", &[]).is_err());
+        assert!(Btf::parse(b"garbage!", &[]).is_err());
     }
 
     /// On this machine's kernel every field is found, with the sizes the

@@ -671,13 +671,19 @@ impl Session {
         if tracefs::ensure_mounted()? {
             progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
         }
-        let kernel = match btf::kernel_offsets() {
+        let btf_started = Instant::now();
+        let kernel = match btf::kernel_offsets_cached() {
             Ok(k) => k,
             Err(e) => {
                 progress(&format!("{e}"));
                 tracer_common::kernel::KernelOffsets::ABSENT
             }
         };
+        log::debug!(
+            "kernel offsets from BTF in {:.1} ms",
+            btf_started.elapsed().as_secs_f64() * 1e3
+        );
+        let load_started = Instant::now();
         let mut view = KernelView {
             files: config.file_io && kernel.has_files(),
             block: config.block_io && kernel.has_block(),
@@ -711,6 +717,10 @@ impl Session {
             kernel,
             uprobe_multi: config.uprobe_multi,
         })?;
+        log::debug!(
+            "programs loaded in {:.1} ms",
+            load_started.elapsed().as_secs_f64() * 1e3
+        );
         let attach_started = Instant::now();
         loaded.attach_lifecycle(kernel.has_task())?;
         if config.empty_syscalls {

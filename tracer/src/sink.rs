@@ -37,8 +37,10 @@ pub enum SinkError {
     },
 }
 
-/// Number of record kinds counted (index = kind).
-pub const KINDS: usize = tracer_common::record::kind::DEVICE_NAME as usize + 1;
+/// Number of record kinds counted (index = kind): room for kinds not yet
+/// defined, so the count of records stays right when a kind is added
+/// (kinds up to 63; `Sink::push` counts any larger one in the last slot).
+pub const KINDS: usize = 64;
 
 /// A capture file being written.
 #[derive(Debug)]
@@ -98,7 +100,7 @@ impl Sink {
     #[inline]
     pub fn push(&mut self, record: &[u8], header: &Header) -> Result<(), SinkError> {
         self.pending.extend_from_slice(record);
-        if let Some(count) = self.counts.get_mut(usize::from(header.kind)) {
+        if let Some(count) = self.counts.get_mut(usize::from(header.kind).min(KINDS - 1)) {
             *count += 1;
         }
         if self.first_ns == 0 {

@@ -3,7 +3,8 @@
 //! - overhead: ns per call of an unprobed function, of one with an empty
 //!   uprobe+uretprobe pair, and of one traced with records, in the same run;
 //! - event rate: calls flooded through the tracer into a capture, with the
-//!   records lost (if any) as the tracer reports them.
+//!   records lost (if any) as the tracer reports them;
+//! - system calls and exit time (`bench_syscalls.rs`).
 //!
 //! The decode rate is `cargo bench -p analyzer --bench decode`.
 
@@ -26,6 +27,16 @@ pub(crate) struct BenchArgs {
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Rounds of the system-call measurement (each round makes 6 calls).
+    #[arg(long, default_value_t = 100_000)]
+    sys_rounds: u64,
+    /// Another tracer binary (built from an older commit) to measure beside
+    /// this one in the system-call and exit-time benchmarks.
+    #[arg(long, value_name = "TRACER")]
+    baseline: Option<std::path::PathBuf>,
+    /// Only the system-call and exit-time benchmarks.
+    #[arg(long)]
+    syscalls_only: bool,
 }
 
 /// The median (upper of the two middle values); NaN for no values.
@@ -74,6 +85,14 @@ pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
         bail!("benchmarks attach probes: run as root");
     }
     let tracer = build_tracer(true)?;
+    if args.syscalls_only {
+        return crate::bench_syscalls::syscall_overhead(
+            &tracer,
+            args.baseline.as_deref(),
+            args.sys_rounds,
+            args.repeat,
+        );
+    }
     let bench = build_c(&root().join("xtask/bench/bench.c"), "bench")?;
     let bench = bench.to_str().context("utf-8 path")?;
 
@@ -145,6 +164,12 @@ pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     crate::bench_python::python_overhead(&tracer, args.calls, args.repeat)?;
+    crate::bench_syscalls::syscall_overhead(
+        &tracer,
+        args.baseline.as_deref(),
+        args.sys_rounds,
+        args.repeat,
+    )?;
     println!("\n(decode rate: cargo bench -p analyzer --bench decode)");
     Ok(())
 }

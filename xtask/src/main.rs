@@ -12,6 +12,7 @@
 mod bench;
 mod bench_agent;
 mod bench_python;
+mod bench_syscalls;
 mod gluster;
 mod mpi;
 
