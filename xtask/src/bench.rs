@@ -34,9 +34,12 @@ pub(crate) struct BenchArgs {
     /// this one in the system-call and exit-time benchmarks.
     #[arg(long, value_name = "TRACER")]
     baseline: Option<std::path::PathBuf>,
-    /// Only the system-call and exit-time benchmarks.
+    /// Only the system-call, exit-time and server-workload benchmarks.
     #[arg(long)]
     syscalls_only: bool,
+    /// Seconds of each server-workload run.
+    #[arg(long, default_value_t = 5.0)]
+    workload_seconds: f64,
 }
 
 /// The median (upper of the two middle values); NaN for no values.
@@ -86,10 +89,16 @@ pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let tracer = build_tracer(true)?;
     if args.syscalls_only {
-        return crate::bench_syscalls::syscall_overhead(
+        crate::bench_syscalls::syscall_overhead(
             &tracer,
             args.baseline.as_deref(),
             args.sys_rounds,
+            args.repeat,
+        )?;
+        return crate::bench_syscalls::workload_overhead(
+            &tracer,
+            args.baseline.as_deref(),
+            args.workload_seconds,
             args.repeat,
         );
     }
@@ -168,6 +177,12 @@ pub(crate) fn run_benches(args: &BenchArgs) -> anyhow::Result<()> {
         &tracer,
         args.baseline.as_deref(),
         args.sys_rounds,
+        args.repeat,
+    )?;
+    crate::bench_syscalls::workload_overhead(
+        &tracer,
+        args.baseline.as_deref(),
+        args.workload_seconds,
         args.repeat,
     )?;
     println!("\n(decode rate: cargo bench -p analyzer --bench decode)");

@@ -201,3 +201,191 @@ fn load_average() -> String {
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
 }
+
+/// CPU seconds (user + system) of process `pid` so far, from `/proc`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): utime is the
+    // 14th field, stime the 15th.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Runs `cmd` to its end, sampling its CPU time until it exits; returns
+/// (its stdout, its CPU seconds as last seen, wall seconds).
+fn run_measured(cmd: &mut Command) -> anyhow::Result<(String, f64, f64)> {
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting")?;
+    let pid = child.id();
+    let mut cpu = 0.0;
+    let mut stdout = child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    while child.try_wait()?.is_none() {
+        if let Some(c) = cpu_seconds(pid) {
+            cpu = c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = reader.join().unwrap_or_default();
+    Ok((out, cpu, started.elapsed().as_secs_f64()))
+}
+
+/// Throughput of two system-call-heavy servers untraced and recorded with
+/// no function probes (the defaults otherwise: 99 Hz samples, socket calls,
+/// file and block I/O, network counters), and the recorder's own CPU:
+/// - file: `fio`, 4 KiB random preads of a cached 64 MiB file (psync), IOPS;
+/// - socket: the echo server of the tests, 4 KiB messages from one client,
+///   MB/s.
+pub(crate) fn workload_overhead(
+    tracer: &Path,
+    baseline: Option<&Path>,
+    seconds: f64,
+    repeat: usize,
+) -> anyhow::Result<()> {
+    let echo = crate::build_c(&crate::root().join("tests/fixtures/tcpecho.c"), "tcpecho")?;
+    let dir = target_dir().join("xtask/bench-workload");
+    std::fs::create_dir_all(&dir)?;
+    let data = dir.join("fio.data");
+    println!(
+        "\n== system-call-heavy servers, recorded with no -f ({seconds} s runs, median of {repeat}; load average {})",
+        load_average()
+    );
+    let mut tracers: Vec<(&str, Option<&Path>)> =
+        vec![("untraced", None), ("this tracer", Some(tracer))];
+    if let Some(b) = baseline {
+        tracers.push(("baseline", Some(b)));
+    }
+    let capture = capture_path();
+    let secs = format!("{seconds}");
+    // (workload, tracer) → (throughputs, recorder CPU shares)
+    let mut results: Vec<Vec<(Vec<f64>, Vec<f64>)>> =
+        vec![vec![Default::default(); tracers.len()]; 2];
+    for _ in 0..repeat {
+        for (t, (_, tracer)) in tracers.iter().enumerate() {
+            // File server: fio under the tracer (`record -- fio`).
+            let fio = [
+                "fio".to_string(),
+                "--name=r".into(),
+                "--rw=randread".into(),
+                "--bs=4k".into(),
+                "--size=64m".into(),
+                "--ioengine=psync".into(),
+                "--time_based".into(),
+                format!("--runtime={seconds}"),
+                format!("--filename={}", data.display()),
+                "--output-format=json".into(),
+            ];
+            let mut cmd = match tracer {
+                Some(t) => {
+                    let mut c = Command::new(t);
+                    c.args(["record", "-o"]).arg(&capture).arg("--").args(&fio);
+                    c
+                }
+                None => {
+                    let mut c = Command::new(&fio[0]);
+                    c.args(&fio[1..]);
+                    c
+                }
+            };
+            let (out, cpu, wall) = run_measured(&mut cmd)?;
+            let json: serde_json::Value =
+                serde_json::from_str(out.get(out.find('{').unwrap_or(0)..).unwrap_or("{}"))
+                    .context("fio's JSON")?;
+            let iops = json["jobs"][0]["read"]["iops"].as_f64().unwrap_or(0.0);
+            results[0][t].0.push(iops);
+            if tracer.is_some() {
+                // The recorder's CPU minus fio's own: fio is its child and
+                // /proc's times of the recorder do not include it.
+                results[0][t].1.push(cpu / wall);
+            }
+            // Socket server: the echo server under the tracer, one client.
+            let port_file = dir.join("port");
+            let _ = std::fs::remove_file(&port_file);
+            let mut server = match tracer {
+                Some(t) => Command::new(t)
+                    .args(["record", "-o"])
+                    .arg(&capture)
+                    .args(["--", echo.to_str().context("utf8")?, "serve"])
+                    .arg(&port_file)
+                    .stderr(Stdio::null())
+                    .spawn()?,
+                None => Command::new(&echo).arg("serve").arg(&port_file).spawn()?,
+            };
+            let started = std::time::Instant::now();
+            let port = loop {
+                if let Some(p) = std::fs::read_to_string(&port_file)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u16>().ok())
+                {
+                    break p;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    bail!("the echo server did not start");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let cpu_before = cpu_seconds(server.id()).unwrap_or(0.0);
+            let client_started = std::time::Instant::now();
+            let out = Command::new(&echo)
+                .args(["client", "127.0.0.1", &port.to_string(), &secs, "4096"])
+                .output()?;
+            let wall = client_started.elapsed().as_secs_f64();
+            let cpu = cpu_seconds(server.id()).unwrap_or(0.0) - cpu_before;
+            let bytes: f64 = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .unwrap_or(0.0);
+            results[1][t].0.push(bytes / 1e6 / seconds);
+            if tracer.is_some() {
+                results[1][t].1.push(cpu / wall);
+            }
+            // SIGINT stops the recorder and, with it, the server it started.
+            let _ = Command::new("kill")
+                .args(["-INT", &server.id().to_string()])
+                .status();
+            if tracer.is_none() {
+                let _ = server.kill();
+            }
+            let _ = server.wait();
+        }
+    }
+    for (w, (name, unit)) in [
+        ("file server (fio psync 4k randread)", "IOPS"),
+        ("socket server (echo, 4 KiB)", "MB/s"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        println!("  {name}");
+        let base = median(results[w][0].0.clone());
+        for (t, (tname, tracer)) in tracers.iter().enumerate() {
+            let (tput, cpu) = &results[w][t];
+            let m = median(tput.clone());
+            let shown: Vec<String> = tput.iter().map(|v| format!("{v:.0}")).collect();
+            if tracer.is_none() {
+                println!(
+                    "    {tname:<12} {m:>10.0} {unit} (runs {})",
+                    shown.join(", ")
+                );
+            } else {
+                println!(
+                    "    {tname:<12} {m:>10.0} {unit} (runs {}), slowdown {:.1}%, recorder CPU {:.1}% of a core",
+                    shown.join(", "),
+                    100.0 * (1.0 - m / base),
+                    100.0 * median(cpu.clone())
+                );
+            }
+        }
+    }
+    Ok(())
+}
