@@ -152,31 +152,52 @@ impl Netns {
         cmd
     }
 
-    /// Drops each packet in and out of the namespace with probability `p`
-    /// (iptables statistic match; the namespace's rules go with it).
-    pub fn lose(&self, p: f64) {
-        for chain in ["INPUT", "OUTPUT"] {
-            let p = p.to_string();
-            run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &self.name,
-                    "iptables",
-                    "-A",
-                    chain,
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    &p,
-                    "-j",
-                    "DROP",
-                ],
-            );
-        }
+    /// Joins this namespace to `other` by a veth pair of their own (link
+    /// number `k` of this test process), on 10.214.P.4k+1 (here) and 4k+2
+    /// (there); returns (this side's address, the other side's).
+    pub fn link(&self, other: &Netns, k: u8) -> (Ipv4Addr, Ipv4Addr) {
+        assert!(k < 60, "at most 60 links");
+        let pid = std::process::id();
+        let (a, b) = (
+            format!("ec{}a{k}", pid % 100_000),
+            format!("ec{}b{k}", pid % 100_000),
+        );
+        let subnet = (pid % 250) as u8;
+        let here = Ipv4Addr::new(10, 214, subnet, 4 * k + 1);
+        let there = Ipv4Addr::new(10, 214, subnet, 4 * k + 2);
+        self.ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
+        self.ip(&["link", "set", &b, "netns", &other.name]);
+        self.ip(&["addr", "add", &format!("{here}/30"), "dev", &a]);
+        self.ip(&["link", "set", &a, "up"]);
+        other.ip(&["addr", "add", &format!("{there}/30"), "dev", &b]);
+        other.ip(&["link", "set", &b, "up"]);
+        (here, there)
+    }
+
+    /// Drops each packet entering the namespace with probability `p`
+    /// (iptables statistic match; the namespace's rules go with it): lost
+    /// on the wire, as far as the senders can tell.
+    pub fn lose_incoming(&self, p: f64) {
+        let p = p.to_string();
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.name,
+                "iptables",
+                "-A",
+                "INPUT",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ],
+        );
     }
 }
 
