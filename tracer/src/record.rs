@@ -338,6 +338,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::NET_DEV => "net_dev",
         kind::NET_SNMP => "net_snmp",
         kind::DEVICE_NAME => "device_name",
+        kind::NET_ADDR => "net_addr",
         _ => "unknown",
     }
 }
