@@ -164,9 +164,9 @@ impl<'a> Btf<'a> {
         while at < btf.types.len() {
             let e = TypeEntry {
                 at,
-                name_off: word(&btf.types, at)?,
-                info: word(&btf.types, at + 4)?,
-                size_type: word(&btf.types, at + 8)?,
+                name_off: word(btf.types, at)?,
+                info: word(btf.types, at + 4)?,
+                size_type: word(btf.types, at + 8)?,
             };
             let extra = match e.kind() {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
@@ -236,8 +236,8 @@ impl<'a> Btf<'a> {
             }
             KIND_PTR => Some(8),
             KIND_ARRAY => {
-                let elem = word(&self.types, e.at + 12).ok()?;
-                let n = word(&self.types, e.at + 20).ok()? as usize;
+                let elem = word(self.types, e.at + 12).ok()?;
+                let n = word(self.types, e.at + 20).ok()? as usize;
                 self.size_of(elem)?.checked_mul(n)
             }
             _ => None,
@@ -252,9 +252,9 @@ impl<'a> Btf<'a> {
         }
         for i in 0..e.vlen() {
             let at = e.at + 12 + 12 * i;
-            let name_off = word(&self.types, at).ok()?;
-            let ty = word(&self.types, at + 4).ok()?;
-            let raw = word(&self.types, at + 8).ok()?;
+            let name_off = word(self.types, at).ok()?;
+            let ty = word(self.types, at + 4).ok()?;
+            let raw = word(self.types, at + 8).ok()?;
             let (bits, bitfield) = if e.kind_flag() {
                 (raw & 0xff_ffff, raw >> 24 != 0)
             } else {
