@@ -92,11 +92,18 @@ pub fn fd_file(fd: i64) -> Option<FdFile> {
 fn fd_file_ptr(fd: u64) -> Option<u64> {
     let files: u64 = read(current_task(), off!(task_files))?;
     let fdt: u64 = read(files, off!(files_fdt))?;
-    let max_fds: u32 = read(fdt, off!(fdt_max_fds))?;
+    let (max_fds_off, fd_off) = (off!(fdt_max_fds), off!(fdt_fd));
+    // `max_fds` then `fd` in one read where they are 8 bytes apart (every
+    // kernel since 2.6): one probe read fewer on a hot path.
+    let (max_fds, array) = if fd_off == max_fds_off.wrapping_add(8) {
+        let pair: [u64; 2] = read(fdt, max_fds_off)?;
+        (pair[0] as u32, pair[1])
+    } else {
+        (read::<u32>(fdt, max_fds_off)?, read::<u64>(fdt, fd_off)?)
+    };
     if fd >= u64::from(max_fds) {
         return None;
     }
-    let array: u64 = read(fdt, off!(fdt_fd))?;
     let file: u64 = read(array + 8 * fd, 0)?;
     (file != 0).then_some(file)
 }

@@ -124,6 +124,9 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         || (spec.flags & flag::SOCKET_FD_ONLY != 0 && is_socket(pid, fd as i64))
     {
         (file_class::NONE, 0)
+    } else if !files && spec.flags & flag::SOCKET_FD_ONLY == 0 {
+        // A file-only call while file I/O is not counted.
+        return;
     } else {
         // The descriptor itself says: a file, a socket we did not know
         // (opened before its process was traced, inherited), or neither.
