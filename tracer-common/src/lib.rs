@@ -34,6 +34,9 @@ pub mod maps {
     pub const EVENTS: &str = "EVENTS";
     /// Process ids (tgid) being traced: key tgid, value [`crate::TRACED_ROOT`] or [`crate::TRACED_CHILD`].
     pub const TRACED_PIDS: &str = "TRACED_PIDS";
+    /// The keys of [`TRACED_PIDS`] as a bitmap of [`crate::TRACED_BITS_WORDS`]
+    /// `u64` words, shared with user space through `mmap`.
+    pub const TRACED_BITS: &str = "TRACED_BITS";
     /// Socket file descriptors of traced processes: key `(tgid << 32) | fd`.
     pub const SOCKET_FDS: &str = "SOCKET_FDS";
     /// Forked processes whose inherited sockets user space has not copied
@@ -117,6 +120,10 @@ pub mod globals {
     /// [`crate::kernel::KernelOffsets`]: kernel struct offsets from BTF.
     pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 }
+
+/// Words of the `TRACED_BITS` bitmap: one bit per pid up to the kernel's
+/// largest `pid_max` (4 M, `PID_MAX_LIMIT` on 64-bit), 512 KiB.
+pub const TRACED_BITS_WORDS: u32 = (4 << 20) / 64;
 
 /// Value in [`maps::TRACED_PIDS`] for a process named by the user.
 pub const TRACED_ROOT: u32 = 1;

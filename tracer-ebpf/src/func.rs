@@ -13,7 +13,7 @@ use tracer_common::{
     stats::Stat,
 };
 
-use crate::{TRACED_PIDS, count, current, emit, header, is_traced};
+use crate::{count, current, emit, header, is_traced, trace};
 
 #[uprobe]
 pub fn func_entry(ctx: ProbeContext) -> u32 {
@@ -29,7 +29,7 @@ fn try_func_entry(ctx: &ProbeContext) {
     if cookie & COOKIE_ENROLL != 0 {
         // Entry point of an `--exe` target: every new process of it is traced
         // from its first instruction.
-        if TRACED_PIDS.insert(&pid, &TRACED_ROOT, 0).is_err() {
+        if !trace(pid, TRACED_ROOT) {
             count(Stat::PidMapFull);
         }
         return;

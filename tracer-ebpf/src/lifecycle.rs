@@ -17,8 +17,8 @@ use tracer_common::{
 };
 
 use crate::{
-    FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, TRACED_PIDS, count, current, emit, emit_urgent,
-    global, header, is_traced,
+    FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, count, current, emit, emit_urgent, global,
+    header, is_traced,
     kernel::{off, read},
 };
 
@@ -49,7 +49,7 @@ fn on_fork<C: aya_ebpf::EbpfContext>(ctx: &C, child: u32) {
     // A new thread also passes here; its tid in the map is harmless (keys are
     // tgids) and is removed when the thread exits.
     if global(&FOLLOW_CHILDREN) != 0 {
-        if TRACED_PIDS.insert(&child, &TRACED_CHILD, 0).is_err() {
+        if !crate::trace(child, TRACED_CHILD) {
             count(Stat::PidMapFull);
         } else {
             debug!(ctx, "following task {} forked by {}", child, pid);
@@ -77,19 +77,23 @@ fn on_exec() {
 #[inline(always)]
 fn on_exit(group_dead: impl FnOnce() -> u32) {
     let (pid, tid) = current();
+    // Every task of the node passes here: the bitmap first.
+    if !crate::may_be_traced(pid) && !crate::may_be_traced(tid) {
+        return;
+    }
     let _ = INFLIGHT.remove(&tid);
     if !is_traced(pid) && !is_traced(tid) {
         return;
     }
     let group_dead = group_dead();
     if tid != pid {
-        let _ = TRACED_PIDS.remove(&tid);
+        crate::untrace(tid);
     }
     if is_traced(pid) {
         record(lifecycle::EXIT, pid, tid, 0, group_dead);
     }
     if group_dead != 0 {
-        let _ = TRACED_PIDS.remove(&pid);
+        crate::untrace(pid);
     }
 }
 

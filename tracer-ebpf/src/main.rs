@@ -3,6 +3,10 @@
 //! space can report what was lost. Records are laid out in `tracer-common`.
 #![no_std]
 #![no_main]
+// Atomic bit operations on map values (BPF_ATOMIC or/and): core's atomic
+// types have no read-modify-write for this target.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod block;
 mod files;
@@ -17,7 +21,7 @@ mod usdt;
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tracer_common::{
     kernel::{BlockAgg, BlockKey, BlockStart, FileAgg, FileKey, KernelOffsets},
@@ -32,6 +36,17 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 /// Traced processes by tgid.
 #[map]
 static TRACED_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(32768, 0);
+
+/// The keys of `TRACED_PIDS` as a bitmap (bit `pid % 64` of word `pid /
+/// 64`, every pid up to the kernel's limit of 4 M): the first test every
+/// system call of the node makes, an array load the verifier inlines where
+/// a hash lookup costs tens of ns. Set and cleared atomically, here and by
+/// user space (through a shared mapping), with every insert and removal.
+#[map]
+static TRACED_BITS: Array<u64> = Array::with_max_entries(
+    tracer_common::TRACED_BITS_WORDS,
+    aya_ebpf::bindings::BPF_F_MMAPABLE,
+);
 
 /// Socket fds of traced processes, key `(tgid << 32) | fd`, value the
 /// socket's `struct sock` address once looked up (1 before). LRU: a leaked
@@ -123,10 +138,53 @@ fn count(stat: Stat) {
     }
 }
 
+/// Whether `tgid` is traced: its bit, then the map (the bit alone is the
+/// answer for the processes that are not, nearly every one of the node).
 #[inline(always)]
 fn is_traced(tgid: u32) -> bool {
     // SAFETY: the value is only read for presence.
-    unsafe { TRACED_PIDS.get(&tgid) }.is_some()
+    may_be_traced(tgid) && unsafe { TRACED_PIDS.get(&tgid) }.is_some()
+}
+
+/// Whether `pid`'s bit is set (no false negative: it is set before its
+/// `TRACED_PIDS` entry is made).
+#[inline(always)]
+fn may_be_traced(pid: u32) -> bool {
+    match TRACED_BITS.get(pid >> 6) {
+        Some(word) => *word & (1 << (pid & 63)) != 0,
+        None => false,
+    }
+}
+
+/// Traces `pid` (`value`: root or child); false when the map is full.
+#[inline(always)]
+fn trace(pid: u32, value: u32) -> bool {
+    if let Some(word) = TRACED_BITS.get_ptr_mut(pid >> 6) {
+        // SAFETY: a map value; an atomic or, as other CPUs and user space
+        // set and clear other bits of the same word.
+        unsafe {
+            core::intrinsics::atomic_or::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                word,
+                1 << (pid & 63),
+            )
+        };
+    }
+    TRACED_PIDS.insert(&pid, &value, 0).is_ok()
+}
+
+/// Stops tracing `pid`.
+#[inline(always)]
+fn untrace(pid: u32) {
+    let _ = TRACED_PIDS.remove(&pid);
+    if let Some(word) = TRACED_BITS.get_ptr_mut(pid >> 6) {
+        // SAFETY: as in `trace`.
+        unsafe {
+            core::intrinsics::atomic_and::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                word,
+                !(1 << (pid & 63)),
+            )
+        };
+    }
 }
 
 /// Current (tgid, tid).

@@ -171,6 +171,10 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn try_sys_exit(ctx: &RawTracePointContext) {
     let (pid, tid) = current();
+    // Calls in progress are only kept for traced processes.
+    if !crate::may_be_traced(pid) {
+        return;
+    }
     // SAFETY: the value is copied out before the entry is removed.
     let Some(enter) = (unsafe { INFLIGHT.get(&tid) }).copied() else {
         return;

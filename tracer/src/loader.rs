@@ -117,11 +117,72 @@ pub struct LoadOptions {
     pub uprobe_multi: bool,
 }
 
+/// The `TRACED_BITS` map mapped into this process: bits set and cleared
+/// with atomic operations, as the eBPF programs do.
+struct TracedBits {
+    words: *mut u64,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomic
+// operations; moving the owner between threads is sound.
+unsafe impl Send for TracedBits {}
+
+impl TracedBits {
+    fn map(fd: &OwnedFd) -> io::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let len = tracer_common::TRACED_BITS_WORDS as usize * 8;
+        // SAFETY: a fresh shared mapping of a BPF_F_MMAPABLE array of
+        // exactly `len` bytes; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            words: ptr.cast(),
+            len,
+        })
+    }
+
+    fn word(&self, pid: u32) -> Option<&std::sync::atomic::AtomicU64> {
+        let index = (pid >> 6) as usize;
+        if index >= self.len / 8 {
+            return None;
+        }
+        // SAFETY: in bounds of the mapping, which lives as long as `self`;
+        // 8-byte aligned (page-aligned start); only accessed atomically.
+        Some(unsafe { std::sync::atomic::AtomicU64::from_ptr(self.words.add(index)) })
+    }
+
+    fn set(&self, pid: u32) {
+        if let Some(w) = self.word(pid) {
+            w.fetch_or(1 << (pid & 63), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for TracedBits {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.words.cast(), self.len) };
+    }
+}
+
 /// The loaded programs and the maps user space uses.
 pub struct Loaded {
     ebpf: Ebpf,
     ring: Option<RingBuf<MapData>>,
     traced: HashMap<MapData, u32, u32>,
+    traced_bits: TracedBits,
     sockets: HashMap<MapData, u64, u64>,
     /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
     parents: HashMap<MapData, u32, [u8; 16]>,
@@ -197,7 +258,7 @@ impl Loaded {
                 };
                 LoadError::Load { hint, source }
             })?;
-        let map_fds = ebpf
+        let map_fds: Vec<(String, OwnedFd)> = ebpf
             .maps()
             .filter_map(|(name, map)| {
                 let fd = map_data(map).fd().as_fd().try_clone_to_owned().ok()?;
@@ -208,6 +269,24 @@ impl Loaded {
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
         let ring = take::<RingBuf<MapData>>(&mut ebpf, maps::EVENTS)?;
         let traced = take(&mut ebpf, maps::TRACED_PIDS)?;
+        let traced_bits = map_fds
+            .iter()
+            .find(|(name, _)| name == maps::TRACED_BITS)
+            .ok_or(LoadError::Map {
+                name: maps::TRACED_BITS,
+                source: MapError::InvalidName {
+                    name: maps::TRACED_BITS.into(),
+                },
+            })
+            .and_then(|(_, fd)| {
+                TracedBits::map(fd).map_err(|e| LoadError::Map {
+                    name: maps::TRACED_BITS,
+                    source: MapError::SyscallError(aya::sys::SyscallError {
+                        call: "mmap",
+                        io_error: e,
+                    }),
+                })
+            })?;
         let sockets = take(&mut ebpf, maps::SOCKET_FDS)?;
         let parents = take(&mut ebpf, maps::PARENT)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
@@ -219,6 +298,7 @@ impl Loaded {
             ebpf,
             ring: Some(ring),
             traced,
+            traced_bits,
             sockets,
             parents,
             inflight,
@@ -658,6 +738,8 @@ impl Loaded {
         } else {
             tracer_common::TRACED_CHILD
         };
+        // The bit first: the programs test it before the map.
+        self.traced_bits.set(pid);
         self.traced
             .insert(pid, value, 0)
             .map_err(|source| LoadError::Map {
