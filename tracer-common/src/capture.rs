@@ -34,6 +34,9 @@ pub const FILE_HEADER_LEN: u64 = 16;
 pub const CHUNK_HEADER_LEN: usize = 24;
 /// Largest payload a reader accepts (guards against a corrupt length field).
 pub const MAX_CHUNK_LEN: u32 = 256 << 20;
+/// Payload bytes a reader reserves before reading them; beyond this the
+/// buffer grows with the bytes actually read.
+const PREALLOCATE: usize = 1 << 20;
 
 /// Kind of a chunk's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -581,9 +584,15 @@ impl<R: Read> CaptureReader<R> {
                 "chunk length {len} exceeds the maximum {MAX_CHUNK_LEN}"
             )));
         }
-        let mut payload = vec![0u8; len as usize];
-        let got = read_full(&mut self.input, &mut payload).map_err(io_err)?;
-        if got < payload.len() {
+        // Grow the buffer with the data that is really there: a length
+        // field (checked against the maximum above) must not allocate
+        // before the file shows it holds that much.
+        let mut payload = Vec::with_capacity((len as usize).min(PREALLOCATE));
+        (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)
+            .map_err(io_err)?;
+        if payload.len() < len as usize {
             return Err(truncated);
         }
         if crc32fast::hash(&payload) != crc {

@@ -130,6 +130,13 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
             path.display()
         );
     }
+    let malformed = cap.malformed_chunks();
+    if malformed > 0 {
+        eprintln!(
+            "analyzer: warning: {}: {malformed} records chunks hold a malformed record; each is read up to it and the rest skipped",
+            path.display()
+        );
+    }
     if cap.lost_records() > 0 {
         eprintln!(
             "analyzer: warning: {}: {} records were lost while recording",
@@ -308,7 +315,9 @@ fn run(args: Args) -> anyhow::Result<()> {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);
             for event in cap.events() {
-                let event = event?;
+                // Skipped, and reported by `open` (one rule with `summary`
+                // and `tracer replay`).
+                let Ok(event) = event else { continue };
                 if json {
                     writeln!(out, "{}", fmt.json(&event))?;
                 } else {

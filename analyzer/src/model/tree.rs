@@ -1,11 +1,42 @@
 //! A call-tree model: nodes keyed by their path of (call site, callee), each
 //! with the summed coverage probability of the process models merged in.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::units::{NodeKey, NodeTable, Unit};
+use crate::units::{DISPLAY_FRAMES, NodeKey, NodeTable, Unit};
+
+/// `nodes` of `table` ordered parents first: by depth, then by the rank of
+/// the parent, then by key. Sorting by depth and full path string gave the
+/// same kind of order in time quadratic in the depth (issue 15); this is
+/// O(n log n) however deep the stacks are.
+fn canonical_order(table: &NodeTable, nodes: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut by_depth: Vec<u32> = nodes.collect();
+    by_depth.sort_unstable_by_key(|n| table.depth(*n));
+    let mut rank: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut order = Vec::with_capacity(by_depth.len());
+    for level in by_depth.chunk_by_mut(|a, b| table.depth(*a) == table.depth(*b)) {
+        // A parent missing from `nodes` ranks last: its children are
+        // skipped by the caller anyway.
+        let parent_rank = |n: u32| {
+            let p = table.parent(n);
+            if p == NodeTable::ROOT {
+                0
+            } else {
+                rank.get(&p).map_or(usize::MAX, |r| r + 1)
+            }
+        };
+        level.sort_by(|a, b| {
+            parent_rank(*a)
+                .cmp(&parent_rank(*b))
+                .then_with(|| table.node_key(*a).cmp(table.node_key(*b)))
+        });
+        for &n in level.iter() {
+            rank.insert(n, order.len());
+            order.push(n);
+        }
+    }
+    order
+}
 
 /// A node of a call-tree model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -55,10 +86,25 @@ pub struct CallTreeModel {
     /// (`model learn` on several captures); any change to the tree drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normal: Option<NormalRange>,
+    /// Site and callee strings interned, so that a lookup hashes three
+    /// integers and allocates nothing.
     #[serde(skip)]
-    index: HashMap<(Option<u32>, String, String), u32>,
+    strings: rustc_hash::FxHashMap<String, u32>,
+    /// (parent, site id, callee id) to node.
+    #[serde(skip)]
+    index: rustc_hash::FxHashMap<(Option<u32>, u32, u32), u32>,
     #[serde(skip)]
     children: Vec<Vec<u32>>,
+}
+
+/// The id of `s` in `strings`, added when new.
+fn intern(strings: &mut rustc_hash::FxHashMap<String, u32>, s: &str) -> u32 {
+    if let Some(id) = strings.get(s) {
+        return *id;
+    }
+    let id = strings.len() as u32;
+    strings.insert(s.to_string(), id);
+    id
 }
 
 impl CallTreeModel {
@@ -67,12 +113,18 @@ impl CallTreeModel {
             return;
         }
         self.index.clear();
+        self.strings.clear();
         self.children = vec![Vec::new(); self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
-            self.index
-                .insert((n.parent, n.site.clone(), n.callee.clone()), i as u32);
-            if let Some(p) = n.parent {
-                self.children[p as usize].push(i as u32);
+            let key = (
+                n.parent,
+                intern(&mut self.strings, &n.site),
+                intern(&mut self.strings, &n.callee),
+            );
+            self.index.insert(key, i as u32);
+            // Out of range only in a model that failed validation.
+            if let Some(children) = n.parent.and_then(|p| self.children.get_mut(p as usize)) {
+                children.push(i as u32);
             }
         }
     }
@@ -84,11 +136,8 @@ impl CallTreeModel {
 
     fn node_id(&mut self, parent: Option<u32>, key: &NodeKey) -> u32 {
         self.rebuild_index();
-        if let Some(id) = self
-            .index
-            .get(&(parent, key.site.clone(), key.callee.clone()))
-        {
-            return *id;
+        if let Some(id) = self.find(parent, key) {
+            return id;
         }
         let id = self.nodes.len() as u32;
         self.nodes.push(ModelNode {
@@ -97,20 +146,24 @@ impl CallTreeModel {
             callee: key.callee.clone(),
             p_sum: 0.0,
         });
-        self.index
-            .insert((parent, key.site.clone(), key.callee.clone()), id);
+        let ids = (
+            parent,
+            intern(&mut self.strings, &key.site),
+            intern(&mut self.strings, &key.callee),
+        );
+        self.index.insert(ids, id);
         self.children.push(Vec::new());
-        if let Some(p) = parent {
-            self.children[p as usize].push(id);
+        if let Some(children) = parent.and_then(|p| self.children.get_mut(p as usize)) {
+            children.push(id);
         }
         id
     }
 
     /// Looks up the child of `parent` with `key`.
     pub fn find(&self, parent: Option<u32>, key: &NodeKey) -> Option<u32> {
-        self.index
-            .get(&(parent, key.site.clone(), key.callee.clone()))
-            .copied()
+        let site = *self.strings.get(key.site.as_str())?;
+        let callee = *self.strings.get(key.callee.as_str())?;
+        self.index.get(&(parent, site, callee)).copied()
     }
 
     /// Children of `node` (top-level nodes for `None`).
@@ -129,6 +182,33 @@ impl CallTreeModel {
             return 0.0;
         }
         self.nodes[node as usize].p_sum / f64::from(self.models)
+    }
+
+    /// The path of `node` for people: the frames nearest to it, as
+    /// [`NodeTable::path_display`] gives them.
+    pub fn path_display(&self, node: u32) -> String {
+        let mut parts = Vec::new();
+        let mut n = Some(node);
+        // A validated model's parents come before their children, so the
+        // walk ends; it is bounded all the same.
+        while let Some(i) = n
+            && parts.len() < DISPLAY_FRAMES
+        {
+            let Some(m) = self.nodes.get(i as usize) else {
+                break;
+            };
+            parts.push(if m.site.is_empty() {
+                m.callee.clone()
+            } else {
+                format!("{}@{}", m.callee, m.site)
+            });
+            n = m.parent;
+        }
+        if n.is_some() {
+            parts.push("…".to_string());
+        }
+        parts.reverse();
+        parts.join(" > ")
     }
 
     /// The path of `node` as text.
@@ -160,10 +240,9 @@ impl CallTreeModel {
                 *counts.entry(n).or_default() += 1;
             }
         }
-        // Map process nodes to model nodes, parents first (lower depth first),
-        // in key order so that models do not depend on hash order.
-        let mut order: Vec<u32> = counts.keys().copied().collect();
-        order.sort_by_cached_key(|n| (table.depth(*n), table.path_string(*n)));
+        // Map process nodes to model nodes, parents first, in an order that
+        // depends on the paths alone (not on hash order).
+        let order = canonical_order(table, counts.keys().copied());
         let mut mapped: rustc_hash::FxHashMap<u32, u32> = Default::default();
         let total = units.len() as f64;
         for n in order {
@@ -215,5 +294,118 @@ impl CallTreeModel {
         self.models += other.models;
         self.units += other.units;
         self.normal = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        score::{Scoring, score_tree},
+        units::UnitKind,
+    };
+
+    fn unit(nodes: Vec<u32>) -> Unit {
+        Unit {
+            kind: UnitKind::Initializer,
+            tid: 1,
+            start_ns: 0,
+            end_ns: 0,
+            nodes,
+            connection: None,
+            fd: None,
+            peer: None,
+            entries: (0, 0),
+            role: "main".into(),
+        }
+    }
+
+    /// Issue 15, item 4: a unit 100,000 calls deep (a thread that never
+    /// returns) is learned and scored with work linear in its depth. The
+    /// old ordering built every node's full path string, about 5·10⁹
+    /// characters here, and ran out of memory.
+    #[test]
+    fn issue_15_a_unit_a_hundred_thousand_calls_deep_is_learned_and_scored() {
+        const DEPTH: u32 = 100_000;
+        let mut table = NodeTable::default();
+        let keys: Vec<u32> = ["walk", "visit", "descend"]
+            .iter()
+            .map(|f| {
+                table.key(NodeKey {
+                    site: format!("caller+0x{}", f.len()),
+                    callee: (*f).to_string(),
+                })
+            })
+            .collect();
+        let mut parent = NodeTable::ROOT;
+        let mut nodes = Vec::new();
+        for i in 0..DEPTH {
+            parent = table.child(parent, keys[i as usize % 3]);
+            nodes.push(parent);
+        }
+        assert_eq!(table.depth(parent), DEPTH as usize);
+        let u = unit(nodes);
+        let mut model = CallTreeModel::default();
+        model.merge_process(&table, &[&u]);
+        assert_eq!(model.nodes.len(), DEPTH as usize);
+        // A chain, parents first, every node seen in the one unit.
+        for (i, n) in model.nodes.iter().enumerate() {
+            assert_eq!(n.parent, i.checked_sub(1).map(|p| p as u32), "node {i}");
+            assert_eq!(n.p_sum, 1.0, "node {i}");
+        }
+        let (score, diffs) = score_tree(&model, &table, &u, Scoring::Nodes);
+        assert_eq!((score, diffs.len()), (0.0, 0));
+
+        // Half the depth: the missing half is reported, its paths shortened
+        // to the frames nearest each node.
+        let half = unit(u.nodes[..DEPTH as usize / 2].to_vec());
+        let (score, diffs) = score_tree(&model, &table, &half, Scoring::Nodes);
+        assert!(score > 0.0);
+        assert_eq!(
+            diffs.len(),
+            1,
+            "only the first missing node is under a common parent"
+        );
+        let path = &diffs[0].path;
+        assert!(
+            path.starts_with("… > ") && path.split(" > ").count() == DISPLAY_FRAMES + 1,
+            "{}",
+            &path[..path.len().min(200)]
+        );
+    }
+
+    /// The order nodes enter a model depends on their paths, not on the
+    /// order the process met them.
+    #[test]
+    fn learned_node_order_does_not_depend_on_encounter_order() {
+        let learn = |paths: &[&[&str]]| {
+            let mut table = NodeTable::default();
+            let mut nodes = Vec::new();
+            for path in paths {
+                let mut parent = NodeTable::ROOT;
+                for f in *path {
+                    let key = table.key(NodeKey {
+                        site: String::new(),
+                        callee: (*f).to_string(),
+                    });
+                    parent = table.child(parent, key);
+                    nodes.push(parent);
+                }
+            }
+            nodes.sort_unstable();
+            nodes.dedup();
+            let mut model = CallTreeModel::default();
+            model.merge_process(&table, &[&unit(nodes)]);
+            model
+                .nodes
+                .iter()
+                .map(|n| (n.parent, n.callee.clone()))
+                .collect::<Vec<_>>()
+        };
+        let a = learn(&[&["main", "b", "y"], &["main", "a", "x"], &["init"]]);
+        let b = learn(&[&["init"], &["main", "a", "x"], &["main", "b", "y"]]);
+        assert_eq!(a, b);
+        let callees: Vec<&str> = a.iter().map(|(_, c)| c.as_str()).collect();
+        assert_eq!(callees, ["init", "main", "a", "b", "x", "y"]);
     }
 }

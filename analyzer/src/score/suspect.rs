@@ -133,16 +133,22 @@ pub fn score_tree(
     let mut diffs = Vec::new();
     let mut terms = 0usize;
     let mut sum = 0.0;
-    let mut add = |diffs: &mut Vec<Difference>, path: String, kind, p: f64, delta: f64| {
-        terms += 1;
-        sum += delta;
-        diffs.push(Difference {
-            path,
-            kind,
-            p,
-            delta,
-        });
-    };
+    // Paths are written only for the differences kept (delta > 0), and at
+    // most DISPLAY_FRAMES deep: a unit a million calls deep costs linear
+    // time, not one path per node.
+    let mut add =
+        |diffs: &mut Vec<Difference>, path: &dyn Fn() -> String, kind, p: f64, delta: f64| {
+            terms += 1;
+            sum += delta;
+            if delta > 0.0 {
+                diffs.push(Difference {
+                    path: path(),
+                    kind,
+                    p,
+                    delta,
+                });
+            }
+        };
     // Trial nodes: common or unexpected.
     for &n in &order {
         let parent = table.parent(n);
@@ -159,7 +165,7 @@ pub fn score_tree(
                 if counted {
                     add(
                         &mut diffs,
-                        table.path_string(n),
+                        &|| table.path_display(n),
                         DifferenceKind::Common,
                         p,
                         1.0 - p,
@@ -169,7 +175,7 @@ pub fn score_tree(
             // Minimum difference: only where the parent is common.
             None if parent_common => add(
                 &mut diffs,
-                table.path_string(n),
+                &|| table.path_display(n),
                 DifferenceKind::Unexpected,
                 0.0,
                 1.0,
@@ -186,7 +192,7 @@ pub fn score_tree(
                 let p = model.p(child);
                 add(
                     &mut diffs,
-                    model.path_string(child),
+                    &|| model.path_display(child),
                     DifferenceKind::Missing,
                     p,
                     p,

@@ -34,6 +34,9 @@ pub struct NodeKey {
     pub callee: String,
 }
 
+/// Frames of a path shown in reports ([`NodeTable::path_display`]).
+pub const DISPLAY_FRAMES: usize = 64;
+
 /// The call-tree nodes of one process: a trie of [`NodeKey`] paths.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTable {
@@ -41,11 +44,21 @@ pub struct NodeTable {
     key_ids: FxHashMap<NodeKey, u32>,
     /// (parent node or [`NodeTable::ROOT`], key id) per node.
     nodes: Vec<(u32, u32)>,
+    /// Depth per node (top-level nodes have depth 1): kept, not walked, so
+    /// that work per node stays constant on stacks a million calls deep.
+    depths: Vec<u32>,
     /// (key id, child) per node, and of the root: fan-out is small, so a
     /// scan beats hashing on every trace entry.
     children: Vec<Vec<(u32, u32)>>,
     root_children: Vec<(u32, u32)>,
+    /// (parent, key id) to child, for the children of nodes with more than
+    /// [`SCAN_CHILDREN`] of them: a scan per entry would make a node with a
+    /// million distinct callees (a damaged or crafted capture) quadratic.
+    wide: FxHashMap<(u32, u32), u32>,
 }
+
+/// Children of a node searched by scanning; beyond, by hash.
+const SCAN_CHILDREN: usize = 32;
 
 impl NodeTable {
     /// The virtual root every path starts from.
@@ -70,12 +83,31 @@ impl NodeTable {
         } else {
             &mut self.children[parent as usize]
         };
-        if let Some(&(_, id)) = list.iter().find(|(k, _)| *k == key_id) {
-            return id;
+        if list.len() <= SCAN_CHILDREN {
+            if let Some(&(_, id)) = list.iter().find(|(k, _)| *k == key_id) {
+                return id;
+            }
+        } else if let Some(id) = self.wide.get(&(parent, key_id)) {
+            return *id;
         }
         let id = self.nodes.len() as u32;
         list.push((key_id, id));
+        if list.len() > SCAN_CHILDREN {
+            if list.len() == SCAN_CHILDREN + 1 {
+                for &(k, c) in list.iter() {
+                    self.wide.insert((parent, k), c);
+                }
+            } else {
+                self.wide.insert((parent, key_id), id);
+            }
+        }
         self.nodes.push((parent, key_id));
+        let depth = if parent == Self::ROOT {
+            1
+        } else {
+            self.depths[parent as usize].saturating_add(1)
+        };
+        self.depths.push(depth);
         self.children.push(Vec::new());
         id
     }
@@ -91,13 +123,8 @@ impl NodeTable {
     }
 
     /// Depth of `node` (top-level nodes have depth 1).
-    pub fn depth(&self, mut node: u32) -> usize {
-        let mut d = 0;
-        while node != Self::ROOT {
-            d += 1;
-            node = self.parent(node);
-        }
-        d
+    pub fn depth(&self, node: u32) -> usize {
+        self.depths[node as usize] as usize
     }
 
     /// The keys from the root to `node`.
@@ -124,6 +151,36 @@ impl NodeTable {
             })
             .collect::<Vec<_>>()
             .join(" > ")
+    }
+
+    /// The path of `node` for people: [`NodeTable::path_string`], but of
+    /// a node deeper than [`DISPLAY_FRAMES`] only the frames nearest to it,
+    /// after the number left out (`… 999936 frames > walk@visit+0x10 > …`),
+    /// so that reporting a node costs at most that many steps.
+    pub fn path_display(&self, node: u32) -> String {
+        let mut keys = Vec::new();
+        let mut n = node;
+        while n != Self::ROOT && keys.len() < DISPLAY_FRAMES {
+            keys.push(self.node_key(n));
+            n = self.parent(n);
+        }
+        keys.reverse();
+        let steps = keys.iter().map(|k| {
+            if k.site.is_empty() {
+                k.callee.clone()
+            } else {
+                format!("{}@{}", k.callee, k.site)
+            }
+        });
+        let left_out = self.depth(node) - keys.len();
+        if left_out == 0 {
+            steps.collect::<Vec<_>>().join(" > ")
+        } else {
+            std::iter::once(format!("… {left_out} frames"))
+                .chain(steps)
+                .collect::<Vec<_>>()
+                .join(" > ")
+        }
     }
 
     /// Number of nodes.

@@ -335,7 +335,8 @@ pub struct Summary {
     pub complete: bool,
     /// The truncation, when the file ends inside a chunk.
     pub truncated: Option<String>,
-    /// Malformed records skipped.
+    /// Records chunks with a malformed record (each decoded up to it, the
+    /// rest skipped; see [`Capture::malformed_chunks`]).
     pub malformed: u64,
 }
 
@@ -433,7 +434,7 @@ impl std::fmt::Display for Summary {
         if self.malformed > 0 {
             writeln!(
                 f,
-                "  WARNING:   {} malformed record chunks skipped",
+                "  WARNING:   {} records chunks hold a malformed record: each was read up to it and the rest skipped",
                 self.malformed
             )?;
         }

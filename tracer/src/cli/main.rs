@@ -50,7 +50,9 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.summary {
         let fmt = Formatter::new(&capture);
         for event in capture.events() {
-            let event = event.with_context(|| format!("decoding {}", args.capture.display()))?;
+            // A malformed record ends its chunk: the rest of the chunk is
+            // skipped, and the summary below counts and reports it.
+            let Ok(event) = event else { continue };
             if args.json {
                 writeln!(out, "{}", fmt.json(&event))?;
             } else {
