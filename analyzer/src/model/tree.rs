@@ -129,6 +129,44 @@ impl CallTreeModel {
         }
     }
 
+    /// Checks what scoring and merging rely on, for a tree read from a
+    /// file: every node's parent comes before it (so parents exist and
+    /// paths end: no cycle), no node is there twice, probabilities and
+    /// normal ranges are finite and not negative.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(p) = n.parent
+                && p as usize >= i
+            {
+                return Err(format!(
+                    "node {i}'s parent {p} does not come before it (parents come first)"
+                ));
+            }
+            if !(n.p_sum.is_finite() && n.p_sum >= 0.0) {
+                return Err(format!("node {i} has probability sum {}", n.p_sum));
+            }
+            if !seen.insert((n.parent, n.site.as_str(), n.callee.as_str())) {
+                return Err(format!(
+                    "node {i} ({}@{} under {:?}) is there twice",
+                    n.callee, n.site, n.parent
+                ));
+            }
+        }
+        if self.models == 0 && !self.nodes.is_empty() {
+            return Err("nodes but no process model merged (models = 0)".into());
+        }
+        if let Some(r) = &self.normal
+            && !(r.nodes.is_finite() && r.edges.is_finite() && r.nodes >= 0.0 && r.edges >= 0.0)
+        {
+            return Err(format!(
+                "normal range {} / {} is not a pair of scores",
+                r.nodes, r.edges
+            ));
+        }
+        Ok(())
+    }
+
     /// Indexes the tree for lookups (after deserializing).
     pub fn prepare(&mut self) {
         self.rebuild_index();

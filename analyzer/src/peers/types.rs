@@ -349,6 +349,37 @@ impl PeersConfig {
                 "the outlier factor must be a number of at least 1 (the CLI takes 0 for off)",
             );
         }
+        // Bounds on what sizes memory: a thresholds file read from
+        // elsewhere carries these parameters (issue 15). Series are kept in
+        // bins of gcd(window, shift), and 2k-1 windows of history.
+        let (mut a, mut b) = (self.window_ns, self.shift_ns);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        if a < 1_000_000 {
+            return bad("window and shift must be whole milliseconds");
+        }
+        if self.window_ns > 86_400_000_000_000 {
+            return bad("the window must not be longer than a day");
+        }
+        if self.k > 1000 {
+            return bad("k must be at most 1000");
+        }
+        for (what, v) in [
+            ("min_samples", self.min_samples),
+            ("min_time_ms", self.min_time_ms),
+            ("min_calls", self.min_calls),
+            ("min_threshold", self.min_threshold),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PeersError::BadConfig {
+                    what: format!("{what} must be a number of at least 0"),
+                });
+            }
+        }
+        if !self.resolution().is_finite() {
+            return bad("the threshold resolution must be finite");
+        }
         Ok(())
     }
 
