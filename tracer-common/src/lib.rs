@@ -10,6 +10,8 @@
 //! - [`decode`] (feature `std`): reading a capture back: typed events,
 //!   symbols from the capture's own tables, text and JSON rendering. It lives
 //!   beside the format so that the root `tracer` needs no analysis code.
+//! - [`live`] (feature `std`): the pipe between the agent and its
+//!   unprivileged live analysis process.
 //!
 //! Map and program names live here as constants so that the two sides cannot
 //! drift apart.
@@ -23,6 +25,8 @@ pub mod syscall;
 pub mod capture;
 #[cfg(feature = "std")]
 pub mod decode;
+#[cfg(feature = "std")]
+pub mod live;
 
 /// Names of the maps in the eBPF object.
 pub mod maps {

@@ -64,6 +64,55 @@ pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
     })
 }
 
+/// The real uid of `pid` (who started it), from `/proc/PID/status`.
+pub fn uid(pid: u32) -> Result<u32, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/status"));
+    let text = read(path.clone())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or(ProcError::Read {
+            path,
+            source: io::Error::other("no Uid line"),
+        })
+}
+
+/// When `pid` started, `CLOCK_REALTIME` ns (to clock-tick precision).
+pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let text = read(path.clone())?;
+    let bad = || ProcError::Read {
+        path: path.clone(),
+        source: io::Error::other("unexpected /proc/PID/stat format"),
+    };
+    // Fields after the command name, which may hold spaces and ')'.
+    let rest = text.rsplit_once(')').ok_or_else(bad)?.1;
+    // starttime is field 22; `rest` starts at field 3.
+    let ticks: u64 = rest
+        .split_whitespace()
+        .nth(19)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(bad)?;
+    // SAFETY: no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|hz| *hz > 0)
+        .unwrap_or(100);
+    let since_boot_ns = ticks.saturating_mul(1_000_000_000) / hz;
+    let boot_ns = clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_BOOTTIME));
+    Ok(boot_ns.saturating_add(since_boot_ns))
+}
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Parses `/proc/PID/maps` text.
 pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     text.lines()
@@ -332,6 +381,17 @@ mod tests {
                 .any(|s| s.state == "listen" && s.local == format!("127.0.0.1:{port}")),
             "{socks:?}"
         );
+    }
+
+    #[test]
+    fn own_uid_and_start_time() {
+        let me = std::process::id();
+        // SAFETY: no preconditions.
+        assert_eq!(uid(me).expect("own uid"), unsafe { libc::getuid() });
+        let started = start_time_ns(me).expect("own start");
+        let now = clock_ns(libc::CLOCK_REALTIME);
+        assert!(started <= now + 20_000_000, "{started} > {now}");
+        assert!(now - started < 3_600_000_000_000, "started an hour ago?");
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// Recorder command line, stored in the header.
     pub argv: Vec<String>,
+    /// Skip a target that cannot be resolved (no function matches in it, an
+    /// unreadable executable) and record the others (the agent); otherwise
+    /// such a target is an error (`tracer record`).
+    pub skip_unusable: bool,
+    /// Replace an existing output file (`--force`); otherwise one is an
+    /// error. Never through a symbolic link either way.
+    pub overwrite: bool,
 }
 
 impl Default for RecordConfig {
@@ -97,6 +104,8 @@ impl Default for RecordConfig {
             duration: None,
             output: PathBuf::from("trace.capture"),
             argv: Vec::new(),
+            skip_unusable: false,
+            overwrite: false,
         }
     }
 }
@@ -176,6 +185,12 @@ pub enum RecordError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Every target was skipped.
+    #[error("no target can be traced: {reasons}")]
+    NothingUsable {
+        /// Each target and why it was skipped.
+        reasons: String,
     },
     /// The ring size is invalid.
     #[error("ring buffer size {0} is not a power of two of at least 4096 bytes")]

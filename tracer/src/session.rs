@@ -431,6 +431,182 @@ fn read_kallsyms() -> Vec<(u64, String)> {
     syms
 }
 
+/// What step 1 of [`Session::start`] gathers from the targets.
+#[derive(Clone, Default)]
+struct Resolution {
+    probes: Vec<Probe>,
+    empty_probes: Vec<Probe>,
+    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    enroll: Vec<(PathBuf, u64)>,
+    root_pids: Vec<u32>,
+    command: Option<(Vec<OsString>, PathBuf)>,
+    usdt_sites: Vec<UsdtSite>,
+    /// Targets added.
+    targets: usize,
+}
+
+impl Resolution {
+    /// Resolves `target`: its objects, its USDT sites and the functions to
+    /// probe in it.
+    fn add(
+        &mut self,
+        config: &RecordConfig,
+        target: &Target,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), RecordError> {
+        let objects = match target {
+            Target::Pid(pid) => {
+                if !procfs::exists(*pid) {
+                    return Err(ProcError::NoSuchProcess { pid: *pid }.into());
+                }
+                self.root_pids.push(*pid);
+                TargetObjects::of_pid(*pid)?
+            }
+            Target::Exe(path) => {
+                let path = path
+                    .canonicalize()
+                    .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
+                let elf = ElfSymbols::read(&path)?;
+                let entry =
+                    file_offset(&elf.table.segments, elf.entry).ok_or(TargetError::NoSegment {
+                        object: path.display().to_string(),
+                        symbol: "entry point".into(),
+                        vaddr: elf.entry,
+                    })?;
+                self.enroll.push((path.clone(), entry));
+                TargetObjects::of_executable(&path)
+            }
+            Target::Command(argv) => {
+                let program = argv.first().ok_or(RecordError::NoTarget)?;
+                let path = which(program).ok_or_else(|| RecordError::Spawn {
+                    command: program.to_string_lossy().into_owned(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                })?;
+                self.command = Some((argv.clone(), path.clone()));
+                TargetObjects::of_executable(&path)
+            }
+        };
+        if !config.usdt.is_empty()
+            || !config.usdt_semaphores.is_empty()
+            || !config.usdt_empty.is_empty()
+        {
+            let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
+                .chain(objects.libs.iter().cloned())
+                .collect();
+            let all = usdt::sites_of(&objects)?;
+            let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
+            let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
+            for h in &holders {
+                progress(&format!(
+                    "{}: semaphore raised{}",
+                    h.full_name(),
+                    if h.vaddr
+                        == wanted
+                            .iter()
+                            .find(|w| w.semaphore_offset == h.semaphore_offset)
+                            .map_or(0, |w| w.vaddr)
+                    {
+                        " by a silent probe at its own site (a trap per hit)".to_string()
+                    } else {
+                        format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
+                    }
+                ));
+            }
+            chosen.extend(holders);
+            for site in usdt::select(&config.usdt_empty, &all, &searched)? {
+                chosen.push(UsdtSite {
+                    silent: true,
+                    ..site
+                });
+            }
+            for site in chosen {
+                if !self
+                    .usdt_sites
+                    .iter()
+                    .any(|s| s.object == site.object && s.file_offset == site.file_offset)
+                {
+                    // Fail now, before touching the kernel, on a spec we cannot decode.
+                    site.spec()?;
+                    self.usdt_sites.push(site);
+                }
+            }
+            let names: Vec<String> = config
+                .usdt
+                .iter()
+                .chain(&config.usdt_semaphores)
+                .chain(&config.usdt_empty)
+                .map(|p| p.as_str().to_string())
+                .collect();
+            progress(&format!(
+                "{}: {} USDT probe site(s) in {}",
+                names.join(", "),
+                self.usdt_sites.len(),
+                objects.exe.display()
+            ));
+        }
+        if !config.empty_probes.is_empty() {
+            targets::resolve(
+                &config.empty_probes,
+                &objects,
+                &mut self.empty_probes,
+                &mut self.elf_cache,
+            )?;
+        }
+        if !config.functions.is_empty() {
+            let resolved = targets::resolve(
+                &config.functions,
+                &objects,
+                &mut self.probes,
+                &mut self.elf_cache,
+            )?;
+            for (pattern, r) in config.functions.iter().zip(resolved) {
+                let names: Vec<String> =
+                    r.objects.iter().map(|p| p.display().to_string()).collect();
+                progress(&format!(
+                    "{}: {} function(s) in {}{}",
+                    pattern.as_str(),
+                    r.functions,
+                    names.join(", "),
+                    if r.from_system {
+                        format!(
+                            " (not loaded by {} itself: probed for the processes that load it)",
+                            objects.exe.display()
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        self.targets += 1;
+        Ok(())
+    }
+}
+
+/// A target as a person names it.
+fn target_name(target: &Target) -> String {
+    match target {
+        Target::Pid(pid) => format!("pid {pid}"),
+        Target::Exe(path) => path.display().to_string(),
+        Target::Command(argv) => argv
+            .first()
+            .map_or_else(String::new, |a| a.to_string_lossy().into_owned()),
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// What [`Session::next`] saw.
 #[derive(Debug)]
 pub enum Activity {
@@ -455,8 +631,21 @@ pub struct ClosedFile {
     pub last_ns: u64,
 }
 
+/// Removes a capture whose session did not start (on drop, unless cleared).
+struct Unfinished(Option<PathBuf>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// A recording in progress.
 pub struct Session {
+    /// Targets skipped (see [`RecordConfig::skip_unusable`]) and why.
+    skipped: Vec<(Target, String)>,
     config: RecordConfig,
     loaded: Loaded,
     tracker: Tracker,
@@ -496,136 +685,45 @@ impl Session {
         let config = config.clone();
 
         // 1. Resolve every target and the functions to probe, before touching the kernel.
-        let mut probes = Vec::new();
-        let mut empty_probes = Vec::new();
-        let mut elf_cache = BTreeMap::new();
-        let mut enroll = Vec::new();
-        let mut root_pids = Vec::new();
-        let mut command = None;
-        let mut usdt_sites: Vec<UsdtSite> = Vec::new();
+        let mut r = Resolution::default();
+        let mut skipped = Vec::new();
         for target in &config.targets {
-            let objects = match target {
-                Target::Pid(pid) => {
-                    if !procfs::exists(*pid) {
-                        return Err(ProcError::NoSuchProcess { pid: *pid }.into());
-                    }
-                    root_pids.push(*pid);
-                    TargetObjects::of_pid(*pid)?
+            // A target that cannot be resolved leaves nothing behind: the
+            // agent skips it and traces the others.
+            let before = r.clone();
+            if let Err(e) = r.add(&config, target, progress) {
+                if !config.skip_unusable {
+                    return Err(e);
                 }
-                Target::Exe(path) => {
-                    let path = path
-                        .canonicalize()
-                        .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
-                    let elf = ElfSymbols::read(&path)?;
-                    let entry = file_offset(&elf.table.segments, elf.entry).ok_or(
-                        TargetError::NoSegment {
-                            object: path.display().to_string(),
-                            symbol: "entry point".into(),
-                            vaddr: elf.entry,
-                        },
-                    )?;
-                    enroll.push((path.clone(), entry));
-                    TargetObjects::of_executable(&path)
-                }
-                Target::Command(argv) => {
-                    let program = argv.first().ok_or(RecordError::NoTarget)?;
-                    let path = which(program).ok_or_else(|| RecordError::Spawn {
-                        command: program.to_string_lossy().into_owned(),
-                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    })?;
-                    command = Some((argv.clone(), path.clone()));
-                    TargetObjects::of_executable(&path)
-                }
-            };
-            if !config.usdt.is_empty()
-                || !config.usdt_semaphores.is_empty()
-                || !config.usdt_empty.is_empty()
-            {
-                let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
-                    .chain(objects.libs.iter().cloned())
-                    .collect();
-                let all = usdt::sites_of(&objects)?;
-                let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
-                let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
-                let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
-                for h in &holders {
-                    progress(&format!(
-                        "{}: semaphore raised{}",
-                        h.full_name(),
-                        if h.vaddr
-                            == wanted
-                                .iter()
-                                .find(|w| w.semaphore_offset == h.semaphore_offset)
-                                .map_or(0, |w| w.vaddr)
-                        {
-                            " by a silent probe at its own site (a trap per hit)".to_string()
-                        } else {
-                            format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
-                        }
-                    ));
-                }
-                chosen.extend(holders);
-                for site in usdt::select(&config.usdt_empty, &all, &searched)? {
-                    chosen.push(UsdtSite {
-                        silent: true,
-                        ..site
-                    });
-                }
-                for site in chosen {
-                    if !usdt_sites
-                        .iter()
-                        .any(|s| s.object == site.object && s.file_offset == site.file_offset)
-                    {
-                        // Fail now, before touching the kernel, on a spec we cannot decode.
-                        site.spec()?;
-                        usdt_sites.push(site);
-                    }
-                }
-                let names: Vec<String> = config
-                    .usdt
-                    .iter()
-                    .chain(&config.usdt_semaphores)
-                    .chain(&config.usdt_empty)
-                    .map(|p| p.as_str().to_string())
-                    .collect();
                 progress(&format!(
-                    "{}: {} USDT probe site(s) in {}",
-                    names.join(", "),
-                    usdt_sites.len(),
-                    objects.exe.display()
+                    "skipped {}: {}",
+                    target_name(target),
+                    error_chain(&e)
                 ));
-            }
-            if !config.empty_probes.is_empty() {
-                targets::resolve(
-                    &config.empty_probes,
-                    &objects,
-                    &mut empty_probes,
-                    &mut elf_cache,
-                )?;
-            }
-            if !config.functions.is_empty() {
-                let resolved =
-                    targets::resolve(&config.functions, &objects, &mut probes, &mut elf_cache)?;
-                for (pattern, r) in config.functions.iter().zip(resolved) {
-                    let names: Vec<String> =
-                        r.objects.iter().map(|p| p.display().to_string()).collect();
-                    progress(&format!(
-                        "{}: {} function(s) in {}{}",
-                        pattern.as_str(),
-                        r.functions,
-                        names.join(", "),
-                        if r.from_system {
-                            format!(
-                                " (not loaded by {} itself: probed for the processes that load it)",
-                                objects.exe.display()
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
+                skipped.push((target.clone(), error_chain(&e)));
+                r = before;
             }
         }
+        if r.targets == 0 {
+            // Every target was skipped: nothing to record.
+            return Err(RecordError::NothingUsable {
+                reasons: skipped
+                    .iter()
+                    .map(|(t, why)| format!("{}: {why}", target_name(t)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        let Resolution {
+            mut probes,
+            empty_probes,
+            elf_cache,
+            enroll,
+            root_pids,
+            command,
+            usdt_sites,
+            targets: _,
+        } = r;
 
         if !config.exclude_functions.is_empty() {
             let before = probes.len();
@@ -641,7 +739,18 @@ impl Session {
             ));
         }
 
-        // 2. Load and attach.
+        // 2. Create the capture before touching the kernel: a bad output
+        // path is reported before every probe is attached (and detached).
+        let mut sink = Sink::create(
+            &config.output,
+            &capture_header(&config),
+            config.chunk_bytes,
+            config.overwrite,
+        )?;
+        // Attaching can still fail: then the empty capture goes too.
+        let mut unfinished = Unfinished(Some(config.output.clone()));
+
+        // 3. Load and attach.
         if tracefs::ensure_mounted()? {
             progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
         }
@@ -696,8 +805,7 @@ impl Session {
             attach_started.elapsed().as_secs_f64() * 1e3
         ));
 
-        // 3. Open the capture and mark the targets.
-        let mut sink = Sink::create(&config.output, &capture_header(&config), config.chunk_bytes)?;
+        // 4. Mark the targets.
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
         tracker.elf_cache = elf_cache;
@@ -774,7 +882,9 @@ impl Session {
         // SAFETY: the ring's fd stays open while the AsyncFd owns the ring.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| RecordError::Io(std::io::Error::other(e.to_string())))?;
+        unfinished.0 = None;
         Ok(Self {
+            skipped,
             has_pid_targets: !root_pids.is_empty() || held.is_some(),
             has_exe_targets: !enroll.is_empty(),
             config,
@@ -881,6 +991,11 @@ impl Session {
             .map(|pid| (*pid, self.tracker.comms.get(pid).map_or("", String::as_str)))
     }
 
+    /// Targets that could not be resolved and were left out, and why.
+    pub fn skipped(&self) -> &[(Target, String)] {
+        &self.skipped
+    }
+
     /// Function probes attached.
     pub fn probes(&self) -> &[Probe] {
         &self.probes
@@ -945,7 +1060,13 @@ impl Session {
             reason: "rotated".to_string(),
         }))?;
         self.sink.flush()?;
-        let next = Sink::create(path, &capture_header(&self.config), self.config.chunk_bytes)?;
+        // The flight recorder's names are new each time.
+        let next = Sink::create(
+            path,
+            &capture_header(&self.config),
+            self.config.chunk_bytes,
+            false,
+        )?;
         let old = std::mem::replace(&mut self.sink, next);
         for (a, b) in self.totals.iter_mut().zip(old.counts.iter()) {
             *a += b;

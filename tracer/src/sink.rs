@@ -17,6 +17,12 @@ use tracer_common::{
 /// Errors writing a capture.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
+    /// The file is there already.
+    #[error("capture file {path} exists (give --force to replace it)")]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file could not be created.
     #[error("cannot create capture file {path}")]
     Create {
@@ -54,21 +60,43 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// Creates `path` (mode 0600, truncating) and writes the header.
+    /// Creates `path` (a new file, mode 0600) and writes the header. An
+    /// existing file, or a symbolic link, at `path` is an error, unless
+    /// `overwrite`: then it is removed first (a link itself, never what it
+    /// points to) and a new file created in its place. Truncating the old
+    /// file instead kept its mode and followed a link planted there.
     pub fn create(
         path: &Path,
         header: &CaptureHeader,
         chunk_bytes: usize,
+        overwrite: bool,
     ) -> Result<Self, SinkError> {
+        let create_err = |source| SinkError::Create {
+            path: path.to_path_buf(),
+            source,
+        };
+        if overwrite
+            && let Ok(meta) = std::fs::symlink_metadata(path)
+            && !meta.is_dir()
+        {
+            std::fs::remove_file(path).map_err(create_err)?;
+        }
+        // O_EXCL: fails on anything at the path, a dangling link included;
+        // O_NOFOLLOW says the same for the last component again.
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|source| SinkError::Create {
-                path: path.to_path_buf(),
-                source,
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    SinkError::Exists {
+                        path: path.to_path_buf(),
+                    }
+                } else {
+                    create_err(source)
+                }
             })?;
         let writer = CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), header).map_err(
             |source| SinkError::Write {

@@ -65,6 +65,16 @@ enum Command {
     Mpi(mpi::MpiCommand),
     #[command(subcommand, about = tasks::ABOUT, long_about = tasks::LONG_ABOUT)]
     Tasks(tasks::TasksCommand),
+    /// The agent's live analysis process: reads a model and thresholds,
+    /// then window captures, on standard input and answers each with its
+    /// findings on standard output (`tracer agent` starts it as an
+    /// unprivileged user; not meant to be run by hand).
+    Live {
+        /// Largest payload (model, thresholds, window) accepted, bytes; a
+        /// larger one ends the process with an error.
+        #[arg(long, default_value_t = 1 << 30)]
+        max_input: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -471,6 +481,13 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         Command::Peers(command) => peers::run(command, &mut out)?,
+        Command::Live { max_input } => {
+            drop(out);
+            let stdin = std::io::stdin();
+            analyzer::live::serve::serve(stdin.lock(), std::io::stdout().lock(), max_input)
+                .context("serving the agent")?;
+            return Ok(());
+        }
     }
     out.flush()?;
     Ok(())

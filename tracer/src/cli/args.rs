@@ -224,9 +224,14 @@ pub struct RecordArgs {
     /// Stop after this long (e.g. 30s, 500ms, 2m).
     #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Capture file to write (created with mode 0600).
+    /// Capture file to write: a new file, mode 0600. It is checked before
+    /// anything is attached; an existing file is refused unless --force.
     #[arg(short, long, value_name = "FILE", default_value = "trace.capture")]
     pub output: PathBuf,
+    /// Replace the output file if it exists (a new file in its place: a
+    /// symbolic link there is removed, never followed).
+    #[arg(long)]
+    pub force: bool,
     /// Command to start and trace from its first instruction.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -288,6 +293,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             ring_bytes: a.ring_size,
             duration: a.duration,
             output: a.output,
+            overwrite: a.force,
             argv: std::env::args().collect(),
             ..RecordConfig::default()
         })

@@ -160,13 +160,15 @@ fn run_agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     }
     if args.check {
         let config = AgentConfig::load(&args.config)?;
-        let (exes, waiting) = tracer::agent::resolve_targets(&config);
+        let (_, targets) = tracer::agent::targets::resolve(&config);
         println!("{}: valid", args.config.display());
-        for exe in exes {
-            println!("  traces {}", exe.display());
-        }
-        for w in waiting {
-            println!("  waits: {w}");
+        for t in targets {
+            for exe in &t.executables {
+                println!("  {}: traces {}", t.target, exe.display());
+            }
+            for note in &t.notes {
+                println!("  {}: {note}", t.target);
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -225,6 +227,28 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
             );
             if let Some(e) = r["last_error"].as_str() {
                 let _ = writeln!(out, "  last error: {e}");
+            }
+            for t in r["targets"].as_array().into_iter().flatten() {
+                let exes: Vec<&str> = t["executables"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.as_str())
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  target {}: {}{}",
+                    t["target"].as_str().unwrap_or("?"),
+                    t["state"].as_str().unwrap_or("?"),
+                    if exes.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", exes.join(", "))
+                    }
+                );
+                for n in t["notes"].as_array().into_iter().flatten() {
+                    let _ = writeln!(out, "    {}", n.as_str().unwrap_or(""));
+                }
             }
             if let Some(s) = r["session"].as_object() {
                 let procs: Vec<String> = s["processes"]
@@ -304,6 +328,17 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                 r["alerts"],
                 r["alerts_file"].as_str().unwrap_or("")
             );
+            let snaps = &r["snapshots_disk"];
+            let _ = writeln!(
+                out,
+                "  snapshots {}: {} files, {} of {}; removed {} ({}) for the budget",
+                snaps["dir"].as_str().unwrap_or(""),
+                snaps["files"],
+                size(&snaps["bytes"]),
+                size(&snaps["max_bytes"]),
+                snaps["removed"]["files"],
+                size(&snaps["removed"]["bytes"]),
+            );
             if let Some(a) = r["analysis"].as_object() {
                 let _ = writeln!(
                     out,
@@ -317,6 +352,29 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                         .as_str()
                         .map(|e| format!("; last error: {e}"))
                         .unwrap_or_default()
+                );
+                let p = &a["process"];
+                let _ = writeln!(
+                    out,
+                    "    analysis process: {}; {} restarts{}; {} intervals skipped",
+                    if p.is_object() {
+                        format!(
+                            "pid {} as {} (uid {}), {}, {}",
+                            p["pid"],
+                            p["user"].as_str().unwrap_or("?"),
+                            p["uid"],
+                            p["state"].as_str().unwrap_or("?"),
+                            size(&p["rss_bytes"])
+                        )
+                    } else {
+                        "not running".to_string()
+                    },
+                    a["restarts"],
+                    a["last_exit"]
+                        .as_str()
+                        .map(|e| format!(" (the last {e})"))
+                        .unwrap_or_default(),
+                    a["skipped"]
                 );
             }
         }
