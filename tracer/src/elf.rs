@@ -51,7 +51,12 @@ impl ElfSymbols {
             path: path.to_path_buf(),
             source,
         })?;
-        let file = object::File::parse(&*data).map_err(|source| ElfError::Parse {
+        Self::parse(&data, path)
+    }
+
+    /// [`ElfSymbols::read`] of the file's bytes (`path` names it).
+    pub fn parse(data: &[u8], path: &Path) -> Result<Self, ElfError> {
+        let file = object::File::parse(data).map_err(|source| ElfError::Parse {
             path: path.to_path_buf(),
             source,
         })?;
@@ -108,10 +113,11 @@ pub fn segments(file: &object::File<'_>) -> Vec<Segment> {
 
 /// File offset of virtual address `vaddr`, from the object's segments.
 pub fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    // Checked: segment fields come from the file.
     segments
         .iter()
-        .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
-        .map(|s| vaddr - s.vaddr + s.offset)
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+        .and_then(|s| (vaddr - s.vaddr).checked_add(s.offset))
 }
 
 #[cfg(test)]

@@ -430,7 +430,12 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| UsdtError::Parse {
+    sites_in(&data, path)
+}
+
+/// [`read_sites`] of the object's bytes (`path` names it).
+pub fn sites_in(data: &[u8], path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
+    let file = object::File::parse(data).map_err(|source| UsdtError::Parse {
         path: path.to_path_buf(),
         source,
     })?;
@@ -485,18 +490,24 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
 
 /// A raw stapsdt note.
 #[derive(Debug, PartialEq, Eq)]
-struct Note {
-    pc: u64,
-    base: u64,
-    semaphore: u64,
-    provider: String,
-    name: String,
-    args: String,
+pub struct Note {
+    /// The probe site (`pc`).
+    pub pc: u64,
+    /// The link-time address of `.stapsdt.base`.
+    pub base: u64,
+    /// The semaphore's address, or 0.
+    pub semaphore: u64,
+    /// Provider.
+    pub provider: String,
+    /// Probe name.
+    pub name: String,
+    /// Argument specs.
+    pub args: String,
 }
 
 /// Parses the notes of a `.note.stapsdt` section (ELF64, little-endian);
 /// `Err` holds the offset of the first malformed note.
-fn parse_notes(data: &[u8]) -> Result<Vec<Note>, usize> {
+pub fn parse_notes(data: &[u8]) -> Result<Vec<Note>, usize> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };

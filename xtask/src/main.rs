@@ -8,10 +8,12 @@
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `fuzz`: the libFuzzer targets, each for a bounded time.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
+mod fuzz;
 mod gluster;
 mod mpi;
 
@@ -58,6 +60,11 @@ enum Task {
     BenchAgent(bench_agent::BenchAgentArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
+    /// Build and run the libFuzzer targets (captures, models, thresholds,
+    /// ELF and USDT notes, the agent's configuration and pipes), each for
+    /// a bounded time; prints executions and exits non-zero on a finding.
+    /// Needs cargo-fuzz and the nightly toolchain (`scripts/setup`).
+    Fuzz(fuzz::FuzzArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -266,6 +273,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
+        Task::Fuzz(args) => fuzz::fuzz(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()
