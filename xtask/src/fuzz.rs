@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{cargo, root, tool_path};
+use crate::{root, tool_path};
 
 /// Every target, in the order they run.
 pub const TARGETS: &[&str] = &[
@@ -57,9 +57,26 @@ struct Outcome {
     failed: Option<String>,
 }
 
+/// `cargo +nightly` through rustup, without the variables of the cargo
+/// that runs xtask (they name the stable toolchain's tools).
+fn cargo_nightly() -> Command {
+    let mut cmd = Command::new("cargo");
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if (key.starts_with("CARGO") || key.starts_with("RUST"))
+            && key != "CARGO_HOME"
+            && key != "RUSTUP_HOME"
+        {
+            cmd.env_remove(&*key);
+        }
+    }
+    cmd.arg("+nightly").current_dir(root());
+    cmd
+}
+
 pub fn fuzz(args: &FuzzArgs) -> anyhow::Result<()> {
     let fuzz_dir = root().join("fuzz");
-    let ok = Command::new("cargo")
+    let ok = cargo_nightly()
         .args(["fuzz", "--version"])
         .env("PATH", tool_path())
         .stdout(Stdio::null())
@@ -89,15 +106,15 @@ pub fn fuzz(args: &FuzzArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     if targets.len() == TARGETS.len() {
         crate::run(
-            cargo()
-                .args(["+nightly", "fuzz", "build"])
+            cargo_nightly()
+                .args(["fuzz", "build"])
                 .env("TRACER_EBPF_OBJECT", &empty_object),
         )?;
     } else {
         for t in &targets {
             crate::run(
-                cargo()
-                    .args(["+nightly", "fuzz", "build", t])
+                cargo_nightly()
+                    .args(["fuzz", "build", t])
                     .env("TRACER_EBPF_OBJECT", &empty_object),
             )?;
         }
@@ -148,8 +165,8 @@ fn run_target(fuzz_dir: &Path, target: &str, seconds: u64) -> anyhow::Result<Out
     }
     eprintln!("xtask fuzz: {target} for {seconds} s");
     let started = Instant::now();
-    let out = cargo()
-        .args(["+nightly", "fuzz", "run", target])
+    let out = cargo_nightly()
+        .args(["fuzz", "run", target])
         .arg(&corpus)
         .arg(&seeds)
         .arg("--")
