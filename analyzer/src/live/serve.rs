@@ -309,7 +309,7 @@ mod tests {
     fn bad_input_is_answered_not_fatal() {
         use tracer_common::live::{FileRef, write_request};
         let mut pipe = Vec::new();
-        let model = br#"{"version":2,"variant":"paper000","groups":[{"signature":[],"processes":1,"examples":[],"initializer":{},"finalizer":{},"pre_process":{},"post_process":{},"handlers":{"c":{"models":1,"units":1,"nodes":[{"parent":5,"site":"","callee":"a","p_sum":1.0}]}}}],"sources":[]}"#;
+        let model = br#"{"version":2,"variant":"000","groups":[{"signature":[],"processes":1,"examples":[],"initializer":{},"finalizer":{},"pre_process":{},"post_process":{},"handlers":{"c":{"models":1,"units":1,"nodes":[{"parent":5,"site":"","callee":"a","p_sum":1.0}]}}}],"sources":[]}"#;
         write_request(
             &mut pipe,
             &Request::Setup {
