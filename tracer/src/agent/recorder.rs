@@ -57,7 +57,8 @@ pub fn private_dir(path: &Path) -> Result<(), RecorderError> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
         .open(path)
         .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
+            let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            if link || e.raw_os_error() == Some(libc::ELOOP) {
                 err(std::io::Error::other(
                     "it is a symbolic link; the agent does not follow one here",
                 ))
