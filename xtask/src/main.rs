@@ -7,12 +7,13 @@
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
-//! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
+//!   timings (peer comparison).
 
 mod bench;
 mod bench_agent;
 mod bench_python;
-mod gluster;
+mod fs;
 mod mpi;
 
 use std::{
@@ -56,8 +57,9 @@ enum Task {
     /// events/s, a burst, restarts; a table of its CPU, memory and disk.
     /// Exits non-zero when a target is missed.
     BenchAgent(bench_agent::BenchAgentArgs),
-    /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
-    Gluster(Box<gluster::GlusterArgs>),
+    /// File-system experiments for peer comparison (GlusterFS, MooseFS):
+    /// runs, fault matrices, timings.
+    Fs(Box<fs::FsArgs>),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -265,7 +267,7 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
-        Task::Gluster(args) => gluster::run(*args),
+        Task::Fs(args) => fs::run(*args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

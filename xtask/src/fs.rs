@@ -1,50 +1,62 @@
-//! `cargo xtask gluster`: the GlusterFS experiments of issue 4 (peer
-//! comparison, Kasick et al.) on a real 4-brick volume on this host.
+//! `cargo xtask fs`: peer comparison (Kasick et al., issues 4 and 16) on real
+//! distributed file systems, GlusterFS and MooseFS, four servers each, every
+//! server in its own network namespace with its own disk.
 //!
 //! - `run`: one experiment (workload, optional fault on one server part-way),
 //!   recorded into captures + `run.json`;
-//! - `matrix`: every fault x workload x N runs (faulty server rotating) plus
-//!   clean runs, then Table 1 of the paper (TP/FP per fault and metric):
-//!   peer comparison trained on the clean runs of the same workload (each
-//!   clean run judged by thresholds from the others);
+//! - `matrix`: every fault x workload x N runs (the faulty server rotating)
+//!   plus clean runs, then the table: peer comparison trained on the clean
+//!   runs of the same workload (each clean run judged by thresholds from the
+//!   others); `--table-only` re-scores a recorded matrix;
 //! - `bench`: cluster start/stop times, workload throughput untraced and
-//!   traced (both recording modes), event rates, capture sizes;
+//!   traced, event rates, capture sizes;
 //! - `signal`: per-server activity of run directories before and during the
 //!   fault (what signal the analysis has to work with).
 
-use std::{collections::BTreeMap, path::PathBuf, time::Instant};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use analyzer::peers::{Report, diagnose, train};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
-use tests::gluster::{
-    Cluster, ClusterConfig, FaultKind, FaultParams, RecordConfig, RecordMode, RunConfig, RunInfo,
-    Workload, load_run, peers_config, score_run, server_label, server_stats,
+use tests::fs::{
+    Cluster, ClusterConfig, FaultKind, FaultParams, LoadedRun, ProbeSet, RecordConfig, RecordMode,
+    RunConfig, RunInfo, SERVERS, System, Workload, load_run, peers_config, score_run, server_label,
+    server_stats,
 };
 
 use crate::{bench::median, build_tracer, is_root, target_dir};
 
-/// `cargo xtask gluster`.
+/// `cargo xtask fs`.
 #[derive(Debug, Args)]
-pub(crate) struct GlusterArgs {
+pub(crate) struct FsArgs {
     #[command(subcommand)]
-    command: GlusterCommand,
+    command: FsCommand,
 }
 
 #[derive(Debug, Subcommand)]
-enum GlusterCommand {
-    /// One recorded experiment: start the cluster, record its bricks, run a
-    /// workload, inject a fault into one server part-way, write captures and
-    /// run.json into the output directory.
+enum FsCommand {
+    /// One recorded experiment: start the cluster, record its servers, run
+    /// a workload, inject a fault into one server part-way, write captures
+    /// and run.json into the output directory.
     ///
     /// Example:
-    ///   cargo xtask gluster run --workload dd --fault packet-loss --server 2 \
-    ///       --seconds 40 --fault-after 15 -o /tmp/run1
+    ///   cargo xtask fs run --fs moosefs --workload dd --fault packet-loss \
+    ///       --server 2 --seconds 30 --fault-after 10 -o /tmp/run1
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Every fault x workload x --runs (the faulty server rotates), plus
-    /// --runs clean runs per workload; then the TP/FP table.
+    /// --clean clean runs per workload; then the TP table.
+    ///
+    /// Example (both systems, no function probes, then re-scored):
+    ///   cargo xtask fs matrix --fs glusterfs --probes none -o /var/tmp/fsm-g
+    ///   cargo xtask fs matrix --fs moosefs --probes none -o /var/tmp/fsm-m
+    ///   ./target/release/xtask fs matrix --table-only -o /var/tmp/fsm-g
+    #[command(verbatim_doc_comment)]
     Matrix(MatrixArgs),
     /// Timings: cluster start/stop, throughput untraced vs traced, event
     /// rates and capture sizes.
@@ -60,17 +72,49 @@ enum GlusterCommand {
     },
 }
 
+/// The cluster (shared by run, matrix and bench).
+#[derive(Debug, Args, Clone)]
+struct ClusterArgs {
+    /// The file system: glusterfs or moosefs.
+    #[arg(long = "fs", default_value = "glusterfs")]
+    system: String,
+    /// Each server's link rate, both ways (tc syntax; "" for none).
+    #[arg(long, default_value = "500mbit")]
+    link_rate: String,
+    /// Each server's disk bandwidth, MiB/s each way.
+    #[arg(long, default_value_t = 48)]
+    disk_mibps: u64,
+}
+
+impl ClusterArgs {
+    fn config(&self) -> anyhow::Result<ClusterConfig> {
+        let mut c = ClusterConfig::new(self.system.parse()?);
+        c.link_rate = self.link_rate.clone();
+        c.disk_mibps = self.disk_mibps;
+        Ok(c)
+    }
+}
+
 /// What to record and how strong the faults are (shared by run and matrix).
 #[derive(Debug, Args, Clone)]
 struct Common {
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Workload duration, seconds.
-    #[arg(long, default_value_t = 40.0)]
+    #[arg(long, default_value_t = 30.0)]
     seconds: f64,
     /// Seconds into the workload when the fault is switched on (it stays on).
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 10.0)]
     fault_after: f64,
-    /// One tracer for all bricks (`single`) or one per brick (`per-server`).
-    #[arg(long, default_value = "single")]
+    /// Function probes: none, generic (the C library's file-system calls)
+    /// or daemon (GlusterFS's own functions).
+    #[arg(long, default_value = "generic")]
+    probes: String,
+    /// Function patterns to trace instead of --probes (repeatable).
+    #[arg(short = 'f', long = "functions", value_name = "PATTERN")]
+    functions: Vec<String>,
+    /// One tracer per server (`per-server`) or one for all (`single`).
+    #[arg(long, default_value = "per-server")]
     record_mode: String,
     /// IP samples per second per CPU.
     #[arg(long, default_value_t = 99)]
@@ -78,38 +122,39 @@ struct Common {
     /// Sample every process on the host (hogs show up by name).
     #[arg(long)]
     sample_all: bool,
-    /// Function patterns to trace instead of the default set (repeatable).
-    #[arg(short = 'f', long = "functions", value_name = "PATTERN")]
-    functions: Vec<String>,
     /// packet-loss: drop probability.
     #[arg(long, default_value_t = FaultParams::default().loss)]
     loss: f64,
     /// disk-throttle: MiB/s the faulty server may read/write.
     #[arg(long, default_value_t = FaultParams::default().disk_bps >> 20)]
-    disk_mibps: u64,
+    disk_mibps_fault: u64,
     /// disk-throttle: I/O operations/s the faulty server may issue each way
     /// (0: no limit).
     #[arg(long, default_value_t = FaultParams::default().disk_iops)]
     disk_iops: u64,
-    /// network-hog: the faulty server's link rate (tc syntax).
-    #[arg(long, default_value_t = FaultParams::default().link_rate)]
-    link_rate: String,
     /// cpu-hog: CPUs shared by the faulty server and the hog.
     #[arg(long, default_value_t = FaultParams::default().cpu_share)]
     cpu_share: f64,
+    /// cpu-cap: the server's quota as a share of the CPU it used just before.
+    #[arg(long, default_value_t = FaultParams::default().cpu_cap)]
+    cpu_cap: f64,
     /// Record with this tracer binary instead of building the release one.
     #[arg(long)]
     tracer: Option<PathBuf>,
 }
 
 impl Common {
+    fn system(&self) -> anyhow::Result<System> {
+        Ok(self.cluster.system.parse()?)
+    }
+
     fn params(&self) -> FaultParams {
         FaultParams {
             loss: self.loss,
-            disk_bps: self.disk_mibps << 20,
+            disk_bps: self.disk_mibps_fault << 20,
             disk_iops: self.disk_iops,
-            link_rate: self.link_rate.clone(),
             cpu_share: self.cpu_share,
+            cpu_cap: self.cpu_cap,
             ..FaultParams::default()
         }
     }
@@ -119,12 +164,14 @@ impl Common {
             Some(t) => t.clone(),
             None => build_tracer(true)?,
         };
-        let mut r = RecordConfig::new(tracer);
+        let probes: ProbeSet = self.probes.parse()?;
+        let mut r = RecordConfig::new(tracer, self.system()?, probes)?;
         r.mode = self.record_mode.parse()?;
         r.sample_hz = self.sample_hz;
         r.sample_all = self.sample_all;
         if !self.functions.is_empty() {
             r.functions = self.functions.clone();
+            r.probes = "custom".into();
         }
         Ok(r)
     }
@@ -135,7 +182,8 @@ struct RunArgs {
     /// dd, postmark or fio.
     #[arg(long, default_value = "dd")]
     workload: String,
-    /// none, disk-hog, disk-throttle, network-hog, packet-loss or cpu-hog.
+    /// none, disk-hog, disk-throttle, network-hog, packet-loss, cpu-hog or
+    /// cpu-cap.
     #[arg(long, default_value = "none")]
     fault: String,
     /// The faulty server, 1..4.
@@ -148,23 +196,10 @@ struct RunArgs {
     common: Common,
 }
 
-#[derive(Debug, Args)]
-struct MatrixArgs {
-    /// Runs per fault and workload (and clean runs per workload).
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Faults to include (default: all).
-    #[arg(long = "fault", value_name = "FAULT")]
-    faults: Vec<String>,
-    /// Workloads to include (default: all).
-    #[arg(long = "workload", value_name = "WORKLOAD")]
-    workloads: Vec<String>,
-    /// Output directory: one run directory per experiment + matrix.json.
-    #[arg(short, long)]
-    output: PathBuf,
-    /// Only print the table for an existing matrix directory.
-    #[arg(long)]
-    table_only: bool,
+/// How a recorded matrix is scored (stored nowhere: `--table-only` may
+/// re-score with other settings).
+#[derive(Debug, Args, Clone)]
+struct ScoreArgs {
     /// Peer comparison: WinSize, seconds (paper: 60 for runs of minutes).
     #[arg(long, default_value_t = 4.0)]
     window: f64,
@@ -186,6 +221,38 @@ struct MatrixArgs {
     /// analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "F")]
     outlier: Option<f64>,
+    /// Also write the table as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct MatrixArgs {
+    /// Runs per fault and workload (4: each fault on each server once).
+    #[arg(long, default_value_t = 4)]
+    runs: usize,
+    /// Clean runs per workload (default: --runs).
+    #[arg(long)]
+    clean: Option<usize>,
+    /// Faults to include (default: all).
+    #[arg(long = "fault", value_name = "FAULT")]
+    faults: Vec<String>,
+    /// Workloads to include (default: dd and postmark, the large-streaming
+    /// and the small-file workload).
+    #[arg(long = "workload", value_name = "WORKLOAD")]
+    workloads: Vec<String>,
+    /// Output directory: one run directory per experiment + matrix.json.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Only print the table for an existing matrix directory.
+    #[arg(long)]
+    table_only: bool,
+    /// Keep the runs already recorded in the output directory (a matrix
+    /// that stopped part-way goes on where it stopped).
+    #[arg(long)]
+    resume: bool,
+    #[command(flatten)]
+    score: ScoreArgs,
     #[command(flatten)]
     common: Common,
 }
@@ -204,40 +271,43 @@ struct BenchArgs {
     /// Record with this tracer binary instead of building the release one.
     #[arg(long)]
     tracer: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
 }
 
 fn parse_fault(s: &str) -> anyhow::Result<Option<FaultKind>> {
     Ok(if s == "none" { None } else { Some(s.parse()?) })
 }
 
-pub(crate) fn run(args: GlusterArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: FsArgs) -> anyhow::Result<()> {
     match args.command {
-        GlusterCommand::Run(a) => run_one(a),
-        GlusterCommand::Matrix(a) => matrix(a),
-        GlusterCommand::Bench(a) => bench(a),
-        GlusterCommand::Signal { dirs, json } => signal(&dirs, json),
+        FsCommand::Run(a) => run_one(a),
+        FsCommand::Matrix(a) => matrix(a),
+        FsCommand::Bench(a) => bench(a),
+        FsCommand::Signal { dirs, json } => signal(&dirs, json),
     }
 }
 
 fn need_root() -> anyhow::Result<()> {
     if !is_root() {
         bail!(
-            "the GlusterFS experiments create namespaces, loop devices and mounts and load eBPF programs: run as root (after `sudo scripts/setup`)"
+            "the file-system experiments create namespaces, loop devices and mounts and load eBPF programs: run as root (after `sudo scripts/setup`)"
         );
     }
     Ok(())
 }
 
-fn start_cluster() -> anyhow::Result<Cluster> {
-    let c = Cluster::start(ClusterConfig::default()).context("starting the GlusterFS cluster")?;
+fn start_cluster(config: ClusterConfig) -> anyhow::Result<Cluster> {
+    let system = config.system;
+    let c = Cluster::start(config).with_context(|| format!("starting the {system} cluster"))?;
     eprintln!(
-        "gluster: cluster up in {:.1} s: {}",
+        "fs: {system} cluster up in {:.1} s: {}",
         c.start_seconds,
         c.servers()
             .iter()
             .map(|s| format!(
-                "{}=pid {} port {} {}",
-                s.label, s.pid, s.port, s.loop_device
+                "{}=pid {} {}:{} {}",
+                s.label, s.pid, s.addr, s.port, s.loop_device
             ))
             .collect::<Vec<_>>()
             .join(", ")
@@ -248,10 +318,15 @@ fn start_cluster() -> anyhow::Result<Cluster> {
 fn describe(info: &RunInfo) -> String {
     let fault = match &info.fault {
         Some(f) => format!(
-            "{} on {} for {:.1} s",
+            "{} on {} for {:.1} s{}",
             f.kind,
             f.server,
-            (f.off_unix_ns - f.on_unix_ns) as f64 / 1e9
+            (f.off_unix_ns - f.on_unix_ns) as f64 / 1e9,
+            if f.detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.detail)
+            }
         ),
         None => "no fault".into(),
     };
@@ -259,14 +334,16 @@ fn describe(info: &RunInfo) -> String {
     let events: u64 = info.tracers.iter().flat_map(|t| t.events.values()).sum();
     let bytes: u64 = info.tracers.iter().map(|t| t.bytes).sum();
     format!(
-        "{} {:.1} s, {:.1} MB/s, {}; {} events, {:.1} MB captured, {} lost",
+        "{} {} {:.1} s, {:.1} MB/s, {}; {} events, {:.1} MB captured, {} lost; load {:.1}",
+        info.system,
         info.workload,
         info.result.seconds,
         info.result.mb_per_s(),
         fault,
         events,
         bytes as f64 / 1e6,
-        lost
+        lost,
+        info.load_average
     )
 }
 
@@ -274,11 +351,11 @@ fn run_one(a: RunArgs) -> anyhow::Result<()> {
     need_root()?;
     let workload: Workload = a.workload.parse()?;
     let fault = parse_fault(&a.fault)?;
-    if a.server == 0 || a.server > tests::gluster::SERVERS {
-        bail!("--server is 1..{}", tests::gluster::SERVERS);
+    if a.server == 0 || a.server > SERVERS {
+        bail!("--server is 1..{SERVERS}");
     }
     let record = a.common.record()?;
-    let cluster = start_cluster()?;
+    let cluster = start_cluster(a.common.cluster.config()?)?;
     let config = RunConfig {
         workload,
         seconds: a.common.seconds,
@@ -287,7 +364,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<()> {
         params: a.common.params(),
         record: Some(record),
     };
-    let info = tests::gluster::run(&cluster, &config, &a.output)
+    let info = tests::fs::run(&cluster, &config, &a.output)
         .with_context(|| format!("running into {}", a.output.display()))?;
     let stop = cluster.stop().context("stopping the cluster")?;
     println!("{}", describe(&info));
@@ -313,6 +390,8 @@ struct MatrixEntry {
 #[derive(Debug, Serialize, Deserialize)]
 struct MatrixIndex {
     version: u32,
+    system: System,
+    probes: String,
     runs: Vec<MatrixEntry>,
 }
 
@@ -320,11 +399,12 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
     if !a.table_only {
         run_matrix(&a)?;
     }
-    table(&a)
+    table(&a.output, &a.score)
 }
 
 fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
     need_root()?;
+    let system = a.common.system()?;
     let faults: Vec<FaultKind> = if a.faults.is_empty() {
         FaultKind::ALL.to_vec()
     } else {
@@ -334,7 +414,7 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?
     };
     let workloads: Vec<Workload> = if a.workloads.is_empty() {
-        Workload::ALL.to_vec()
+        vec![Workload::Dd, Workload::Postmark]
     } else {
         a.workloads
             .iter()
@@ -343,35 +423,55 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
     };
     let record = a.common.record()?;
     std::fs::create_dir_all(&a.output)?;
+    let index_path = a.output.join("matrix.json");
+    let mut index = MatrixIndex {
+        version: 2,
+        system,
+        probes: record.probes.clone(),
+        runs: Vec::new(),
+    };
+    if a.resume && index_path.exists() {
+        let old: MatrixIndex = serde_json::from_str(&std::fs::read_to_string(&index_path)?)
+            .with_context(|| format!("parsing {}", index_path.display()))?;
+        if old.system != system || old.probes != index.probes {
+            bail!(
+                "{} holds a {} matrix with probes {}: not resumable as {system} with {}",
+                a.output.display(),
+                old.system,
+                old.probes,
+                index.probes
+            );
+        }
+        index.runs = old.runs;
+    }
+    let clean = a.clean.unwrap_or(a.runs);
     let mut plan: Vec<(Workload, Option<FaultKind>, usize, String)> = Vec::new();
     let mut rotate = 0;
     for &w in &workloads {
-        for r in 0..a.runs {
+        for r in 0..clean {
             plan.push((w, None, 0, format!("{w}/none/run{}", r + 1)));
         }
         for &f in &faults {
             for r in 0..a.runs {
                 // A different faulty server each time.
-                let server = rotate % tests::gluster::SERVERS;
+                let server = rotate % SERVERS;
                 rotate += 1;
                 plan.push((w, Some(f), server, format!("{w}/{f}/run{}", r + 1)));
             }
         }
     }
+    plan.retain(|(_, _, _, dir)| !index.runs.iter().any(|r| r.dir == *dir));
     eprintln!(
-        "gluster: matrix of {} runs of {:.0} s into {}",
+        "fs: {system} matrix of {} runs of {:.0} s (probes {}) into {}",
         plan.len(),
         a.common.seconds,
+        index.probes,
         a.output.display()
     );
     let started = Instant::now();
-    // One cluster for the whole matrix: the bricks keep their pids, and each
+    // One cluster for the whole matrix: the servers keep their pids, and each
     // workload starts from an empty directory.
-    let cluster = start_cluster()?;
-    let mut index = MatrixIndex {
-        version: 1,
-        runs: Vec::new(),
-    };
+    let cluster = start_cluster(a.common.cluster.config()?)?;
     for (i, (w, f, server, dir)) in plan.iter().enumerate() {
         let config = RunConfig {
             workload: *w,
@@ -383,8 +483,7 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
         };
         let out = a.output.join(dir);
         let _ = std::fs::remove_dir_all(&out);
-        let info =
-            tests::gluster::run(&cluster, &config, &out).with_context(|| format!("run {dir}"))?;
+        let info = tests::fs::run(&cluster, &config, &out).with_context(|| format!("run {dir}"))?;
         println!("[{}/{}] {dir}: {}", i + 1, plan.len(), describe(&info));
         index.runs.push(MatrixEntry {
             dir: dir.clone(),
@@ -392,14 +491,11 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
             fault: *f,
             server: info.fault.as_ref().map(|f| f.server.clone()),
         });
-        std::fs::write(
-            a.output.join("matrix.json"),
-            serde_json::to_string_pretty(&index)?,
-        )?;
+        std::fs::write(&index_path, serde_json::to_string_pretty(&index)?)?;
     }
     cluster.stop()?;
     eprintln!(
-        "gluster: matrix done in {:.0} s",
+        "fs: matrix done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -407,24 +503,24 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
 
 /// One metric's verdict on one run: the servers it indicts (`combined` is
 /// the verdict over all metrics).
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize)]
 struct MetricVerdict {
     metric: String,
     indicted: Vec<String>,
 }
 
-/// Counts for one (fault, metric) cell of Table 1.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
+/// Counts for one (fault, column) cell of the table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
 struct Cell {
     runs: u32,
     /// Runs where the faulty server was indicted.
     tp: u32,
     /// Runs where a non-faulty server was indicted.
-    fp: u32,
+    wrong: u32,
 }
 
-/// Table 1 cells from verdicts: TP is the share of runs where the faulty
-/// server is indicted, FP the share where some other server is.
+/// Table cells from verdicts: TP counts the runs where the faulty server is
+/// indicted, `wrong` those where some other server is.
 fn tally(
     verdicts: &[(Option<FaultKind>, Option<String>, Vec<MetricVerdict>)],
 ) -> BTreeMap<(Option<FaultKind>, String), Cell> {
@@ -437,7 +533,7 @@ fn tally(
                 c.tp += 1;
             }
             if m.indicted.iter().any(|s| Some(s) != faulty.as_ref()) {
-                c.fp += 1;
+                c.wrong += 1;
             }
         }
     }
@@ -463,43 +559,59 @@ fn verdicts_of(report: &Report, info: &RunInfo) -> Vec<MetricVerdict> {
     out
 }
 
-fn table(a: &MatrixArgs) -> anyhow::Result<()> {
-    let index_path = a.output.join("matrix.json");
+/// The table as JSON (`--json`).
+#[derive(Debug, Serialize)]
+struct TableJson {
+    version: u32,
+    system: System,
+    probes: String,
+    config: analyzer::peers::PeersConfig,
+    runs: Vec<RunVerdict>,
+    /// (fault, column) → cell; columns are metrics, `combined`, and
+    /// `combined WORKLOAD`.
+    cells: Vec<(Option<FaultKind>, String, Cell)>,
+}
+
+/// One run's verdict in the JSON table.
+#[derive(Debug, Serialize)]
+struct RunVerdict {
+    dir: String,
+    workload: Workload,
+    fault: Option<FaultKind>,
+    server: Option<String>,
+    metrics: Vec<MetricVerdict>,
+    /// The report's own verdict line.
+    verdict: String,
+}
+
+fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
+    let index_path = dir.join("matrix.json");
     let index: MatrixIndex = serde_json::from_str(
         &std::fs::read_to_string(&index_path)
             .with_context(|| format!("reading {}", index_path.display()))?,
     )
     .with_context(|| format!("parsing {}", index_path.display()))?;
-    let mut cfg = analyzer::peers::PeersConfig {
-        distance: a.distance,
-        ..peers_config(a.window, a.shift)
-    };
-    if !a.metrics.is_empty() {
-        cfg.metrics = a.metrics.clone();
-    }
-    if let Some(n) = &a.normalize {
-        cfg.normalize = n.clone();
-    }
-    if let Some(f) = a.outlier {
-        cfg.outlier = (f != 0.0).then_some(f);
-    }
-    cfg.validate()?;
-    // Score every run once; keep the scores, not the captures.
     let mut scored = Vec::new();
+    let mut cfg = None;
     for (i, run) in index.runs.iter().enumerate() {
-        let dir = a.output.join(&run.dir);
-        eprint!("\rgluster: scoring run {}/{}", i + 1, index.runs.len());
-        let loaded = load_run(&dir).with_context(|| format!("reading {}", dir.display()))?;
-        let min_windows = if run.fault.is_none() {
-            2 * cfg.k - 1
-        } else {
-            1
+        let run_dir = dir.join(&run.dir);
+        eprint!("\rfs: scoring run {}/{}", i + 1, index.runs.len());
+        let loaded =
+            load_run(&run_dir).with_context(|| format!("reading {}", run_dir.display()))?;
+        let c = match &cfg {
+            Some(c) => c,
+            None => cfg.insert(score_config(&loaded, a)?),
         };
-        let s = score_run(&loaded, &dir, &cfg, min_windows)?;
+        let min_windows = if run.fault.is_none() { 2 * c.k - 1 } else { 1 };
+        let s = score_run(&loaded, &run_dir, c, min_windows)?;
         scored.push((s, loaded.info));
     }
     eprintln!();
+    let Some(cfg) = cfg else {
+        bail!("{} lists no runs", index_path.display());
+    };
     let mut verdicts = Vec::new();
+    let mut json_runs = Vec::new();
     let mut workloads: Vec<Workload> = Vec::new();
     for (i, run) in index.runs.iter().enumerate() {
         // Thresholds from the clean runs of the same workload, this one
@@ -513,7 +625,7 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             .collect();
         if clean.is_empty() {
             bail!(
-                "{}: no other clean {} run to train on (use --runs 2 or more)",
+                "{}: no other clean {} run to train on (use --clean 2 or more)",
                 run.dir,
                 run.workload
             );
@@ -528,20 +640,32 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             run.dir,
             run.server.as_deref().unwrap_or("-")
         );
+        json_runs.push(RunVerdict {
+            dir: run.dir.clone(),
+            workload: run.workload,
+            fault: run.fault,
+            server: run.server.clone(),
+            metrics: v.clone(),
+            verdict: combined,
+        });
         verdicts.push((run.fault, run.server.clone(), v));
         workloads.push(run.workload);
     }
     println!(
-        "\nwindows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds per workload from the other clean runs",
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds per workload from the other clean runs",
+        index.system,
+        index.probes,
         a.window,
         a.shift,
         cfg.k,
         cfg.distance,
         cfg.outlier.map_or("off".to_string(), |f| f.to_string())
     );
-    print_table(&tally(&verdicts));
+    let mut cells = tally(&verdicts);
+    print_table(&cells);
     // The combined verdict per workload: where the misses are.
     let mut names: Vec<Workload> = workloads.clone();
+    names.sort();
     names.dedup();
     let mut per_workload: BTreeMap<(Option<FaultKind>, String), Cell> = BTreeMap::new();
     for w in names {
@@ -550,8 +674,9 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
             .zip(&workloads)
             .filter(|(_, x)| **x == w)
             .map(|((f, s, v), _)| {
-                let combined = v.iter().filter(|m| m.metric == "combined");
-                let combined = combined
+                let combined = v
+                    .iter()
+                    .filter(|m| m.metric == "combined")
                     .map(|m| MetricVerdict {
                         metric: format!("combined {w}"),
                         indicted: m.indicted.clone(),
@@ -563,7 +688,79 @@ fn table(a: &MatrixArgs) -> anyhow::Result<()> {
         per_workload.extend(tally(&mine));
     }
     print_table(&per_workload);
+    cells.extend(per_workload);
+    summarize(&cells);
+    if let Some(path) = &a.json {
+        let out = TableJson {
+            version: 1,
+            system: index.system,
+            probes: index.probes.clone(),
+            config: cfg.clone(),
+            runs: json_runs,
+            cells: cells.into_iter().map(|((f, m), c)| (f, m, c)).collect(),
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
+}
+
+/// The scoring configuration for runs recorded like `run`, with `a`'s
+/// overrides.
+fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peers::PeersConfig> {
+    let mode = run.info.record_mode.unwrap_or(RecordMode::PerServer);
+    let mut cfg = analyzer::peers::PeersConfig {
+        distance: a.distance,
+        ..peers_config(run.info.system, mode, a.window, a.shift)
+    };
+    if !a.metrics.is_empty() {
+        cfg.metrics = a.metrics.clone();
+    }
+    if let Some(n) = &a.normalize {
+        cfg.normalize = n.clone();
+    }
+    if let Some(f) = a.outlier {
+        cfg.outlier = (f != 0.0).then_some(f);
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// The headline figures: combined TP over the faulty runs, runs naming a
+/// wrong server, and every fault class's TP.
+fn summarize(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
+    let combined: Vec<(&Option<FaultKind>, &Cell)> = cells
+        .iter()
+        .filter(|((_, m), _)| m == "combined")
+        .map(|((f, _), c)| (f, c))
+        .collect();
+    let (mut runs, mut tp, mut wrong, mut clean, mut clean_wrong) = (0, 0, 0, 0, 0);
+    let mut worst: Option<(FaultKind, f64)> = None;
+    for (f, c) in &combined {
+        match f {
+            Some(k) => {
+                runs += c.runs;
+                tp += c.tp;
+                wrong += c.wrong;
+                let pct = 100.0 * f64::from(c.tp) / f64::from(c.runs.max(1));
+                if worst.is_none_or(|(_, w)| pct < w) {
+                    worst = Some((*k, pct));
+                }
+            }
+            None => {
+                clean += c.runs;
+                clean_wrong += c.wrong;
+            }
+        }
+    }
+    println!(
+        "\ncombined TP {tp}/{runs} ({:.1}%); faulty runs naming a wrong server {wrong}/{runs}; \
+         clean runs indicting anyone {clean_wrong}/{clean}{}",
+        100.0 * f64::from(tp) / f64::from(runs.max(1)),
+        worst.map_or(String::new(), |(k, p)| format!(
+            "; weakest fault {k} {p:.1}%"
+        ))
+    );
 }
 
 fn print_table(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
@@ -578,24 +775,24 @@ fn print_table(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
         f.dedup();
         f
     };
-    print!("\n{:<16}", "fault");
+    print!("\n{:<16}", "fault (runs)");
     for m in &metrics {
-        print!(" {:>16}", format!("{m} TP/FP %"));
+        print!(" {:>18}", format!("{m} TP/wrong"));
     }
     println!();
-    let pct = |n: u32, d: u32| 100.0 * f64::from(n) / f64::from(d.max(1));
     for f in faults {
-        let name = f
-            .map(|k| k.to_string())
-            .unwrap_or_else(|| "none (control)".into());
-        print!("{name:<16}");
+        let runs = metrics
+            .iter()
+            .filter_map(|m| cells.get(&(f, m.clone())))
+            .map(|c| c.runs)
+            .max()
+            .unwrap_or(0);
+        let name = f.map(|k| k.to_string()).unwrap_or_else(|| "none".into());
+        print!("{:<16}", format!("{name} ({runs})"));
         for m in &metrics {
             match cells.get(&(f, m.clone())) {
-                Some(c) => print!(
-                    " {:>16}",
-                    format!("{:.1}/{:.1}", pct(c.tp, c.runs), pct(c.fp, c.runs))
-                ),
-                None => print!(" {:>16}", "-"),
+                Some(c) => print!(" {:>18}", format!("{}/{}", c.tp, c.wrong)),
+                None => print!(" {:>18}", "-"),
             }
         }
         println!();
@@ -615,17 +812,16 @@ fn signal(dirs: &[PathBuf], json: bool) -> anyhow::Result<()> {
         }
         println!("\n== {}: {}", dir.display(), describe(&run.info));
         println!(
-            "{:<9} {:<6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>11}",
+            "{:<9} {:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
             "server",
             "phase",
             "calls/s",
-            "resume_us",
-            "submit_us",
             "rx MB/s",
             "tx MB/s",
+            "sysc/s",
+            "sysc_us",
             "smpl/s",
-            "retx/s",
-            "sysc/s"
+            "retx/s"
         );
         for s in &stats {
             let mut phases = vec![("before", &s.before)];
@@ -634,19 +830,17 @@ fn signal(dirs: &[PathBuf], json: bool) -> anyhow::Result<()> {
             }
             for (name, p) in phases {
                 let calls: f64 = p.calls.values().sum();
-                let mean = |f: &str| p.mean_us.get(f).copied().unwrap_or(0.0);
                 println!(
-                    "{:<9} {:<6} {:>9.0} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>8.1} {:>8.2} {:>11.0}",
+                    "{:<9} {:<6} {:>9.0} {:>9.2} {:>9.2} {:>9.0} {:>8.1} {:>8.1} {:>9.2}",
                     format!("{}{}", s.server, if s.faulty { "*" } else { "" }),
                     name,
                     calls,
-                    mean("call_resume"),
-                    mean("rpcsvc_submit_generic"),
                     p.rx_bytes / 1e6,
                     p.tx_bytes / 1e6,
+                    p.syscalls,
+                    p.syscall_us,
                     p.samples,
                     p.retransmits,
-                    p.syscalls
                 );
             }
         }
@@ -660,59 +854,56 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         Some(t) => t.clone(),
         None => build_tracer(true)?,
     };
+    let config = a.cluster.config()?;
+    let system = config.system;
     let out = a
         .output
         .clone()
-        .unwrap_or_else(|| target_dir().join("xtask/gluster-bench"));
+        .unwrap_or_else(|| target_dir().join(format!("xtask/fs-bench-{system}")));
     let _ = std::fs::remove_dir_all(&out);
-    println!("== cluster start / stop (3 times)");
+    println!("== {system} cluster start / stop (3 times)");
     for _ in 0..3 {
-        let c = start_cluster()?;
+        let c = start_cluster(config.clone())?;
         let start = c.start_seconds;
         let stop = c.stop()?;
         println!("  start {start:5.1} s   stop {stop:5.1} s");
     }
-    let cluster = start_cluster()?;
+    let cluster = start_cluster(config)?;
+    let modes: Vec<(&str, Option<ProbeSet>)> = vec![
+        ("untraced", None),
+        ("none", Some(ProbeSet::None)),
+        ("generic", Some(ProbeSet::Generic)),
+    ];
     println!(
-        "\n== throughput, {:.0} s per workload, median of {} (MB/s read+write through the mount)",
+        "\n== throughput, {:.0} s per workload, median of {} (MB/s read+write through the mount), one tracer per server",
         a.seconds, a.repeat
     );
-    println!(
-        "{:<9} {:>9} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12} {:>10} {:>10}",
-        "workload",
-        "untraced",
-        "single",
-        "per-server",
-        "ovh single",
-        "ovh per",
-        "events/s 1",
-        "events/s 4",
-        "MB/s cap 1",
-        "MB/s cap 4"
-    );
-    let mut rows = Vec::new();
+    print!("{:<9}", "workload");
+    for (m, _) in &modes {
+        print!(" {:>10}", *m);
+    }
+    for (m, p) in &modes {
+        if p.is_some() {
+            print!(" {:>12} {:>10}", format!("ev/s {m}"), format!("MB/s {m}"));
+        }
+    }
+    println!(" {:>6}", "load");
+    let mut lost = 0u64;
     for w in Workload::ALL {
         // Modes interleaved within each repetition, so drift in the host's
         // load (other builds) hits them alike; medians reported.
-        let mut mbps: [Vec<f64>; 3] = Default::default();
-        let mut rates: [Vec<f64>; 2] = Default::default();
-        let mut caps: [Vec<f64>; 2] = Default::default();
-        let mut traced = Vec::new();
+        let mut mbps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+        let mut caps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+        let mut loads = Vec::new();
         for rep in 0..a.repeat.max(1) {
-            let modes = [None, Some(RecordMode::Single), Some(RecordMode::PerServer)];
-            for (m, mode) in modes.into_iter().enumerate() {
-                let record = mode.map(|mode| {
-                    let mut r = RecordConfig::new(tracer.clone());
-                    r.mode = mode;
-                    r
-                });
-                let name = match mode {
-                    None => "untraced",
-                    Some(RecordMode::Single) => "single",
-                    Some(RecordMode::PerServer) => "per-server",
+            for (m, (name, probes)) in modes.iter().enumerate() {
+                let record = match probes {
+                    Some(p) => Some(RecordConfig::new(tracer.clone(), system, *p)?),
+                    None => None,
                 };
                 let dir = out.join(format!("{w}-{name}-{}", rep + 1));
-                let info = tests::gluster::run(
+                let info = tests::fs::run(
                     &cluster,
                     &RunConfig {
                         workload: w,
@@ -724,53 +915,31 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
                     },
                     &dir,
                 )?;
+                loads.push(info.load_average);
                 mbps[m].push(info.result.mb_per_s());
-                if m > 0 {
-                    let secs = info.result.seconds.max(1e-9);
-                    let events: u64 = info.tracers.iter().flat_map(|t| t.events.values()).sum();
-                    let bytes: u64 = info.tracers.iter().map(|t| t.bytes).sum();
-                    rates[m - 1].push(events as f64 / secs);
-                    caps[m - 1].push(bytes as f64 / 1e6 / secs);
-                    traced.push((dir, info));
-                }
+                let secs = info.result.seconds.max(1e-9);
+                let events: u64 = info.tracers.iter().flat_map(|t| t.events.values()).sum();
+                let bytes: u64 = info.tracers.iter().map(|t| t.bytes).sum();
+                lost += info.tracers.iter().map(|t| t.lost).sum::<u64>();
+                rates[m].push(events as f64 / secs);
+                caps[m].push(bytes as f64 / 1e6 / secs);
             }
         }
-        let [base, single, per] = mbps.map(median);
-        let [rate1, rate4] = rates.map(median);
-        let [cap1, cap4] = caps.map(median);
-        println!(
-            "{:<9} {:>9.1} {:>12.1} {:>12.1} {:>9.1}% {:>9.1}% {:>12.0} {:>12.0} {:>10.2} {:>10.2}",
-            w.to_string(),
-            base,
-            single,
-            per,
-            100.0 * (1.0 - single / base),
-            100.0 * (1.0 - per / base),
-            rate1,
-            rate4,
-            cap1,
-            cap4
-        );
-        rows.push((w, traced));
-    }
-    println!("\n== calls per second per function (single tracer, all 4 servers, summed)");
-    for (w, traced) in &rows {
-        let run = load_run(&traced[0].0)?;
-        let mut per_fn: BTreeMap<String, f64> = BTreeMap::new();
-        for s in server_stats(&run) {
-            for (f, r) in s.before.calls {
-                *per_fn.entry(f).or_default() += r;
+        print!("{:<9}", w.to_string());
+        for v in &mbps {
+            print!(" {:>10.1}", median(v.clone()));
+        }
+        for (m, (_, p)) in modes.iter().enumerate() {
+            if p.is_some() {
+                print!(
+                    " {:>12.0} {:>10.2}",
+                    median(rates[m].clone()),
+                    median(caps[m].clone())
+                );
             }
         }
-        let list: Vec<String> = per_fn.iter().map(|(f, r)| format!("{f} {r:.0}")).collect();
-        println!("  {w}: {}", list.join(", "));
+        println!(" {:>6.1}", median(loads));
     }
-    let lost: u64 = rows
-        .iter()
-        .flat_map(|(_, t)| t.iter())
-        .flat_map(|(_, i)| i.tracers.iter())
-        .map(|t| t.lost)
-        .sum();
     println!("\nrecords lost in all traced runs: {lost}");
     let stop = cluster.stop()?;
     println!(
@@ -791,9 +960,10 @@ mod tests_table {
         }
     }
 
-    /// TP counts runs indicting the faulty server, FP runs indicting another.
+    /// TP counts runs indicting the faulty server, `wrong` runs indicting
+    /// another.
     #[test]
-    fn tally_counts_true_and_false_positives() {
+    fn tally_counts_true_positives_and_wrong_servers() {
         let verdicts = vec![
             (
                 Some(FaultKind::DiskHog),
@@ -813,7 +983,7 @@ mod tests_table {
             Cell {
                 runs: 2,
                 tp: 2,
-                fp: 1
+                wrong: 1
             }
         );
         assert_eq!(
@@ -821,7 +991,7 @@ mod tests_table {
             Cell {
                 runs: 2,
                 tp: 0,
-                fp: 1
+                wrong: 1
             }
         );
         assert_eq!(
@@ -829,7 +999,7 @@ mod tests_table {
             Cell {
                 runs: 1,
                 tp: 0,
-                fp: 1
+                wrong: 1
             }
         );
         assert_eq!(
@@ -837,7 +1007,7 @@ mod tests_table {
             Cell {
                 runs: 1,
                 tp: 0,
-                fp: 0
+                wrong: 0
             }
         );
     }
