@@ -61,6 +61,9 @@ enum FsCommand {
     /// Timings: cluster start/stop, throughput untraced vs traced, event
     /// rates and capture sizes.
     Bench(BenchArgs),
+    /// Remove what an interrupted run left (daemons, mounts, loop devices,
+    /// namespaces); every other subcommand does this before it starts.
+    Clean,
     /// Per-server activity of run directories, before and during the fault.
     Signal {
         /// Run directories (each with a run.json).
@@ -285,6 +288,13 @@ pub(crate) fn run(args: FsArgs) -> anyhow::Result<()> {
         FsCommand::Matrix(a) => matrix(a),
         FsCommand::Bench(a) => bench(a),
         FsCommand::Signal { dirs, json } => signal(&dirs, json),
+        FsCommand::Clean => {
+            need_root()?;
+            let workdir = ClusterConfig::new(System::Glusterfs).workdir;
+            tests::fs::clean(&workdir)?;
+            eprintln!("fs: removed what was left under {}", workdir.display());
+            Ok(())
+        }
     }
 }
 

@@ -518,7 +518,7 @@ impl ClusterConfig {
     pub fn new(system: System) -> Self {
         Self {
             system,
-            disk_mib: 1024,
+            disk_mib: 4096,
             disk_mibps: 48,
             link_rate: "500mbit".into(),
             workdir: std::env::temp_dir().join(PREFIX),
@@ -599,17 +599,7 @@ impl Cluster {
                 });
             }
         }
-        let lock_path = Path::new(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path)
-            .map_err(io_err(lock_path))?;
-        if lock.try_lock().is_err() {
-            eprintln!("fs: waiting for {LOCK_FILE}: another file-system cluster runs on this host");
-            lock.lock().map_err(io_err(lock_path))?;
-        }
+        let lock = take_lock()?;
         let started = Instant::now();
         cleanup_stale(&config.workdir);
         // From here on, Drop undoes whatever was done.
@@ -782,6 +772,35 @@ impl Drop for Cluster {
             eprintln!("fs: cleanup: {f}");
         }
     }
+}
+
+/// Takes [`LOCK_FILE`], waiting while another cluster holds it; released
+/// when the file is closed (also when the process dies).
+fn take_lock() -> Result<fs::File> {
+    let lock_path = Path::new(LOCK_FILE);
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path)
+        .map_err(io_err(lock_path))?;
+    if lock.try_lock().is_err() {
+        eprintln!("fs: waiting for {LOCK_FILE}: another file-system cluster runs on this host");
+        lock.lock().map_err(io_err(lock_path))?;
+    }
+    Ok(lock)
+}
+
+/// Removes what a killed harness process left behind (its cluster's
+/// daemons, mounts, disks, namespaces), under the lock. [`Cluster::start`]
+/// does the same before it builds.
+pub fn clean(workdir: &Path) -> Result<()> {
+    if !is_root() {
+        return Err(FsError::NotRoot);
+    }
+    let _lock = take_lock()?;
+    cleanup_stale(workdir);
+    Ok(())
 }
 
 /// Writes `bytes` of random data to `path` (from the kernel's generator).

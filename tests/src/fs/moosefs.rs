@@ -6,8 +6,11 @@
 //! several files in flight.
 //!
 //! The daemons run with `NICE_LEVEL = 0` (their default, -19, would let them
-//! starve everything else on a shared 2-core host) and deleted files skip
-//! the trash (`mfssettrashtime 0`), so a long matrix does not fill the disks.
+//! starve everything else on a shared 2-core host). Deleted files skip the
+//! trash (`mfssettrashtime 0`) and the master's chunk loop runs every second
+//! with higher deletion limits (default: every 300 s, 10 chunks per server):
+//! with the defaults a matrix filled the servers' disks within three runs of
+//! dd and every write crawled.
 
 use std::{
     fs,
@@ -46,7 +49,9 @@ pub(super) fn start(cluster: &mut Cluster, disks: &[(String, PathBuf)]) -> Resul
              TOPOLOGY_FILENAME = {topology}\nMATOML_LISTEN_HOST = {CLIENT_ADDR}\n\
              MATOCS_LISTEN_HOST = {CLIENT_ADDR}\nMATOCS_LISTEN_PORT = {MATOCS_PORT}\n\
              MATOCL_LISTEN_HOST = {CLIENT_ADDR}\nMATOCL_LISTEN_PORT = {MATOCL_PORT}\n\
-             NICE_LEVEL = 0\nSYSLOG_IDENT = eftfs-master\n",
+             NICE_LEVEL = 0\nSYSLOG_IDENT = eftfs-master\n\
+             CHUNKS_LOOP_MIN_TIME = 1\nCHUNKS_SOFT_DEL_LIMIT = 100\n\
+             CHUNKS_HARD_DEL_LIMIT = 200\n",
             dir = master.display(),
             exports = exports.display(),
             topology = topology.display(),

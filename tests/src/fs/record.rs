@@ -367,14 +367,15 @@ pub(crate) fn parse_summary(lines: &[String], s: &mut TracerSummary) {
                 }
             }
         }
+        // "LOSSES: ring_full 7: records dropped ... (advice)", one line per
+        // counter; "kept: ..." lines count nothing lost.
         if let Some(rest) = l.strip_prefix("LOSSES:") {
-            for part in rest.split(',') {
-                let mut w = part.split_whitespace();
-                if let (Some("ring_full"), Some(n)) =
-                    (w.next(), w.next().and_then(|n| n.parse().ok()))
-                {
-                    s.lost = n;
-                }
+            let mut w = rest.split_whitespace();
+            if let (Some("ring_full"), Some(n)) = (
+                w.next(),
+                w.next().and_then(|n| n.trim_end_matches(':').parse().ok()),
+            ) {
+                s.lost = n;
             }
         }
     }
@@ -389,7 +390,8 @@ mod tests {
         let lines: Vec<String> = [
             "recorded 10 events in 1.00 s into x (5 bytes); stopped: signal",
             "  events: entry 4, return 4, syscall 2",
-            "  LOSSES: ring_full 7, other 1 (grow --ring-size or trace fewer functions)",
+            "  LOSSES: ring_full 7: records dropped: the ring buffer was full (grow --ring-size, or trace fewer or less frequently called functions)",
+            "  kept: user_ip_unreadable 3: CPU samples ... (nothing was lost; no action needed)",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -154,7 +154,9 @@ pub mod dd {
         while start.elapsed().as_secs_f64() < seconds {
             let file = dir.join(format!("s{s}-f{}", n % 2));
             let of = format!("of={}", file.display());
-            r.bytes_written += dd_bytes(&[&inf, &of, "bs=1M", "oflag=direct"])?;
+            // Overwritten in place: a truncate would free and allocate the
+            // file's storage again every round (MooseFS frees chunks lazily).
+            r.bytes_written += dd_bytes(&[&inf, &of, "bs=1M", "oflag=direct", "conv=notrunc"])?;
             r.ops += 1;
             if start.elapsed().as_secs_f64() >= seconds {
                 break;
