@@ -32,9 +32,10 @@ pub use features::{
 };
 pub use train::{minimal_threshold, train};
 pub use types::{
-    Cell, Culprit, Distance, Metric, PeersConfig, PeersError, REPORT_VERSION, Report, RootCause,
-    ServerEndpoint, ServerSplit, ServerThreshold, ServerVerdict, ServerWindow, THRESHOLDS_VERSION,
-    Thresholds, TrainingRun, WindowReport,
+    Cell, Culprit, Distance, FaultyServer, Metric, Outcome, PAPER_SAMPLE_HZ, PeersConfig,
+    PeersError, REPORT_VERSION, Report, RootCause, ServerEndpoint, ServerSplit, ServerThreshold,
+    ServerVerdict, ServerWindow, SilentMetric, THRESHOLDS_VERSION, Thresholds, TrainingRun,
+    Verdict, WindowReport,
 };
 
 /// A run cut into windows and scored: every server's score per metric and

@@ -10,8 +10,12 @@ use crate::decode::DecodeError;
 
 /// Version of the [`Thresholds`] model format.
 pub const THRESHOLDS_VERSION: u32 = 1;
-/// Version of the [`Report`] format.
-pub const REPORT_VERSION: u32 = 1;
+/// Version of the [`Report`] format (2: the explicit [`Verdict`]).
+pub const REPORT_VERSION: u32 = 2;
+
+/// The paper's sampling rate per CPU: OProfile's default of one sample per
+/// 100,000 unhalted cycles, on its 2.8 GHz Opteron 1220s (Kasick et al. §4).
+pub const PAPER_SAMPLE_HZ: f64 = 28_000.0;
 
 /// One behaviour metric compared across servers (Kasick et al. §5.1 compare
 /// one metric at a time; the last two are this project's kernel network
@@ -188,8 +192,12 @@ pub struct PeersConfig {
     /// Distance measure (paper: Manhattan).
     pub distance: Distance,
     /// Dimensionality reduction: keep a samples component that reaches this
-    /// many samples in one window on one server, per 60 s of window (paper:
-    /// 100 in its 60 s windows); scaled linearly to `window_ns`.
+    /// many samples in one window on one server, per 60 s of window, at the
+    /// paper's sampling rate ([`PAPER_SAMPLE_HZ`]; paper: 100). Scaled to
+    /// `window_ns` and to the captures' own sampling rate, so the bar is the
+    /// same CPU time whatever the rate: the paper's 100 samples are 3.6 ms of
+    /// CPU a minute, a fraction of one sample at 99 Hz, where the unscaled
+    /// bar left servers at 5% CPU with no component at all.
     pub min_samples: f64,
     /// Keep a time (and count) component that reaches this many ms in one
     /// window on one server, per 60 s of window (paper: 1 s); scaled.
@@ -356,6 +364,12 @@ impl PeersConfig {
     pub(crate) fn scaled(&self, per_minute: f64) -> f64 {
         per_minute * self.window_ns as f64 / 60e9
     }
+
+    /// The samples bar of one window for captures sampled at `sample_hz`
+    /// per CPU ([`PeersConfig::min_samples`]).
+    pub fn samples_bar(&self, sample_hz: u64) -> f64 {
+        self.scaled(self.min_samples) * sample_hz as f64 / PAPER_SAMPLE_HZ
+    }
 }
 
 /// A threshold learned for one server and metric.
@@ -499,11 +513,65 @@ pub struct ServerVerdict {
     pub retransmit_peers: BTreeMap<String, u64>,
 }
 
+/// What a peer comparison concludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// One or more servers are faulty.
+    Faulty,
+    /// Metrics were compared and no server stands out from its peers.
+    NoneStandsOut,
+    /// No metric could be compared: there is no verdict.
+    NoData,
+}
+
+/// A metric that could not be compared, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SilentMetric {
+    /// The metric.
+    pub metric: Metric,
+    /// Why (nothing recorded, nothing reached the dimensionality rule, not
+    /// trained).
+    pub reason: String,
+}
+
+/// The verdict of a peer comparison, for people and for tools that combine
+/// analyses (`analyzer diagnose`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What the comparison concludes.
+    pub outcome: Outcome,
+    /// The faulty servers (empty unless `outcome` is `faulty`), with the
+    /// metrics that found each.
+    pub faulty: Vec<FaultyServer>,
+    /// Metrics compared.
+    pub compared: Vec<Metric>,
+    /// Metrics that were asked for but had no data, and why: a verdict of
+    /// "no server stands out" says nothing about what these would show.
+    pub no_data: Vec<SilentMetric>,
+    /// The verdict in one line.
+    pub summary: String,
+}
+
+/// A server found faulty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultyServer {
+    /// Label.
+    pub server: String,
+    /// Metrics that found it.
+    pub metrics: Vec<Metric>,
+    /// Start of the first window it was faulty in, s since the first window.
+    pub from_s: f64,
+}
+
 /// The result of `analyzer peers diagnose`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// [`REPORT_VERSION`].
     pub version: u32,
+    /// The verdict: faulty servers, or none stands out, or no data; and
+    /// which metrics had no data.
+    pub verdict: Verdict,
     /// Labels of the servers found faulty (combined over metrics).
     pub faulty: Vec<String>,
     /// Labels of the servers found faulty by each metric alone (every
