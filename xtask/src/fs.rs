@@ -224,6 +224,11 @@ struct ScoreArgs {
     /// analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "F")]
     outlier: Option<f64>,
+    /// Threshold calibration (see `analyzer peers train --help`); several,
+    /// comma-separated, print one summary line each (default: the
+    /// analyzer's).
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    calibration: Vec<analyzer::peers::Calibration>,
     /// Also write the table as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -594,14 +599,21 @@ struct RunVerdict {
     verdict: String,
 }
 
-fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
+/// Every run of a matrix directory, scored once.
+struct ScoredMatrix {
+    index: MatrixIndex,
+    cfg: analyzer::peers::PeersConfig,
+    runs: Vec<(analyzer::peers::Scored, RunInfo)>,
+}
+
+fn score_matrix(dir: &Path, a: &ScoreArgs) -> anyhow::Result<ScoredMatrix> {
     let index_path = dir.join("matrix.json");
     let index: MatrixIndex = serde_json::from_str(
         &std::fs::read_to_string(&index_path)
             .with_context(|| format!("reading {}", index_path.display()))?,
     )
     .with_context(|| format!("parsing {}", index_path.display()))?;
-    let mut scored = Vec::new();
+    let mut runs = Vec::new();
     let mut cfg = None;
     for (i, run) in index.runs.iter().enumerate() {
         let run_dir = dir.join(&run.dir);
@@ -614,24 +626,28 @@ fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
         };
         let min_windows = if run.fault.is_none() { 2 * c.k - 1 } else { 1 };
         let s = score_run(&loaded, &run_dir, c, min_windows)?;
-        scored.push((s, loaded.info));
+        runs.push((s, loaded.info));
     }
     eprintln!();
     let Some(cfg) = cfg else {
         bail!("{} lists no runs", index_path.display());
     };
-    let mut verdicts = Vec::new();
-    let mut json_runs = Vec::new();
-    let mut workloads: Vec<Workload> = Vec::new();
-    for (i, run) in index.runs.iter().enumerate() {
-        // Thresholds from the clean runs of the same workload, this one
-        // left out: a clean run is never judged by thresholds it trained.
-        let clean: Vec<_> = index
+    Ok(ScoredMatrix { index, cfg, runs })
+}
+
+/// Every run judged by thresholds trained on the clean runs of its
+/// workload, itself left out (a clean run is never judged by thresholds it
+/// trained).
+fn judge(m: &ScoredMatrix, cfg: &analyzer::peers::PeersConfig) -> anyhow::Result<Vec<RunVerdict>> {
+    let mut out = Vec::new();
+    for (i, run) in m.index.runs.iter().enumerate() {
+        let clean: Vec<_> = m
+            .index
             .runs
             .iter()
             .enumerate()
             .filter(|(j, r)| *j != i && r.fault.is_none() && r.workload == run.workload)
-            .map(|(j, _)| scored[j].0.clone())
+            .map(|(j, _)| m.runs[j].0.clone())
             .collect();
         if clean.is_empty() {
             bail!(
@@ -640,73 +656,118 @@ fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
                 run.workload
             );
         }
-        let thresholds = train(&clean, &cfg)?;
-        let (s, info) = &scored[i];
+        let thresholds = train(&clean, cfg)?;
+        let (s, info) = &m.runs[i];
         let report = diagnose(s, &thresholds, cfg.k, 10);
-        let v = verdicts_of(&report, info);
-        let combined = v.last().map(|m| m.indicted.join(",")).unwrap_or_default();
-        println!(
-            "{:<28} faulty {:<8} indicted [{combined}]",
-            run.dir,
-            run.server.as_deref().unwrap_or("-")
-        );
-        json_runs.push(RunVerdict {
+        let metrics = verdicts_of(&report, info);
+        let verdict = metrics
+            .last()
+            .map(|v| v.indicted.join(","))
+            .unwrap_or_default();
+        out.push(RunVerdict {
             dir: run.dir.clone(),
             workload: run.workload,
             fault: run.fault,
             server: run.server.clone(),
-            metrics: v.clone(),
-            verdict: combined,
+            metrics,
+            verdict,
         });
-        verdicts.push((run.fault, run.server.clone(), v));
-        workloads.push(run.workload);
+    }
+    Ok(out)
+}
+
+/// Cells of every metric, of `combined`, and of `combined WORKLOAD`.
+fn cells_of(verdicts: &[RunVerdict]) -> BTreeMap<(Option<FaultKind>, String), Cell> {
+    let all: Vec<_> = verdicts
+        .iter()
+        .map(|v| (v.fault, v.server.clone(), v.metrics.clone()))
+        .collect();
+    let mut cells = tally(&all);
+    let per_workload: Vec<_> = verdicts
+        .iter()
+        .map(|v| {
+            let combined = v
+                .metrics
+                .iter()
+                .filter(|m| m.metric == "combined")
+                .map(|m| MetricVerdict {
+                    metric: format!("combined {}", v.workload),
+                    indicted: m.indicted.clone(),
+                })
+                .collect();
+            (v.fault, v.server.clone(), combined)
+        })
+        .collect();
+    cells.extend(tally(&per_workload));
+    cells
+}
+
+fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
+    let m = score_matrix(dir, a)?;
+    let calibrations = if a.calibration.is_empty() {
+        vec![m.cfg.calibration]
+    } else {
+        a.calibration.clone()
+    };
+    if calibrations.len() > 1 {
+        // A sweep: one line per calibration.
+        println!(
+            "{} with probes {}, {} runs; per calibration: combined TP, wrong-server runs, clean runs indicting anyone, TP per fault",
+            m.index.system,
+            m.index.probes,
+            m.index.runs.len()
+        );
+        for c in calibrations {
+            let cfg = analyzer::peers::PeersConfig {
+                calibration: c,
+                ..m.cfg.clone()
+            };
+            cfg.validate()?;
+            let cells = cells_of(&judge(&m, &cfg)?);
+            println!("{:<24} {}", c.to_string(), headline(&cells));
+        }
+        return Ok(());
+    }
+    let cfg = analyzer::peers::PeersConfig {
+        calibration: calibrations[0],
+        ..m.cfg.clone()
+    };
+    cfg.validate()?;
+    let verdicts = judge(&m, &cfg)?;
+    for v in &verdicts {
+        println!(
+            "{:<28} faulty {:<8} indicted [{}]",
+            v.dir,
+            v.server.as_deref().unwrap_or("-"),
+            v.verdict
+        );
     }
     println!(
-        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds per workload from the other clean runs",
-        index.system,
-        index.probes,
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds {} per workload from the other clean runs",
+        m.index.system,
+        m.index.probes,
         a.window,
         a.shift,
         cfg.k,
         cfg.distance,
-        cfg.outlier.map_or("off".to_string(), |f| f.to_string())
+        cfg.outlier.map_or("off".to_string(), |f| f.to_string()),
+        cfg.calibration.describe(),
     );
-    let mut cells = tally(&verdicts);
-    print_table(&cells);
-    // The combined verdict per workload: where the misses are.
-    let mut names: Vec<Workload> = workloads.clone();
-    names.sort();
-    names.dedup();
-    let mut per_workload: BTreeMap<(Option<FaultKind>, String), Cell> = BTreeMap::new();
-    for w in names {
-        let mine: Vec<_> = verdicts
-            .iter()
-            .zip(&workloads)
-            .filter(|(_, x)| **x == w)
-            .map(|((f, s, v), _)| {
-                let combined = v
-                    .iter()
-                    .filter(|m| m.metric == "combined")
-                    .map(|m| MetricVerdict {
-                        metric: format!("combined {w}"),
-                        indicted: m.indicted.clone(),
-                    })
-                    .collect();
-                (*f, s.clone(), combined)
-            })
-            .collect();
-        per_workload.extend(tally(&mine));
-    }
-    print_table(&per_workload);
-    cells.extend(per_workload);
-    summarize(&cells);
+    let cells = cells_of(&verdicts);
+    let (metrics, workloads): (BTreeMap<_, _>, BTreeMap<_, _>) = cells
+        .clone()
+        .into_iter()
+        .partition(|((_, name), _)| !name.starts_with("combined "));
+    print_table(&metrics);
+    print_table(&workloads);
+    println!("\n{}", headline(&cells));
     if let Some(path) = &a.json {
         let out = TableJson {
             version: 1,
-            system: index.system,
-            probes: index.probes.clone(),
+            system: m.index.system,
+            probes: m.index.probes.clone(),
             config: cfg.clone(),
-            runs: json_runs,
+            runs: verdicts,
             cells: cells.into_iter().map(|((f, m), c)| (f, m, c)).collect(),
         };
         std::fs::write(path, serde_json::to_string_pretty(&out)?)
@@ -737,25 +798,20 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
 }
 
 /// The headline figures: combined TP over the faulty runs, runs naming a
-/// wrong server, and every fault class's TP.
-fn summarize(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
-    let combined: Vec<(&Option<FaultKind>, &Cell)> = cells
-        .iter()
-        .filter(|((_, m), _)| m == "combined")
-        .map(|((f, _), c)| (f, c))
-        .collect();
+/// wrong server, clean runs indicting anyone, and every fault class's TP.
+fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) -> String {
     let (mut runs, mut tp, mut wrong, mut clean, mut clean_wrong) = (0, 0, 0, 0, 0);
-    let mut worst: Option<(FaultKind, f64)> = None;
-    for (f, c) in &combined {
+    let mut per_fault = Vec::new();
+    for ((f, m), c) in cells {
+        if m != "combined" {
+            continue;
+        }
         match f {
             Some(k) => {
                 runs += c.runs;
                 tp += c.tp;
                 wrong += c.wrong;
-                let pct = 100.0 * f64::from(c.tp) / f64::from(c.runs.max(1));
-                if worst.is_none_or(|(_, w)| pct < w) {
-                    worst = Some((*k, pct));
-                }
+                per_fault.push(format!("{k} {}/{}", c.tp, c.runs));
             }
             None => {
                 clean += c.runs;
@@ -763,14 +819,11 @@ fn summarize(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
             }
         }
     }
-    println!(
-        "\ncombined TP {tp}/{runs} ({:.1}%); faulty runs naming a wrong server {wrong}/{runs}; \
-         clean runs indicting anyone {clean_wrong}/{clean}{}",
+    format!(
+        "TP {tp}/{runs} ({:.1}%), wrong {wrong}/{runs}, clean FP {clean_wrong}/{clean}; {}",
         100.0 * f64::from(tp) / f64::from(runs.max(1)),
-        worst.map_or(String::new(), |(k, p)| format!(
-            "; weakest fault {k} {p:.1}%"
-        ))
-    );
+        per_fault.join(", ")
+    )
 }
 
 fn print_table(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {

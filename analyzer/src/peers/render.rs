@@ -236,12 +236,13 @@ pub fn thresholds_text(t: &Thresholds) -> String {
     let _ = writeln!(
         s,
         "thresholds from {} fault-free run(s), {} windows of {} s every {} s, {} distance; \
-         threshold = 2 × the smallest that removes every training anomaly (at least {})",
+         threshold = {} (at least {})",
         t.runs.len(),
         t.runs.iter().map(|r| r.windows).sum::<usize>(),
         c.window_ns as f64 / 1e9,
         c.shift_ns as f64 / 1e9,
         distance_name(c.distance),
+        c.calibration.describe(),
         number(c.min_threshold)
     );
     for (metric, servers) in &t.metrics {

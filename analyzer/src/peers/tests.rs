@@ -1297,3 +1297,107 @@ fn the_outlier_factor_is_optional_and_at_least_one() {
         assert_eq!(cfg.validate().is_ok(), ok, "{f}");
     }
 }
+
+/// Calibrations read and print the same way; thresholds files without one
+/// load as the paper's rule; out-of-range parameters are refused.
+#[test]
+fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
+    for text in ["paper:2", "paper:1.5", "quantile:0.95:1.5", "quantile:1:1"] {
+        let c: Calibration = text.parse().expect(text);
+        assert_eq!(c.to_string(), text);
+        assert_eq!(c.to_string().parse::<Calibration>(), Ok(c));
+    }
+    assert_eq!("paper".parse(), Ok(Calibration::Paper { factor: 2.0 }));
+    assert_eq!(
+        "quantile:0.9".parse(),
+        Ok(Calibration::Quantile {
+            q: 0.9,
+            margin: 1.0
+        })
+    );
+    for bad in ["quantile", "quantile:x", "paper:2:3", "median"] {
+        assert!(bad.parse::<Calibration>().is_err(), "{bad}");
+    }
+    for (c, ok) in [
+        (
+            Calibration::Quantile {
+                q: 0.0,
+                margin: 1.0,
+            },
+            false,
+        ),
+        (
+            Calibration::Quantile {
+                q: 0.9,
+                margin: 0.5,
+            },
+            false,
+        ),
+        (Calibration::Paper { factor: 0.9 }, false),
+        (
+            Calibration::Quantile {
+                q: 0.9,
+                margin: 2.0,
+            },
+            true,
+        ),
+    ] {
+        let cfg = PeersConfig {
+            calibration: c,
+            ..PeersConfig::default()
+        };
+        assert_eq!(cfg.validate().is_ok(), ok, "{c:?}");
+    }
+    let t = hand_thresholds(None);
+    let mut json: serde_json::Value = serde_json::to_value(&t).expect("json");
+    json["config"]
+        .as_object_mut()
+        .and_then(|c| c.remove("calibration"))
+        .expect("written");
+    let old: Thresholds = serde_json::from_value(json).expect("old thresholds");
+    assert_eq!(old.config.calibration, Calibration::paper());
+}
+
+/// The quantile calibration gives every server of a metric the same
+/// threshold: the margin times the quantile of all servers' training
+/// scores; the paper's gives each its own, twice its largest.
+#[test]
+fn quantile_thresholds_pool_the_servers_and_the_paper_keeps_them_apart() {
+    let paper = config(ServerSplit::PerCapture);
+    let runs: Vec<Scored> = [11, 22]
+        .iter()
+        .map(|seed| {
+            scored(
+                &format!("clean{seed}"),
+                &run(*seed, 40, &[], false, false),
+                &paper,
+            )
+            .expect("clean run")
+        })
+        .collect();
+    let t = train(&runs, &paper).expect("paper");
+    for th in t.metrics[&Metric::Time].values() {
+        assert_eq!(th.threshold, (2.0 * th.minimal).max(paper.min_threshold));
+        assert!(th.minimal >= th.max_score);
+    }
+    let q = PeersConfig {
+        calibration: Calibration::Quantile {
+            q: 0.5,
+            margin: 3.0,
+        },
+        ..paper.clone()
+    };
+    let t = train(&runs, &q).expect("quantile");
+    let mut all: Vec<f64> = Vec::new();
+    for r in &runs {
+        let mi = r.metric_index(Metric::Time).expect("time");
+        all.extend(r.scores[mi].iter().flatten());
+    }
+    let median = quantile(&mut all, 0.5);
+    let time = &t.metrics[&Metric::Time];
+    assert_eq!(time.len(), 4);
+    for th in time.values() {
+        assert_eq!(th.minimal, median);
+        assert_eq!(th.threshold, (3.0 * median).max(q.min_threshold));
+    }
+}

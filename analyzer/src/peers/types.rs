@@ -164,6 +164,90 @@ pub enum Distance {
     SymmetricKl,
 }
 
+/// How a threshold is learned from fault-free training scores.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum Calibration {
+    /// Kasick et al. §5.1: per server, `factor` times the smallest threshold
+    /// (a multiple of the resolution) that leaves no training window
+    /// anomalous (paper: 2). One burst in training sets it, so a bursty
+    /// workload's thresholds end far above its usual scores.
+    Paper {
+        /// The cushion (paper: 2).
+        factor: f64,
+    },
+    /// Per metric, over every server's training windows (peers are alike,
+    /// so pooling gives the quantile four times the data): `margin` times the
+    /// `q`-quantile of the scores. The k-of-2k−1 rule bounds what the
+    /// quantile lets through: a window above the quantile is anomalous with
+    /// probability about 1−q, a server faulty only after k of them in 2k−1
+    /// windows.
+    Quantile {
+        /// The quantile, in (0, 1].
+        q: f64,
+        /// Factor on it, at least 1.
+        margin: f64,
+    },
+}
+
+impl Calibration {
+    /// The paper's rule.
+    pub fn paper() -> Self {
+        Self::Paper { factor: 2.0 }
+    }
+
+    /// Short description for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Paper { factor } => format!(
+                "{factor} × the smallest threshold that removes every training anomaly, per server"
+            ),
+            Self::Quantile { q, margin } => format!(
+                "{margin} × the {}th percentile of the training scores, per metric over all servers",
+                q * 100.0
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Calibration {
+    /// The form [`Calibration::from_str`] reads.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Paper { factor } => write!(f, "paper:{factor}"),
+            Self::Quantile { q, margin } => write!(f, "quantile:{q}:{margin}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Calibration {
+    type Err = String;
+
+    /// `paper`, `paper:F`, `quantile:Q` (margin 1) or `quantile:Q:M`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad =
+            || format!("`{text}` is not paper, paper:FACTOR, quantile:Q or quantile:Q:MARGIN");
+        let mut parts = text.split(':');
+        let num = |p: Option<&str>, default: f64| -> Result<f64, String> {
+            p.map_or(Ok(default), |x| x.parse::<f64>().map_err(|_| bad()))
+        };
+        let c = match parts.next() {
+            Some("paper") => Self::Paper {
+                factor: num(parts.next(), 2.0)?,
+            },
+            Some("quantile") => Self::Quantile {
+                q: num(Some(parts.next().ok_or_else(bad)?), 0.0)?,
+                margin: num(parts.next(), 1.0)?,
+            },
+            _ => return Err(bad()),
+        };
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(c)
+    }
+}
+
 /// How captures map to servers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "mode")]
@@ -239,6 +323,11 @@ pub struct PeersConfig {
     /// threshold alone. Default: 1.5.
     #[serde(default)]
     pub outlier: Option<f64>,
+    /// How thresholds are learned from the training scores
+    /// ([`Calibration`]); thresholds files written before there was a choice
+    /// load as the paper's rule.
+    #[serde(default = "Calibration::paper")]
+    pub calibration: Calibration,
     /// k: a server is faulty when anomalous in at least k of the last 2k−1
     /// windows (paper: 3). Training runs need 2k−1 windows.
     pub k: usize,
@@ -312,6 +401,7 @@ impl Default for PeersConfig {
             // did; 1.5 sits in the middle).
             normalize: vec![Metric::Syscalls, Metric::Time],
             outlier: Some(1.5),
+            calibration: Calibration::paper(),
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
@@ -352,6 +442,19 @@ impl PeersConfig {
         if self.metrics.is_empty() {
             return bad("no metric selected");
         }
+        match self.calibration {
+            Calibration::Paper { factor } if !(factor.is_finite() && factor >= 1.0) => {
+                return bad("the paper calibration's factor must be a number of at least 1");
+            }
+            Calibration::Quantile { q, margin }
+                if !(q > 0.0 && q <= 1.0 && margin.is_finite() && margin >= 1.0) =>
+            {
+                return bad(
+                    "the quantile calibration needs a quantile in (0, 1] and a margin of at least 1",
+                );
+            }
+            _ => {}
+        }
         if self.outlier.is_some_and(|f| !(f.is_finite() && f >= 1.0)) {
             return bad(
                 "the outlier factor must be a number of at least 1 (the CLI takes 0 for off)",
@@ -375,10 +478,12 @@ impl PeersConfig {
 /// A threshold learned for one server and metric.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerThreshold {
-    /// The threshold used in diagnosis: `2 × minimal`, at least the floor.
+    /// The threshold used in diagnosis: the calibration's factor or margin
+    /// times `minimal`, at least the floor.
     pub threshold: f64,
-    /// The minimal threshold (a multiple of the resolution) that leaves no
-    /// training window anomalous, found by binary search.
+    /// What the calibration multiplies: the smallest threshold (a multiple
+    /// of the resolution) that leaves no training window of the server
+    /// anomalous (paper), or the metric's quantile of training scores.
     pub minimal: f64,
     /// Largest score seen in training.
     pub max_score: f64,
