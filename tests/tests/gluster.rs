@@ -222,6 +222,8 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
         report.faulty,
         peers::render::report_text(&report, peers::Distance::Manhattan)
     );
+    assert_eq!(report.verdict.outcome, peers::Outcome::NoneStandsOut);
+    assert!(report.verdict.summary.starts_with("no server stands out"));
     let train = [
         (clean_dir.as_path(), &clean),
         (clean2_dir.as_path(), &clean2),
@@ -266,6 +268,14 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
         ["server3"],
         "{text}"
     );
+    assert_eq!(report.verdict.outcome, peers::Outcome::Faulty);
+    let named: Vec<&str> = report
+        .verdict
+        .faulty
+        .iter()
+        .map(|f| f.server.as_str())
+        .collect();
+    assert_eq!(named, ["server3"], "{text}");
 
     // A disk hog on server 2's disk from FAULT_AFTER_S on: found by its time profile.
     let hogged_dir = dir.path().join("disk-hog");
