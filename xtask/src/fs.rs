@@ -232,6 +232,11 @@ struct ScoreArgs {
     /// Also write the table as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also write every run's scores (per metric, window and server) and
+    /// the thresholds it was judged by as JSON lines to this file, for
+    /// studying calibrations.
+    #[arg(long, value_name = "FILE")]
+    scores: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -638,7 +643,11 @@ fn score_matrix(dir: &Path, a: &ScoreArgs) -> anyhow::Result<ScoredMatrix> {
 /// Every run judged by thresholds trained on the clean runs of its
 /// workload, itself left out (a clean run is never judged by thresholds it
 /// trained).
-fn judge(m: &ScoredMatrix, cfg: &analyzer::peers::PeersConfig) -> anyhow::Result<Vec<RunVerdict>> {
+fn judge(
+    m: &ScoredMatrix,
+    cfg: &analyzer::peers::PeersConfig,
+    mut scores: Option<&mut dyn std::io::Write>,
+) -> anyhow::Result<Vec<RunVerdict>> {
     let mut out = Vec::new();
     for (i, run) in m.index.runs.iter().enumerate() {
         let clean: Vec<_> = m
@@ -659,6 +668,52 @@ fn judge(m: &ScoredMatrix, cfg: &analyzer::peers::PeersConfig) -> anyhow::Result
         let thresholds = train(&clean, cfg)?;
         let (s, info) = &m.runs[i];
         let report = diagnose(s, &thresholds, cfg.k, 10);
+        if let Some(w) = scores.as_deref_mut() {
+            let metrics: BTreeMap<String, serde_json::Value> = s
+                .windowed
+                .metrics
+                .iter()
+                .enumerate()
+                .map(|(mi, mv)| {
+                    let th: BTreeMap<String, f64> = thresholds
+                        .metrics
+                        .get(&mv.metric)
+                        .map(|t| {
+                            t.iter()
+                                .map(|(l, x)| (server_label(info, l), x.threshold))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (
+                        mv.metric.name().to_string(),
+                        serde_json::json!({
+                            "dimensions": mv.components.len(),
+                            "thresholds": th,
+                            "scores": s.scores[mi],
+                        }),
+                    )
+                })
+                .collect();
+            let servers: Vec<String> = s
+                .servers
+                .iter()
+                .map(|x| server_label(info, &x.label))
+                .collect();
+            writeln!(
+                w,
+                "{}",
+                serde_json::json!({
+                    "dir": run.dir,
+                    "workload": run.workload,
+                    "fault": run.fault,
+                    "server": run.server,
+                    "servers": servers,
+                    "fault_on_s": info.fault.as_ref().map(|f| (f.on_unix_ns as f64 - s.windowed.starts.first().copied().unwrap_or(0) as f64) / 1e9),
+                    "starts_s": s.windowed.starts.iter().map(|t| (*t as f64 - s.windowed.starts[0] as f64) / 1e9).collect::<Vec<_>>(),
+                    "metrics": metrics,
+                })
+            )?;
+        }
         let metrics = verdicts_of(&report, info);
         let verdict = metrics
             .last()
@@ -723,7 +778,7 @@ fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
                 ..m.cfg.clone()
             };
             cfg.validate()?;
-            let cells = cells_of(&judge(&m, &cfg)?);
+            let cells = cells_of(&judge(&m, &cfg, None)?);
             println!("{:<24} {}", c.to_string(), headline(&cells));
         }
         return Ok(());
@@ -733,7 +788,20 @@ fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
         ..m.cfg.clone()
     };
     cfg.validate()?;
-    let verdicts = judge(&m, &cfg)?;
+    let mut scores_file = match &a.scores {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("writing {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let verdicts = judge(
+        &m,
+        &cfg,
+        scores_file.as_mut().map(|w| w as &mut dyn std::io::Write),
+    )?;
+    if let Some(mut w) = scores_file {
+        std::io::Write::flush(&mut w)?;
+    }
     for v in &verdicts {
         println!(
             "{:<28} faulty {:<8} indicted [{}]",
