@@ -247,11 +247,12 @@ struct MatrixArgs {
     /// Clean runs per workload (default: --runs).
     #[arg(long)]
     clean: Option<usize>,
-    /// Faults to include (default: all).
+    /// Faults to include (default: all); with --table-only, the runs to
+    /// judge (clean runs always).
     #[arg(long = "fault", value_name = "FAULT")]
     faults: Vec<String>,
     /// Workloads to include (default: dd and postmark, the large-streaming
-    /// and the small-file workload).
+    /// and the small-file workload); with --table-only, the runs to judge.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// Output directory: one run directory per experiment + matrix.json.
@@ -419,7 +420,22 @@ fn matrix(a: MatrixArgs) -> anyhow::Result<()> {
     if !a.table_only {
         run_matrix(&a)?;
     }
-    table(&a.output, &a.score)
+    // With --table-only, --workload and --fault pick the runs to judge.
+    let (workloads, faults) = if a.table_only {
+        (
+            a.workloads
+                .iter()
+                .map(|w| w.parse())
+                .collect::<Result<Vec<Workload>, _>>()?,
+            a.faults
+                .iter()
+                .map(|f| f.parse())
+                .collect::<Result<Vec<FaultKind>, _>>()?,
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    table(&a.output, &a.score, &workloads, &faults)
 }
 
 fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
@@ -611,13 +627,23 @@ struct ScoredMatrix {
     runs: Vec<(analyzer::peers::Scored, RunInfo)>,
 }
 
-fn score_matrix(dir: &Path, a: &ScoreArgs) -> anyhow::Result<ScoredMatrix> {
+fn score_matrix(
+    dir: &Path,
+    a: &ScoreArgs,
+    workloads: &[Workload],
+    faults: &[FaultKind],
+) -> anyhow::Result<ScoredMatrix> {
     let index_path = dir.join("matrix.json");
-    let index: MatrixIndex = serde_json::from_str(
+    let mut index: MatrixIndex = serde_json::from_str(
         &std::fs::read_to_string(&index_path)
             .with_context(|| format!("reading {}", index_path.display()))?,
     )
     .with_context(|| format!("parsing {}", index_path.display()))?;
+    // Clean runs always stay: they are the training data.
+    index.runs.retain(|r| {
+        (workloads.is_empty() || workloads.contains(&r.workload))
+            && (faults.is_empty() || r.fault.is_none_or(|f| faults.contains(&f)))
+    });
     let mut runs = Vec::new();
     let mut cfg = None;
     for (i, run) in index.runs.iter().enumerate() {
@@ -757,8 +783,13 @@ fn cells_of(verdicts: &[RunVerdict]) -> BTreeMap<(Option<FaultKind>, String), Ce
     cells
 }
 
-fn table(dir: &Path, a: &ScoreArgs) -> anyhow::Result<()> {
-    let m = score_matrix(dir, a)?;
+fn table(
+    dir: &Path,
+    a: &ScoreArgs,
+    workloads: &[Workload],
+    faults: &[FaultKind],
+) -> anyhow::Result<()> {
+    let m = score_matrix(dir, a, workloads, faults)?;
     let calibrations = if a.calibration.is_empty() {
         vec![m.cfg.calibration]
     } else {

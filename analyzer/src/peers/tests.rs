@@ -1358,11 +1358,10 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
     assert_eq!(old.config.calibration, Calibration::paper());
 }
 
-/// The quantile calibration gives every server of a metric the same
-/// threshold: the margin times the quantile of all servers' training
-/// scores; the paper's gives each its own, twice its largest.
+/// The quantile calibration gives each server the margin times the
+/// quantile of its own training scores; the paper's, twice its largest.
 #[test]
-fn quantile_thresholds_pool_the_servers_and_the_paper_keeps_them_apart() {
+fn quantile_and_paper_thresholds_per_server() {
     let paper = config(ServerSplit::PerCapture);
     let runs: Vec<Scored> = [11, 22]
         .iter()
@@ -1388,16 +1387,18 @@ fn quantile_thresholds_pool_the_servers_and_the_paper_keeps_them_apart() {
         ..paper.clone()
     };
     let t = train(&runs, &q).expect("quantile");
-    let mut all: Vec<f64> = Vec::new();
-    for r in &runs {
-        let mi = r.metric_index(Metric::Time).expect("time");
-        all.extend(r.scores[mi].iter().flatten());
-    }
-    let median = quantile(&mut all, 0.5);
     let time = &t.metrics[&Metric::Time];
     assert_eq!(time.len(), 4);
-    for th in time.values() {
-        assert_eq!(th.minimal, median);
+    for (s, server) in runs[0].servers.iter().enumerate() {
+        let mut own: Vec<f64> = Vec::new();
+        for r in &runs {
+            let mi = r.metric_index(Metric::Time).expect("time");
+            own.extend(r.scores[mi].iter().map(|w| w[s]));
+        }
+        let median = quantile(&mut own, 0.5);
+        let th = &time[&server.label];
+        assert_eq!(th.minimal, median, "{}", server.label);
         assert_eq!(th.threshold, (3.0 * median).max(q.min_threshold));
+        assert!(th.minimal < th.max_score, "the median is below the largest");
     }
 }

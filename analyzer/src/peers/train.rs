@@ -2,7 +2,7 @@
 //! al. §5.1, "Threshold selection"): per server and metric, the smallest
 //! threshold (a multiple of the resolution; the paper uses integers) that
 //! leaves no training window anomalous, found by binary search, then doubled
-//! as a cushion. Or per metric, a quantile of every server's training scores
+//! as a cushion. Or per server and metric, a quantile of the training scores
 //! times a margin ([`Calibration`]).
 
 use std::collections::BTreeMap;
@@ -98,22 +98,14 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                 }
             }
         }
-        // The pooled quantile, for calibrations per metric.
-        let pooled = match cfg.calibration {
-            Calibration::Quantile { q, .. } => {
-                let mut all: Vec<f64> = per_server.values().flatten().copied().collect();
-                Some(quantile(&mut all, q))
-            }
-            Calibration::Paper { .. } => None,
-        };
         let thresholds = per_server
             .into_iter()
-            .map(|(label, scores)| {
+            .map(|(label, mut scores)| {
                 let (minimal, factor) = match cfg.calibration {
                     Calibration::Paper { factor } => {
                         (minimal_threshold(&scores, resolution), factor)
                     }
-                    Calibration::Quantile { margin, .. } => (pooled.unwrap_or_default(), margin),
+                    Calibration::Quantile { q, margin } => (quantile(&mut scores, q), margin),
                 };
                 let t = ServerThreshold {
                     threshold: (factor * minimal).max(cfg.min_threshold),

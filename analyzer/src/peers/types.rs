@@ -176,12 +176,13 @@ pub enum Calibration {
         /// The cushion (paper: 2).
         factor: f64,
     },
-    /// Per metric, over every server's training windows (peers are alike,
-    /// so pooling gives the quantile four times the data): `margin` times the
-    /// `q`-quantile of the scores. The k-of-2k−1 rule bounds what the
-    /// quantile lets through: a window above the quantile is anomalous with
-    /// probability about 1−q, a server faulty only after k of them in 2k−1
-    /// windows.
+    /// Per server, like the paper: `margin` times the `q`-quantile of the
+    /// server's training scores. The k-of-2k−1 rule bounds what the quantile
+    /// lets through: a window above it is anomalous with probability about
+    /// 1−q, a server faulty only after k of them in 2k−1 windows. (Pooling
+    /// the servers' scores per metric indicted wrong servers: peers are not
+    /// quite alike, GlusterFS's first node also serves the client's volume
+    /// file.)
     Quantile {
         /// The quantile, in (0, 1].
         q: f64,
@@ -203,7 +204,7 @@ impl Calibration {
                 "{factor} × the smallest threshold that removes every training anomaly, per server"
             ),
             Self::Quantile { q, margin } => format!(
-                "{margin} × the {}th percentile of the training scores, per metric over all servers",
+                "{margin} × the {}th percentile of the server's training scores",
                 q * 100.0
             ),
         }
