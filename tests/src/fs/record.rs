@@ -373,7 +373,8 @@ pub(crate) fn parse_summary(lines: &[String], s: &mut TracerSummary) {
             let mut w = rest.split_whitespace();
             if let (Some("ring_full"), Some(n)) = (
                 w.next(),
-                w.next().and_then(|n| n.trim_end_matches(':').parse().ok()),
+                w.next()
+                    .and_then(|n| n.trim_end_matches([':', ',']).parse().ok()),
             ) {
                 s.lost = n;
             }
@@ -398,6 +399,15 @@ mod tests {
         .collect();
         let mut s = TracerSummary::default();
         parse_summary(&lines, &mut s);
+        let mut old = TracerSummary::default();
+        parse_summary(
+            &["  LOSSES: ring_full 5, other 1 (grow)".to_string()],
+            &mut old,
+        );
+        assert_eq!(
+            old.lost, 5,
+            "the summary of tracers before advice per counter"
+        );
         assert_eq!(s.events.get("entry"), Some(&4));
         assert_eq!(s.events.get("syscall"), Some(&2));
         assert_eq!(s.lost, 7);
