@@ -859,6 +859,7 @@ fn table(
         .partition(|((_, name), _)| !name.starts_with("combined "));
     print_table(&metrics);
     print_table(&workloads);
+    print_impact(&m);
     println!("\n{}", headline(&cells));
     if let Some(path) = &a.json {
         let out = TableJson {
@@ -923,6 +924,46 @@ fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) -> String {
         100.0 * f64::from(tp) / f64::from(runs.max(1)),
         per_fault.join(", ")
     )
+}
+
+/// What each fault did to each workload: the median throughput of its runs
+/// in percent of the clean runs' median (a fault that costs nothing is not
+/// one a user would look for).
+fn print_impact(m: &ScoredMatrix) {
+    let mut by: BTreeMap<(Workload, Option<FaultKind>), Vec<f64>> = BTreeMap::new();
+    for (entry, (_, info)) in m.index.runs.iter().zip(&m.runs) {
+        by.entry((entry.workload, entry.fault))
+            .or_default()
+            .push(info.result.mb_per_s());
+    }
+    let workloads: Vec<Workload> = {
+        let mut w: Vec<Workload> = by.keys().map(|(w, _)| *w).collect();
+        w.dedup();
+        w
+    };
+    print!("\n{:<16}", "throughput");
+    for w in &workloads {
+        print!(" {:>14}", format!("{w} % of clean"));
+    }
+    println!();
+    let mut faults: Vec<Option<FaultKind>> = by.keys().map(|(_, f)| *f).collect();
+    faults.sort();
+    faults.dedup();
+    for f in faults {
+        let name = f.map_or("none (MB/s)".to_string(), |k| k.to_string());
+        print!("{name:<16}");
+        for w in &workloads {
+            let clean = by.get(&(*w, None)).map(|v| median(v.clone()));
+            match (by.get(&(*w, f)), clean) {
+                (Some(v), Some(c)) if f.is_some() && c > 0.0 => {
+                    print!(" {:>14.0}", 100.0 * median(v.clone()) / c)
+                }
+                (Some(v), _) if f.is_none() => print!(" {:>14.2}", median(v.clone())),
+                _ => print!(" {:>14}", "-"),
+            }
+        }
+        println!();
+    }
 }
 
 fn print_table(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) {
