@@ -151,26 +151,43 @@ pub mod dd {
         let mut r = WorkloadResult::default();
         let mut n = 0u64;
         let inf = format!("if={}", source.display());
-        while start.elapsed().as_secs_f64() < seconds {
+        let left = || seconds - start.elapsed().as_secs_f64();
+        while left() > 0.0 {
             let file = dir.join(format!("s{s}-f{}", n % 2));
             let of = format!("of={}", file.display());
             // Overwritten in place: a truncate would free and allocate the
             // file's storage again every round (MooseFS frees chunks lazily).
-            r.bytes_written += dd_bytes(&[&inf, &of, "bs=1M", "oflag=direct", "conv=notrunc"])?;
+            let (bytes, done) = dd_bytes(
+                left(),
+                &[&inf, &of, "bs=1M", "oflag=direct", "conv=notrunc"],
+            )?;
+            r.bytes_written += bytes;
             r.ops += 1;
-            if start.elapsed().as_secs_f64() >= seconds {
+            if !done || left() <= 0.0 {
                 break;
             }
             let back = format!("if={}", file.display());
-            r.bytes_read += dd_bytes(&[&back, "of=/dev/null", "bs=1M", "iflag=direct"])?;
+            let (bytes, done) =
+                dd_bytes(left(), &[&back, "of=/dev/null", "bs=1M", "iflag=direct"])?;
+            r.bytes_read += bytes;
             r.ops += 1;
+            if !done {
+                break;
+            }
             n += 1;
         }
         Ok(r)
     }
 
-    fn dd_bytes(args: &[&str]) -> Result<u64> {
-        let mut cmd = bounded(180, None, "dd", args);
+    /// Runs dd; (bytes copied, whether it finished). A dd still running a
+    /// minute after the workload's end (a server's disk slowed to a crawl
+    /// can keep one 32 MiB copy going for minutes) is interrupted, and
+    /// reports what it copied (dd prints its counts on SIGINT).
+    fn dd_bytes(left_s: f64, args: &[&str]) -> Result<(u64, bool)> {
+        let bound = (left_s.max(0.0) + 60.0).ceil() as u64;
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.args(["-k", "30", "-s", "INT", &bound.to_string(), "dd"])
+            .args(args);
         let command = shown(&cmd);
         let out = cmd
             .stdin(Stdio::null())
@@ -180,7 +197,9 @@ pub mod dd {
                 source,
             })?;
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
+        // timeout(1) exits 124 when it had to interrupt the command.
+        let interrupted = out.status.code() == Some(124);
+        if !out.status.success() && !interrupted {
             return Err(FsError::Command {
                 command,
                 status: out.status.to_string(),
@@ -188,7 +207,7 @@ pub mod dd {
             });
         }
         // "33554432 bytes (34 MB, 32 MiB) copied, 0.2 s, 150 MB/s"
-        stderr
+        let bytes = stderr
             .lines()
             .find_map(|l| {
                 l.split_once(" bytes")
@@ -196,8 +215,9 @@ pub mod dd {
             })
             .ok_or_else(|| FsError::Parse {
                 what: command,
-                detail: stderr.into_owned(),
-            })
+                detail: stderr.to_string(),
+            })?;
+        Ok((bytes, !interrupted))
     }
 }
 
@@ -217,7 +237,8 @@ pub mod postmark {
                  set read 65536\nset write 65536\nset buffering false\nrun\nquit\n",
                 dir.display()
             );
-            let mut cmd = bounded(180, None, "postmark", &[]);
+            // A round under a slow disk or a CPU cap can take minutes.
+            let mut cmd = bounded(900, None, "postmark", &[]);
             let command = shown(&cmd);
             let mut child = cmd
                 .stdin(Stdio::piped())
