@@ -279,20 +279,16 @@ impl std::fmt::Display for Summary {
                 by_kind.join(", ")
             }
         )?;
-        let losses: Vec<String> = self
-            .losses
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        if losses.is_empty() {
+        // Each counter with its own meaning and advice: samples kept
+        // without a user frame are not losses, and growing the ring only
+        // helps when the ring was full.
+        let lines =
+            tracer_common::stats::summary_lines(self.losses.iter().map(|(k, n)| (k.as_str(), *n)));
+        if !lines.iter().any(|l| l.starts_with("LOSSES:")) {
             writeln!(f, "  losses: none")?;
-        } else {
-            writeln!(
-                f,
-                "  LOSSES: {} (grow --ring-size or trace fewer functions)",
-                losses.join(", ")
-            )?;
+        }
+        for l in lines {
+            writeln!(f, "  {l}")?;
         }
         let procs: Vec<String> = self
             .processes

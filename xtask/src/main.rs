@@ -7,14 +7,15 @@
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
-//! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
 //! - `fuzz`: the libFuzzer targets, each for a bounded time.
+//! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
+//!   timings (peer comparison).
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod fuzz;
-mod gluster;
+mod fs;
 mod mpi;
 
 use std::{
@@ -58,13 +59,14 @@ enum Task {
     /// events/s, a burst, restarts; a table of its CPU, memory and disk.
     /// Exits non-zero when a target is missed.
     BenchAgent(bench_agent::BenchAgentArgs),
-    /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
-    Gluster(Box<gluster::GlusterArgs>),
     /// Build and run the libFuzzer targets (captures, models, thresholds,
     /// ELF and USDT notes, the agent's configuration and pipes), each for
     /// a bounded time; prints executions and exits non-zero on a finding.
     /// Needs cargo-fuzz and the nightly toolchain (`scripts/setup`).
     Fuzz(fuzz::FuzzArgs),
+    /// File-system experiments for peer comparison (GlusterFS, MooseFS):
+    /// runs, fault matrices, timings.
+    Fs(Box<fs::FsArgs>),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -272,8 +274,8 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
-        Task::Gluster(args) => gluster::run(*args),
         Task::Fuzz(args) => fuzz::fuzz(&args),
+        Task::Fs(args) => fs::run(*args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -43,7 +43,7 @@ use tracer_common::{
     syscall::{self, nr},
 };
 
-use super::types::{Metric, PeersConfig, PeersError, ServerSplit};
+use super::types::{Metric, PAPER_SAMPLE_HZ, PeersConfig, PeersError, ServerSplit};
 use crate::decode::{Capture, Event, Symbolizer, syscall_name};
 
 /// Components of [`Metric::Retransmits`].
@@ -93,6 +93,9 @@ pub struct Features {
     pub series: Vec<[HashMap<u32, Vec<f64>>; Metric::MEASURED]>,
     /// Retransmissions per server and remote address, over the whole run.
     pub retransmit_peers: Vec<HashMap<String, u64>>,
+    /// CPU sampling rate of the captures the samples came from, Hz per CPU
+    /// (the highest, when they differ; 0 when none sampled).
+    pub sample_hz: u64,
     /// Records read.
     pub events: u64,
     /// Things worth knowing (unattributed records).
@@ -108,6 +111,9 @@ pub struct MetricVectors {
     pub components: Vec<String>,
     /// `vectors[window][server][component]`.
     pub vectors: Vec<Vec<Vec<f64>>>,
+    /// Why the metric has no component, when it has none (nothing of its
+    /// kind was recorded, or nothing reached the dimensionality rule).
+    pub empty: Option<String>,
 }
 
 /// Windows of a run with their feature vectors.
@@ -761,6 +767,7 @@ pub fn extract(
     interners[Metric::SyscallTime.index()] = syscall_names;
 
     // Pass 2, per host: samples from the host's sample source(s).
+    let mut sample_hz = 0;
     for (host, _) in hosts.iter().enumerate() {
         let on_host: Vec<usize> = (0..sources.len()).filter(|c| host_of[*c] == host).collect();
         let host_servers: Vec<usize> = (0..servers.len())
@@ -780,6 +787,7 @@ pub fn extract(
         };
         for c in sample_sources {
             let cap = sources[c].capture;
+            sample_hz = sample_hz.max(cap.header.settings.sample_hz);
             let off = offset(cap);
             let sym = Symbolizer::new(cap);
             let mut cache: HashMap<(u32, u64), u32> = HashMap::new();
@@ -899,6 +907,7 @@ pub fn extract(
         components: interners.map(|i| i.names),
         series: bins.series,
         retransmit_peers,
+        sample_hz,
         events,
         notes,
     })
@@ -952,6 +961,66 @@ impl Features {
             Metric::Latency => &self.components[Metric::Time.index()],
             Metric::SyscallLatency => &self.components[Metric::SyscallTime.index()],
             m => &self.components[m.index()],
+        }
+    }
+
+    /// Why `metric` kept no component: nothing of its kind was recorded, or
+    /// nothing reached the dimensionality rule (with the bar and the most any
+    /// component reached, so the user sees how far off it was).
+    fn why_empty(
+        &self,
+        metric: Metric,
+        cfg: &PeersConfig,
+        peak: &dyn Fn(Metric, u32) -> f64,
+    ) -> String {
+        let n = self.names(metric).len() as u32;
+        if n == 0 {
+            return match metric {
+                Metric::Samples if self.sample_hz == 0 => {
+                    "the captures hold no CPU samples (recorded with --sample-hz 0)".into()
+                }
+                Metric::Samples => "the servers were never sampled on a CPU".into(),
+                Metric::Count | Metric::Time | Metric::Latency => {
+                    "the captures hold no function calls (recorded without function probes)".into()
+                }
+                _ => "the captures hold no system calls of the servers".into(),
+            };
+        }
+        let most = |m: Metric| (0..n).map(|c| peak(m, c)).fold(0.0, f64::max);
+        let window_s = cfg.window_ns as f64 / 1e9;
+        match metric {
+            Metric::Samples => format!(
+                "no function reached {:.2} samples in one {window_s} s window on one server                  (--min-samples {} per minute at the paper's {} Hz, scaled to {} Hz; the most                  was {})",
+                cfg.samples_bar(self.sample_hz),
+                cfg.min_samples,
+                PAPER_SAMPLE_HZ,
+                self.sample_hz,
+                most(Metric::Samples)
+            ),
+            Metric::Time | Metric::SyscallTime => format!(
+                "nothing reached {:.0} ms in one {window_s} s window on one server (--min-time;                  the most was {:.0} ms)",
+                cfg.scaled(cfg.min_time_ms),
+                most(metric)
+            ),
+            Metric::Count | Metric::Syscalls | Metric::Latency | Metric::SyscallLatency => {
+                let (time, calls) = match metric {
+                    Metric::Count | Metric::Latency => (Metric::Time, Metric::Count),
+                    _ => (Metric::SyscallTime, Metric::Syscalls),
+                };
+                format!(
+                    "nothing reached {:.0} calls or {:.0} ms in one {window_s} s window on one                      server (--min-calls, --min-time; the most was {:.0} calls, {:.0} ms){}",
+                    cfg.scaled(cfg.min_calls),
+                    cfg.scaled(cfg.min_time_ms),
+                    most(calls),
+                    most(time),
+                    if metric == Metric::SyscallLatency {
+                        "; waits (epoll, poll, select) are never compared by latency"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Metric::Retransmits | Metric::SocketBytes => "no components".into(),
         }
     }
 
@@ -1050,12 +1119,11 @@ impl Features {
                 per_server.iter().flatten().copied().fold(0.0, f64::max)
             })
         };
+        let samples_bar = cfg.samples_bar(self.sample_hz);
         let kept = |m: Metric| -> Vec<u32> {
             let n = self.names(m).len() as u32;
             let mut ids: Vec<u32> = match m {
-                Metric::Samples => (0..n)
-                    .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_samples))
-                    .collect(),
+                Metric::Samples => (0..n).filter(|c| peak(m, *c) >= samples_bar).collect(),
                 Metric::Time => (0..n)
                     .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_time_ms))
                     .collect(),
@@ -1107,7 +1175,7 @@ impl Features {
                     .map(|c| column(*m).get(c).unwrap_or(&zero))
                     .collect();
                 let floor = match m {
-                    Metric::Samples => Some(cfg.scaled(cfg.min_samples)),
+                    Metric::Samples => Some(samples_bar.max(1.0)),
                     Metric::Time | Metric::SyscallTime => Some(cfg.scaled(cfg.min_time_ms)),
                     Metric::Latency | Metric::SyscallLatency => None,
                     _ => Some(cfg.scaled(cfg.min_calls).max(1.0)),
@@ -1131,6 +1199,7 @@ impl Features {
                         .map(|c| self.names(*m)[*c as usize].clone())
                         .collect(),
                     vectors,
+                    empty: ids.is_empty().then(|| self.why_empty(*m, cfg, &peak)),
                 }
             })
             .collect();

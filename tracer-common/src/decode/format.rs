@@ -327,10 +327,15 @@ pub struct Summary {
     pub calls: BTreeMap<String, u64>,
     /// System calls by name.
     pub syscalls: BTreeMap<String, u64>,
-    /// Events by process, keyed "comm[pid]".
+    /// Events by process, keyed "comm[pid]". TCP retransmissions are not
+    /// among them (they fire in whatever process the CPU was running; see
+    /// `events`).
     pub processes: BTreeMap<String, u64>,
-    /// eBPF-side loss counters (non-zero ones).
+    /// eBPF-side counters of events lost (non-zero ones).
     pub losses: BTreeMap<String, u64>,
+    /// eBPF-side counters of records kept with a field unknown (non-zero
+    /// ones; see [`crate::stats::STAT_INFO`]).
+    pub kept: BTreeMap<String, u64>,
     /// Whether the recorder closed the file.
     pub complete: bool,
     /// The truncation, when the file ends inside a chunk.
@@ -352,6 +357,9 @@ impl Summary {
         let (mut first, mut last) = (u64::MAX, 0);
         let mut per_pid: BTreeMap<u32, u64> = BTreeMap::new();
         let mut per_func: BTreeMap<u32, u64> = BTreeMap::new();
+        // Names of sampled processes the capture has no snapshot of
+        // (`--sample-all`): the sample carries the thread's name.
+        let mut sampled: BTreeMap<u32, String> = BTreeMap::new();
         for event in capture.events() {
             let Ok(event) = event else {
                 s.malformed += 1;
@@ -361,7 +369,18 @@ impl Summary {
             first = first.min(h.ts_ns);
             last = last.max(h.ts_ns);
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
-            *per_pid.entry(h.pid).or_default() += 1;
+            match &event {
+                // A retransmission fires in softirq or timer context: its pid
+                // is whichever process the CPU was running, not an owner.
+                Event::TcpRetransmit(_) => {}
+                Event::Sample(smp) if capture.comm(h.pid).is_none() => {
+                    *per_pid.entry(h.pid).or_default() += 1;
+                    sampled
+                        .entry(h.pid)
+                        .or_insert_with(|| comm_string(&smp.comm));
+                }
+                _ => *per_pid.entry(h.pid).or_default() += 1,
+            }
             match &event {
                 Event::Entry { rec, .. } => *per_func.entry(rec.func_id).or_default() += 1,
                 Event::Syscall(sc) => *s.syscalls.entry(syscall_name(sc.nr)).or_default() += 1,
@@ -379,15 +398,21 @@ impl Summary {
             .collect();
         s.processes = per_pid
             .into_iter()
-            .map(|(pid, n)| (format!("{}[{pid}]", capture.comm(pid).unwrap_or("?")), n))
+            .map(|(pid, n)| {
+                let comm = capture
+                    .comm(pid)
+                    .or_else(|| sampled.get(&pid).map(String::as_str))
+                    .unwrap_or("?");
+                (format!("{comm}[{pid}]"), n)
+            })
             .collect();
         if let Some(stats) = &capture.stats {
-            s.losses = stats
-                .counters
-                .iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
+            for (k, v) in stats.counters.iter().filter(|(_, v)| **v > 0) {
+                let kept =
+                    crate::stats::info(k).is_some_and(|i| i.effect == crate::stats::Effect::Kept);
+                let into = if kept { &mut s.kept } else { &mut s.losses };
+                into.insert(k.clone(), *v);
+            }
         }
         s
     }
@@ -417,8 +442,10 @@ impl std::fmt::Display for Summary {
         writeln!(f, "  processes: {}", list(&self.processes))?;
         if self.losses.is_empty() {
             writeln!(f, "  losses:    none")?;
-        } else {
-            writeln!(f, "  LOSSES:    {}", list(&self.losses))?;
+        }
+        let counters = self.losses.iter().chain(&self.kept);
+        for l in crate::stats::summary_lines(counters.map(|(k, v)| (k.as_str(), *v))) {
+            writeln!(f, "  {l}")?;
         }
         if let Some(t) = &self.truncated {
             writeln!(
@@ -471,6 +498,77 @@ mod tests {
         };
         rec.text[..text.len().min(USDT_STRING_MAX)].copy_from_slice(text.as_bytes());
         rec.as_bytes().to_vec()
+    }
+
+    /// The summary names processes by their snapshot, or by their samples'
+    /// thread name; retransmissions (kernel context, any pid) belong to no
+    /// process; samples without a user frame are kept, not lost.
+    #[test]
+    fn summary_lists_processes_not_retransmission_contexts() {
+        use crate::{
+            capture::{ProcessInfo, Stats},
+            record::{Sample, Syscall, TcpRetransmit},
+        };
+        let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        w.write_meta(&Meta::Process(ProcessInfo {
+            pid: 7,
+            traced: true,
+            comm: "server".into(),
+            ..Default::default()
+        }))
+        .expect("meta");
+        let at = |h: Header, pid: u32| Header { pid, tid: pid, ..h };
+        let call = Syscall {
+            header: header(1, kind::SYSCALL, size_of::<Syscall>()),
+            ..Default::default()
+        };
+        let retransmit = TcpRetransmit {
+            header: at(
+                header(2, kind::TCP_RETRANSMIT, size_of::<TcpRetransmit>()),
+                4242,
+            ),
+            ..Default::default()
+        };
+        let mut comm = [0u8; 16];
+        comm[..3].copy_from_slice(b"hog");
+        let sample = Sample {
+            header: at(header(3, kind::SAMPLE, size_of::<Sample>()), 99),
+            user_ip: 0x1000,
+            kernel_ip: 0,
+            comm,
+        };
+        let bytes = [
+            call.as_bytes().to_vec(),
+            retransmit.as_bytes().to_vec(),
+            sample.as_bytes().to_vec(),
+        ]
+        .concat();
+        w.write_records(&bytes).expect("records");
+        w.write_meta(&Meta::Stats(Stats {
+            counters: [
+                ("user_ip_unreadable".to_string(), 5),
+                ("ring_full".to_string(), 0),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        }))
+        .expect("stats");
+        let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+        let s = Summary::of(&cap);
+        let procs: Vec<&str> = s.processes.keys().map(String::as_str).collect();
+        assert_eq!(procs, ["hog[99]", "server[7]"]);
+        assert_eq!(s.events.get("tcp_retransmit"), Some(&1));
+        assert!(s.losses.is_empty(), "{:?}", s.losses);
+        assert_eq!(s.kept.get("user_ip_unreadable"), Some(&5));
+        let text = s.to_string();
+        assert!(text.contains("losses:    none"), "{text}");
+        assert!(
+            text.contains("kept: user_ip_unreadable 5: CPU samples"),
+            "{text}"
+        );
+        assert!(!text.contains("ring-size"), "{text}");
+        assert!(!text.contains("?["), "{text}");
     }
 
     /// USDT hits decode as `Event::Usdt`, their string arguments resolve to
