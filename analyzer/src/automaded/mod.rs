@@ -22,6 +22,7 @@
 pub mod compress;
 pub mod dissim;
 pub mod hang;
+pub mod kmedoids;
 pub mod outliers;
 pub mod overlap;
 pub mod report;
