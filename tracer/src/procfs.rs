@@ -52,6 +52,21 @@ pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The scheduler state letter of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...),
+/// from `/proc/PID/stat`; `None` when the process is gone.
+pub fn state(pid: u32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_state(&text)
+}
+
+/// The state field of a `/proc/PID/stat` line: the first field after the
+/// command name, which is in parentheses and may itself hold `)` and spaces.
+fn parse_state(stat: &str) -> Option<String> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let state = rest.split_whitespace().next()?;
+    (state.len() == 1).then(|| state.to_string())
+}
+
 /// Path of the executable of `pid`.
 pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -351,5 +366,15 @@ mod tests {
             snapshot(u32::MAX - 1, 0, false),
             Err(ProcError::NoSuchProcess { .. })
         ));
+    }
+
+    #[test]
+    fn state_is_read_after_the_command_name() {
+        assert_eq!(
+            parse_state("4242 (mpi ) rank) T 1 4242 4242 0 -1").as_deref(),
+            Some("T")
+        );
+        assert_eq!(parse_state("4242 (sh) R 1").as_deref(), Some("R"));
+        assert_eq!(parse_state("garbage"), None);
     }
 }

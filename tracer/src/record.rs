@@ -13,7 +13,7 @@ use crate::{
     procfs::ProcError,
     session::{Activity, Session},
     sink::SinkError,
-    targets::{FunctionPattern, MPI_PATTERN, TargetError},
+    targets::{FunctionPattern, MPI_BINDINGS_PATTERN, MPI_PATTERN, TargetError},
     tracefs::TracefsError,
     usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtError, UsdtPattern},
 };
@@ -107,8 +107,10 @@ impl Default for RecordConfig {
 pub struct ProbeChoice<'a> {
     /// `[OBJECT:]GLOB` function patterns.
     pub functions: &'a [String],
-    /// Patterns whose calls also record six integer arguments.
+    /// Patterns whose calls also record ten integer arguments.
     pub args: &'a [String],
+    /// Patterns probed at entry only.
+    pub entries: &'a [String],
     /// The MPI library's `MPI_*` with arguments.
     pub mpi: bool,
     /// USDT probes to record.
@@ -132,8 +134,14 @@ impl ProbeChoice<'_> {
         for p in self.args {
             functions.push(FunctionPattern::parse(p, true)?);
         }
+        for p in self.entries {
+            functions.push(FunctionPattern::parse_entries(p)?);
+        }
         if self.mpi {
             functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
+            let mut bindings = FunctionPattern::parse_entries(MPI_BINDINGS_PATTERN)?;
+            bindings.optional = true;
+            functions.push(bindings);
         }
         let mut usdt = Vec::new();
         for p in self.usdt {
@@ -309,7 +317,7 @@ impl std::fmt::Display for Summary {
 /// Name of a record kind, for summaries.
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => "entry",
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => "entry",
         kind::FUNC_RETURN => "return",
         kind::SYSCALL => "syscall",
         kind::SAMPLE => "sample",

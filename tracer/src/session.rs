@@ -16,8 +16,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, RawRecords,
-        RecordSettings, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, ProcessState,
+        RawRecords, RecordSettings, Stats, Symbol,
     },
     record::{
         self, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr, Syscall, kind,
@@ -943,6 +943,7 @@ impl Session {
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
             reason: "rotated".to_string(),
+            ..Default::default()
         }))?;
         self.sink.flush()?;
         let next = Sink::create(path, &capture_header(&self.config), self.config.chunk_bytes)?;
@@ -1011,9 +1012,24 @@ impl Session {
         }
         self.tracker.settle(&mut self.sink)?;
         let losses = write_stats(&self.loaded, &mut self.sink)?;
+        // Where each traced process was when recording stopped: a hang
+        // analysis tells a stopped process from one running or waiting.
+        let processes = self
+            .tracker
+            .live
+            .iter()
+            .filter(|pid| self.loaded.is_traced(**pid))
+            .filter_map(|&pid| {
+                Some(ProcessState {
+                    pid,
+                    state: procfs::state(pid)?,
+                })
+            })
+            .collect();
         self.sink.meta(&Meta::End(End {
             stop_ns,
             reason: reason.clone(),
+            processes,
         }))?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -1184,7 +1200,7 @@ impl Taps {
     #[inline]
     fn observe(&mut self, header: &Header, bytes: &[u8]) {
         match header.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
                 if let Some(e) = FuncEntry::read_from(bytes) {
                     let id = e.func_id as usize;
                     if id >= self.hits.len() {

@@ -112,9 +112,12 @@ impl<'a> Symbolizer<'a> {
             let entries = capture.chunks.iter().flat_map(|(_, bytes)| {
                 RawRecords::new(bytes).filter_map(|r| {
                     let (header, bytes) = r.ok()?;
-                    matches!(header.kind, kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS)
-                        .then(|| FuncEntry::read_from(bytes))
-                        .flatten()
+                    matches!(
+                        header.kind,
+                        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK
+                    )
+                    .then(|| FuncEntry::read_from(bytes))
+                    .flatten()
                 })
             });
             for rec in entries {

@@ -4,8 +4,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
     record::{
-        FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
-        UsdtHit, UsdtString, kind,
+        FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr, Syscall,
+        TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -13,12 +13,15 @@ use crate::{
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Function entry; `args` when the probe recorded argument registers.
+    /// Function entry; `args` when the probe recorded argument registers,
+    /// `stack` when it read the stack-passed ones too.
     Entry {
         /// The record.
         rec: FuncEntry,
         /// rdi, rsi, rdx, rcx, r8, r9.
         args: Option<[u64; 6]>,
+        /// Arguments 7 to 10 (absent in records of older recorders).
+        stack: Option<[u64; STACK_ARGS]>,
     },
     /// Function return.
     Return(FuncReturn),
@@ -46,12 +49,22 @@ impl Event {
             kind::FUNC_ENTRY => Self::Entry {
                 rec: FuncEntry::read_from(bytes)?,
                 args: None,
+                stack: None,
             },
             kind::FUNC_ENTRY_ARGS => {
                 let full = crate::record::FuncEntryArgs::read_from(bytes)?;
                 Self::Entry {
                     rec: full.entry,
                     args: Some(full.args),
+                    stack: None,
+                }
+            }
+            kind::FUNC_ENTRY_STACK => {
+                let full = crate::record::FuncEntryStack::read_from(bytes)?;
+                Self::Entry {
+                    rec: full.entry.entry,
+                    args: Some(full.entry.args),
+                    stack: Some(full.stack),
                 }
             }
             kind::FUNC_RETURN => Self::Return(FuncReturn::read_from(bytes)?),

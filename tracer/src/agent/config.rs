@@ -525,6 +525,7 @@ impl AgentConfig {
         let (functions, usdt, usdt_semaphores) = ProbeChoice {
             functions: &t.functions,
             args: &t.args,
+            entries: &[],
             mpi: t.mpi,
             usdt: &t.usdt,
             usdt_semaphores: &[],
