@@ -163,6 +163,7 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                         cpu: r,
                         tid: r,
                         call_site: 0,
+                        partners: Default::default(),
                     };
                     t += 5_000;
                     c
@@ -179,6 +180,11 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                 functions: functions.clone(),
                 calls,
                 unfinished: 0,
+                open: None,
+                last_ns: 0,
+                exited_ns: None,
+                state: None,
+                end_ns: 0,
             }
         })
         .collect();

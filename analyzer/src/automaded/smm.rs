@@ -490,12 +490,18 @@ mod tests {
                         cpu: 0,
                         tid: 0,
                         call_site: 0,
+                        partners: Default::default(),
                     };
                     t += comm;
                     c
                 })
                 .collect(),
             unfinished: 0,
+            open: None,
+            last_ns: 0,
+            exited_ns: None,
+            state: None,
+            end_ns: 0,
         }
     }
 

@@ -18,6 +18,7 @@
 //! * [`metric`]: the interference metric m(p) (eq. 4) per processor.
 //! * [`report`]: text and SVG (ILS over t, as in the paper's figures).
 
+pub mod args;
 pub mod export;
 pub mod learn;
 pub mod metric;
@@ -26,11 +27,12 @@ pub mod report;
 pub mod signals;
 pub mod typical;
 
+pub use args::{Partners, Peer};
 pub use export::{ExportError, write_jsonl, write_parquet};
 pub use learn::{LearnConfig, MODEL_VERSION, Model, ProcessorModel, learn};
 pub use metric::{DETECTION_VERSION, Detection, ProcessorResult, detect};
 pub use profile::{
-    Call, PROFILE_VERSION, Peer, ProfileError, Profiles, RankProfile, RankSource, extract,
+    Call, OpenCall, PROFILE_VERSION, ProfileError, Profiles, RankProfile, RankSource, extract,
 };
 pub use signals::{Signals, Threshold};
 pub use typical::{TypicalConfig, TypicalSequence, typical_sequences};

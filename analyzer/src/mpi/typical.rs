@@ -226,6 +226,7 @@ pub(crate) mod tests {
                 cpu: rank,
                 tid: rank,
                 call_site: 0,
+                partners: Default::default(),
             });
             t += 1000;
         }
@@ -240,6 +241,11 @@ pub(crate) mod tests {
             functions,
             calls: out,
             unfinished: 0,
+            open: None,
+            last_ns: 0,
+            exited_ns: None,
+            state: None,
+            end_ns: 0,
         }
     }
 
