@@ -10,6 +10,7 @@ use analyzer::{
         hang::{self, Tail},
         report,
     },
+    mpi,
 };
 use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
@@ -115,6 +116,44 @@ pub(crate) enum TasksCommand {
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },
+    /// Is the run hung, and which rank holds the others up? Builds the
+    /// wait-for graph of where each rank was when recording stopped:
+    /// receive sources, collectives, the requests a wait completes, and
+    /// ranks dead, stopped or computing outside MPI.
+    ///
+    /// Example: analyzer tasks hang run.capture
+    Hang {
+        /// Captures of one run (one per host, or one with every rank).
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// A rank with no MPI transition for this long is hung (default:
+        /// ten times this run's 99th-percentile transition, at least 1 s).
+        #[arg(long, value_name = "DURATION", value_parser = super::peers::duration_ns)]
+        hang_after: Option<u64>,
+        /// Learn the threshold: the longest transition of these captures of
+        /// normal runs.
+        #[arg(long, value_name = "CAPTURE", conflicts_with = "hang_after")]
+        hang_learn: Vec<PathBuf>,
+        /// JSON (the versioned report) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The hang threshold: given, learned from normal captures, or this run's.
+fn hang_threshold(
+    hang_after: Option<u64>,
+    hang_learn: &[PathBuf],
+) -> anyhow::Result<Option<(u64, &'static str)>> {
+    Ok(match (hang_after, hang_learn.is_empty()) {
+        (Some(ns), _) => Some((ns, "given")),
+        (None, false) => {
+            let (_, normal) =
+                super::mpi::profiles(hang_learn).context("learning the hang threshold")?;
+            Some((mpi::waitfor::max_transition_ns(&normal), "learned"))
+        }
+        (None, true) => None,
+    })
 }
 
 fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Result<Phase> {
@@ -147,6 +186,28 @@ fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Res
 
 /// Runs one `tasks` subcommand.
 pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()> {
+    if let TasksCommand::Hang {
+        captures,
+        hang_after,
+        hang_learn,
+        json,
+    } = cmd
+    {
+        let (caps, profiles) = super::mpi::profiles(&captures)?;
+        let refs: Vec<&Capture> = caps.iter().collect();
+        let report = mpi::waitfor::analyze(&profiles, hang_threshold(hang_after, &hang_learn)?);
+        if json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        } else {
+            let mut sites = mpi::sites::Sites::new(&refs);
+            write!(
+                out,
+                "{}",
+                mpi::report::hang_text(&report, &profiles, &mut sites)
+            )?;
+        }
+        return Ok(());
+    }
     let TasksCommand::Outliers {
         captures,
         method,
@@ -162,7 +223,10 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
         hang_learn,
         json,
         svg,
-    } = cmd;
+    } = cmd
+    else {
+        return Ok(());
+    };
     let phase = phase(from, to, calls.as_deref())?;
     let (caps, profiles) = super::mpi::profiles(&captures)?;
     let refs: Vec<&Capture> = caps.iter().collect();

@@ -25,7 +25,9 @@ pub mod metric;
 pub mod profile;
 pub mod report;
 pub mod signals;
+pub mod sites;
 pub mod typical;
+pub mod waitfor;
 
 pub use args::{Partners, Peer};
 pub use export::{ExportError, write_jsonl, write_parquet};

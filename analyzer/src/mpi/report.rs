@@ -170,3 +170,104 @@ pub fn ils_svg(d: &Detection, title: &str) -> String {
     s.push_str("</svg>\n");
     s
 }
+
+/// The hang analysis as text: the culprits first, then every rank's place
+/// in the wait-for graph, call sites labelled by `sites`.
+pub fn hang_text(
+    h: &super::waitfor::HangReport,
+    profiles: &super::Profiles,
+    sites: &mut super::sites::Sites<'_>,
+) -> String {
+    use super::waitfor::RankState;
+    let mut s = String::new();
+    let secs = |ns: u64| ns as f64 / 1e9;
+    if !h.hung {
+        let _ = writeln!(
+            s,
+            "not hung: no rank still running was idle for {:.1} s ({})",
+            secs(h.threshold_ns),
+            h.threshold_source
+        );
+        return s;
+    }
+    let site = |sites: &mut super::sites::Sites<'_>, rank: u32, addr: u64| {
+        profiles
+            .rank(rank)
+            .map(|p| sites.label(&p.host, p.pid, addr))
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| "an unknown site".into())
+    };
+    let _ = writeln!(
+        s,
+        "HUNG: a rank made no MPI progress for over {:.1} s ({})",
+        secs(h.threshold_ns),
+        h.threshold_source
+    );
+    if h.culprits.is_empty() {
+        let _ = writeln!(
+            s,
+            "culprit: not found (no rank the others wait for is outside MPI, and no odd collective or wait cycle)"
+        );
+    }
+    for c in &h.culprits {
+        let Some(w) = h.rank(c.rank) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "culprit: rank {} (pid {} on {}): {}",
+            c.rank, w.pid, w.host, c.reason
+        );
+        let what = if w.call.is_some() {
+            "stuck at"
+        } else {
+            "last MPI call at"
+        };
+        let _ = writeln!(s, "  {what} {}", site(sites, c.rank, w.call_site));
+        if !c.blocking.is_empty() {
+            let _ = writeln!(
+                s,
+                "  holding up ranks {}",
+                c.blocking
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let _ = writeln!(s, "\nwait-for graph when recording stopped:");
+    for w in &h.ranks {
+        let state = match &w.state {
+            RankState::Finished => "finished".to_string(),
+            RankState::Dead { .. } => "exited".to_string(),
+            RankState::Stopped => "stopped".to_string(),
+            RankState::Computing => "computing".to_string(),
+            RankState::Blocked | RankState::InMpi => {
+                format!("in {}", w.call.as_deref().unwrap_or("MPI"))
+            }
+        };
+        let waits = if w.waits_for.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  waits for {}",
+                w.waits_for
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let _ = writeln!(
+            s,
+            "  rank {:>3}  {:<22} at {}{}  (idle {:.1} s)",
+            w.rank,
+            state,
+            site(sites, w.rank, w.call_site),
+            waits,
+            secs(w.idle_ns)
+        );
+    }
+    s
+}
