@@ -1,29 +1,35 @@
-//! Reports of a [`Detection`]: a text table (metric per processor, final
-//! ILS per typical sequence, the sequences themselves) and an SVG of
+//! Reports of a [`Detection`]: the verdict and a text table (metric and
+//! threshold per processor, final ILS per typical sequence), an SVG of
 //! ILS(p, l, t) against t, one panel per processor, one line per typical
-//! sequence, like the paper's Figures 1–12.
+//! sequence, like the paper's Figures 1–12; and the hang analysis as text.
 
 use std::fmt::Write as _;
 
 use super::metric::Detection;
 use crate::report::{COLORS, escape};
 
-/// The text report.
+/// The text report: the verdict, then the metric per processor, its
+/// threshold and final ILS per typical sequence.
 pub fn text(d: &Detection) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "{}", d.verdict.summary);
+    if let Some(o) = d.overall_slowdown
+        && !(0.8..=1.25).contains(&o)
+    {
+        let _ = writeln!(
+            s,
+            "note: every processor alike computed {o:.2}x its clean time (a different problem size, or interference on all of them: this comparison cannot tell)"
+        );
+    }
     let _ = writeln!(
         s,
-        "interference metric m(p) per processor (0 = none; typical sequences weighted by length)"
+        "\ninterference metric m(p) per processor (K = {}; threshold learned from clean runs)",
+        d.k
     );
     let _ = writeln!(
         s,
-        "{:>5}  {:<14} {:>8} {:<6} {:>7}  ILS(p,l,end) for l = 1..{} (* = used)",
-        "rank",
-        "host",
-        "pid",
-        "cpus",
-        "m(p)",
-        d.sequences.len()
+        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9}  ILS(p,l,end) per own typical sequence (* = used)",
+        "rank", "host", "pid", "cpus", "m(p)", "thresh", "own time"
     );
     for p in &d.processors {
         let cpus = p
@@ -32,9 +38,7 @@ pub fn text(d: &Detection) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let metric = p
-            .metric
-            .map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+        let num = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
         let ils = p
             .sequences
             .iter()
@@ -43,22 +47,22 @@ pub fn text(d: &Detection) -> String {
             .join(" ");
         let _ = writeln!(
             s,
-            "{:>5}  {:<14} {:>8} {:<6} {:>7}  {}{}",
+            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9}  {}{}{}",
             p.rank,
             p.host,
             p.pid,
             cpus,
-            metric,
+            num(p.metric),
+            num(p.threshold),
+            p.own_slowdown
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x")),
             ils,
+            if p.interfered { "  INTERFERED" } else { "" },
             p.note
                 .as_deref()
-                .map(|n| format!("  ({n})"))
+                .map(|n| format!("  (not monitored: {n})"))
                 .unwrap_or_default()
         );
-    }
-    let _ = writeln!(s, "typical sequences:");
-    for ts in &d.sequences {
-        let _ = writeln!(s, "  TS{:<3} {}", ts.id, ts.summary(8));
     }
     s
 }
@@ -149,23 +153,28 @@ pub fn ils_svg(d: &Detection, title: &str) -> String {
         }
     }
     let lx = cols as f64 * (pw + ml) + 10.0;
-    for (l, ts) in d.sequences.iter().enumerate() {
+    let most = d
+        .processors
+        .iter()
+        .map(|p| p.sequences.len())
+        .max()
+        .unwrap_or(0);
+    for l in 0..most {
         let ly = 60.0 + l as f64 * 16.0;
         let _ = writeln!(
             s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">TS{} ({} calls)</text>"#,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">the rank's TS{}</text>"#,
             lx + 18.0,
             COLORS[l % COLORS.len()],
             lx + 22.0,
             ly + 4.0,
-            ts.id,
-            ts.len()
+            l + 1
         );
     }
     let _ = writeln!(
         s,
         r#"<text x="{lx}" y="{}" fill="dimgray">dashed: not used</text>"#,
-        70.0 + d.sequences.len() as f64 * 16.0
+        70.0 + most as f64 * 16.0
     );
     s.push_str("</svg>\n");
     s
