@@ -20,7 +20,8 @@ use std::{
 use crate::Background;
 
 /// A fault to inject into one run.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
     /// A clean run.
     None,

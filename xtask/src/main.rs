@@ -8,12 +8,14 @@
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `mpi-matrix`: MPI programs with faults, judged by the MPI analyses.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod gluster;
 mod mpi;
+mod mpi_matrix;
 
 use std::{
     env,
@@ -58,6 +60,11 @@ enum Task {
     BenchAgent(bench_agent::BenchAgentArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
+    /// The MPI diagnosis matrix (needs root, MPICH, gfortran, stress-ng):
+    /// every program of the suite, clean and with each fault, recorded and
+    /// judged (interference verdict, outlier verdict, hang culprit); a table
+    /// per program and fault. Exits non-zero when a target is missed.
+    MpiMatrix(mpi_matrix::MatrixArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -266,6 +273,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
+        Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

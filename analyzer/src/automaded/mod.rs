@@ -17,6 +17,8 @@
 //! * [`outliers`]: k-medoids with BIC or sampled nearest neighbour (§3.3),
 //!   edge isolation.
 //! * [`hang`]: tasks with no transition for longer than a threshold.
+//! * [`verdict`]: which rank is abnormal, or that none stands out,
+//!   comparing each rank with itself (clean runs, phases).
 //! * [`report`]: text and SVG.
 
 pub mod compress;
@@ -27,6 +29,7 @@ pub mod outliers;
 pub mod overlap;
 pub mod report;
 pub mod smm;
+pub mod verdict;
 
 pub use dissim::{DissimConfig, dissimilarity};
 pub use outliers::{

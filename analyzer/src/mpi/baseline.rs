@@ -157,10 +157,25 @@ pub struct Relative {
     pub key: u32,
     /// When it started (ns).
     pub start_ns: u64,
+    /// How long it took (ns).
+    pub value_ns: u64,
     /// Its time over the rank's baseline for the kind (X).
     pub own: f64,
     /// `own` over the other ranks' median `own` at that time (Y).
     pub concurrent: f64,
+}
+
+impl Relative {
+    /// The time beyond what the rank's baseline and its peers at that time
+    /// predict (ns; negative when faster).
+    pub fn excess_ns(&self) -> f64 {
+        let v = self.value_ns as f64;
+        if self.concurrent > 0.0 {
+            v - v / self.concurrent
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Time bins: enough samples in each for a median, at most 200.
@@ -183,8 +198,8 @@ fn bin_of(t: u64, lo: u64, width: u64, n: usize) -> usize {
 /// left out.
 pub fn concurrent(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<Relative>)> {
     let (lo, width, n) = bins(run);
-    // (rank, [(key, start, X)])
-    type Own = Vec<(u32, Vec<(u32, u64, f64)>)>;
+    // (rank, [(key, start, value, X)])
+    type Own = Vec<(u32, Vec<(u32, u64, u64, f64)>)>;
     let own: Own = run
         .ranks
         .iter()
@@ -195,7 +210,7 @@ pub fn concurrent(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<Relative>)
                     .iter()
                     .filter_map(|s| {
                         let b = base.median_ns.get(&(*rank, s.key))?;
-                        Some((s.key, s.start_ns, s.value_ns as f64 / b))
+                        Some((s.key, s.start_ns, s.value_ns, s.value_ns as f64 / b))
                     })
                     .collect(),
             )
@@ -207,7 +222,7 @@ pub fn concurrent(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<Relative>)
         .iter()
         .map(|(_, xs)| {
             let mut bins: Vec<Vec<f64>> = vec![Vec::new(); n];
-            for (_, t, x) in xs {
+            for (_, t, _, x) in xs {
                 bins[bin_of(*t, lo, width, n)].push(*x);
             }
             let mut med: Vec<Option<f64>> = bins
@@ -248,11 +263,12 @@ pub fn concurrent(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<Relative>)
                 .collect();
             let rel = xs
                 .iter()
-                .map(|(key, t, x)| {
+                .map(|(key, t, value, x)| {
                     let g = others[bin_of(*t, lo, width, n)];
                     Relative {
                         key: *key,
                         start_ns: *t,
+                        value_ns: *value,
                         own: *x,
                         concurrent: if g > 0.0 { x / g } else { *x },
                     }

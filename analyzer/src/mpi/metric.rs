@@ -227,7 +227,7 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             suspects,
             unmonitored,
             monitored,
-            "the interference metrics",
+            "the interference metrics of",
         ),
     }
 }

@@ -117,7 +117,7 @@ impl Verdict {
                 format!("abnormal: {}{tail}", names.join(", "))
             }
             Outcome::NothingAbnormal => format!(
-                "nothing abnormal: {what} of rank(s) {} within the thresholds learned from clean runs{tail}",
+                "nothing abnormal: {what} rank(s) {} within their thresholds{tail}",
                 list(&monitored)
             ),
             Outcome::NotMonitored => format!("not monitored{tail}"),
