@@ -185,6 +185,7 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                 exited_ns: None,
                 state: None,
                 end_ns: 0,
+                cpu: Vec::new(),
             }
         })
         .collect();

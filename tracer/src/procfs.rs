@@ -67,6 +67,34 @@ fn parse_state(stat: &str) -> Option<String> {
     (state.len() == 1).then(|| state.to_string())
 }
 
+/// CPU times of `pid` summed over its current threads, from
+/// `/proc/PID/task/*/schedstat` (run ns, run-queue wait ns, time slices):
+/// (run, wait, slices, threads), or `None` when the process is gone.
+pub fn cpu_times(pid: u32) -> Option<(u64, u64, u64, u32)> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = (0u64, 0u64, 0u64, 0u32);
+    // Bounded: a process with more threads than this is summed partially.
+    for entry in dir.flatten().take(4096) {
+        let path = entry.path().join("schedstat");
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut f = text
+            .split_whitespace()
+            .map(|x| x.parse::<u64>().unwrap_or(0));
+        let (run, wait, slices) = (
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+        );
+        total.0 = total.0.saturating_add(run);
+        total.1 = total.1.saturating_add(wait);
+        total.2 = total.2.saturating_add(slices);
+        total.3 += 1;
+    }
+    (total.3 > 0).then_some(total)
+}
+
 /// Path of the executable of `pid`.
 pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/exe"));

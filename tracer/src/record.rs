@@ -53,6 +53,8 @@ pub struct RecordConfig {
     pub uprobe_multi: bool,
     /// Trace socket system calls.
     pub syscalls: bool,
+    /// Record each traced process's CPU times every flush interval.
+    pub cpu_times: bool,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -87,6 +89,7 @@ impl Default for RecordConfig {
             usdt_empty: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
+            cpu_times: false,
             sample_hz: 0,
             sample_all: false,
             follow: true,
@@ -325,6 +328,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::TCP_RETRANSMIT => "tcp_retransmit",
         kind::USDT => "usdt",
         kind::USDT_STRING => "usdt_string",
+        kind::CPU_TIMES => "cpu_times",
         _ => "unknown",
     }
 }

@@ -20,8 +20,8 @@ use tracer_common::{
         RawRecords, RecordSettings, Stats, Symbol,
     },
     record::{
-        self, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr, Syscall, kind,
-        lifecycle,
+        self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
+        Syscall, kind, lifecycle,
     },
 };
 
@@ -845,6 +845,7 @@ impl Session {
     /// second. Returns a reason to stop when every pid target has exited.
     pub fn tick(&mut self) -> Result<Option<String>, RecordError> {
         self.drain()?;
+        self.cpu_times()?;
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -859,6 +860,42 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// A [`CpuTimes`] record of every traced process alive, when asked for.
+    fn cpu_times(&mut self) -> Result<(), RecordError> {
+        if !self.config.cpu_times {
+            return Ok(());
+        }
+        let pids: Vec<u32> = self
+            .tracker
+            .live
+            .iter()
+            .copied()
+            .filter(|pid| self.loaded.is_traced(*pid))
+            .collect();
+        for pid in pids {
+            let Some((run_ns, wait_ns, slices, threads)) = procfs::cpu_times(pid) else {
+                continue;
+            };
+            let rec = CpuTimes {
+                header: Header {
+                    ts_ns: monotonic_ns(),
+                    pid,
+                    tid: pid,
+                    kind: kind::CPU_TIMES,
+                    size: size_of::<CpuTimes>() as u16,
+                    cpu: 0,
+                },
+                run_ns,
+                wait_ns,
+                slices,
+                threads,
+                _pad: 0,
+            };
+            self.sink.push(rec.as_bytes(), &rec.header)?;
+        }
+        Ok(())
     }
 
     fn drain(&mut self) -> Result<(), RecordError> {
@@ -984,6 +1021,7 @@ impl Session {
             self.taps.as_mut(),
             u64::MAX,
         )?;
+        self.cpu_times()?;
         let stop_ns = monotonic_ns();
         for (tid, enter) in self.loaded.inflight() {
             let pid = tgid_of(tid);

@@ -383,7 +383,9 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
         }
     }
     // Per program and fault.
-    let mut table: BTreeMap<(String, String), (usize, usize, usize, Vec<String>)> = BTreeMap::new();
+    /// Runs, right, false verdicts, what the misses said.
+    type Cell = (usize, usize, usize, Vec<String>);
+    let mut table: BTreeMap<(String, String), Cell> = BTreeMap::new();
     for j in &judged {
         let e = table
             .entry((j.program.clone(), j.fault.clone()))

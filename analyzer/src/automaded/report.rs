@@ -170,18 +170,22 @@ pub fn verdict_text(j: &super::verdict::Judgement) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>5}  {:>8} {:>8}  {:>13}  {:>9}",
-        "rank", "score", "thresh", "worst phase", "new calls"
+        "{:>5}  {:>19}  {:>13}  {:>22}  {:>9}",
+        "rank", "computation/thresh", "worst phase", "CPU deficit/thresh", "new calls"
     );
     for (rank, p) in &j.phases {
         let _ = writeln!(
             out,
-            "{:>5}  {:>8.3} {:>8.3}  {:>5.1}-{:<5.1} s  {:>9}",
+            "{:>5}  {:>8.3} / {:<8.3}  {:>5.1}-{:<5.1} s  {:>22}  {:>9}",
             rank,
             p.score,
             j.phase_thresholds.get(rank).copied().unwrap_or(0.0),
             p.from_s,
             p.to_s,
+            match (j.cpu_phases.get(rank), j.cpu_thresholds.get(rank)) {
+                (Some((d, at)), Some(t)) => format!("{d:.3} / {t:.3} @{at:.1}s"),
+                _ => "-".into(),
+            },
             match (
                 j.new_transitions.get(rank),
                 j.transition_thresholds.get(rank)

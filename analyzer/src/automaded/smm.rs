@@ -483,6 +483,7 @@ mod tests {
             exited_ns: None,
             state: None,
             end_ns: 0,
+            cpu: Vec::new(),
         }
     }
 

@@ -20,6 +20,11 @@
 //! * **Control flow** (with two or more clean runs): calls made between
 //!   call sites the rank never went between in any clean run, against how
 //!   many such calls a held-out clean run makes.
+//! * **CPU deficit, by phase** (when the recorder read CPU times): the
+//!   share of its usual CPU a rank lacked over half a second, beside its
+//!   peers ([`crate::mpi::cpu`]): a paused or capped rank gets less even
+//!   when it spends its time polling inside MPI, where its computation
+//!   times cannot show it. Thresholds as above, at least 0.2.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -30,6 +35,8 @@ use crate::{
     mpi::{
         Profiles,
         baseline::{Baseline, Relative, RunSamples, Sample, concurrent, median},
+        cpu,
+        learn::held_out_folds,
         sites::Sites,
         verdict::{Suspect, Unmonitored, Verdict},
     },
@@ -37,6 +44,12 @@ use crate::{
 
 /// The lowest threshold on the phase score.
 pub const MIN_PHASE_SCORE: f64 = 0.1;
+
+/// The lowest threshold on a phase's CPU deficit.
+pub const MIN_CPU_DEFICIT: f64 = 0.2;
+
+/// Length of a phase for the CPU deficit (the recorder reads every 100 ms).
+pub const CPU_PHASE_NS: u64 = 500_000_000;
 
 /// One run to judge or learn from: its profiles and the captures they came
 /// from (for call sites).
@@ -174,6 +187,11 @@ pub struct Judgement {
     pub new_transitions: BTreeMap<u32, usize>,
     /// Their threshold (calls), per rank.
     pub transition_thresholds: BTreeMap<u32, usize>,
+    /// Each rank's worst CPU-deficit phase: (mean deficit, start s into
+    /// the run), when the captures have CPU readings.
+    pub cpu_phases: BTreeMap<u32, (f64, f64)>,
+    /// Their thresholds.
+    pub cpu_thresholds: BTreeMap<u32, f64>,
     /// The verdict.
     pub verdict: Verdict,
 }
@@ -285,6 +303,64 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         (BTreeMap::new(), BTreeMap::new())
     };
 
+    // CPU deficits by phase.
+    let t0 = span.0;
+    let (cpu_phases, cpu_thresholds): (BTreeMap<u32, (f64, f64)>, BTreeMap<u32, f64>) =
+        if !cpu::recorded(run.profiles) {
+            (BTreeMap::new(), BTreeMap::new())
+        } else {
+            let test_cpu = cpu::samples(run.profiles);
+            let clean_cpu: Vec<RunSamples> = clean
+                .iter()
+                .filter(|c| cpu::recorded(c.profiles))
+                .map(|c| cpu::samples(c.profiles))
+                .collect();
+            let to_s = |ns: u64| ns.saturating_sub(t0) as f64 / 1e9;
+            if clean_cpu.is_empty() {
+                let worst = cpu::worst_phase(
+                    &cpu::deficits(&test_cpu, &Baseline::learn(&[&test_cpu])),
+                    CPU_PHASE_NS,
+                );
+                let mut all: Vec<f64> = worst.values().map(|w| w.0).collect();
+                let t = (3.0 * median(&mut all)).max(MIN_CPU_DEFICIT);
+                (
+                    worst.iter().map(|(r, w)| (*r, (w.0, to_s(w.1)))).collect(),
+                    worst.keys().map(|r| (*r, t)).collect(),
+                )
+            } else {
+                let folds = held_out_folds(&clean_cpu);
+                let mut held: BTreeMap<u32, f64> = BTreeMap::new();
+                for (i, fold) in folds.iter().enumerate() {
+                    let others: Vec<&RunSamples> = folds
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, f)| f)
+                        .collect();
+                    let w = cpu::worst_phase(
+                        &cpu::deficits(fold, &Baseline::learn(&others)),
+                        CPU_PHASE_NS,
+                    );
+                    for (r, (d, _)) in w {
+                        let e = held.entry(r).or_insert(0.0);
+                        *e = e.max(d);
+                    }
+                }
+                let base = Baseline::learn(&clean_cpu.iter().collect::<Vec<_>>());
+                let worst = cpu::worst_phase(&cpu::deficits(&test_cpu, &base), CPU_PHASE_NS);
+                (
+                    worst.iter().map(|(r, w)| (*r, (w.0, to_s(w.1)))).collect(),
+                    worst
+                        .keys()
+                        .map(|r| {
+                            let h = held.get(r).copied().unwrap_or(0.0);
+                            (*r, (2.0 * h).max(MIN_CPU_DEFICIT))
+                        })
+                        .collect(),
+                )
+            }
+        };
+
     let mut suspects = Vec::new();
     let mut not_monitored = Vec::new();
     let mut monitored = Vec::new();
@@ -341,6 +417,31 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                 ),
             });
         }
+        if let (Some((d, from)), Some(t)) = (cpu_phases.get(&r.rank), cpu_thresholds.get(&r.rank))
+            && d > t
+        {
+            let deficit = Suspect {
+                rank: r.rank,
+                host: r.host.clone(),
+                pid: r.pid,
+                cpus: r.cpus.clone(),
+                score: *d,
+                threshold: *t,
+                evidence: "CPU deficit".into(),
+                detail: format!(
+                    "lacked {:.0}% of its usual CPU at {:.1}-{:.1} s, beside its peers (stopped, capped or crowded out)",
+                    100.0 * d,
+                    from,
+                    from + CPU_PHASE_NS as f64 / 1e9
+                ),
+            };
+            // One entry per rank: the stronger evidence.
+            match suspects.iter_mut().find(|s| s.rank == r.rank) {
+                Some(s) if s.score / s.threshold < d / t => *s = deficit,
+                Some(_) => {}
+                None => suspects.push(deficit),
+            }
+        }
         if let (Some(n), Some(t)) = (
             new_transitions.get(&r.rank),
             transition_thresholds.get(&r.rank),
@@ -367,6 +468,8 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         phase_thresholds,
         new_transitions,
         transition_thresholds,
+        cpu_phases,
+        cpu_thresholds,
         verdict: Verdict::new(
             "outliers",
             suspects,

@@ -18,6 +18,11 @@
 //!   held-out clean runs reached, at least 0.1. Every processor of the
 //!   clean runs is monitored; one without typical sequences or samples is
 //!   named with the reason.
+//! * Beside the paper's metric, when the runs have the recorder's CPU
+//!   readings: the mean CPU deficit of each processor ([`super::cpu`]),
+//!   with a threshold of twice its held-out clean value (at least 0.05).
+//!   Ranks busy-poll inside MPI, so a hog that lands while a rank polls
+//!   leaves its computation times alone but not its CPU.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     baseline::{Baseline, Relative, RunSamples, concurrent, median},
+    cpu,
     profile::Profiles,
     signals::{RankSequences, ils_end, samples},
     typical::{TypicalConfig, TypicalSequence, rank_sequences},
@@ -42,6 +48,9 @@ pub const MIN_THRESHOLD: f64 = 0.1;
 /// The smallest spread σ of Y: timer and cache noise of a few percent is
 /// normal.
 pub const MIN_SPREAD: f64 = 0.02;
+
+/// The lowest verdict threshold on the mean CPU deficit.
+pub const MIN_CPU_THRESHOLD: f64 = 0.05;
 
 /// Errors learning a model.
 #[derive(Debug, thiserror::Error)]
@@ -112,8 +121,15 @@ pub struct ProcessorModel {
     pub threshold: f64,
     /// m(p) of each held-out clean run (or half run).
     pub clean_metrics: Vec<f64>,
-    /// Why it cannot be monitored, if it cannot.
+    /// Why its computation cannot be monitored, if it cannot.
     pub unmonitored: Option<String>,
+    /// Verdict threshold on its mean CPU deficit ([`cpu`]), when the clean
+    /// runs have CPU readings.
+    #[serde(default)]
+    pub cpu_threshold: Option<f64>,
+    /// Its mean CPU deficit in each held-out clean run (or half run).
+    #[serde(default)]
+    pub cpu_clean: Vec<f64>,
 }
 
 /// One interfered training run, as learning saw it.
@@ -145,6 +161,10 @@ pub struct Model {
     pub processors: Vec<ProcessorModel>,
     /// Baselines over every clean run.
     pub baseline: Baseline,
+    /// Each rank's median CPU share in the clean runs, when they have CPU
+    /// readings.
+    #[serde(default)]
+    pub cpu_baseline: Option<Baseline>,
 }
 
 impl Model {
@@ -234,14 +254,7 @@ pub fn learn(
         .iter()
         .map(|p| samples(p, &seqs, config.min_sample_ns))
         .collect();
-    // Held-out folds: each clean run, or the halves of a single one.
-    let folds: Vec<RunSamples> = if runs.len() >= 2 {
-        runs.clone()
-    } else {
-        let span = runs[0].span().unwrap_or((0, 1));
-        let mid = span.0 + (span.1 - span.0) / 2;
-        vec![runs[0].between(0, mid), runs[0].between(mid, u64::MAX)]
-    };
+    let folds = held_out_folds(&runs);
     let held_out: Vec<Vec<(u32, Vec<Relative>)>> = (0..folds.len())
         .map(|i| {
             let others: Vec<&RunSamples> = folds
@@ -401,6 +414,35 @@ pub fn learn(
             metrics: hit.iter().map(|h| h.1).collect(),
         })
         .collect();
+    // The CPU each rank received, held out the same way.
+    let cpu_runs: Vec<RunSamples> = clean
+        .iter()
+        .filter(|p| cpu::recorded(p))
+        .map(|p| cpu::samples(p))
+        .collect();
+    let (cpu_baseline, cpu_clean): (Option<Baseline>, BTreeMap<u32, Vec<f64>>) =
+        if cpu_runs.len() == clean.len() {
+            let folds = held_out_folds(&cpu_runs);
+            let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for (i, fold) in folds.iter().enumerate() {
+                let others: Vec<&RunSamples> = folds
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, f)| f)
+                    .collect();
+                let d = cpu::deficits(fold, &Baseline::learn(&others));
+                for (rank, m) in cpu::mean_deficit(&d) {
+                    per.entry(rank).or_default().push(m);
+                }
+            }
+            (
+                Some(Baseline::learn(&cpu_runs.iter().collect::<Vec<_>>())),
+                per,
+            )
+        } else {
+            (None, BTreeMap::new())
+        };
     let first = clean[0];
     let processors = first
         .ranks
@@ -446,6 +488,13 @@ pub fn learn(
                 threshold: th.get(&r.rank).copied().unwrap_or(MIN_THRESHOLD),
                 clean_metrics: clean_m.iter().filter_map(|f| f.get(&r.rank).copied()).collect(),
                 unmonitored,
+                cpu_threshold: cpu_baseline.as_ref().map(|_| {
+                    let worst = cpu_clean
+                        .get(&r.rank)
+                        .map_or(0.0, |v| v.iter().copied().fold(0.0, f64::max));
+                    (2.0 * worst).max(MIN_CPU_THRESHOLD)
+                }),
+                cpu_clean: cpu_clean.get(&r.rank).cloned().unwrap_or_default(),
             }
         })
         .collect();
@@ -457,5 +506,19 @@ pub fn learn(
         interfered: interfered_runs,
         processors,
         baseline,
+        cpu_baseline,
     })
+}
+
+/// Held-out folds: each run, or the halves of a single one.
+pub(crate) fn held_out_folds(runs: &[RunSamples]) -> Vec<RunSamples> {
+    if runs.len() >= 2 {
+        return runs.to_vec();
+    }
+    let Some(run) = runs.first() else {
+        return Vec::new();
+    };
+    let span = run.span().unwrap_or((0, 1));
+    let mid = span.0 + (span.1 - span.0) / 2;
+    vec![run.between(0, mid), run.between(mid, u64::MAX)]
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     baseline::{concurrent, overall},
+    cpu,
     learn::{Model, ils_at, metric},
     profile::Profiles,
     signals::{ils, samples},
@@ -58,6 +59,13 @@ pub struct ProcessorResult {
     pub note: Option<String>,
     /// Its computation over its clean baseline, median over the run.
     pub own_slowdown: Option<f64>,
+    /// Its mean CPU deficit: the share of its usual CPU it lacked, next to
+    /// its peers (when the run has CPU readings).
+    #[serde(default)]
+    pub cpu_deficit: Option<f64>,
+    /// The threshold learned for it.
+    #[serde(default)]
+    pub cpu_threshold: Option<f64>,
     /// Per typical sequence.
     pub sequences: Vec<SequenceResult>,
 }
@@ -108,6 +116,12 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         .collect();
     let counts: BTreeMap<u32, usize> = seqs.iter().map(|(r, s)| (*r, s.len())).collect();
     let ils_end = ils_at(&rel, &spreads, &counts, model.k);
+    let cpu_deficits = match &model.cpu_baseline {
+        Some(base) if cpu::recorded(profiles) => {
+            cpu::mean_deficit(&cpu::deficits(&cpu::samples(profiles), base))
+        }
+        _ => BTreeMap::new(),
+    };
     let mut processors = Vec::new();
     let (mut suspects, mut unmonitored, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
     for r in &profiles.ranks {
@@ -166,33 +180,61 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             }
         }
         let threshold = learned.map(|p| p.threshold);
-        let interfered = matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
+        let cpu_deficit = cpu_deficits.get(&r.rank).copied();
+        let cpu_threshold = learned.and_then(|p| p.cpu_threshold);
+        let by_metric = matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
+        let by_cpu = matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
+        let interfered = by_metric || by_cpu;
         let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
-        match (&note, metric_value, threshold) {
-            (Some(reason), _, _) => unmonitored.push(Unmonitored {
+        let judged_by_metric = note.is_none() && metric_value.is_some();
+        let judged_by_cpu = cpu_deficit.is_some() && cpu_threshold.is_some();
+        if !judged_by_metric && !judged_by_cpu {
+            unmonitored.push(Unmonitored {
                 rank: r.rank,
                 host: r.host.clone(),
-                reason: reason.clone(),
-            }),
-            (None, Some(m), Some(t)) => {
-                monitored.push(r.rank);
-                if interfered {
-                    suspects.push(Suspect {
-                        rank: r.rank,
-                        host: r.host.clone(),
-                        pid: r.pid,
-                        cpus: r.cpus.clone(),
-                        score: m,
-                        threshold: t,
-                        evidence: "interference metric".into(),
-                        detail: format!(
-                            "computation {:.2}x its clean baseline and its peers' at the same time",
-                            own_slowdown.unwrap_or(0.0)
-                        ),
-                    });
-                }
-            }
-            _ => {}
+                reason: note.clone().unwrap_or_else(|| "no samples".into()),
+            });
+        } else {
+            monitored.push(r.rank);
+        }
+        // The stronger evidence (score over threshold) names the suspect.
+        let mut evidence: Vec<(f64, f64, &str, String)> = Vec::new();
+        if by_metric && let (Some(m), Some(t)) = (metric_value, threshold) {
+            evidence.push((
+                m,
+                t,
+                "interference metric",
+                format!(
+                    "computation {:.2}x its clean baseline, beyond its peers' at the same time",
+                    own_slowdown.unwrap_or(0.0)
+                ),
+            ));
+        }
+        if by_cpu && let (Some(c), Some(t)) = (cpu_deficit, cpu_threshold) {
+            evidence.push((
+                c,
+                t,
+                "CPU deficit",
+                format!(
+                    "lacked {:.0}% of the CPU it gets in clean runs, beside its peers",
+                    100.0 * c
+                ),
+            ));
+        }
+        if let Some((score, t, what, detail)) = evidence
+            .into_iter()
+            .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
+        {
+            suspects.push(Suspect {
+                rank: r.rank,
+                host: r.host.clone(),
+                pid: r.pid,
+                cpus: r.cpus.clone(),
+                score,
+                threshold: t,
+                evidence: what.into(),
+                detail,
+            });
         }
         processors.push(ProcessorResult {
             rank: r.rank,
@@ -204,6 +246,8 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             interfered,
             note,
             own_slowdown,
+            cpu_deficit,
+            cpu_threshold,
             sequences,
         });
     }

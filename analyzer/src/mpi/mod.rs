@@ -16,6 +16,9 @@
 //! * [`baseline`]: computation times over each rank's own clean baseline
 //!   and over the other ranks at the same time (shared with paper 004's
 //!   verdict).
+//! * [`cpu`]: the CPU each rank received against the same two references
+//!   (a kernel signal the paper lacked: busy-polling ranks lose CPU to a
+//!   hog while they poll).
 //! * [`signals`]: S(p,l,t), the per-sample threshold, indicators (eq. 3)
 //!   with the 0.5 ms filter, ILS(p,l,t).
 //! * [`learn`]: from any number of clean and interfered runs: K (eq. 5),
@@ -29,6 +32,7 @@
 
 pub mod args;
 pub mod baseline;
+pub mod cpu;
 pub mod export;
 pub mod learn;
 pub mod metric;
@@ -45,7 +49,8 @@ pub use export::{ExportError, write_jsonl, write_parquet};
 pub use learn::{LearnConfig, MODEL_VERSION, Model, ProcessorModel, learn};
 pub use metric::{DETECTION_VERSION, Detection, ProcessorResult, detect};
 pub use profile::{
-    Call, OpenCall, PROFILE_VERSION, ProfileError, Profiles, RankProfile, RankSource, extract,
+    Call, CpuReading, OpenCall, PROFILE_VERSION, ProfileError, Profiles, RankProfile, RankSource,
+    extract,
 };
 pub use typical::{TypicalConfig, TypicalSequence, rank_sequences, typical_sequences};
 pub use verdict::{Outcome, VERDICT_VERSION, Verdict};

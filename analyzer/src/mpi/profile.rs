@@ -158,6 +158,22 @@ pub struct RankProfile {
     /// End of its capture: the stop time, or the last record.
     #[serde(default)]
     pub end_ns: u64,
+    /// Its CPU times as the recorder read them, in time order (empty when
+    /// the capture has none: `tracer record --mpi` or `--cpu-times`).
+    #[serde(default)]
+    pub cpu: Vec<CpuReading>,
+}
+
+/// A process's cumulative CPU times at one moment (see
+/// `tracer_common::record::CpuTimes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuReading {
+    /// When read (CLOCK_MONOTONIC ns).
+    pub ts_ns: u64,
+    /// Time on a CPU so far (ns).
+    pub run_ns: u64,
+    /// Time runnable but waiting for a CPU so far (ns).
+    pub wait_ns: u64,
 }
 
 impl RankProfile {
@@ -267,6 +283,7 @@ struct Building {
     threads: rustc_hash::FxHashMap<u32, Thread>,
     last_ns: u64,
     exited_ns: Option<u64>,
+    cpu: Vec<CpuReading>,
 }
 
 impl Building {
@@ -478,6 +495,13 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     t.last = open.binding.map(|(seq, _)| (b.calls.len() - 1, seq));
                 }
             }
+            Event::CpuTimes(c) => {
+                procs.entry(c.header.pid).or_default().cpu.push(CpuReading {
+                    ts_ns: c.header.ts_ns,
+                    run_ns: c.run_ns,
+                    wait_ns: c.wait_ns,
+                });
+            }
             Event::Lifecycle(l) => {
                 last_record = last_record.max(l.header.ts_ns);
                 if l.event == lifecycle::EXIT
@@ -557,6 +581,10 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
             exited_ns: b.exited_ns,
             state: states.get(&pid).map(|s| s.to_string()),
             end_ns,
+            cpu: {
+                b.cpu.sort_by_key(|c| c.ts_ns);
+                b.cpu
+            },
         });
     }
     Ok(out)

@@ -28,8 +28,8 @@ pub fn text(d: &Detection) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9}  ILS(p,l,end) per own typical sequence (* = used)",
-        "rank", "host", "pid", "cpus", "m(p)", "thresh", "own time"
+        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  ILS(p,l,end) per own typical sequence (* = used)",
+        "rank", "host", "pid", "cpus", "m(p)", "thresh", "own time", "CPU deficit"
     );
     for p in &d.processors {
         let cpus = p
@@ -47,7 +47,7 @@ pub fn text(d: &Detection) -> String {
             .join(" ");
         let _ = writeln!(
             s,
-            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9}  {}{}{}",
+            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  {}{}{}",
             p.rank,
             p.host,
             p.pid,
@@ -56,11 +56,15 @@ pub fn text(d: &Detection) -> String {
             num(p.threshold),
             p.own_slowdown
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x")),
+            match (p.cpu_deficit, p.cpu_threshold) {
+                (Some(c), Some(t)) => format!("{c:.3} / {t:.3}"),
+                _ => "-".to_string(),
+            },
             ils,
             if p.interfered { "  INTERFERED" } else { "" },
             p.note
                 .as_deref()
-                .map(|n| format!("  (not monitored: {n})"))
+                .map(|n| format!("  (metric not computed: {n})"))
                 .unwrap_or_default()
         );
     }

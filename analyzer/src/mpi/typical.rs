@@ -335,6 +335,7 @@ pub(crate) mod tests {
             exited_ns: None,
             state: None,
             end_ns: 0,
+            cpu: Vec::new(),
         }
     }
 

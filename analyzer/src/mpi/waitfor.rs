@@ -593,6 +593,7 @@ mod tests {
             exited_ns: None,
             state: Some("R".into()),
             end_ns: 10_000_000_000,
+            cpu: Vec::new(),
         }
     }
 

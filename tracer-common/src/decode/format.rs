@@ -195,6 +195,16 @@ impl<'a> Formatter<'a> {
                     let _ = write!(line, "{ptr:#x} = {text:?}");
                 }
             }
+            Event::CpuTimes(c) => {
+                let _ = write!(
+                    line,
+                    "run {:.3} s, waiting {:.3} s, {} slices, {} threads",
+                    c.run_ns as f64 / 1e9,
+                    c.wait_ns as f64 / 1e9,
+                    c.slices,
+                    c.threads
+                );
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -300,6 +310,12 @@ impl<'a> Formatter<'a> {
                     obj.insert("ptr".into(), json!(ptr));
                     obj.insert("text".into(), json!(text));
                 }
+            }
+            Event::CpuTimes(c) => {
+                obj.insert("run_ns".into(), json!(c.run_ns));
+                obj.insert("wait_ns".into(), json!(c.wait_ns));
+                obj.insert("slices".into(), json!(c.slices));
+                obj.insert("threads".into(), json!(c.threads));
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

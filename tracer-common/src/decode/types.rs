@@ -4,8 +4,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
     record::{
-        FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr, Syscall,
-        TcpRetransmit, UsdtHit, UsdtString, kind,
+        CpuTimes, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr,
+        Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -37,6 +37,8 @@ pub enum Event {
     Usdt(UsdtHit),
     /// The text of a USDT string argument (see [`Event::usdt_text`]).
     UsdtString(UsdtString),
+    /// A traced process's CPU times, read by the recorder.
+    CpuTimes(CpuTimes),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -74,6 +76,7 @@ impl Event {
             kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
             kind::USDT => Self::Usdt(UsdtHit::read_from(bytes)?),
             kind::USDT_STRING => Self::UsdtString(UsdtString::read_from(bytes)?),
+            kind::CPU_TIMES => Self::CpuTimes(CpuTimes::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -89,6 +92,7 @@ impl Event {
             Self::TcpRetransmit(r) => &r.header,
             Self::Usdt(r) => &r.header,
             Self::UsdtString(r) => &r.header,
+            Self::CpuTimes(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -108,6 +112,7 @@ impl Event {
             Self::TcpRetransmit(_) => "tcp_retransmit",
             Self::Usdt(_) => "usdt",
             Self::UsdtString(_) => "usdt_string",
+            Self::CpuTimes(_) => "cpu_times",
             Self::Unknown(_) => "unknown",
         }
     }

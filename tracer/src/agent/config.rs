@@ -539,6 +539,7 @@ impl AgentConfig {
             usdt,
             usdt_semaphores,
             syscalls: t.syscalls,
+            cpu_times: t.mpi,
             sample_hz: if sampling { t.sample_hz } else { 0 },
             sample_all: t.sample_all,
             follow: t.follow_children,

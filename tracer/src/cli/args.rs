@@ -177,6 +177,11 @@ pub struct RecordArgs {
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
     pub mpi: bool,
+    /// Record each traced process's CPU times (running, waiting for a CPU)
+    /// every flush interval, from /proc/PID/task/*/schedstat: what a CPU
+    /// hog, a pause or a CPU cap take from a process. On with --mpi.
+    #[arg(long)]
+    pub cpu_times: bool,
     /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
     /// target's executable and shared objects, e.g. 'python:function__entry'
     /// or 'python:*', and record their arguments; probe semaphores are
@@ -291,6 +296,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             usdt_empty,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
+            cpu_times: a.cpu_times || a.mpi,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
