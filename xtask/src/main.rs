@@ -16,6 +16,7 @@ mod bench_python;
 mod gluster;
 mod mpi;
 mod mpi_matrix;
+mod mpi_overhead;
 
 use std::{
     env,
@@ -65,6 +66,10 @@ enum Task {
     /// judged (interference verdict, outlier verdict, hang culprit); a table
     /// per program and fault. Exits non-zero when a target is missed.
     MpiMatrix(mpi_matrix::MatrixArgs),
+    /// What `tracer record --mpi` costs an MPI job: the wavefront on 2
+    /// pinned ranks untraced and traced, interleaved (needs root, MPICH,
+    /// gfortran; --neighbour adds a busy neighbour).
+    MpiOverhead(mpi_overhead::OverheadArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -274,6 +279,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
         Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
+        Task::MpiOverhead(args) => mpi_overhead::mpi_overhead(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()
