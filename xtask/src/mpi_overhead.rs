@@ -72,7 +72,7 @@ fn one(
             let mut c = Command::new("/usr/bin/time");
             c.args(["-f", "cpu %U %S"])
                 .arg(bin)
-                .args(["record", "--mpi", "--sample-hz", "0", "-o"])
+                .args(["record", "--sample-hz", "0", "-o"])
                 .arg(dir.join("run.capture"))
                 .args(extra)
                 .args(["--", "sh", "-c", &job]);
@@ -144,10 +144,23 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
         }
     }
     let _guard = Kill(_neighbour.and_then(Result::ok));
-    let variants: [(&str, Option<&[&str]>); 3] = [
+    // The empty-probe variant pays the uprobe traps of the MPI functions
+    // and nothing else (what bpftrace counting entries pays, plus returns).
+    let variants: [(&str, Option<&[&str]>); 4] = [
         ("untraced", None),
-        ("traced --mpi", Some(&[])),
-        ("traced --mpi --no-syscalls", Some(&["--no-syscalls"])),
+        (
+            "empty uprobes on MPI_* (traps only)",
+            Some(&[
+                "--no-syscalls",
+                "--bench-empty-probe",
+                "{libmpich.so.12*}:MPI_*",
+            ]),
+        ),
+        ("tracer record --mpi", Some(&["--mpi"])),
+        (
+            "tracer record --mpi --no-syscalls",
+            Some(&["--mpi", "--no-syscalls"]),
+        ),
     ];
     let mut results: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
     let started = Instant::now();
