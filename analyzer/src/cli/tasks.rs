@@ -200,7 +200,15 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
         let refs: Vec<&Capture> = caps.iter().collect();
         let report = mpi::waitfor::analyze(&profiles, hang_threshold(hang_after, &hang_learn)?);
         if json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "version": mpi::waitfor::HANG_VERSION,
+                    "verdict": report.verdict(&profiles),
+                    "hang": report,
+                }))?
+            )?;
         } else {
             let mut sites = mpi::sites::Sites::new(&refs);
             write!(
@@ -295,6 +303,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 "version": automaded::ANALYSIS_VERSION,
                 "verdict": judged.verdict,
                 "judgement": judged,
+                "hang_verdict": hang_report.verdict(&profiles),
                 "hang": hang_report,
                 "analysis": analysis,
             }))?

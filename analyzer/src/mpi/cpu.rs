@@ -27,7 +27,12 @@ const PPM: f64 = 1e6;
 
 /// Each rank's CPU share per recorder interval: a sample per interval,
 /// key 0, value = share of the interval's wall time on a CPU (ppm), start
-/// = the interval's start. Ranks without readings have no samples.
+/// = the interval's start. Only intervals between the return of the
+/// rank's first MPI call and the entry of its last (or the end, when it
+/// is still inside one) count: start-up (MPI_Init waits for the launcher)
+/// and the tail differ between ranks by nature. Intervals in which a
+/// thread came or went are left out (its times come and go with it).
+/// Ranks without readings have no samples.
 pub fn samples(profiles: &Profiles) -> RunSamples {
     RunSamples {
         ranks: profiles
@@ -35,16 +40,27 @@ pub fn samples(profiles: &Profiles) -> RunSamples {
             .iter()
             .filter(|r| r.cpu.len() >= 2)
             .map(|r| {
+                let from = r.calls.first().map_or(0, |c| c.start_ns + c.comm_ns);
+                let to = match (&r.open, r.calls.last()) {
+                    (Some(_), _) => u64::MAX,
+                    (None, Some(c)) if r.calls.len() >= 2 => c.start_ns,
+                    _ => u64::MAX,
+                };
                 let s = r
                     .cpu
                     .windows(2)
                     .filter_map(|w| {
                         let wall = w[1].ts_ns.checked_sub(w[0].ts_ns)?;
                         // Intervals under 20 ms are too short to share.
-                        if wall < 20_000_000 {
+                        if wall < 20_000_000
+                            || w[0].ts_ns < from
+                            || w[1].ts_ns > to
+                            || w[0].threads != w[1].threads
+                            || w[1].run_ns < w[0].run_ns
+                        {
                             return None;
                         }
-                        let run = w[1].run_ns.saturating_sub(w[0].run_ns) as f64;
+                        let run = (w[1].run_ns - w[0].run_ns) as f64;
                         Some(Sample {
                             key: 0,
                             start_ns: w[0].ts_ns,
@@ -133,6 +149,7 @@ mod tests {
                             ts_ns: i * 100_000_000,
                             run_ns: run_ns as u64,
                             wait_ns: 0,
+                            threads: 1,
                         };
                         run_ns += share(r, i) * 1e8;
                         c

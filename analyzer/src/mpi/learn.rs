@@ -361,7 +361,7 @@ pub fn learn(
                 .filter(|s| s.1 >= best - 1e-9)
                 .map(|s| s.0)
                 .collect();
-            k = ties[ties.len() / 2];
+            k = ties.get(ties.len() / 2).copied().unwrap_or(DEFAULT_K);
             // Sequences that do not react on the processors they should.
             let clean_ils: Vec<RankIls> = held_out
                 .iter()

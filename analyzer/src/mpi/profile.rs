@@ -174,6 +174,9 @@ pub struct CpuReading {
     pub run_ns: u64,
     /// Time runnable but waiting for a CPU so far (ns).
     pub wait_ns: u64,
+    /// Threads summed (a thread that exits takes its times with it).
+    #[serde(default)]
+    pub threads: u32,
 }
 
 impl RankProfile {
@@ -500,6 +503,7 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     ts_ns: c.header.ts_ns,
                     run_ns: c.run_ns,
                     wait_ns: c.wait_ns,
+                    threads: c.threads,
                 });
             }
             Event::Lifecycle(l) => {

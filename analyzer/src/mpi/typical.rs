@@ -96,7 +96,10 @@ impl FunctionSeqs {
                         *names.entry(f.clone()).or_insert(next)
                     })
                     .collect();
-                r.calls.iter().map(|c| ids[c.function as usize]).collect()
+                r.calls
+                    .iter()
+                    .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
+                    .collect()
             })
             .collect();
         Self { names, seqs }
@@ -183,7 +186,7 @@ pub fn typical_sequences(profiles: &Profiles, config: &TypicalConfig) -> Vec<Typ
                 id: out.len() + 1,
                 functions: functions
                     .iter()
-                    .map(|f| by_id[*f as usize].clone())
+                    .map(|f| by_id.get(*f as usize).cloned().unwrap_or_default())
                     .collect(),
             });
         }
@@ -219,7 +222,10 @@ pub fn rank_sequences(
                 *names.entry(f.clone()).or_insert(next)
             })
             .collect();
-        r.calls.iter().map(|c| ids[c.function as usize]).collect()
+        r.calls
+            .iter()
+            .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
+            .collect()
     };
     // seqs[run][rank]
     let seqs: Vec<BTreeMap<u32, Vec<u32>>> = runs
@@ -272,7 +278,7 @@ pub fn rank_sequences(
                         id: list.len() + 1,
                         functions: functions
                             .iter()
-                            .map(|f| by_id[*f as usize].clone())
+                            .map(|f| by_id.get(*f as usize).cloned().unwrap_or_default())
                             .collect(),
                     });
                 }

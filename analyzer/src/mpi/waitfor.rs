@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     args::{MPI_ANY_SOURCE, MPI_COMM_WORLD, MPI_PROC_NULL, Partners},
     profile::{Profiles, RankProfile},
+    verdict::{Suspect, Verdict},
 };
 
 /// Version of the [`HangReport`] serde layout.
@@ -112,6 +113,42 @@ impl HangReport {
     /// The entry of `rank`.
     pub fn rank(&self, rank: u32) -> Option<&RankWait> {
         self.ranks.iter().find(|r| r.rank == rank)
+    }
+
+    /// The report as a verdict (analysis `hang`): the culprits, scored by
+    /// how long the run had been idle against the threshold.
+    pub fn verdict(&self, profiles: &Profiles) -> Verdict {
+        let suspects = self
+            .culprits
+            .iter()
+            .filter_map(|c| {
+                let w = self.rank(c.rank)?;
+                Some(Suspect {
+                    rank: c.rank,
+                    host: w.host.clone(),
+                    pid: w.pid,
+                    cpus: profiles
+                        .rank(c.rank)
+                        .map(|p| p.cpus.clone())
+                        .unwrap_or_default(),
+                    score: w.idle_ns as f64 / 1e9,
+                    threshold: self.threshold_ns as f64 / 1e9,
+                    evidence: "hang culprit".into(),
+                    detail: c.reason.clone(),
+                })
+            })
+            .collect();
+        let mut v = Verdict::new(
+            "hang",
+            suspects,
+            Vec::new(),
+            self.ranks.iter().map(|r| r.rank).collect(),
+            "the MPI progress of",
+        );
+        if self.hung && self.culprits.is_empty() {
+            v.summary = "hung, culprit not found".into();
+        }
+        v
     }
 }
 
@@ -641,6 +678,13 @@ mod tests {
         assert_eq!(h.culprits[0].blocking, vec![0, 1, 3]);
         assert_eq!(h.rank(2).map(|w| &w.state), Some(&RankState::Computing));
         assert_eq!(h.rank(0).map(|w| w.waits_for.clone()), Some(vec![1, 2, 3]));
+        let p = Profiles {
+            version: 2,
+            ranks: vec![rank(2, None)],
+        };
+        let v = h.verdict(&p);
+        assert_eq!(v.suspect_ranks(), vec![2]);
+        assert_eq!(v.analysis, "hang");
     }
 
     /// Rank 1 exited without finalizing: its neighbours wait for it.
