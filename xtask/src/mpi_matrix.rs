@@ -485,7 +485,8 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
         },
         clean,
     );
-    let hang = waitfor::analyze(p, None);
+    let mut sites = mpi::sites::Sites::new(&[cap]);
+    let hang = waitfor::analyze_sited(p, None, &mut |r, addr| sites.label(&r.host, r.pid, addr));
     let named = j.verdict.suspect_ranks();
     let culprits: Vec<u32> = hang.culprits.iter().map(|c| c.rank).collect();
     let (right, false_verdict, culprit_named, what) = match r.fault {

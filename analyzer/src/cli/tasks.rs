@@ -198,7 +198,12 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
     {
         let (caps, profiles) = super::mpi::profiles(&captures)?;
         let refs: Vec<&Capture> = caps.iter().collect();
-        let report = mpi::waitfor::analyze(&profiles, hang_threshold(hang_after, &hang_learn)?);
+        let mut sites = mpi::sites::Sites::new(&refs);
+        let report = mpi::waitfor::analyze_sited(
+            &profiles,
+            hang_threshold(hang_after, &hang_learn)?,
+            &mut |r, addr| sites.label(&r.host, r.pid, addr),
+        );
         if json {
             writeln!(
                 out,
@@ -210,7 +215,6 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 }))?
             )?;
         } else {
-            let mut sites = mpi::sites::Sites::new(&refs);
             write!(
                 out,
                 "{}",
@@ -266,7 +270,10 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
             .collect::<Vec<_>>(),
     );
     let explicit = hang_threshold(hang_after, &hang_learn)?;
-    let hang_report = mpi::waitfor::analyze(&profiles, explicit);
+    let mut sites = mpi::sites::Sites::new(&refs);
+    let hang_report = mpi::waitfor::analyze_sited(&profiles, explicit, &mut |r, addr| {
+        sites.label(&r.host, r.pid, addr)
+    });
     // With an explicit threshold the models end where each rank stood (the
     // paper's hang analysis); without, the ranking keeps its meaning: how
     // each rank's completed behaviour differs.
@@ -311,7 +318,6 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
     } else {
         write!(out, "{}", report::verdict_text(&judged))?;
         if hang_report.hung {
-            let mut sites = mpi::sites::Sites::new(&refs);
             writeln!(out)?;
             write!(
                 out,

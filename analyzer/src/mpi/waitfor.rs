@@ -273,8 +273,23 @@ fn collective_of(r: &RankProfile) -> Option<(Option<u32>, &str)> {
 }
 
 /// Analyses where the run stood when its capture ended. `threshold` is
-/// (ns, source); `None` uses this run's own ([`own_threshold_ns`]).
+/// (ns, source); `None` uses this run's own ([`own_threshold_ns`]). Call
+/// sites are told apart by their offset in their page (the same for every
+/// process of an executable whatever its load address); [`analyze_sited`]
+/// compares them by name.
 pub fn analyze(profiles: &Profiles, threshold: Option<(u64, &str)>) -> HangReport {
+    analyze_sited(profiles, threshold, &mut |_, addr| {
+        format!("{:#x}", addr & 0xfff)
+    })
+}
+
+/// [`analyze`], with call sites named by `site` (e.g.
+/// [`super::sites::Sites::label`]).
+pub fn analyze_sited(
+    profiles: &Profiles,
+    threshold: Option<(u64, &str)>,
+    site: &mut dyn FnMut(&RankProfile, u64) -> String,
+) -> HangReport {
     let (threshold_ns, threshold_source) = match threshold {
         Some((t, s)) => (t.max(1), s.to_string()),
         None => (own_threshold_ns(profiles), "this run".to_string()),
@@ -354,7 +369,7 @@ pub fn analyze(profiles: &Profiles, threshold: Option<(u64, &str)>) -> HangRepor
         !matches!(w.state, RankState::Finished | RankState::Dead { .. }) && w.idle_ns > threshold_ns
     });
     let culprits = if hung {
-        culprits(&ranks, profiles)
+        culprits(&ranks, profiles, site)
     } else {
         Vec::new()
     };
@@ -413,7 +428,11 @@ fn describe(w: &RankWait, r: &RankProfile) -> String {
     }
 }
 
-fn culprits(ranks: &[RankWait], profiles: &Profiles) -> Vec<Culprit> {
+fn culprits(
+    ranks: &[RankWait],
+    profiles: &Profiles,
+    site: &mut dyn FnMut(&RankProfile, u64) -> String,
+) -> Vec<Culprit> {
     let profile = |rank: u32| profiles.ranks.iter().find(|r| r.rank == rank);
     // Ranks waited for that wait for nobody: dead, stopped, computing.
     let mut out: Vec<Culprit> = ranks
@@ -445,7 +464,75 @@ fn culprits(ranks: &[RankWait], profiles: &Profiles) -> Vec<Culprit> {
         return out;
     }
     // A deadlock inside MPI. Collectives first: on each communicator, the
-    // collective fewer members entered than another.
+    // collective fewer members entered than another; then, when the same
+    // collective is entered from different call sites (an extra barrier
+    // that matched the program's last one), the site fewer members entered
+    // it from.
+    let completed = |f: &str| -> usize {
+        profiles
+            .ranks
+            .iter()
+            .map(|r| r.calls.iter().filter(|c| r.function_name(c) == f).count())
+            .sum()
+    };
+    for by_site in [false, true] {
+        let mut by_coll: BTreeMap<(Option<u32>, String), Vec<u32>> = BTreeMap::new();
+        for w in ranks {
+            if let Some(p) = profile(w.rank)
+                && let Some((comm, f)) = collective_of(p)
+            {
+                let name = if by_site {
+                    format!("{f} at {}", site(p, w.call_site))
+                } else {
+                    f.to_string()
+                };
+                by_coll
+                    .entry((comm.or(Some(MPI_COMM_WORLD)), name))
+                    .or_default()
+                    .push(w.rank);
+            }
+        }
+        let mut comms: BTreeMap<Option<u32>, Vec<(&String, &Vec<u32>)>> = BTreeMap::new();
+        for ((comm, f), members) in &by_coll {
+            comms.entry(*comm).or_default().push((f, members));
+        }
+        for groups in comms.values() {
+            if groups.len() < 2 {
+                continue;
+            }
+            // How often the collective's function was completed before: the
+            // one a run makes every iteration is no surprise, an extra one is.
+            let function = |name: &str| name.split(" at ").next().unwrap_or(name).to_string();
+            // The odd group: the fewest members, then the least usual call.
+            let key = |g: &(&String, &Vec<u32>)| (g.1.len(), completed(&function(g.0)));
+            let mut ordered: Vec<&(&String, &Vec<u32>)> = groups.iter().collect();
+            ordered.sort_by_key(|g| key(g));
+            let (odd, next) = (ordered[0], ordered[1]);
+            if key(odd) == key(next) {
+                continue;
+            }
+            let others: Vec<&str> = ordered[1..].iter().map(|g| g.0.as_str()).collect();
+            for &rank in odd.1 {
+                out.push(Culprit {
+                    rank,
+                    reason: format!(
+                        "inside {}, a collective the other members did not enter (they are in {}){}",
+                        odd.0,
+                        others.join(", "),
+                        if completed(&function(odd.0)) == 0 {
+                            "; no rank completed one before"
+                        } else {
+                            ""
+                        }
+                    ),
+                    blocking: waiting_on(ranks, rank),
+                });
+            }
+        }
+        if !out.is_empty() {
+            return out;
+        }
+    }
     let mut by_coll: BTreeMap<(Option<u32>, String), Vec<u32>> = BTreeMap::new();
     for w in ranks {
         if let Some(p) = profile(w.rank)
@@ -455,49 +542,6 @@ fn culprits(ranks: &[RankWait], profiles: &Profiles) -> Vec<Culprit> {
                 .entry((comm.or(Some(MPI_COMM_WORLD)), f.to_string()))
                 .or_default()
                 .push(w.rank);
-        }
-    }
-    let mut comms: BTreeMap<Option<u32>, Vec<(&String, &Vec<u32>)>> = BTreeMap::new();
-    for ((comm, f), members) in &by_coll {
-        comms.entry(*comm).or_default().push((f, members));
-    }
-    // How often a collective was completed before, over every rank: the
-    // one a run makes every iteration is no surprise, an extra one is.
-    let completed = |f: &str| -> usize {
-        profiles
-            .ranks
-            .iter()
-            .map(|r| r.calls.iter().filter(|c| r.function_name(c) == f).count())
-            .sum()
-    };
-    for groups in comms.values() {
-        if groups.len() < 2 {
-            continue;
-        }
-        // The odd group: the fewest members, then the least usual call.
-        let key = |g: &(&String, &Vec<u32>)| (g.1.len(), completed(g.0));
-        let mut ordered: Vec<&(&String, &Vec<u32>)> = groups.iter().collect();
-        ordered.sort_by_key(|g| key(g));
-        let (odd, next) = (ordered[0], ordered[1]);
-        if key(odd) == key(next) {
-            continue;
-        }
-        let others: Vec<&str> = ordered[1..].iter().map(|g| g.0.as_str()).collect();
-        for &rank in odd.1 {
-            out.push(Culprit {
-                rank,
-                reason: format!(
-                    "inside {}, a collective the other members did not enter (they are in {}){}",
-                    odd.0,
-                    others.join(", "),
-                    if completed(odd.0) == 0 {
-                        "; no rank completed one before"
-                    } else {
-                        ""
-                    }
-                ),
-                blocking: waiting_on(ranks, rank),
-            });
         }
     }
     // A collective only some ranks are in, while the rest wait elsewhere.
@@ -734,6 +778,28 @@ mod tests {
                 .reason
                 .contains("no rank completed one before")
         );
+    }
+
+    /// An extra barrier that matched the final barrier of the ranks that
+    /// were done: one collective, two call sites; the site fewer ranks
+    /// entered from is the odd one.
+    #[test]
+    fn an_extra_collective_matching_the_last_one_is_the_culprit() {
+        let at = |r: u32, site: u64| {
+            let mut p = rank(r, coll("MPI_Barrier"));
+            if let Some(o) = &mut p.open {
+                o.call_site = site;
+            }
+            p
+        };
+        let h = run(vec![
+            rank(0, recv_from(MPI_ANY_SOURCE)),
+            at(1, 0x5111),
+            at(2, 0x6222),
+            at(3, 0x7222),
+        ]);
+        assert_eq!(culprit_ranks(&h), vec![1]);
+        assert!(h.culprits[0].reason.contains("MPI_Barrier at"));
     }
 
     /// A stopped rank inside MPI is still the culprit, and a wait on

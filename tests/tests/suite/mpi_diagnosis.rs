@@ -201,8 +201,8 @@ fn issue_17_hang_culprits_are_named() {
     for (program, args, fault, says) in cases {
         let exe = build(program, dir.path());
         let (cap, p) = run(dir.path(), program, &job(&exe, 4, args, 6), fault);
-        let h = waitfor::analyze(&p, None);
         let mut sites = Sites::new(&[&cap]);
+        let h = waitfor::analyze_sited(&p, None, &mut |r, a| sites.label(&r.host, r.pid, a));
         let text = mpi::report::hang_text(&h, &p, &mut sites);
         assert!(h.hung, "{program}: {text}");
         let culprits: Vec<u32> = h.culprits.iter().map(|c| c.rank).collect();
