@@ -15,7 +15,7 @@
 //!   wait for it wait inside MPI. The run is cut into phases; a rank's
 //!   score is the largest share of a phase's wall time it spent computing
 //!   beyond that expectation. The threshold is twice what held-out clean
-//!   runs reached (at least 0.1); without clean runs, three times the
+//!   runs reached (at least 0.15); without clean runs, three times the
 //!   median score of the run's ranks.
 //! * **Control flow** (with two or more clean runs): calls made between
 //!   call sites the rank never went between in any clean run, against how
@@ -24,7 +24,8 @@
 //!   share of its usual CPU a rank lacked over half a second, beside its
 //!   peers ([`crate::mpi::cpu`]): a paused or capped rank gets less even
 //!   when it spends its time polling inside MPI, where its computation
-//!   times cannot show it. Thresholds as above, at least 0.2.
+//!   times cannot show it. Thresholds as above, at least 0.3 (a pause
+//!   lacks all, a quarter-core cap about half).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -43,10 +44,10 @@ use crate::{
 };
 
 /// The lowest threshold on the phase score.
-pub const MIN_PHASE_SCORE: f64 = 0.1;
+pub const MIN_PHASE_SCORE: f64 = 0.15;
 
 /// The lowest threshold on a phase's CPU deficit.
-pub const MIN_CPU_DEFICIT: f64 = 0.2;
+pub const MIN_CPU_DEFICIT: f64 = 0.3;
 
 /// Length of a phase for the CPU deficit (the recorder reads every 100 ms).
 pub const CPU_PHASE_NS: u64 = 500_000_000;
