@@ -17,6 +17,7 @@ use std::{
 use analyzer::{Capture, Event, Symbolizer};
 
 pub mod fs;
+pub mod mpi;
 
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
 pub fn tracer_bin() -> PathBuf {

@@ -272,6 +272,12 @@ pub struct Probe {
     pub file_offset: u64,
     /// Entry records carry the six argument registers.
     pub args: bool,
+    /// Only the entry is probed (no return probe, so no return records):
+    /// a marker of where a call came from, at half the cost (the MPI
+    /// preset's Fortran wrappers, whose callers are the program's call
+    /// sites).
+    #[serde(default)]
+    pub entry_only: bool,
 }
 
 /// One attached USDT probe site: what a [`crate::record::UsdtHit`]'s
@@ -323,6 +329,22 @@ pub struct End {
     pub stop_ns: u64,
     /// Why it stopped (`signal`, `duration`, `targets exited`).
     pub reason: String,
+    /// The traced processes still alive when recording stopped, with their
+    /// scheduler state then (absent in older captures): a hang analysis
+    /// tells a stopped rank from one that is running or waiting.
+    #[serde(default)]
+    pub processes: Vec<ProcessState>,
+}
+
+/// A traced process's state when recording stopped (`/proc/PID/stat`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessState {
+    /// Process id.
+    pub pid: u32,
+    /// The state letter of its main thread: `R` running, `S` sleeping,
+    /// `D` uninterruptible, `T` stopped by a signal, `t` stopped by a
+    /// tracer, `Z` zombie.
+    pub state: String,
 }
 
 /// A metadata item.
@@ -739,6 +761,7 @@ mod tests {
         w.write_meta(&Meta::End(End {
             stop_ns: 9,
             reason: "test".into(),
+            ..Default::default()
         }))
         .expect("end");
         w.into_inner()

@@ -372,22 +372,25 @@ impl Loaded {
             );
         }
         if let Some(Ok(multi)) = &self.multi {
-            let groups = multi::group_by_object(probes.iter().map(|p| {
-                (
-                    p.object.as_str(),
-                    p.file_offset,
-                    u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
-                )
-            }));
+            // Entry-only probes get no return link.
+            let group = |ret: bool| {
+                multi::group_by_object(probes.iter().filter(|p| !(ret && p.entry_only)).map(|p| {
+                    (
+                        p.object.as_str(),
+                        p.file_offset,
+                        u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
+                    )
+                }))
+            };
             let mut links = Vec::new();
             let mut failed = None;
-            'objects: for (path, offsets, cookies) in &groups {
-                for ret in [false, true] {
+            'links: for ret in [false, true] {
+                for (path, offsets, cookies) in &group(ret) {
                     match multi.attach(Path::new(path), offsets, cookies, ret) {
                         Ok(fd) => links.push(fd),
                         Err(e) => {
                             failed = Some(e);
-                            break 'objects;
+                            break 'links;
                         }
                     }
                 }
@@ -411,10 +414,12 @@ impl Loaded {
         Ok(())
     }
 
-    /// Attaches entry and return probes at `probe`, for every process of its
-    /// object; the programs keep only traced processes' events.
+    /// Attaches entry and return probes at `probe` (only the entry for an
+    /// entry-only probe), for every process of its object; the programs keep
+    /// only traced processes' events.
     pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
-        self.attach_pair(probe, [programs::FUNC_ENTRY, programs::FUNC_RETURN])
+        let names = [programs::FUNC_ENTRY, programs::FUNC_RETURN];
+        self.attach_programs(probe, &names[..if probe.entry_only { 1 } else { 2 }])
     }
 
     /// Attaches the empty programs at `probe` (overhead benchmarks only).
@@ -423,9 +428,13 @@ impl Loaded {
     }
 
     fn attach_pair(&mut self, probe: &Probe, names: [&'static str; 2]) -> Result<(), LoadError> {
+        self.attach_programs(probe, &names)
+    }
+
+    fn attach_programs(&mut self, probe: &Probe, names: &[&'static str]) -> Result<(), LoadError> {
         self.load_uprobes()?;
         let cookie = u64::from(probe.func_id) | if probe.args { COOKIE_ARGS } else { 0 };
-        for name in names {
+        for &name in names {
             let prog: &mut UProbe = self
                 .ebpf
                 .program_mut(name)

@@ -52,6 +52,49 @@ pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The scheduler state letter of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...),
+/// from `/proc/PID/stat`; `None` when the process is gone.
+pub fn state(pid: u32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_state(&text)
+}
+
+/// The state field of a `/proc/PID/stat` line: the first field after the
+/// command name, which is in parentheses and may itself hold `)` and spaces.
+fn parse_state(stat: &str) -> Option<String> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let state = rest.split_whitespace().next()?;
+    (state.len() == 1).then(|| state.to_string())
+}
+
+/// CPU times of `pid` summed over its current threads, from
+/// `/proc/PID/task/*/schedstat` (run ns, run-queue wait ns, time slices):
+/// (run, wait, slices, threads), or `None` when the process is gone.
+pub fn cpu_times(pid: u32) -> Option<(u64, u64, u64, u32)> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = (0u64, 0u64, 0u64, 0u32);
+    // Bounded: a process with more threads than this is summed partially.
+    for entry in dir.flatten().take(4096) {
+        let path = entry.path().join("schedstat");
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut f = text
+            .split_whitespace()
+            .map(|x| x.parse::<u64>().unwrap_or(0));
+        let (run, wait, slices) = (
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+        );
+        total.0 = total.0.saturating_add(run);
+        total.1 = total.1.saturating_add(wait);
+        total.2 = total.2.saturating_add(slices);
+        total.3 += 1;
+    }
+    (total.3 > 0).then_some(total)
+}
+
 /// Path of the executable of `pid`.
 pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -411,5 +454,15 @@ mod tests {
             snapshot(u32::MAX - 1, 0, false),
             Err(ProcError::NoSuchProcess { .. })
         ));
+    }
+
+    #[test]
+    fn state_is_read_after_the_command_name() {
+        assert_eq!(
+            parse_state("4242 (mpi ) rank) T 1 4242 4242 0 -1").as_deref(),
+            Some("T")
+        );
+        assert_eq!(parse_state("4242 (sh) R 1").as_deref(), Some("R"));
+        assert_eq!(parse_state("garbage"), None);
     }
 }

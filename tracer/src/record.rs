@@ -13,7 +13,7 @@ use crate::{
     procfs::ProcError,
     session::{Activity, Session},
     sink::SinkError,
-    targets::{FunctionPattern, MPI_PATTERN, TargetError},
+    targets::{FunctionPattern, MPI_BINDINGS_PATTERN, MPI_PATTERN, TargetError},
     tracefs::TracefsError,
     usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtError, UsdtPattern},
 };
@@ -53,6 +53,8 @@ pub struct RecordConfig {
     pub uprobe_multi: bool,
     /// Trace socket system calls.
     pub syscalls: bool,
+    /// Record each traced process's CPU times every flush interval.
+    pub cpu_times: bool,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -94,6 +96,7 @@ impl Default for RecordConfig {
             usdt_empty: Vec::new(),
             uprobe_multi: true,
             syscalls: true,
+            cpu_times: false,
             sample_hz: 0,
             sample_all: false,
             follow: true,
@@ -116,8 +119,10 @@ impl Default for RecordConfig {
 pub struct ProbeChoice<'a> {
     /// `[OBJECT:]GLOB` function patterns.
     pub functions: &'a [String],
-    /// Patterns whose calls also record six integer arguments.
+    /// Patterns whose calls also record ten integer arguments.
     pub args: &'a [String],
+    /// Patterns probed at entry only.
+    pub entries: &'a [String],
     /// The MPI library's `MPI_*` with arguments.
     pub mpi: bool,
     /// USDT probes to record.
@@ -141,8 +146,14 @@ impl ProbeChoice<'_> {
         for p in self.args {
             functions.push(FunctionPattern::parse(p, true)?);
         }
+        for p in self.entries {
+            functions.push(FunctionPattern::parse_entries(p)?);
+        }
         if self.mpi {
             functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
+            let mut bindings = FunctionPattern::parse_entries(MPI_BINDINGS_PATTERN)?;
+            bindings.optional = true;
+            functions.push(bindings);
         }
         let mut usdt = Vec::new();
         for p in self.usdt {
@@ -320,7 +331,7 @@ impl std::fmt::Display for Summary {
 /// Name of a record kind, for summaries.
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => "entry",
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => "entry",
         kind::FUNC_RETURN => "return",
         kind::SYSCALL => "syscall",
         kind::SAMPLE => "sample",
@@ -328,6 +339,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::TCP_RETRANSMIT => "tcp_retransmit",
         kind::USDT => "usdt",
         kind::USDT_STRING => "usdt_string",
+        kind::CPU_TIMES => "cpu_times",
         _ => "unknown",
     }
 }

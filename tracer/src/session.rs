@@ -16,12 +16,12 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, RawRecords,
-        RecordSettings, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, ProcessState,
+        RawRecords, RecordSettings, Stats, Symbol,
     },
     record::{
-        self, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr, Syscall, kind,
-        lifecycle,
+        self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
+        Syscall, kind, lifecycle,
     },
 };
 
@@ -955,6 +955,7 @@ impl Session {
     /// second. Returns a reason to stop when every pid target has exited.
     pub fn tick(&mut self) -> Result<Option<String>, RecordError> {
         self.drain()?;
+        self.cpu_times()?;
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -969,6 +970,42 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// A [`CpuTimes`] record of every traced process alive, when asked for.
+    fn cpu_times(&mut self) -> Result<(), RecordError> {
+        if !self.config.cpu_times {
+            return Ok(());
+        }
+        let pids: Vec<u32> = self
+            .tracker
+            .live
+            .iter()
+            .copied()
+            .filter(|pid| self.loaded.is_traced(*pid))
+            .collect();
+        for pid in pids {
+            let Some((run_ns, wait_ns, slices, threads)) = procfs::cpu_times(pid) else {
+                continue;
+            };
+            let rec = CpuTimes {
+                header: Header {
+                    ts_ns: monotonic_ns(),
+                    pid,
+                    tid: pid,
+                    kind: kind::CPU_TIMES,
+                    size: size_of::<CpuTimes>() as u16,
+                    cpu: 0,
+                },
+                run_ns,
+                wait_ns,
+                slices,
+                threads,
+                _pad: 0,
+            };
+            self.sink.push(rec.as_bytes(), &rec.header)?;
+        }
+        Ok(())
     }
 
     fn drain(&mut self) -> Result<(), RecordError> {
@@ -1058,6 +1095,7 @@ impl Session {
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
             reason: "rotated".to_string(),
+            ..Default::default()
         }))?;
         self.sink.flush()?;
         // The flight recorder's names are new each time.
@@ -1104,6 +1142,7 @@ impl Session {
             self.taps.as_mut(),
             u64::MAX,
         )?;
+        self.cpu_times()?;
         let stop_ns = monotonic_ns();
         for (tid, enter) in self.loaded.inflight() {
             let pid = tgid_of(tid);
@@ -1132,9 +1171,24 @@ impl Session {
         }
         self.tracker.settle(&mut self.sink)?;
         let losses = write_stats(&self.loaded, &mut self.sink)?;
+        // Where each traced process was when recording stopped: a hang
+        // analysis tells a stopped process from one running or waiting.
+        let processes = self
+            .tracker
+            .live
+            .iter()
+            .filter(|pid| self.loaded.is_traced(**pid))
+            .filter_map(|&pid| {
+                Some(ProcessState {
+                    pid,
+                    state: procfs::state(pid)?,
+                })
+            })
+            .collect();
         self.sink.meta(&Meta::End(End {
             stop_ns,
             reason: reason.clone(),
+            processes,
         }))?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -1305,7 +1359,7 @@ impl Taps {
     #[inline]
     fn observe(&mut self, header: &Header, bytes: &[u8]) {
         match header.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
                 if let Some(e) = FuncEntry::read_from(bytes) {
                     let id = e.func_id as usize;
                     if id >= self.hits.len() {

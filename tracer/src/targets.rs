@@ -76,6 +76,11 @@ pub struct FunctionPattern {
     function: GlobMatcher,
     /// Record the argument registers of matching functions.
     pub args: bool,
+    /// Probe only the entries of matching functions (no return probe).
+    pub entry_only: bool,
+    /// Resolve to nothing, instead of an error, when no object or function
+    /// matches (a preset's part for libraries a system may lack).
+    pub optional: bool,
 }
 
 impl FunctionPattern {
@@ -102,6 +107,16 @@ impl FunctionPattern {
             object_glob,
             function,
             args,
+            entry_only: false,
+            optional: false,
+        })
+    }
+
+    /// Parses `pattern` for entry-only probes.
+    pub fn parse_entries(pattern: &str) -> Result<Self, TargetError> {
+        Ok(Self {
+            entry_only: true,
+            ..Self::parse(pattern, false)?
         })
     }
 
@@ -194,6 +209,13 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
 /// and Open MPI sonames.
 pub const MPI_PATTERN: &str = "{libmpich.so.12*,libmpi.so.12*,libmpi.so.40*}:MPI_*";
 
+/// The `--mpi` preset's language bindings, probed at entry only: the Fortran
+/// bindings of MPICH (`libmpichfort`) and Open MPI (`mpif.h`/`use mpi`,
+/// `use mpi_f08`). Their entries give the program's call sites; the C calls
+/// they make give the arguments (see the analyzer's MPI profile).
+pub const MPI_BINDINGS_PATTERN: &str =
+    "{libmpichfort.so.12*,libmpi_mpifh.so.40*,libmpi_usempif08.so.40*}:{mpi_*,pmpi_*,MPI_*,PMPI_*}";
+
 /// Libraries known to the dynamic loader's cache (`ldconfig -p`) that
 /// `pattern`'s object part names, resolved to their files. Lets a pattern name
 /// a library the target itself does not load yet: `mpiexec` never loads
@@ -260,6 +282,14 @@ pub fn resolve(
         if from_system {
             targets = system_libraries(pattern);
         }
+        if targets.is_empty() && pattern.optional {
+            counts.push(Resolved {
+                functions: 0,
+                objects: Vec::new(),
+                from_system,
+            });
+            continue;
+        }
         if targets.is_empty() {
             let available = objects
                 .all()
@@ -298,6 +328,7 @@ pub fn resolve(
                     .find(|p| p.object == object && p.vaddr == vaddr)
                 {
                     existing.args |= pattern.args;
+                    existing.entry_only &= pattern.entry_only;
                     continue;
                 }
                 let file_offset = file_offset(&elf.table.segments, vaddr).ok_or_else(|| {
@@ -319,8 +350,17 @@ pub fn resolve(
                     vaddr,
                     file_offset,
                     args: pattern.args,
+                    entry_only: pattern.entry_only,
                 });
             }
+        }
+        if matched == 0 && pattern.optional {
+            counts.push(Resolved {
+                functions: 0,
+                objects: targets,
+                from_system,
+            });
+            continue;
         }
         if matched == 0 {
             let hint = if stripped.is_empty() {

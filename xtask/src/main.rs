@@ -10,6 +10,7 @@
 //! - `fuzz`: the libFuzzer targets, each for a bounded time.
 //! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
 //!   timings (peer comparison).
+//! - `mpi-matrix`: MPI programs with faults, judged by the MPI analyses.
 
 mod bench;
 mod bench_agent;
@@ -17,6 +18,8 @@ mod bench_python;
 mod fuzz;
 mod fs;
 mod mpi;
+mod mpi_matrix;
+mod mpi_overhead;
 
 use std::{
     env,
@@ -67,6 +70,15 @@ enum Task {
     /// File-system experiments for peer comparison (GlusterFS, MooseFS):
     /// runs, fault matrices, timings.
     Fs(Box<fs::FsArgs>),
+    /// The MPI diagnosis matrix (needs root, MPICH, gfortran, stress-ng):
+    /// every program of the suite, clean and with each fault, recorded and
+    /// judged (interference verdict, outlier verdict, hang culprit); a table
+    /// per program and fault. Exits non-zero when a target is missed.
+    MpiMatrix(mpi_matrix::MatrixArgs),
+    /// What `tracer record --mpi` costs an MPI job: the wavefront on 2
+    /// pinned ranks untraced and traced, interleaved (needs root, MPICH,
+    /// gfortran; --neighbour adds a busy neighbour).
+    MpiOverhead(mpi_overhead::OverheadArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -276,6 +288,8 @@ fn main() -> anyhow::Result<()> {
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Fuzz(args) => fuzz::fuzz(&args),
         Task::Fs(args) => fs::run(*args),
+        Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
+        Task::MpiOverhead(args) => mpi_overhead::mpi_overhead(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

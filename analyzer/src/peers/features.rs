@@ -728,7 +728,7 @@ pub fn extract(
                 },
                 Event::TcpRetransmit(t) => retransmits[host].push((ci, t)),
                 Event::Sample(smp) => samples[ci].push(smp),
-                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
+                Event::Usdt(_) | Event::UsdtString(_) | Event::CpuTimes(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap

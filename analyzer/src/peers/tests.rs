@@ -313,6 +313,7 @@ fn run(
             w.write_meta(&Meta::End(End {
                 stop_ns: shift + seconds * SEC,
                 reason: "duration".into(),
+                ..Default::default()
             }))
             .expect("end");
             let name = if together {
@@ -483,6 +484,7 @@ fn exclusive_time_is_spread_over_the_bins_a_call_spans() {
     w.write_meta(&Meta::End(End {
         stop_ns: 12 * MS,
         reason: String::new(),
+        ..Default::default()
     }))
     .expect("end");
     let cap = Capture::read(w.into_inner().as_slice()).expect("capture");

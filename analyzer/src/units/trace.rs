@@ -619,7 +619,7 @@ impl ProcessBuilder {
 fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<String>)> {
     let (pid, tid) = (header.pid, header.tid);
     Some(match header.kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
             let rec = FuncEntry::read_from(bytes)?;
             (
                 pid,

@@ -7,6 +7,7 @@ mod hydra;
 mod lifecycle;
 mod model;
 mod mpi;
+mod mpi_diagnosis;
 mod pyring;
 mod sampling;
 mod sockets;

@@ -85,7 +85,7 @@ impl<'a> Formatter<'a> {
             event.kind_name()
         );
         match event {
-            Event::Entry { rec, args } => {
+            Event::Entry { rec, args, stack } => {
                 let _ = write!(
                     line,
                     "{} from {}",
@@ -95,9 +95,13 @@ impl<'a> Formatter<'a> {
                 if let Some(a) = args {
                     let _ = write!(
                         line,
-                        " args=({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})",
+                        " args=({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}",
                         a[0], a[1], a[2], a[3], a[4], a[5]
                     );
+                    for w in stack.iter().flatten() {
+                        let _ = write!(line, ", {w:#x}");
+                    }
+                    line.push(')');
                 }
             }
             Event::Return(r) => {
@@ -191,6 +195,16 @@ impl<'a> Formatter<'a> {
                     let _ = write!(line, "{ptr:#x} = {text:?}");
                 }
             }
+            Event::CpuTimes(c) => {
+                let _ = write!(
+                    line,
+                    "run {:.3} s, waiting {:.3} s, {} slices, {} threads",
+                    c.run_ns as f64 / 1e9,
+                    c.wait_ns as f64 / 1e9,
+                    c.slices,
+                    c.threads
+                );
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -212,7 +226,7 @@ impl<'a> Formatter<'a> {
         });
         let obj = v.as_object_mut().expect("constructed as an object");
         match event {
-            Event::Entry { rec, args } => {
+            Event::Entry { rec, args, stack } => {
                 obj.insert(
                     "function".into(),
                     json!(self.capture.function_name(rec.func_id)),
@@ -225,7 +239,8 @@ impl<'a> Formatter<'a> {
                     json!(self.user(h.pid, rec.call_site)),
                 );
                 if let Some(a) = args {
-                    obj.insert("args".into(), json!(a));
+                    let all: Vec<u64> = a.iter().chain(stack.iter().flatten()).copied().collect();
+                    obj.insert("args".into(), json!(all));
                 }
             }
             Event::Return(r) => {
@@ -295,6 +310,12 @@ impl<'a> Formatter<'a> {
                     obj.insert("ptr".into(), json!(ptr));
                     obj.insert("text".into(), json!(text));
                 }
+            }
+            Event::CpuTimes(c) => {
+                obj.insert("run_ns".into(), json!(c.run_ns));
+                obj.insert("wait_ns".into(), json!(c.wait_ns));
+                obj.insert("slices".into(), json!(c.slices));
+                obj.insert("threads".into(), json!(c.threads));
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

@@ -112,9 +112,12 @@ impl<'a> Symbolizer<'a> {
             let entries = capture.chunks.iter().flat_map(|(_, bytes)| {
                 RawRecords::new(bytes).filter_map(|r| {
                     let (header, bytes) = r.ok()?;
-                    matches!(header.kind, kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS)
-                        .then(|| FuncEntry::read_from(bytes))
-                        .flatten()
+                    matches!(
+                        header.kind,
+                        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK
+                    )
+                    .then(|| FuncEntry::read_from(bytes))
+                    .flatten()
                 })
             });
             for rec in entries {
@@ -192,6 +195,31 @@ impl<'a> Symbolizer<'a> {
             .map(|s| file_offset - s.offset + s.vaddr)
             .unwrap_or(file_offset);
         Some(locate(object, table, vaddr))
+    }
+
+    /// The object and file offset of user address `addr` in process `pid`
+    /// (for a debug-information lookup), when its mapping is known.
+    pub fn file_offset(&self, pid: u32, addr: u64) -> Option<(&'a str, u64)> {
+        if let Some(map) = self
+            .maps
+            .get(&pid)
+            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end))
+        {
+            return Some((self.objects[map.object].0, addr - map.start + map.offset));
+        }
+        let anchor = self
+            .anchors()
+            .get(&pid)?
+            .iter()
+            .find(|a| addr >= a.start && addr < a.end)?;
+        let vaddr = addr - anchor.bias;
+        let offset = anchor
+            .table
+            .segments
+            .iter()
+            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
+            .map(|s| vaddr - s.vaddr + s.offset)?;
+        Some((anchor.object, offset))
     }
 
     /// The location of kernel address `addr`.
@@ -340,5 +368,10 @@ mod tests {
         assert_eq!((site.symbol, site.offset), (Some("a"), 4));
         assert_eq!(sym.user(42, bias + 0x9000), None, "outside the object");
         assert_eq!(sym.user(43, bias + 0x1004), None, "another process");
+        assert_eq!(
+            sym.file_offset(42, bias + 0x1004),
+            Some(("/bin/app", 0x1004))
+        );
+        assert_eq!(sym.file_offset(42, bias + 0x9000), None);
     }
 }

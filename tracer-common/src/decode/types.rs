@@ -4,8 +4,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
     record::{
-        FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
-        UsdtHit, UsdtString, kind,
+        CpuTimes, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr,
+        Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -13,12 +13,15 @@ use crate::{
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Function entry; `args` when the probe recorded argument registers.
+    /// Function entry; `args` when the probe recorded argument registers,
+    /// `stack` when it read the stack-passed ones too.
     Entry {
         /// The record.
         rec: FuncEntry,
         /// rdi, rsi, rdx, rcx, r8, r9.
         args: Option<[u64; 6]>,
+        /// Arguments 7 to 10 (absent in records of older recorders).
+        stack: Option<[u64; STACK_ARGS]>,
     },
     /// Function return.
     Return(FuncReturn),
@@ -34,6 +37,8 @@ pub enum Event {
     Usdt(UsdtHit),
     /// The text of a USDT string argument (see [`Event::usdt_text`]).
     UsdtString(UsdtString),
+    /// A traced process's CPU times, read by the recorder.
+    CpuTimes(CpuTimes),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -46,12 +51,22 @@ impl Event {
             kind::FUNC_ENTRY => Self::Entry {
                 rec: FuncEntry::read_from(bytes)?,
                 args: None,
+                stack: None,
             },
             kind::FUNC_ENTRY_ARGS => {
                 let full = crate::record::FuncEntryArgs::read_from(bytes)?;
                 Self::Entry {
                     rec: full.entry,
                     args: Some(full.args),
+                    stack: None,
+                }
+            }
+            kind::FUNC_ENTRY_STACK => {
+                let full = crate::record::FuncEntryStack::read_from(bytes)?;
+                Self::Entry {
+                    rec: full.entry.entry,
+                    args: Some(full.entry.args),
+                    stack: Some(full.stack),
                 }
             }
             kind::FUNC_RETURN => Self::Return(FuncReturn::read_from(bytes)?),
@@ -61,6 +76,7 @@ impl Event {
             kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmit::read_from(bytes)?),
             kind::USDT => Self::Usdt(UsdtHit::read_from(bytes)?),
             kind::USDT_STRING => Self::UsdtString(UsdtString::read_from(bytes)?),
+            kind::CPU_TIMES => Self::CpuTimes(CpuTimes::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -76,6 +92,7 @@ impl Event {
             Self::TcpRetransmit(r) => &r.header,
             Self::Usdt(r) => &r.header,
             Self::UsdtString(r) => &r.header,
+            Self::CpuTimes(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -95,6 +112,7 @@ impl Event {
             Self::TcpRetransmit(_) => "tcp_retransmit",
             Self::Usdt(_) => "usdt",
             Self::UsdtString(_) => "usdt_string",
+            Self::CpuTimes(_) => "cpu_times",
             Self::Unknown(_) => "unknown",
         }
     }

@@ -677,6 +677,7 @@ impl AgentConfig {
         let (functions, usdt, usdt_semaphores) = ProbeChoice {
             functions: &t.functions,
             args: &t.args,
+            entries: &[],
             mpi: t.mpi,
             usdt: &t.usdt,
             usdt_semaphores: &[],
@@ -690,6 +691,7 @@ impl AgentConfig {
             usdt,
             usdt_semaphores,
             syscalls: t.syscalls,
+            cpu_times: t.mpi,
             sample_hz: if sampling { t.sample_hz } else { 0 },
             sample_all: t.sample_all,
             follow: t.follow_children,

@@ -37,7 +37,7 @@ pub enum Command {
     /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
     /// process has exited, then prints a summary with any records lost.
     #[command(verbatim_doc_comment)]
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Print a capture's events, symbolized, and a summary.
     #[command(alias = "dump")]
     Replay(ReplayArgs),
@@ -160,15 +160,28 @@ pub struct RecordArgs {
     /// shared object by file name or prefix (libc, libmpich.so.12). Repeatable.
     #[arg(short, long = "functions", value_name = "PATTERN")]
     pub functions: Vec<String>,
-    /// Like --functions, and also record the first six integer arguments of each call.
+    /// Like --functions, and also record the first ten integer arguments of
+    /// each call (six registers, four from the stack).
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
     pub args: Vec<String>,
+    /// Like --functions, but probe only the entries (no return probe: half
+    /// the cost, no durations): where calls came from, e.g. a language
+    /// binding's callers.
+    #[arg(long = "entries", value_name = "PATTERN")]
+    pub entries: Vec<String>,
     /// Trace the MPI library's MPI_* functions with their arguments (peers,
-    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40.
+    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40;
+    /// and the entries of its Fortran bindings, when installed, so calls
+    /// from Fortran are placed in the program, not in the binding.
     /// Works through a launcher that does not load the library itself, e.g.
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
     pub mpi: bool,
+    /// Record each traced process's CPU times (running, waiting for a CPU)
+    /// every flush interval, from /proc/PID/task/*/schedstat: what a CPU
+    /// hog, a pause or a CPU cap take from a process. On with --mpi.
+    #[arg(long)]
+    pub cpu_times: bool,
     /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
     /// target's executable and shared objects, e.g. 'python:function__entry'
     /// or 'python:*', and record their arguments; probe semaphores are
@@ -262,6 +275,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
         let (functions, usdt, usdt_semaphores) = ProbeChoice {
             functions: &a.functions,
             args: &a.args,
+            entries: &a.entries,
             mpi: a.mpi,
             usdt: &a.usdt,
             usdt_semaphores: &a.usdt_semaphores,
@@ -287,6 +301,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             usdt_empty,
             uprobe_multi: !a.no_uprobe_multi,
             syscalls: !a.no_syscalls,
+            cpu_times: a.cpu_times || a.mpi,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
@@ -328,7 +343,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         assert_eq!(
             config.targets,
             vec![Target::Command(vec!["/bin/true".into(), "x".into()])]
@@ -342,7 +357,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
         assert_eq!(usdt, tracer::usdt::PYTHON_PROBES);
         let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
@@ -351,6 +366,6 @@ mod tests {
         let Command::Record(rec) = bad.command else {
             panic!("record expected")
         };
-        assert!(RecordConfig::try_from(rec).is_err(), "string arg index 9");
+        assert!(RecordConfig::try_from(*rec).is_err(), "string arg index 9");
     }
 }
