@@ -134,9 +134,9 @@ mod tests {
         std::fs::write(&old, br#"{"version": 1, "groups": []}"#).expect("write");
         let e = model(&old).expect_err("old");
         assert!(
-            e.to_string()
-                .contains("has format version 1, this build reads version 2")
-                && e.to_string().contains("learn or train it again"),
+            e.to_string().contains(&format!(
+                "has format version 1, this build reads version {MODEL_VERSION}"
+            )) && e.to_string().contains("learn or train it again"),
             "{e}"
         );
 

@@ -17,7 +17,11 @@ use crate::{
     units::{ProcessUnits, UnitKind},
 };
 
-use super::{Scoring, score_tree};
+use super::{Scoring, score_tree, suspect::match_behaviour};
+
+/// A held-out process's units of one tree: how many had each learned
+/// behaviour, and how many had none.
+type Deviations = (HashMap<u32, u32>, u32);
 
 /// Folds at most: beyond this each fold learns most of the runs anyway.
 const MAX_FOLDS: usize = 5;
@@ -67,9 +71,17 @@ pub fn calibrate(
             }
             for p in run {
                 let group = learned.group(&p.signature);
+                // Per tree: this process's units by learned behaviour, and
+                // its units no learned one matched.
+                let mut per_tree: HashMap<(UnitKind, &str), Deviations> = HashMap::new();
                 for u in &p.units {
+                    let key = (u.kind, u.model_key());
+                    let tree = group.and_then(|g| g.tree(u.kind, u.model_key()));
+                    let range = ranges
+                        .entry((&p.signature, u.kind, u.model_key()))
+                        .or_default();
                     // No group or tree: the trial would score 1 (000 §3.1).
-                    let (nodes, edges) = match group.and_then(|g| g.tree(u.kind, u.model_key())) {
+                    let (nodes, edges) = match tree {
                         Some(tree) => (
                             score_tree(tree, &p.nodes, u, Scoring::Nodes).0,
                             score_tree(tree, &p.nodes, u, Scoring::Edges).0,
@@ -77,10 +89,32 @@ pub fn calibrate(
                         None => (1.0, 1.0),
                     };
                     units += 1;
-                    ranges
-                        .entry((&p.signature, u.kind, u.model_key()))
-                        .or_default()
-                        .add(nodes, edges);
+                    range.add(nodes, edges);
+                    if !u.open.is_empty() {
+                        range.open += 1;
+                    }
+                    let entry = per_tree.entry(key).or_default();
+                    match tree.map(|t| (t, match_behaviour(t, &p.nodes, u).id)) {
+                        Some((_, Some(id))) => *entry.0.entry(id).or_default() += 1,
+                        _ => {
+                            range.novel += 1;
+                            entry.1 += 1;
+                        }
+                    }
+                }
+                for ((kind, key), (by_behaviour, novel)) in per_tree {
+                    let tree = group.and_then(|g| g.tree(kind, key));
+                    let excess: u32 = by_behaviour
+                        .iter()
+                        .map(|(id, n)| {
+                            let max = tree
+                                .and_then(|t| t.behaviours.get(*id as usize))
+                                .map_or(0, |b| b.max_per_process);
+                            if *n > max { *n } else { 0 }
+                        })
+                        .sum();
+                    let range = ranges.entry((&p.signature, kind, key)).or_default();
+                    range.deviating_per_process = range.deviating_per_process.max(novel + excess);
                 }
             }
         }
@@ -145,6 +179,8 @@ mod tests {
                     peer: None,
                     entries: (0, 0),
                     role: "main".into(),
+                    open: Vec::new(),
+                    exited: false,
                 }
             })
             .collect();

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::Capture,
-    model::{CallTreeModel, GlobalModel},
+    model::{CallTreeModel, GlobalModel, NormalRange},
     units::{NodeTable, ProcessUnits, Unit, UnitKind},
 };
 
@@ -87,16 +87,147 @@ pub struct UnitScore {
     /// model is calibrated (see [`super::calibrate`]).
     #[serde(default)]
     pub normal: Option<f64>,
-    /// Behaviour no normal run showed: no model to match at all, a call
-    /// never made at that place in any learned unit (an unexpected node),
-    /// or a score above the tree's normal range by more than
-    /// [`NORMAL_MARGIN`] (calibrated trees only).
+    /// Behaviour no normal run showed: `evidence` says which.
     #[serde(default)]
     pub anomalous: bool,
     /// Why: no group for the process, no model for the unit, or the nodes.
     pub reason: String,
     /// Contributions, largest Δ first (non-zero only).
     pub differences: Vec<Difference>,
+    /// Why the unit is anomalous, strongest first; empty when it is not.
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// How the unit's call paths compare with the learned units of its
+    /// tree (`None` when there is no tree to compare with).
+    #[serde(default)]
+    pub behaviour: Option<Seen>,
+    /// The call paths the unit still had open when its thread's trace
+    /// ended: it never completed. Empty for a completed unit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open: Vec<String>,
+    /// With `open`: the thread exited inside the unit (else the capture
+    /// ended while it was inside).
+    #[serde(default)]
+    pub exited: bool,
+    /// The process group of the model the process matched (an index into
+    /// its groups): processes of one group run the same code, so the report
+    /// compares them with each other.
+    #[serde(default)]
+    pub group: Option<u32>,
+}
+
+/// How a unit's call paths compare with the learned units of its tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Seen {
+    /// The learned behaviour with exactly this unit's call paths (an index
+    /// into the tree's behaviours); `None` when no learned unit had them.
+    pub id: Option<u32>,
+    /// Learned units with exactly these call paths (0: never).
+    pub units: u64,
+    /// Learned units of the tree.
+    pub learned: u64,
+    /// The most units of one learned process with these call paths.
+    pub max_per_process: u32,
+    /// False when the tree kept only its most frequent behaviours: then a
+    /// behaviour not listed may have been seen.
+    pub exhaustive: bool,
+    /// For call paths no learned unit had: the learned behaviour that
+    /// differs least, and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<Nearest>,
+    /// What held-out normal units of the tree did (calibrated models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal: Option<NormalRange>,
+}
+
+/// The learned behaviour nearest to a unit's, and what differs (minimum
+/// differences: a call whose caller differs too is not listed again).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nearest {
+    /// Learned units with that behaviour.
+    pub units: u64,
+    /// Calls it made that this unit did not.
+    pub missing: Vec<String>,
+    /// Calls this unit made that it did not.
+    pub extra: Vec<String>,
+}
+
+/// Why a unit is anomalous: behaviour no normal run showed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Evidence {
+    /// The process's signature matches no learned process group.
+    NoGroup,
+    /// No learned unit of the group came from this connection (handlers)
+    /// or from threads of this role (other units).
+    NoModel {
+        /// Learned units of the group.
+        learned: u64,
+    },
+    /// Calls made where no learned unit of the tree made them.
+    NewCall {
+        /// Their call paths.
+        paths: Vec<String>,
+        /// Learned units of the tree.
+        learned: u64,
+    },
+    /// Calls not made that every learned unit of the tree made when it
+    /// made their caller (p = 1: the missing-call twin of `new_call`).
+    Skipped {
+        /// Their call paths.
+        paths: Vec<String>,
+        /// Learned units that made their callers (the fewest of them).
+        learned: u64,
+    },
+    /// Call paths no learned unit of the tree had together, in a tree
+    /// whose held-out normal units always had those of some other run.
+    NewBehaviour {
+        /// Learned units of the tree.
+        learned: u64,
+    },
+    /// The unit never completed, where held-out normal units always did.
+    Open {
+        /// Call paths still open.
+        frames: Vec<String>,
+        /// The thread exited inside it (else the capture ended first).
+        exited: bool,
+    },
+    /// Its suspect score is above the tree's normal range by more than
+    /// [`NORMAL_MARGIN`].
+    AboveRange {
+        /// The score.
+        score: f64,
+        /// The highest held-out normal score.
+        normal: f64,
+    },
+    /// Its process deviated (call paths never learned, or learned ones more
+    /// often than any learned process) in this tree again and again, more
+    /// than held-out normal processes did, while the other processes of
+    /// its group did not.
+    Repeated {
+        /// Deviating units of this process in the tree.
+        units: u32,
+        /// The most deviating units of one held-out normal process.
+        normal: u32,
+        /// Deviating units of each other process of the group, ascending.
+        peers: Vec<u32>,
+    },
+}
+
+impl Evidence {
+    /// How strong the evidence is, for ordering a process's units: what
+    /// no learned unit did at all first, then what none did together,
+    /// then a score or a count above its normal range.
+    pub fn strength(&self) -> u8 {
+        match self {
+            Self::NoGroup | Self::NoModel { .. } => 5,
+            Self::Open { .. } => 4,
+            Self::NewCall { .. } | Self::Skipped { .. } => 3,
+            Self::NewBehaviour { .. } => 2,
+            Self::Repeated { .. } => 1,
+            Self::AboveRange { .. } => 0,
+        }
+    }
 }
 
 /// How far above its tree's normal range a unit must score to be anomalous.
@@ -117,7 +248,6 @@ pub fn score_tree(
     // Map trial nodes onto model nodes, parents first.
     let mut order = unit.nodes.clone();
     order.sort_by_key(|n| table.depth(*n));
-    let trial: HashSet<u32> = unit.nodes.iter().copied().collect();
     let mut mapped: HashMap<u32, Option<u32>> = HashMap::new();
     for &n in &order {
         let parent = table.parent(n);
@@ -194,7 +324,6 @@ pub fn score_tree(
             }
         }
     }
-    let _ = trial;
     diffs.retain(|d| d.delta > 0.0);
     diffs.sort_by(|a, b| {
         b.delta
@@ -205,9 +334,147 @@ pub fn score_tree(
     (score, diffs)
 }
 
+/// A trial unit's nodes as the tree `model` knows them: the model nodes it
+/// covered (ascending), and its nodes the model lacks whose caller it has
+/// (the minimum difference: their callees are not listed).
+pub(crate) fn model_nodes(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    unit: &Unit,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut order = unit.nodes.clone();
+    order.sort_by_key(|n| table.depth(*n));
+    let mut mapped: HashMap<u32, Option<u32>> = HashMap::with_capacity(order.len());
+    let mut ids = Vec::with_capacity(order.len());
+    let mut unexpected = Vec::new();
+    for &n in &order {
+        let parent = table.parent(n);
+        let model_parent = if parent == NodeTable::ROOT {
+            Some(None)
+        } else {
+            mapped.get(&parent).copied().flatten().map(Some)
+        };
+        let m = model_parent.and_then(|mp| model.find(mp, table.node_key(n)));
+        match m {
+            Some(id) => ids.push(id),
+            None if model_parent.is_some() => unexpected.push(n),
+            None => {}
+        }
+        mapped.insert(n, m);
+    }
+    ids.sort_unstable();
+    (ids, unexpected)
+}
+
+/// The learned behaviour of `model` nearest to a unit with model nodes
+/// `ids` and unexpected nodes `unexpected` (of `table`): fewest minimum
+/// differences, then the most frequent.
+fn nearest(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    ids: &[u32],
+    unexpected: &[u32],
+) -> Option<Nearest> {
+    let mine: HashSet<u32> = ids.iter().copied().collect();
+    let mut best: Option<(usize, u64, usize)> = None;
+    for (i, b) in model.behaviours.iter().enumerate() {
+        let theirs: HashSet<u32> = b.nodes.iter().copied().collect();
+        let in_theirs = |n: Option<u32>| n.is_none_or(|p| theirs.contains(&p));
+        let in_mine = |n: Option<u32>| n.is_none_or(|p| mine.contains(&p));
+        let missing = b
+            .nodes
+            .iter()
+            .filter(|&&n| !mine.contains(&n) && in_mine(model.nodes[n as usize].parent))
+            .count();
+        let extra = ids
+            .iter()
+            .filter(|&&n| !theirs.contains(&n) && in_theirs(model.nodes[n as usize].parent))
+            .count();
+        // An unexpected node's caller is a model node of the unit.
+        let new = unexpected
+            .iter()
+            .filter(|&&n| {
+                let parent = table.parent(n);
+                parent == NodeTable::ROOT || model_parent_in(model, table, parent, &theirs)
+            })
+            .count();
+        let d = missing + extra + new;
+        if best.is_none_or(|(bd, bu, _)| d < bd || (d == bd && b.units > bu)) {
+            best = Some((d, b.units, i));
+        }
+    }
+    let (_, _, i) = best?;
+    let b = &model.behaviours[i];
+    let theirs: HashSet<u32> = b.nodes.iter().copied().collect();
+    let path = |n: u32| model.path_string(n);
+    let missing = b
+        .nodes
+        .iter()
+        .filter(|&&n| {
+            !mine.contains(&n)
+                && model.nodes[n as usize]
+                    .parent
+                    .is_none_or(|p| mine.contains(&p))
+        })
+        .map(|&n| path(n))
+        .collect();
+    let mut extra: Vec<String> = ids
+        .iter()
+        .filter(|&&n| {
+            !theirs.contains(&n)
+                && model.nodes[n as usize]
+                    .parent
+                    .is_none_or(|p| theirs.contains(&p))
+        })
+        .map(|&n| path(n))
+        .collect();
+    extra.extend(
+        unexpected
+            .iter()
+            .filter(|&&n| {
+                let parent = table.parent(n);
+                parent == NodeTable::ROOT || model_parent_in(model, table, parent, &theirs)
+            })
+            .map(|&n| table.path_string(n)),
+    );
+    Some(Nearest {
+        units: b.units,
+        missing,
+        extra,
+    })
+}
+
+/// Whether trial node `node` (of `table`) maps onto a model node in `set`.
+fn model_parent_in(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    node: u32,
+    set: &HashSet<u32>,
+) -> bool {
+    // Walk the path from the root: short (call depth).
+    let mut path = vec![node];
+    let mut at = table.parent(node);
+    while at != NodeTable::ROOT {
+        path.push(at);
+        at = table.parent(at);
+    }
+    let mut parent = None;
+    for n in path.into_iter().rev() {
+        match model.find(parent, table.node_key(n)) {
+            Some(m) => parent = Some(m),
+            None => return false,
+        }
+    }
+    parent.is_some_and(|m| set.contains(&m))
+}
+
 /// Scores every unit of `processes` (decomposed from `capture`) against
 /// `model`: 1 for a process with no matching group and for a unit with no
-/// matching tree (000 §3.1). Ranked by [`rank`].
+/// matching tree (000 §3.1). Each unit is also matched against the learned
+/// behaviours of its tree, and marked anomalous with the evidence for it
+/// (see [`Evidence`]; a process's repeated deviations are judged by
+/// [`super::ScoreReport`], which sees every process of a group). Ranked by
+/// [`rank`].
 pub fn score_processes(
     model: &GlobalModel,
     capture: &Capture,
@@ -217,37 +484,55 @@ pub fn score_processes(
 ) -> Vec<UnitScore> {
     let mut out = Vec::new();
     for p in processes {
-        let group = model.group(&p.signature);
+        let group_index = model.groups.iter().position(|g| g.signature == p.signature);
+        let group = group_index.map(|i| &model.groups[i]);
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
+            let mut evidence = Vec::new();
+            let mut behaviour = None;
             let (score, normal, reason, differences) = match group {
-                None => (
-                    1.0,
-                    None,
-                    "no process group with this signature in the model".to_string(),
-                    Vec::new(),
-                ),
-                Some(g) => match g.tree(u.kind, u.model_key()) {
-                    None => (
+                None => {
+                    evidence.push(Evidence::NoGroup);
+                    (
                         1.0,
                         None,
-                        if u.kind == UnitKind::Handler {
-                            "no handler model for this connection".to_string()
-                        } else {
-                            format!(
-                                "no {} model for threads of role '{}'",
-                                u.kind.name(),
-                                u.role
-                            )
-                        },
+                        "no process group with this signature in the model".to_string(),
                         Vec::new(),
-                    ),
+                    )
+                }
+                Some(g) => match g.tree(u.kind, u.model_key()) {
+                    None => {
+                        evidence.push(Evidence::NoModel {
+                            learned: UnitKind::ALL
+                                .iter()
+                                .flat_map(|k| g.trees(*k).values())
+                                .map(|t| t.units)
+                                .sum(),
+                        });
+                        (
+                            1.0,
+                            None,
+                            if u.kind == UnitKind::Handler {
+                                "no handler model for this connection".to_string()
+                            } else {
+                                format!(
+                                    "no {} model for threads of role '{}'",
+                                    u.kind.name(),
+                                    u.role
+                                )
+                            },
+                            Vec::new(),
+                        )
+                    }
                     Some(tree) => {
                         let (s, d) = score_tree(tree, &p.nodes, u, scoring);
                         let normal = tree.normal.map(|n| match scoring {
                             Scoring::Nodes => n.nodes,
                             Scoring::Edges => n.edges,
                         });
+                        let seen = match_behaviour(tree, &p.nodes, u);
+                        evidence = unit_evidence(tree, &seen, &d, s, normal, u, &p.nodes);
+                        behaviour = Some(seen);
                         (s, normal, String::new(), d)
                     }
                 },
@@ -270,22 +555,137 @@ pub fn score_processes(
                 peer: u.peer.as_deref().map(str::to_string),
                 score,
                 normal,
-                // An unexpected call counts whatever the score: in a tree
-                // that mixes many requests (a ring daemon's left-hand
-                // handler, normal up to 0.375) a unit that closes the
-                // connection instead scores only 0.259.
-                anomalous: !reason.is_empty()
-                    || differences
-                        .iter()
-                        .any(|d| d.kind == DifferenceKind::Unexpected)
-                    || normal.is_some_and(|n| score > n + NORMAL_MARGIN),
+                anomalous: !evidence.is_empty(),
                 reason,
                 differences,
+                evidence,
+                behaviour,
+                open: u.open.iter().map(|n| p.nodes.path_string(*n)).collect(),
+                exited: u.exited,
+                group: group_index.map(|i| i as u32),
             });
         }
     }
     rank(&mut out);
     out
+}
+
+/// The calls `u` did not make that every learned unit of `tree` made
+/// whose caller it made (p = 1, minimum differences), with the fewest
+/// learned units that made one of those callers; `None` when there are
+/// none.
+fn skipped(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Option<(Vec<String>, u64)> {
+    let (ids, _) = model_nodes(tree, table, u);
+    let covered: HashSet<u32> = ids.iter().copied().collect();
+    let mut parents: Vec<Option<u32>> = vec![None];
+    parents.extend(ids.iter().map(|&m| Some(m)));
+    let mut paths = Vec::new();
+    let mut learned = u64::MAX;
+    for parent in parents {
+        let missing: Vec<u32> = tree
+            .children(parent)
+            .into_iter()
+            .filter(|c| !covered.contains(c) && tree.p(*c) >= 1.0 - 1e-9)
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        // How many learned units made the caller: every unit for a
+        // top-level call.
+        let callers = match parent {
+            None => tree.units,
+            Some(p) => tree
+                .behaviours
+                .iter()
+                .filter(|b| b.nodes.binary_search(&p).is_ok())
+                .map(|b| b.units)
+                .sum::<u64>()
+                .max(1),
+        };
+        learned = learned.min(callers);
+        paths.extend(missing.into_iter().map(|c| tree.path_string(c)));
+    }
+    (!paths.is_empty()).then_some((paths, learned))
+}
+
+/// How unit `u` (nodes of `table`) compares with the behaviours of `tree`.
+pub(crate) fn match_behaviour(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Seen {
+    let (ids, unexpected) = model_nodes(tree, table, u);
+    let id = if unexpected.is_empty() {
+        tree.behaviour(&ids)
+    } else {
+        None
+    };
+    let learned = id.and_then(|i| tree.behaviours.get(i as usize));
+    Seen {
+        id,
+        units: learned.map_or(0, |b| b.units),
+        learned: tree.units,
+        max_per_process: learned.map_or(0, |b| b.max_per_process),
+        exhaustive: tree.unlisted == 0,
+        nearest: if id.is_none() {
+            nearest(tree, table, &ids, &unexpected)
+        } else {
+            None
+        },
+        normal: tree.normal,
+    }
+}
+
+/// The evidence a unit gives by itself against its tree: calls no learned
+/// unit made there (an unexpected node counts whatever the score: in a
+/// tree that mixes many requests, a unit that closes the connection
+/// instead scores only 0.259 against a normal range of 0.375); with a
+/// calibrated tree, call paths no learned unit had together where held-out
+/// normal units always matched a learned one, a unit that never completed
+/// where they all did, and a score above the tree's normal range.
+fn unit_evidence(
+    tree: &CallTreeModel,
+    seen: &Seen,
+    differences: &[Difference],
+    score: f64,
+    normal: Option<f64>,
+    u: &Unit,
+    table: &NodeTable,
+) -> Vec<Evidence> {
+    let mut evidence = Vec::new();
+    if !u.open.is_empty() && tree.normal.is_some_and(|n| n.open == 0) {
+        evidence.push(Evidence::Open {
+            frames: u.open.iter().map(|n| table.path_string(*n)).collect(),
+            exited: u.exited,
+        });
+    }
+    let new: Vec<String> = differences
+        .iter()
+        .filter(|d| d.kind == DifferenceKind::Unexpected)
+        .map(|d| d.path.clone())
+        .collect();
+    let skipped = skipped(tree, table, u);
+    if !new.is_empty() {
+        evidence.push(Evidence::NewCall {
+            paths: new,
+            learned: tree.units,
+        });
+    }
+    if let Some((paths, learned)) = skipped {
+        evidence.push(Evidence::Skipped { paths, learned });
+    }
+    if evidence
+        .iter()
+        .any(|e| matches!(e, Evidence::NewCall { .. } | Evidence::Skipped { .. }))
+    {
+        // Already says what is new.
+    } else if seen.id.is_none() && seen.exhaustive && tree.normal.is_some_and(|n| n.novel == 0) {
+        evidence.push(Evidence::NewBehaviour {
+            learned: tree.units,
+        });
+    }
+    if let Some(n) = normal
+        && score > n + NORMAL_MARGIN
+    {
+        evidence.push(Evidence::AboveRange { score, normal: n });
+    }
+    evidence
 }
 
 /// Orders units most suspect first; on a tie, the earlier first.
@@ -342,6 +742,8 @@ mod tests {
             peer: None,
             entries: (0, 0),
             role: "main".into(),
+            open: Vec::new(),
+            exited: false,
         }
     }
 

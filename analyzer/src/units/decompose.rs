@@ -52,7 +52,11 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
         for (tid, entries) in &traces.threads {
             let none = Receives::default();
             let thread_receives = receives.get(tid).unwrap_or(&none);
-            let thread_units = decompose(&traces.nodes, *tid, entries, thread_receives, variant);
+            let mut thread_units =
+                decompose(&traces.nodes, *tid, entries, thread_receives, variant);
+            if let Some(last) = thread_units.last_mut().filter(|u| !u.open.is_empty()) {
+                last.exited = traces.exited.contains_key(tid);
+            }
             for u in thread_units
                 .iter()
                 .filter(|u| u.kind == UnitKind::Initializer)
@@ -128,6 +132,7 @@ pub(crate) fn decompose(
     };
     let Some((loop_node, wrappers)) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
+        b.mark_open(None, &[]);
         return b.units;
     };
     let waits: Vec<usize> = (0..n)
@@ -146,6 +151,7 @@ pub(crate) fn decompose(
     // input all the same, so no waits means no loop, not a panic.
     let (Some(&first_wait), Some(&last_wait)) = (waits.first(), waits.last()) else {
         b.push(UnitKind::Initializer, 0, n, None);
+        b.mark_open(None, &[]);
         return b.units;
     };
     let loop_end = if loop_node == NodeTable::ROOT {
@@ -254,6 +260,7 @@ pub(crate) fn decompose(
         }
     }
     b.push(UnitKind::Finalizer, loop_end, n, None);
+    b.mark_open(Some(loop_node), &wrappers);
     b.units
 }
 
@@ -391,6 +398,52 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// Marks the last unit open when the thread's trace ended with frames
+    /// open that a thread idling in its event loop `loop_node` (with the
+    /// wait wrappers `wrappers`) does not have: the loop frame, the frames
+    /// around it, and a wrapper waiting (with what it called) are expected;
+    /// anything else never returned. Without a loop, every open frame counts.
+    fn mark_open(&mut self, loop_node: Option<u32>, wrappers: &[u32]) {
+        // The stack at the end, replayed from the entries' depths.
+        let mut stack: Vec<u32> = Vec::new();
+        for e in self.entries {
+            match e.kind {
+                TraceEntryKind::Call => {
+                    stack.truncate(e.depth.saturating_sub(1) as usize);
+                    stack.push(e.node);
+                }
+                TraceEntryKind::Return => stack.truncate(e.depth as usize),
+                TraceEntryKind::Syscall { .. } => {}
+            }
+        }
+        let around_loop = |node: u32| {
+            let Some(mut at) = loop_node else {
+                return false;
+            };
+            loop {
+                if at == node {
+                    return true;
+                }
+                if at == NodeTable::ROOT {
+                    return false;
+                }
+                at = self.nodes.parent(at);
+            }
+        };
+        let mut open = Vec::new();
+        for node in stack {
+            if wrappers.contains(&node) {
+                break;
+            }
+            if !around_loop(node) {
+                open.push(node);
+            }
+        }
+        if let Some(last) = self.units.last_mut() {
+            last.open = open;
+        }
+    }
+
     /// A handler unit over `start..end` whose receive is entry `receive`.
     fn push_handler(&mut self, start: usize, end: usize, receive: usize, receives: &Receives) {
         let recv = receives.get(receive);
@@ -443,6 +496,8 @@ impl Builder<'_> {
             peer: recv.and_then(|r| r.peer.clone()),
             entries: (start, end),
             role: self.role.clone(),
+            open: Vec::new(),
+            exited: false,
         });
     }
 }

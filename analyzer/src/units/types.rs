@@ -68,6 +68,14 @@ pub struct Unit {
     /// The role of its thread (see [`thread_role`](super::thread_role)):
     /// threads of one role share initializer, finalizer and pre/post models.
     pub role: std::sync::Arc<str>,
+    /// The frames (call-tree nodes, outermost first) this unit had open
+    /// when its thread's trace ended, beyond those a thread waiting in its
+    /// event loop has open: the unit never completed (a handler that hung,
+    /// or a thread that died inside it). Empty for a completed unit.
+    pub open: Vec<u32>,
+    /// With `open`: whether the thread's exit was recorded (it ended inside
+    /// the unit), rather than the capture ending while it was inside.
+    pub exited: bool,
 }
 
 impl Unit {

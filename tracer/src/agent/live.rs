@@ -253,6 +253,11 @@ mod tests {
             anomalous: false,
             reason: reason.into(),
             differences: Vec::new(),
+            evidence: Vec::new(),
+            behaviour: None,
+            open: Vec::new(),
+            exited: false,
+            group: None,
         }
     }
 
