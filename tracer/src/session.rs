@@ -185,6 +185,17 @@ fn spawn_held(argv: &[OsString], path: &Path) -> Result<Held, RecordError> {
     })
 }
 
+/// Attaches the USDT probes for `pid`, a process a traced one forked. A
+/// failure loses that process's USDT records, not the session: it may have
+/// exited already.
+fn follow_usdt(loaded: &mut Loaded, pid: u32) {
+    match loaded.follow_usdt(pid) {
+        Err(e) => log::warn!("USDT probes not attached for forked process {pid}: {e}"),
+        Ok(true) => log::debug!("USDT semaphores held for forked process {pid}"),
+        Ok(false) => {}
+    }
+}
+
 /// Process bookkeeping while recording: which pids were seen, snapshotted,
 /// which objects' symbols were written.
 struct Tracker {
@@ -250,6 +261,9 @@ impl Tracker {
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
                         }
+                        if procfs::is_process(lc.child_tid) {
+                            follow_usdt(loaded, lc.child_tid);
+                        }
                     }
                     // A new image: new maps.
                     lifecycle::EXEC => {
@@ -260,6 +274,7 @@ impl Tracker {
                     lifecycle::EXIT if lc.group_dead != 0 => {
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
+                        loaded.unfollow_usdt(header.pid);
                     }
                     _ => {}
                 }
@@ -503,6 +518,10 @@ impl Session {
         let mut root_pids = Vec::new();
         let mut command = None;
         let mut usdt_sites: Vec<UsdtSite> = Vec::new();
+        // Probes held per process (no --exe target) follow its children
+        // unless --no-follow.
+        let usdt_wide =
+            config.follow && !config.targets.iter().any(|t| matches!(t, Target::Exe(_)));
         for target in &config.targets {
             let objects = match target {
                 Target::Pid(pid) => {
@@ -546,7 +565,14 @@ impl Session {
                     .collect();
                 let all = usdt::sites_of(&objects)?;
                 let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
-                let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+                let mut wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+                if usdt_wide {
+                    // Followed children: see UsdtSite::wide.
+                    for site in &mut chosen {
+                        site.wide = true;
+                    }
+                    wanted.extend(chosen.iter().cloned());
+                }
                 let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
                 for h in &holders {
                     progress(&format!(

@@ -257,6 +257,8 @@ mod tests {
             behaviour: None,
             open: Vec::new(),
             exited: false,
+            cut: false,
+            shared: false,
             group: None,
         }
     }
