@@ -80,6 +80,18 @@ pub enum LoadError {
         #[source]
         source: MultiError,
     },
+    /// The kernel refused to probe USDT sites for every process: another
+    /// probe there raises the site's semaphore (one semaphore per site).
+    #[error(
+        "cannot probe the USDT sites of {path} for every process while another probe holds one of them with its semaphore (bpftrace, perf probe, or a tracer run with --no-follow): stop it, or record with --no-follow (forked processes are then not followed)"
+    )]
+    UsdtHeld {
+        /// The object.
+        path: String,
+        /// The cause.
+        #[source]
+        source: MultiError,
+    },
     /// A USDT probe site cannot be decoded.
     #[error(transparent)]
     Usdt(#[from] UsdtError),
@@ -524,7 +536,15 @@ impl Loaded {
                 false,
                 0,
             )
-            .map_err(usdt_err)?;
+            .map_err(|source| match &source {
+                MultiError::Link { source: e, .. } if e.kind() == io::ErrorKind::InvalidInput => {
+                    LoadError::UsdtHeld {
+                        path: path.to_string(),
+                        source,
+                    }
+                }
+                _ => usdt_err(source),
+            })?;
             self.multi_links.push(link);
             self.links += 1;
             self.multi_link_count += 1;

@@ -506,3 +506,52 @@ fn usdt_probes_follow_forked_processes_unless_no_follow() {
         );
     }
 }
+
+/// Following forks probes the function sites for every process without
+/// their semaphores; the kernel allows one semaphore per site, so while
+/// another probe holds a site with its semaphore (here a tracer run with
+/// `--no-follow`) the recording is refused with what to do.
+#[test]
+fn a_site_held_with_its_semaphore_refuses_following_and_says_what_to_do() {
+    if !privileged() || python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = script(dir.path());
+    let py = Interpreter::start(&script, 1);
+    let pid = py.pid().to_string();
+    let held = dir.path().join("held.capture");
+    let bg = Background::start(&[
+        "record",
+        "-p",
+        &pid,
+        "--python",
+        "--no-follow",
+        "--sample-hz",
+        "0",
+        "-o",
+        held.to_str().expect("utf8"),
+    ]);
+    let out = dir.path().join("refused.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid,
+        "--python",
+        "--sample-hz",
+        "0",
+        "--duration",
+        "1s",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("another probe holds one of them with its semaphore")
+            && run.stderr.contains("record with --no-follow"),
+        "{}",
+        run.stderr
+    );
+    assert!(bg.stop("INT").success());
+}
