@@ -74,7 +74,9 @@ pub fn calibrate(
                 // Per tree: this process's units by learned behaviour, and
                 // its units no learned one matched.
                 let mut per_tree: HashMap<(UnitKind, &str), Deviations> = HashMap::new();
-                for u in &p.units {
+                // A unit cut by the end of its thread's trace is judged
+                // only by its calls: it widens no range.
+                for u in p.units.iter().filter(|u| !u.cut) {
                     let key = (u.kind, u.model_key());
                     let tree = group.and_then(|g| g.tree(u.kind, u.model_key()));
                     let range = ranges
@@ -181,6 +183,7 @@ mod tests {
                     role: "main".into(),
                     open: Vec::new(),
                     exited: false,
+                    cut: false,
                 }
             })
             .collect();

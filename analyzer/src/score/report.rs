@@ -151,11 +151,21 @@ impl ScoreReport {
         mut units: Vec<UnitScore>,
     ) -> Self {
         repeated(&mut units);
+        shared(&mut units);
         let calibrated = units
             .iter()
             .any(|u| u.behaviour.as_ref().is_some_and(|b| b.normal.is_some()));
         order(&mut units, ranking);
-        let anomalous = || units.iter().enumerate().filter(|(_, u)| u.anomalous);
+        // Where the fault began: the earliest anomaly of one process, or,
+        // when every anomaly is shared by most processes of a group, the
+        // earliest of those.
+        let lead = units.iter().any(|u| u.anomalous && !u.shared);
+        let anomalous = || {
+            units
+                .iter()
+                .enumerate()
+                .filter(move |(_, u)| u.anomalous && (!lead || !u.shared))
+        };
         let earliest = captures
             .iter()
             .map(|c| Earliest {
@@ -178,6 +188,19 @@ impl ScoreReport {
             Verdict::NothingStandsOut
         };
         let summary = match (verdict, first_anomaly) {
+            (Verdict::Anomalous, Some(i)) if !lead => {
+                let u = &units[i];
+                format!(
+                    "{} of {} units behave as no normal run did, but alike in most processes of their group: a condition they share, no single process stands out; it began in {}[{}]@{}, {} unit at {:.3} s",
+                    units.iter().filter(|u| u.anomalous).count(),
+                    units.len(),
+                    u.comm,
+                    u.pid,
+                    u.host,
+                    u.kind.name(),
+                    u.t_s
+                )
+            }
             (Verdict::Anomalous, Some(i)) => {
                 let u = &units[i];
                 format!(
@@ -266,7 +289,8 @@ fn repeated(units: &mut [UnitScore]) {
         let (Some(tree), Some(seen)) = (tree_of(u), u.behaviour.as_ref()) else {
             continue;
         };
-        if seen.normal.is_none() {
+        // Uncalibrated, or cut by the end of its thread's trace.
+        if seen.normal.is_none() || u.cut {
             continue;
         }
         let entry = trees
@@ -329,21 +353,94 @@ fn repeated(units: &mut [UnitScore]) {
     }
 }
 
+/// What a unit's evidence says, for telling whether processes deviate
+/// alike: its tree and each piece of evidence with its call paths.
+fn deviation(u: &UnitScore) -> Option<String> {
+    let (group, kind, key) = tree_of(u)?;
+    let mut out = format!("{group}|{}|{key}", kind.name());
+    for e in &u.evidence {
+        let part = match e {
+            Evidence::NoGroup => "no-group".to_string(),
+            Evidence::NoModel { .. } => "no-model".to_string(),
+            Evidence::NewCall { paths, .. } => format!("new:{}", paths.join(";")),
+            Evidence::Skipped { paths, .. } => format!("skipped:{}", paths.join(";")),
+            Evidence::NewBehaviour { .. } => {
+                let near = u.behaviour.as_ref().and_then(|b| b.nearest.as_ref());
+                format!(
+                    "behaviour:{}",
+                    near.map(|n| format!("-{}+{}", n.missing.join(";"), n.extra.join(";")))
+                        .unwrap_or_default()
+                )
+            }
+            Evidence::Open { frames, .. } => format!("open:{}", frames.join(";")),
+            Evidence::AboveRange { .. } => "above".to_string(),
+            Evidence::Repeated { .. } => "repeated".to_string(),
+        };
+        out.push('|');
+        out.push_str(&part);
+    }
+    Some(out)
+}
+
+/// Marks anomalous units whose deviation (see [`deviation`]) at least 3
+/// processes of their group show, more than half of them: a stall or the
+/// end of a run makes every process deviate alike, and that points at none
+/// of them.
+fn shared(units: &mut [UnitScore]) {
+    let mut members: HashMap<u32, Vec<ProcessKey>> = HashMap::new();
+    for u in units.iter() {
+        if let Some(g) = u.group {
+            let p = process_of(u);
+            let list = members.entry(g).or_default();
+            if !list.contains(&p) {
+                list.push(p);
+            }
+        }
+    }
+    let mut alike: HashMap<String, (Vec<ProcessKey>, Vec<usize>)> = HashMap::new();
+    for (i, u) in units.iter().enumerate().filter(|(_, u)| u.anomalous) {
+        let Some(key) = deviation(u) else { continue };
+        let entry = alike.entry(key).or_default();
+        let p = process_of(u);
+        if !entry.0.contains(&p) {
+            entry.0.push(p);
+        }
+        entry.1.push(i);
+    }
+    for (processes, list) in alike.into_values() {
+        let Some(group) = units[list[0]].group else {
+            continue;
+        };
+        let size = members.get(&group).map_or(0, Vec::len);
+        if processes.len() >= 3 && processes.len() * 2 > size {
+            for i in list {
+                units[i].shared = true;
+            }
+        }
+    }
+}
+
 /// Orders units by `ranking`.
 fn order(units: &mut [UnitScore], ranking: Ranking) {
     match ranking {
         Ranking::Score => super::rank(units),
         Ranking::Evidence => {
-            // Each process's earliest anomaly (wall clock), and how many.
+            // Each process's earliest anomaly of its own (wall clock), and
+            // how many; anomalies most of its group share come after.
             let mut first: HashMap<ProcessKey, (u64, usize)> = HashMap::new();
-            for u in units.iter().filter(|u| u.anomalous) {
+            for u in units.iter().filter(|u| u.anomalous && !u.shared) {
                 let e = first.entry(process_of(u)).or_insert((u64::MAX, 0));
                 e.0 = e.0.min(u.wall_ns);
                 e.1 += 1;
             }
             let strength = |u: &UnitScore| u.evidence.iter().map(Evidence::strength).max();
+            let class = |u: &UnitScore| match (u.anomalous, u.shared) {
+                (true, false) => 0,
+                (true, true) => 1,
+                _ => 2,
+            };
             units.sort_by(|a, b| {
-                b.anomalous.cmp(&a.anomalous).then_with(|| {
+                class(a).cmp(&class(b)).then_with(|| {
                     if !a.anomalous {
                         return b
                             .score
@@ -351,7 +448,12 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
                             .then(a.start_ns.cmp(&b.start_ns));
                     }
                     let (pa, pb) = (process_of(a), process_of(b));
-                    let (fa, fb) = (first[&pa], first[&pb]);
+                    let (fa, fb) = if a.shared {
+                        // Shared: in time order, whoever showed it.
+                        ((a.wall_ns, 0), (b.wall_ns, 0))
+                    } else {
+                        (first[&pa], first[&pb])
+                    };
                     // Within a process, strongest evidence first, then in
                     // the order it happened.
                     fa.0.cmp(&fb.0)
@@ -382,7 +484,9 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         s.units += 1;
         if u.anomalous {
             s.anomalous += 1;
-            if s.first == usize::MAX || u.wall_ns < units[s.first].wall_ns {
+            // Its own anomalies before those most of its group share.
+            let key = |j: usize| (units[j].shared, units[j].wall_ns);
+            if s.first == usize::MAX || key(i) < key(s.first) {
                 s.first = i;
             }
         }
@@ -391,7 +495,7 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         .into_values()
         .filter(|s| s.anomalous > 0)
         .collect();
-    out.sort_by_key(|s| (units[s.first].wall_ns, s.first));
+    out.sort_by_key(|s| (units[s.first].shared, units[s.first].wall_ns, s.first));
     out
 }
 
@@ -554,6 +658,8 @@ mod tests {
             behaviour: None,
             open: Vec::new(),
             exited: false,
+            cut: false,
+            shared: false,
             group: Some(0),
         }
     }

@@ -109,6 +109,15 @@ pub struct UnitScore {
     /// ended while it was inside).
     #[serde(default)]
     pub exited: bool,
+    /// Its thread's trace ended inside it while it waited in its event
+    /// loop: only the calls it made count, not those missing at its end.
+    #[serde(default)]
+    pub cut: bool,
+    /// Anomalous alike (the same tree, the same evidence) in most processes
+    /// of its group: a condition they share (a stalled peer, the end of the
+    /// run) more than a fault of this one. Set by [`super::ScoreReport`].
+    #[serde(default)]
+    pub shared: bool,
     /// The process group of the model the process matched (an index into
     /// its groups): processes of one group run the same code, so the report
     /// compares them with each other.
@@ -562,6 +571,8 @@ pub fn score_processes(
                 behaviour,
                 open: u.open.iter().map(|n| p.nodes.path_string(*n)).collect(),
                 exited: u.exited,
+                cut: u.cut,
+                shared: false,
                 group: group_index.map(|i| i as u32),
             });
         }
@@ -660,7 +671,9 @@ fn unit_evidence(
         .filter(|d| d.kind == DifferenceKind::Unexpected)
         .map(|d| d.path.clone())
         .collect();
-    let skipped = skipped(tree, table, u);
+    // A unit cut by the end of its thread's trace lacks what would have
+    // followed: only what it called counts.
+    let skipped = if u.cut { None } else { skipped(tree, table, u) };
     if !new.is_empty() {
         evidence.push(Evidence::NewCall {
             paths: new,
@@ -675,12 +688,17 @@ fn unit_evidence(
         .any(|e| matches!(e, Evidence::NewCall { .. } | Evidence::Skipped { .. }))
     {
         // Already says what is new.
-    } else if seen.id.is_none() && seen.exhaustive && tree.normal.is_some_and(|n| n.novel == 0) {
+    } else if seen.id.is_none()
+        && !u.cut
+        && seen.exhaustive
+        && tree.normal.is_some_and(|n| n.novel == 0)
+    {
         evidence.push(Evidence::NewBehaviour {
             learned: tree.units,
         });
     }
     if let Some(n) = normal
+        && !u.cut
         && score > n + NORMAL_MARGIN
     {
         evidence.push(Evidence::AboveRange { score, normal: n });
@@ -744,6 +762,7 @@ mod tests {
             role: "main".into(),
             open: Vec::new(),
             exited: false,
+            cut: false,
         }
     }
 

@@ -403,6 +403,8 @@ impl Builder<'_> {
     /// wait wrappers `wrappers`) does not have: the loop frame, the frames
     /// around it, and a wrapper waiting (with what it called) are expected;
     /// anything else never returned. Without a loop, every open frame counts.
+    /// Marks it cut when the trace ended with only those open, inside the
+    /// loop.
     fn mark_open(&mut self, loop_node: Option<u32>, wrappers: &[u32]) {
         // The stack at the end, replayed from the entries' depths.
         let mut stack: Vec<u32> = Vec::new();
@@ -430,6 +432,7 @@ impl Builder<'_> {
                 at = self.nodes.parent(at);
             }
         };
+        let in_loop = loop_node.is_some_and(|l| l == NodeTable::ROOT || stack.contains(&l));
         let mut open = Vec::new();
         for node in stack {
             if wrappers.contains(&node) {
@@ -440,6 +443,7 @@ impl Builder<'_> {
             }
         }
         if let Some(last) = self.units.last_mut() {
+            last.cut = open.is_empty() && in_loop;
             last.open = open;
         }
     }
@@ -498,6 +502,7 @@ impl Builder<'_> {
             role: self.role.clone(),
             open: Vec::new(),
             exited: false,
+            cut: false,
         });
     }
 }

@@ -76,6 +76,11 @@ pub struct Unit {
     /// With `open`: whether the thread's exit was recorded (it ended inside
     /// the unit), rather than the capture ending while it was inside.
     pub exited: bool,
+    /// The thread's trace ended inside this unit while it waited in its
+    /// event loop (killed while idle, or the capture ended): the calls that
+    /// would have followed never came, so what is missing at its end says
+    /// nothing; what it called still does.
+    pub cut: bool,
 }
 
 impl Unit {
