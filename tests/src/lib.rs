@@ -16,6 +16,7 @@ use std::{
 
 use analyzer::{Capture, Event, Symbolizer};
 
+pub mod bugclass;
 pub mod gluster;
 
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
@@ -163,7 +164,8 @@ pub fn analyzer(args: &[&str]) -> Run {
     run_bounded(&analyzer_bin(), args)
 }
 
-fn run_bounded(program: &Path, args: &[&str]) -> Run {
+/// Runs `program ARGS` to completion (bounded by 60 s).
+pub fn run_bounded(program: &Path, args: &[&str]) -> Run {
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .arg(program)

@@ -8,11 +8,13 @@
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `model-matrix`: the bug-class suite of model-based localization.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod gluster;
+mod model_matrix;
 mod mpi;
 
 use std::{
@@ -58,6 +60,12 @@ enum Task {
     BenchAgent(bench_agent::BenchAgentArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
+    /// The bug-class suite of model-based localization (issue 20): every
+    /// fault class on every daemon program, at a random daemon and time,
+    /// with fresh normal runs for false alarms; per cell detection (the
+    /// earliest anomaly is in the faulty process) and top-1 (the
+    /// highest-ranked unit is). Needs root to record.
+    ModelMatrix(model_matrix::ModelMatrixArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -266,6 +274,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
+        Task::ModelMatrix(args) => model_matrix::model_matrix(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -129,12 +129,14 @@ pub(crate) fn decompose(
         mark: vec![0; nodes.len()],
         stamp: 0,
         scratch: Vec::new(),
+        loop_wait: None,
     };
     let Some((loop_node, wrappers)) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
         b.mark_open(None, &[]);
         return b.units;
     };
+    b.loop_wait = Some(LoopWait::new(nodes, loop_node, &wrappers));
     let waits: Vec<usize> = (0..n)
         .filter(|&i| {
             is_wait(entries[i].kind) && {
@@ -395,6 +397,58 @@ struct Builder<'a> {
     mark: Vec<u32>,
     stamp: u32,
     scratch: Vec<u32>,
+    /// The loop's own waits, left out of handler units.
+    loop_wait: Option<LoopWait>,
+}
+
+/// What belongs to the event loop's waiting rather than to a handler: the
+/// loop's wait calls and its wait wrappers with what they call. A 000
+/// handler unit runs to the next receive, across the wait for it; whether
+/// the loop waits again after the last event of a run (or twice before
+/// the next) is timing, not behaviour, so handler units leave it out.
+struct LoopWait {
+    loop_node: u32,
+    wrappers: Vec<u32>,
+    /// Per node: inside a wrapper (the wrapper itself included).
+    wrapped: Vec<bool>,
+}
+
+impl LoopWait {
+    fn new(nodes: &NodeTable, loop_node: u32, wrappers: &[u32]) -> Self {
+        let wrapped = if wrappers.is_empty() {
+            Vec::new()
+        } else {
+            (0..nodes.len() as u32)
+                .map(|mut n| {
+                    loop {
+                        if wrappers.contains(&n) {
+                            break true;
+                        }
+                        if n == NodeTable::ROOT {
+                            break false;
+                        }
+                        n = nodes.parent(n);
+                    }
+                })
+                .collect()
+        };
+        Self {
+            loop_node,
+            wrappers: wrappers.to_vec(),
+            wrapped,
+        }
+    }
+
+    /// Whether entry `e` is the loop waiting.
+    fn contains(&self, nodes: &NodeTable, e: &TraceEntry) -> bool {
+        if self.wrapped.get(e.node as usize).copied().unwrap_or(false) {
+            return true;
+        }
+        is_wait(e.kind) && {
+            let p = nodes.parent(e.node);
+            p == self.loop_node || self.wrappers.contains(&p)
+        }
+    }
 }
 
 impl Builder<'_> {
@@ -477,7 +531,14 @@ impl Builder<'_> {
         // one allocation per unit, not one per doubling.
         let scratch = &mut self.scratch;
         scratch.clear();
+        let skip = self
+            .loop_wait
+            .as_ref()
+            .filter(|_| kind == UnitKind::Handler);
         for e in &self.entries[start..end] {
+            if skip.is_some_and(|w| w.contains(self.nodes, e)) {
+                continue;
+            }
             let mut node = e.node;
             while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
                 self.mark[node as usize] = self.stamp;
