@@ -216,6 +216,9 @@ struct Tracker {
     /// Command names from lifecycle records, for processes gone too soon.
     names: BTreeMap<u32, String>,
     stubbed: HashSet<u32>,
+    /// The parent of each process forked while recording: a child gone
+    /// before `/proc` could be read had its parent's mappings.
+    forked_from: BTreeMap<u32, u32>,
 }
 
 impl Tracker {
@@ -235,6 +238,7 @@ impl Tracker {
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
+            forked_from: BTreeMap::new(),
         }
     }
 
@@ -257,9 +261,15 @@ impl Tracker {
                     {
                         loaded.register_sockets(lc.child_tid);
                         self.names.insert(lc.child_tid, comm_of(&lc.comm));
+                        self.forked_from.insert(lc.child_tid, header.pid);
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
+                            if !self.infos.contains_key(&lc.child_tid) {
+                                // Gone already, or a thread: its first record
+                                // as a process, if any, writes a stub.
+                                self.snapshotted.remove(&lc.child_tid);
+                            }
                         }
                         if procfs::is_process(lc.child_tid) {
                             follow_usdt(loaded, lc.child_tid);
@@ -267,6 +277,8 @@ impl Tracker {
                     }
                     // A new image: new maps.
                     lifecycle::EXEC => {
+                        // A new image: not its parent's mappings any more.
+                        self.forked_from.remove(&header.pid);
                         self.names.insert(header.pid, comm_of(&lc.comm));
                         self.snapshot(header.pid, true, sink)?;
                         self.stub_if_gone(header.pid, header.ts_ns, sink)?;
@@ -319,12 +331,23 @@ impl Tracker {
         };
         self.stubbed.insert(pid);
         self.comms.insert(pid, comm.clone());
+        // A forked child that did not exec has its parent's mappings: with
+        // them its calls into shared objects still symbolize.
+        let inherited = self
+            .forked_from
+            .get(&pid)
+            .and_then(|parent| self.infos.get(parent))
+            .map(|p| ProcessInfo {
+                ppid: p.pid,
+                ..p.clone()
+            })
+            .unwrap_or_default();
         sink.meta(&Meta::Process(ProcessInfo {
             pid,
             seen_ns: ts_ns,
             traced: true,
             comm: comm.clone(),
-            ..ProcessInfo::default()
+            ..inherited
         }))?;
         Ok(())
     }
@@ -360,6 +383,7 @@ impl Tracker {
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
+        self.forked_from.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;

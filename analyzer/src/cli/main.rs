@@ -174,9 +174,14 @@ fn why(s: &analyzer::score::UnitScore) -> String {
                 }
                 what.join("; ")
             }
-            Evidence::Open { frames, exited } => format!(
-                "never completed ({} in {})",
-                if *exited { "exited" } else { "capture ended" },
+            Evidence::Open {
+                frames,
+                exited,
+                waiting,
+            } => format!(
+                "never completed ({}{} in {})",
+                if *exited { "ended" } else { "capture ended" },
+                if *waiting { ", waiting" } else { "" },
                 frames.last().map_or("?".to_string(), |f| last(f))
             ),
             Evidence::AboveRange { .. } => "score above the normal range".to_string(),

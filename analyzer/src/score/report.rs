@@ -156,15 +156,14 @@ impl ScoreReport {
             .iter()
             .any(|u| u.behaviour.as_ref().is_some_and(|b| b.normal.is_some()));
         order(&mut units, ranking);
-        // Where the fault began: the earliest anomaly of one process, or,
-        // when every anomaly is shared by most processes of a group, the
-        // earliest of those.
-        let lead = units.iter().any(|u| u.anomalous && !u.shared);
+        // Where the fault began: the earliest anomaly that is not secondary
+        // (see `secondary`), or, when every anomaly is, the earliest.
+        let lead = units.iter().any(|u| u.anomalous && !secondary(u));
         let anomalous = || {
             units
                 .iter()
                 .enumerate()
-                .filter(move |(_, u)| u.anomalous && (!lead || !u.shared))
+                .filter(move |(_, u)| u.anomalous && (!lead || !secondary(u)))
         };
         let earliest = captures
             .iter()
@@ -191,7 +190,7 @@ impl ScoreReport {
             (Verdict::Anomalous, Some(i)) if !lead => {
                 let u = &units[i];
                 format!(
-                    "{} of {} units behave as no normal run did, but alike in most processes of their group: a condition they share, no single process stands out; it began in {}[{}]@{}, {} unit at {:.3} s",
+                    "{} of {} units behave as no normal run did, but each most likely as a consequence (alike in most processes of their group, or waiting for a peer): no single process stands out; it began in {}[{}]@{}, {} unit at {:.3} s",
                     units.iter().filter(|u| u.anomalous).count(),
                     units.len(),
                     u.comm,
@@ -268,8 +267,8 @@ impl ScoreReport {
 /// times as often as the median other process of its group (plus
 /// [`REPEAT_MIN`]): a deviation all processes share is the workload's, not
 /// one process's fault. A unit deviates when no learned unit had its call
-/// paths, or when its process had its learned call paths more often than
-/// any learned process did. Needs a calibrated tree.
+/// paths; a process also deviates by as many units as it had learned call
+/// paths beyond the most any learned process had. Needs a calibrated tree.
 fn repeated(units: &mut [UnitScore]) {
     // Processes of each group.
     let mut members: HashMap<u32, Vec<ProcessKey>> = HashMap::new();
@@ -304,9 +303,13 @@ fn repeated(units: &mut [UnitScore]) {
         }
     }
     for ((group, _, _), per_process) in trees {
-        let mut deviating: BTreeMap<ProcessKey, Vec<usize>> = BTreeMap::new();
+        // Per process: how many units deviate (new ones, and those beyond
+        // a behaviour's per-process maximum), and the units involved (all
+        // of a behaviour that exceeded its maximum: they are alike).
+        let mut deviating: BTreeMap<ProcessKey, (u32, Vec<usize>)> = BTreeMap::new();
         let mut allowance = 0;
         for (p, (by_behaviour, novel)) in per_process {
+            let mut count = novel.len() as u32;
             let mut d = novel;
             for (_, list) in by_behaviour {
                 let seen = units[list[0]].behaviour.as_ref();
@@ -314,25 +317,27 @@ fn repeated(units: &mut [UnitScore]) {
                     seen.and_then(|s| s.normal)
                         .map_or(0, |n| n.deviating_per_process),
                 );
-                if list.len() as u32 > seen.map_or(0, |s| s.max_per_process) {
+                let max = seen.map_or(0, |s| s.max_per_process);
+                if list.len() as u32 > max {
+                    count += list.len() as u32 - max;
                     d.extend(list);
                 }
             }
             if let Some(n) = d.first().and_then(|i| units[*i].behaviour.as_ref()?.normal) {
                 allowance = allowance.max(n.deviating_per_process);
             }
-            deviating.insert(p, d);
+            deviating.insert(p, (count, d));
         }
         let group_members = members.get(&group).map(Vec::as_slice).unwrap_or_default();
-        for (p, list) in &deviating {
-            let count = list.len() as u32;
+        for (p, (count, list)) in &deviating {
+            let count = *count;
             if count < REPEAT_MIN || count <= 2 * allowance + 1 {
                 continue;
             }
             let mut peers: Vec<u32> = group_members
                 .iter()
                 .filter(|q| *q != p)
-                .map(|q| deviating.get(q).map_or(0, |l| l.len() as u32))
+                .map(|q| deviating.get(q).map_or(0, |d| d.0))
                 .collect();
             peers.sort_unstable();
             let median = peers.get(peers.len() / 2).copied().unwrap_or(0);
@@ -420,6 +425,18 @@ fn shared(units: &mut [UnitScore]) {
     }
 }
 
+/// Whether an anomaly is secondary, most likely a consequence of another:
+/// most of its group's processes deviate alike, or its only evidence is
+/// a thread that never completed a call where it waits for a peer.
+fn secondary(u: &UnitScore) -> bool {
+    u.shared
+        || (!u.evidence.is_empty()
+            && u
+                .evidence
+                .iter()
+                .all(|e| matches!(e, Evidence::Open { waiting: true, .. })))
+}
+
 /// Orders units by `ranking`.
 fn order(units: &mut [UnitScore], ranking: Ranking) {
     match ranking {
@@ -428,13 +445,13 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
             // Each process's earliest anomaly of its own (wall clock), and
             // how many; anomalies most of its group share come after.
             let mut first: HashMap<ProcessKey, (u64, usize)> = HashMap::new();
-            for u in units.iter().filter(|u| u.anomalous && !u.shared) {
+            for u in units.iter().filter(|u| u.anomalous && !secondary(u)) {
                 let e = first.entry(process_of(u)).or_insert((u64::MAX, 0));
                 e.0 = e.0.min(u.wall_ns);
                 e.1 += 1;
             }
             let strength = |u: &UnitScore| u.evidence.iter().map(Evidence::strength).max();
-            let class = |u: &UnitScore| match (u.anomalous, u.shared) {
+            let class = |u: &UnitScore| match (u.anomalous, secondary(u)) {
                 (true, false) => 0,
                 (true, true) => 1,
                 _ => 2,
@@ -448,7 +465,7 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
                             .then(a.start_ns.cmp(&b.start_ns));
                     }
                     let (pa, pb) = (process_of(a), process_of(b));
-                    let (fa, fb) = if a.shared {
+                    let (fa, fb) = if secondary(a) {
                         // Shared: in time order, whoever showed it.
                         ((a.wall_ns, 0), (b.wall_ns, 0))
                     } else {
@@ -485,7 +502,7 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         if u.anomalous {
             s.anomalous += 1;
             // Its own anomalies before those most of its group share.
-            let key = |j: usize| (units[j].shared, units[j].wall_ns);
+            let key = |j: usize| (secondary(&units[j]), units[j].wall_ns);
             if s.first == usize::MAX || key(i) < key(s.first) {
                 s.first = i;
             }
@@ -495,7 +512,7 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         .into_values()
         .filter(|s| s.anomalous > 0)
         .collect();
-    out.sort_by_key(|s| (units[s.first].shared, units[s.first].wall_ns, s.first));
+    out.sort_by_key(|s| (secondary(&units[s.first]), units[s.first].wall_ns, s.first));
     out
 }
 
@@ -562,14 +579,23 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
                 "its call paths together: never in {} learned units of its tree (held-out normal units always matched one of another run)",
                 thousands(*learned)
             ),
-            Evidence::Open { frames, exited } => format!(
-                "never completed: {} inside {}",
+            Evidence::Open {
+                frames,
+                exited,
+                waiting,
+            } => format!(
+                "never completed: {} inside {}{}",
                 if *exited {
-                    "its thread exited"
+                    "its thread ended"
                 } else {
                     "the capture ended while it was still"
                 },
-                frames.last().map_or("?", String::as_str)
+                frames.last().map_or("?", String::as_str),
+                if *waiting {
+                    " (where normal units receive from a peer: most likely waiting for another process)"
+                } else {
+                    ""
+                }
             ),
             Evidence::AboveRange { score, normal } => format!(
                 "suspect score {score:.3}, above the highest of held-out normal units ({normal:.3})"
@@ -750,6 +776,7 @@ mod tests {
         strongest_in_cause.evidence = vec![Evidence::Open {
             frames: vec!["serve > handle".into()],
             exited: true,
+            waiting: false,
         }];
         let mut symptom = unit("c", 1.0, 200, 200, true);
         symptom.pid = 1;
@@ -831,10 +858,11 @@ mod tests {
         let one = run(&[(3, 6)], 1);
         assert_eq!(flagged(&one), [3]);
         let u = &one.units[0];
+        // 3 new, and 3 alike where a learned process had 1: 2 beyond.
         assert_eq!(
             u.evidence,
             [Evidence::Repeated {
-                units: 6,
+                units: 5,
                 normal: 1,
                 peers: vec![0, 0, 0]
             }]

@@ -200,6 +200,11 @@ pub enum Evidence {
         frames: Vec<String>,
         /// The thread exited inside it (else the capture ended first).
         exited: bool,
+        /// The innermost open call is one that receives from a peer in
+        /// normal units: the thread most likely waits for another process
+        /// (a consequence of that one, not a fault of its own).
+        #[serde(default)]
+        waiting: bool,
     },
     /// Its suspect score is above the tree's normal range by more than
     /// [`NORMAL_MARGIN`].
@@ -230,7 +235,8 @@ impl Evidence {
     pub fn strength(&self) -> u8 {
         match self {
             Self::NoGroup | Self::NoModel { .. } => 5,
-            Self::Open { .. } => 4,
+            Self::Open { waiting: false, .. } => 4,
+            Self::Open { waiting: true, .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } => 3,
             Self::NewBehaviour { .. } => 2,
             Self::Repeated { .. } => 1,
@@ -619,6 +625,30 @@ fn skipped(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Option<(Vec<Str
     (!paths.is_empty()).then_some((paths, learned))
 }
 
+/// Whether trial node `node` (of `table`), as `tree` knows it, receives
+/// from a peer in normal units: it makes a receive system call itself.
+fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) -> bool {
+    let mut path = vec![node];
+    let mut at = table.parent(node);
+    while at != NodeTable::ROOT {
+        path.push(at);
+        at = table.parent(at);
+    }
+    let mut parent = None;
+    for n in path.into_iter().rev() {
+        match tree.find(parent, table.node_key(n)) {
+            Some(m) => parent = Some(m),
+            None => return false,
+        }
+    }
+    tree.children(parent).into_iter().any(|c| {
+        matches!(
+            tree.nodes[c as usize].callee.as_str(),
+            "sys:recvfrom" | "sys:recvmsg" | "sys:recvmmsg" | "sys:read" | "sys:readv"
+        )
+    })
+}
+
 /// How unit `u` (nodes of `table`) compares with the behaviours of `tree`.
 pub(crate) fn match_behaviour(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Seen {
     let (ids, unexpected) = model_nodes(tree, table, u);
@@ -664,6 +694,10 @@ fn unit_evidence(
         evidence.push(Evidence::Open {
             frames: u.open.iter().map(|n| table.path_string(*n)).collect(),
             exited: u.exited,
+            waiting: u
+                .open
+                .last()
+                .is_some_and(|&n| receives_in_normal_units(tree, table, n)),
         });
     }
     let new: Vec<String> = differences
@@ -671,9 +705,15 @@ fn unit_evidence(
         .filter(|d| d.kind == DifferenceKind::Unexpected)
         .map(|d| d.path.clone())
         .collect();
-    // A unit cut by the end of its thread's trace lacks what would have
-    // followed: only what it called counts.
-    let skipped = if u.cut { None } else { skipped(tree, table, u) };
+    // A unit cut by the end of its thread's trace, or that never
+    // completed, lacks what would have followed: only what it called
+    // counts (and, for one that never completed, that it did not).
+    let truncated = u.cut || !u.open.is_empty();
+    let skipped = if truncated {
+        None
+    } else {
+        skipped(tree, table, u)
+    };
     if !new.is_empty() {
         evidence.push(Evidence::NewCall {
             paths: new,
@@ -689,7 +729,7 @@ fn unit_evidence(
     {
         // Already says what is new.
     } else if seen.id.is_none()
-        && !u.cut
+        && !truncated
         && seen.exhaustive
         && tree.normal.is_some_and(|n| n.novel == 0)
     {
@@ -698,7 +738,7 @@ fn unit_evidence(
         });
     }
     if let Some(n) = normal
-        && !u.cut
+        && !truncated
         && score > n + NORMAL_MARGIN
     {
         evidence.push(Evidence::AboveRange { score, normal: n });
