@@ -638,6 +638,11 @@ impl Loaded {
         Ok(true)
     }
 
+    /// Whether children of traced processes are followed.
+    pub fn follows_children(&self) -> bool {
+        self.follow_children
+    }
+
     /// Drops the USDT links of followed process `pid`, which exited: its
     /// pid may come back as another process, which needs links of its
     /// own. The links are closed on another thread, as each close waits

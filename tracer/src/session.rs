@@ -256,8 +256,11 @@ impl Tracker {
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
+                    // Followed (a child that already exited has left the
+                    // traced set: its fork is read late).
                     lifecycle::FORK
-                        if lc.child_tid != header.pid && loaded.is_traced(lc.child_tid) =>
+                        if lc.child_tid != header.pid
+                            && (loaded.follows_children() || loaded.is_traced(lc.child_tid)) =>
                     {
                         loaded.register_sockets(lc.child_tid);
                         self.names.insert(lc.child_tid, comm_of(&lc.comm));

@@ -18,6 +18,11 @@ pub struct ModelNode {
     pub callee: String,
     /// Sum over merged process models of `p = n_g / n_f`.
     pub p_sum: f64,
+    /// Process models that had this node: a node's mean probability is
+    /// over the models that had its caller (000 §2.4: the mean of the
+    /// original nodes), not over models that never made the caller.
+    #[serde(default)]
+    pub models: u32,
 }
 
 /// What normal units held out of the model they were scored against did
@@ -187,6 +192,7 @@ impl CallTreeModel {
             site: key.site.clone(),
             callee: key.callee.clone(),
             p_sum: 0.0,
+            models: 0,
         });
         self.index
             .insert((parent, key.site.clone(), key.callee.clone()), id);
@@ -214,12 +220,22 @@ impl CallTreeModel {
         }
     }
 
-    /// Mean probability of `node`.
+    /// Mean probability of `node` over the process models that had its
+    /// caller (all of them for a top-level node).
     pub fn p(&self, node: u32) -> f64 {
-        if self.models == 0 {
+        let Some(n) = self.nodes.get(node as usize) else {
+            return 0.0;
+        };
+        let callers = n
+            .parent
+            .and_then(|p| self.nodes.get(p as usize))
+            .map_or(self.models, |p| p.models);
+        // Models written without per-node counts: all of them.
+        let callers = if callers == 0 { self.models } else { callers };
+        if callers == 0 {
             return 0.0;
         }
-        self.nodes[node as usize].p_sum / f64::from(self.models)
+        (n.p_sum / f64::from(callers)).min(1.0)
     }
 
     /// The path of `node` as text.
@@ -272,6 +288,7 @@ impl CallTreeModel {
             };
             let id = self.node_id(model_parent, table.node_key(n));
             mapped.insert(n, id);
+            self.nodes[id as usize].models += 1;
             if n_f > 0.0 {
                 self.nodes[id as usize].p_sum += f64::from(counts[&n]) / n_f;
             }
@@ -320,6 +337,7 @@ impl CallTreeModel {
                 },
             );
             self.nodes[id as usize].p_sum += n.p_sum;
+            self.nodes[id as usize].models += n.models;
             mapped.push(id);
         }
         for b in &other.behaviours {

@@ -171,6 +171,7 @@ mod tests {
                 nodes.sort_unstable();
                 nodes.dedup();
                 Unit {
+                    first_ns: vec![i as u64 * 10; nodes.len()],
                     kind: UnitKind::Handler,
                     tid: pid,
                     start_ns: i as u64 * 10,

@@ -171,12 +171,12 @@ impl ScoreReport {
                 capture: c.clone(),
                 unit: anomalous()
                     .filter(|(_, u)| &u.capture == c)
-                    .min_by_key(|(i, u)| (u.start_ns, *i))
+                    .min_by_key(|(i, u)| (u.deviated_wall_ns, *i))
                     .map(|(i, _)| i),
             })
             .collect();
         let first_anomaly = anomalous()
-            .min_by_key(|(i, u)| (u.wall_ns, *i))
+            .min_by_key(|(i, u)| (u.deviated_wall_ns, *i))
             .map(|(i, _)| i);
         let suspects = suspects(&units);
         let verdict = if units.is_empty() {
@@ -197,7 +197,7 @@ impl ScoreReport {
                     u.pid,
                     u.host,
                     u.kind.name(),
-                    u.t_s
+                    u.deviated_s
                 )
             }
             (Verdict::Anomalous, Some(i)) => {
@@ -211,7 +211,7 @@ impl ScoreReport {
                     u.pid,
                     u.host,
                     u.kind.name(),
-                    u.t_s
+                    u.deviated_s
                 )
             }
             (Verdict::NoUnits, _) => {
@@ -431,8 +431,7 @@ fn shared(units: &mut [UnitScore]) {
 fn secondary(u: &UnitScore) -> bool {
     u.shared
         || (!u.evidence.is_empty()
-            && u
-                .evidence
+            && u.evidence
                 .iter()
                 .all(|e| matches!(e, Evidence::Open { waiting: true, .. })))
 }
@@ -447,7 +446,7 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
             let mut first: HashMap<ProcessKey, (u64, usize)> = HashMap::new();
             for u in units.iter().filter(|u| u.anomalous && !secondary(u)) {
                 let e = first.entry(process_of(u)).or_insert((u64::MAX, 0));
-                e.0 = e.0.min(u.wall_ns);
+                e.0 = e.0.min(u.deviated_wall_ns);
                 e.1 += 1;
             }
             let strength = |u: &UnitScore| u.evidence.iter().map(Evidence::strength).max();
@@ -467,7 +466,7 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
                     let (pa, pb) = (process_of(a), process_of(b));
                     let (fa, fb) = if secondary(a) {
                         // Shared: in time order, whoever showed it.
-                        ((a.wall_ns, 0), (b.wall_ns, 0))
+                        ((a.deviated_wall_ns, 0), (b.deviated_wall_ns, 0))
                     } else {
                         (first[&pa], first[&pb])
                     };
@@ -477,7 +476,7 @@ fn order(units: &mut [UnitScore], ranking: Ranking) {
                         .then(fb.1.cmp(&fa.1))
                         .then_with(|| pa.cmp(&pb))
                         .then_with(|| strength(b).cmp(&strength(a)))
-                        .then(a.start_ns.cmp(&b.start_ns))
+                        .then(a.deviated_wall_ns.cmp(&b.deviated_wall_ns))
                         .then_with(|| b.score.total_cmp(&a.score))
                 })
             });
@@ -502,7 +501,7 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         if u.anomalous {
             s.anomalous += 1;
             // Its own anomalies before those most of its group share.
-            let key = |j: usize| (secondary(&units[j]), units[j].wall_ns);
+            let key = |j: usize| (secondary(&units[j]), units[j].deviated_wall_ns);
             if s.first == usize::MAX || key(i) < key(s.first) {
                 s.first = i;
             }
@@ -512,7 +511,13 @@ fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
         .into_values()
         .filter(|s| s.anomalous > 0)
         .collect();
-    out.sort_by_key(|s| (secondary(&units[s.first]), units[s.first].wall_ns, s.first));
+    out.sort_by_key(|s| {
+        (
+            secondary(&units[s.first]),
+            units[s.first].deviated_wall_ns,
+            s.first,
+        )
+    });
     out
 }
 
@@ -533,7 +538,7 @@ pub(crate) fn thousands(n: u64) -> String {
 /// evidence, with how often normal runs showed what it did.
 pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
     let mut out = vec![format!(
-        "{}[{}]@{} thread {}: {} unit at {:.3} s ({} UTC){}{}",
+        "{}[{}]@{} thread {}: {} unit at {:.3} s ({} UTC){}{}{}",
         u.comm,
         u.pid,
         u.host,
@@ -541,6 +546,11 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
         u.kind.name(),
         u.t_s,
         u.wall,
+        if u.deviated_s - u.t_s > 5e-4 {
+            format!(", deviating at {:.3} s", u.deviated_s)
+        } else {
+            String::new()
+        },
         u.peer
             .as_deref()
             .map(|p| format!(", peer {p}"))
@@ -664,6 +674,8 @@ mod tests {
             t_s: 0.0,
             wall: String::new(),
             wall_ns,
+            deviated_wall_ns: wall_ns,
+            deviated_s: 0.0,
             capture: capture.into(),
             role: "main".into(),
             connection: None,

@@ -71,6 +71,15 @@ pub struct UnitScore {
     /// taken on different hosts (as far as their clocks agree).
     #[serde(default)]
     pub wall_ns: u64,
+    /// When it deviated, wall-clock ns since the epoch: its first call no
+    /// normal unit made, or its outermost call that never returned (a
+    /// unit of a thread without an event loop runs for the whole run);
+    /// its start otherwise.
+    #[serde(default)]
+    pub deviated_wall_ns: u64,
+    /// When it deviated, in seconds since the capture began.
+    #[serde(default)]
+    pub deviated_s: f64,
     /// The capture the unit came from.
     pub capture: String,
     /// The role of its thread (the function its first traced call was made
@@ -553,6 +562,9 @@ pub fn score_processes(
                 },
             };
             let wall_ns = capture.header.clock.to_realtime(u.start_ns);
+            let deviated_ns = group
+                .and_then(|g| g.tree(u.kind, u.model_key()))
+                .map_or(u.start_ns, |tree| deviated(tree, &p.nodes, u, &evidence));
             out.push(UnitScore {
                 host: p.host.clone(),
                 pid: p.pid,
@@ -564,6 +576,8 @@ pub fn score_processes(
                 t_s: (u.start_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
                 wall: wall_clock(wall_ns),
                 wall_ns,
+                deviated_wall_ns: capture.header.clock.to_realtime(deviated_ns),
+                deviated_s: (deviated_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
                 capture: name.to_string(),
                 role: u.role.to_string(),
                 connection,
@@ -647,6 +661,31 @@ fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) 
             "sys:recvfrom" | "sys:recvmsg" | "sys:recvmmsg" | "sys:read" | "sys:readv"
         )
     })
+}
+
+/// When unit `u` deviated as `evidence` says: the first call it made that
+/// no learned unit made there, the outermost call it never returned from,
+/// whichever came first; its start for evidence without a moment.
+fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evidence]) -> u64 {
+    let mut at: Option<u64> = None;
+    let mut earlier = |t: Option<u64>| {
+        if let Some(t) = t {
+            at = Some(at.map_or(t, |a| a.min(t)));
+        }
+    };
+    for e in evidence {
+        match e {
+            Evidence::NewCall { .. } => {
+                let (_, unexpected) = model_nodes(tree, table, u);
+                for n in unexpected {
+                    earlier(u.first_time(n));
+                }
+            }
+            Evidence::Open { .. } => earlier(u.open.first().and_then(|n| u.first_time(*n))),
+            _ => earlier(Some(u.start_ns)),
+        }
+    }
+    at.unwrap_or(u.start_ns)
 }
 
 /// How unit `u` (nodes of `table`) compares with the behaviours of `tree`.
@@ -790,6 +829,7 @@ mod tests {
         let mut nodes: Vec<u32> = nodes.into_iter().collect();
         nodes.sort_unstable();
         Unit {
+            first_ns: vec![0; nodes.len()],
             kind: UnitKind::Handler,
             tid: 1,
             start_ns: 0,

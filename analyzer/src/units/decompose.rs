@@ -396,7 +396,7 @@ struct Builder<'a> {
     /// `mark[node] == stamp`: node already counted in the unit being built.
     mark: Vec<u32>,
     stamp: u32,
-    scratch: Vec<u32>,
+    scratch: Vec<(u32, u64)>,
     /// The loop's own waits, left out of handler units.
     loop_wait: Option<LoopWait>,
 }
@@ -542,18 +542,20 @@ impl Builder<'_> {
             let mut node = e.node;
             while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
                 self.mark[node as usize] = self.stamp;
-                scratch.push(node);
+                scratch.push((node, e.ts_ns));
                 node = self.nodes.parent(node);
             }
         }
         scratch.sort_unstable();
-        let nodes = scratch.as_slice().to_vec();
+        let nodes = scratch.iter().map(|(n, _)| *n).collect();
+        let first_ns = scratch.iter().map(|(_, t)| *t).collect();
         self.units.push(Unit {
             kind,
             tid: self.tid,
             start_ns: self.entries[start].ts_ns,
             end_ns: self.entries[end - 1].ts_ns,
             nodes,
+            first_ns,
             connection: recv
                 .map(|r| r.key.clone())
                 .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),

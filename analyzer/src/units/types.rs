@@ -56,6 +56,10 @@ pub struct Unit {
     /// Call-tree nodes that appear in the unit (ids of the process's
     /// [`super::NodeTable`]), sorted, each once (coverage, not frequency).
     pub nodes: Vec<u32>,
+    /// When each of `nodes` first appeared in the unit, `CLOCK_MONOTONIC`
+    /// ns: when a unit that runs long (a thread without an event loop)
+    /// made a call no normal unit made.
+    pub first_ns: Vec<u64>,
     /// For handler units: the connection the event came from.
     pub connection: Option<ConnectionKey>,
     /// For handler units: the descriptor.
@@ -84,6 +88,12 @@ pub struct Unit {
 }
 
 impl Unit {
+    /// When `node` first appeared in the unit (`None`: it did not).
+    pub fn first_time(&self, node: u32) -> Option<u64> {
+        let i = self.nodes.binary_search(&node).ok()?;
+        self.first_ns.get(i).copied()
+    }
+
     /// What picks its tree in a process model: the connection for a handler
     /// (000 §2.3), the thread role for every other kind (beyond the papers,
     /// whose daemons had one thread: a multi-threaded daemon's threads

@@ -244,6 +244,8 @@ mod tests {
             t_s: 0.0,
             wall: String::new(),
             wall_ns: 0,
+            deviated_wall_ns: 0,
+            deviated_s: 0.0,
             capture: "live".into(),
             role: "main".into(),
             connection: None,
