@@ -11,7 +11,8 @@
 //!
 //! Each program forks its daemons and prints `daemon K pid P` for each; a
 //! fault switch (`--fault CLASS --fault-node K --fault-at N`) makes daemon K
-//! misbehave from its N-th message on, in one of the six [`FaultClass`]es.
+//! misbehave from its N-th message on, in one of the six [`FaultClass`]es,
+//! and it prints `fault fired` when it does.
 //! `cargo xtask model-matrix` runs every class on every program; the
 //! integration tests keep a fast subset.
 
@@ -28,6 +29,11 @@ use analyzer::{
     units::{ProcessUnits, Variant, decompose_capture},
 };
 use serde::{Deserialize, Serialize};
+
+/// Normal runs learned per program (the matrix's default and the tests'):
+/// enough that interleavings a normal run shows now and then were seen
+/// (calibration holds each run out in turn).
+pub const LEARN: usize = 8;
 
 /// The classes of bugs injected (issue 20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -256,6 +262,14 @@ pub struct RecordedRun {
     pub daemons: BTreeMap<u32, u32>,
     /// What the program printed last (completed, hung, ...).
     pub outcome: String,
+    /// The faulty daemon said it injected the fault (a fault at a message
+    /// its daemon never got is not injected).
+    #[serde(default = "yes")]
+    pub fired: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl RecordedRun {
@@ -337,6 +351,7 @@ pub fn record(
     }
     let mut daemons = BTreeMap::new();
     let mut outcome = String::new();
+    let fired = run.stdout.lines().any(|l| l == "fault fired");
     for line in run.stdout.lines() {
         if let Some(rest) = line.strip_prefix("daemon ") {
             let mut parts = rest.split_whitespace();
@@ -362,6 +377,7 @@ pub fn record(
         injection: fault.cloned(),
         daemons,
         outcome,
+        fired,
     })
 }
 

@@ -21,10 +21,7 @@ use tests::bugclass::{self, FaultClass, Injection, Program, RecordedRun};
 
 use crate::{build_tracer, is_root};
 
-/// Normal runs learned per program by default: enough that interleavings
-/// a normal run shows now and then were seen (calibration holds each run
-/// out in turn).
-const LEARN: usize = 8;
+use tests::bugclass::LEARN;
 
 /// Version of the matrix's `runs.json`.
 const RUNS_VERSION: u32 = 1;
@@ -181,16 +178,24 @@ fn record_program(
     let at = program.fault_at();
     for &class in classes {
         for r in 0..a.reps {
-            let fault = Injection {
-                class,
-                node: rng.below(u64::from(program.daemons())) as u32,
-                at: at.start() + rng.below(u64::from(at.end() - at.start() + 1)) as u32,
-                crash: program.crash_modes()
-                    [rng.below(program.crash_modes().len() as u64) as usize]
-                    .to_string(),
-            };
-            runs.faulty
-                .push(record(format!("{class}-{r}"), Some(fault))?);
+            // A fault its daemon never reached (a worker that got fewer
+            // jobs) is drawn again.
+            for attempt in 0..5 {
+                let fault = Injection {
+                    class,
+                    node: rng.below(u64::from(program.daemons())) as u32,
+                    at: at.start() + rng.below(u64::from(at.end() - at.start() + 1)) as u32,
+                    crash: program.crash_modes()
+                        [rng.below(program.crash_modes().len() as u64) as usize]
+                        .to_string(),
+                };
+                let run = record(format!("{class}-{r}"), Some(fault))?;
+                if run.fired || attempt == 4 {
+                    runs.faulty.push(run);
+                    break;
+                }
+                eprintln!("  {program} {class}-{r}: the fault was not reached; drawn again");
+            }
         }
     }
     let path = dir.join("runs.json");
@@ -268,7 +273,7 @@ fn score_program(
         let Some(fault) = &run.injection else {
             continue;
         };
-        if !classes.contains(&fault.class) {
+        if !classes.contains(&fault.class) || !run.fired {
             continue;
         }
         let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
