@@ -344,4 +344,138 @@ mod tests {
         model.merge(&base);
         assert!(model.groups[0].handlers["listen"].normal.is_none());
     }
+
+    /// A call that every learned unit made whenever it made the caller is
+    /// missed: anomalous whatever the score (the paper's Δ = p = 1), even
+    /// uncalibrated; but not in a unit that never completed, whose missing
+    /// calls are the truncation's.
+    #[test]
+    fn a_call_every_normal_unit_made_and_this_one_skipped_is_anomalous() {
+        use crate::score::Evidence;
+        let runs: Vec<Vec<ProcessUnits>> = (0..3)
+            .map(|i| vec![process(10 + i, &[GET, PUT, GET, PUT])])
+            .collect();
+        let model = learned(&runs);
+        const PUT_UNLOGGED: &[&[&str]] = &[&["serve", "recv"], &["serve", "put"]];
+        let s = scores(&model, &process(20, &[PUT_UNLOGGED]));
+        let skipped = s[0].evidence.iter().find_map(|e| match e {
+            Evidence::Skipped { paths, learned } => Some((paths.clone(), *learned)),
+            _ => None,
+        });
+        assert_eq!(
+            skipped,
+            Some((
+                vec!["serve@site_of_serve > put@site_of_put > write@site_of_write".to_string()],
+                6
+            )),
+            "{:#?}",
+            s[0]
+        );
+        assert!(s[0].anomalous && s[0].score < 0.5);
+
+        let mut open = process(21, &[PUT_UNLOGGED]);
+        open.units[0].open = vec![open.units[0].nodes[0]];
+        let s = scores(&model, &open);
+        assert!(
+            !s[0]
+                .evidence
+                .iter()
+                .any(|e| matches!(e, Evidence::Skipped { .. })),
+            "{:#?}",
+            s[0]
+        );
+    }
+
+    /// Normal units either receive and handle, or close: each call has
+    /// p < 1, so a unit that does neither skips nothing the model says is
+    /// certain, but no learned unit had its call paths together, and
+    /// held-out normal units always matched a behaviour of another run: it
+    /// is a new behaviour, with the nearest normal one named.
+    #[test]
+    fn a_combination_no_normal_unit_had_is_anomalous_where_held_out_units_always_matched() {
+        use crate::score::Evidence;
+        const HANDLED: &[&[&str]] = &[&["serve", "recv"], &["serve", "handle"]];
+        const CLOSED: &[&[&str]] = &[&["serve", "close"]];
+        const NEITHER: &[&[&str]] = &[&["serve", "recv"]];
+        let runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &[HANDLED, HANDLED, HANDLED, CLOSED])])
+            .collect();
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        let range = model.groups[0].handlers["listen"]
+            .normal
+            .expect("calibrated");
+        assert_eq!((range.novel, range.deviating_per_process), (0, 0));
+        let s = scores(&model, &process(20, &[HANDLED, NEITHER]));
+        let neither = s.iter().find(|u| u.start_ns == 10).expect("unit 2");
+        assert_eq!(neither.evidence, [Evidence::NewBehaviour { learned: 16 }]);
+        let near = neither
+            .behaviour
+            .as_ref()
+            .and_then(|b| b.nearest.clone())
+            .expect("the nearest behaviour");
+        assert_eq!(near.units, 12);
+        assert_eq!(
+            near.missing,
+            ["serve@site_of_serve > handle@site_of_handle"]
+        );
+        assert!(
+            s.iter()
+                .find(|u| u.start_ns == 0)
+                .is_some_and(|u| !u.anomalous)
+        );
+    }
+
+    /// A node's probability is the mean over the process models that made
+    /// its caller: a process of the group that never made the caller does
+    /// not pull it down (000 §2.4, the mean of the original nodes); learned
+    /// in two parts and merged, the tree, its probabilities and its
+    /// behaviours are those learned at once.
+    #[test]
+    fn probabilities_are_over_the_processes_that_made_the_caller_and_merge() {
+        let a = process(1, &[PUT, PUT]);
+        let b = process(2, &[CLOSE]);
+        let whole = learned(&[vec![a.clone(), b.clone()]]);
+        let tree = &whole.groups[0].handlers["listen"];
+        let write = tree
+            .canonical()
+            .into_iter()
+            .find(|(path, _)| path.ends_with("write@site_of_write"))
+            .expect("write");
+        assert_eq!(write.1, 1.0, "{:?}", tree.canonical());
+        let recv = tree
+            .canonical()
+            .into_iter()
+            .find(|(path, _)| path.ends_with("recv@site_of_recv"))
+            .expect("recv");
+        assert_eq!(recv.1, 1.0);
+
+        let mut merged = learned(&[vec![a]]);
+        merged.merge(&learned(&[vec![b]]));
+        let m = &merged.groups[0].handlers["listen"];
+        assert_eq!(m.canonical(), tree.canonical());
+        let behaviours = |t: &crate::model::CallTreeModel| {
+            let mut out: Vec<(Vec<String>, u64, u32)> = t
+                .behaviours
+                .iter()
+                .map(|b| {
+                    let mut paths: Vec<String> =
+                        b.nodes.iter().map(|n| t.path_string(*n)).collect();
+                    paths.sort();
+                    (paths, b.units, b.max_per_process)
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        assert_eq!(behaviours(m), behaviours(tree));
+        assert_eq!(
+            behaviours(tree)
+                .iter()
+                .map(|b| (b.1, b.2))
+                .collect::<Vec<_>>()
+                .len(),
+            2
+        );
+    }
 }

@@ -932,4 +932,64 @@ mod tests {
         let shown: Vec<String> = [0, 999, 1000, 1312, 1_234_567].map(thousands).to_vec();
         assert_eq!(shown, ["0", "999", "1,000", "1,312", "1,234,567"]);
     }
+
+    /// A deviation that most processes of a group show alike (a stall, the
+    /// end of a run) and a thread that never completed a call where it
+    /// waits for a peer are secondary: the earliest anomaly and the first
+    /// ranks go to the process that deviated on its own, even later; and
+    /// a unit is dated by when it deviated, not when it started.
+    #[test]
+    fn secondary_anomalies_come_after_a_process_that_deviated_on_its_own() {
+        let mut units = Vec::new();
+        for pid in 1..=4u32 {
+            let mut u = unit("c", 0.5, 10 + u64::from(pid), 10 + u64::from(pid), true);
+            u.pid = pid;
+            u.connection = Some("listen".into());
+            u.evidence = vec![Evidence::Skipped {
+                paths: vec!["serve > select > key".into()],
+                learned: 100,
+            }];
+            if pid < 4 {
+                units.push(u);
+            }
+        }
+        let mut waiting = unit("c", 0.3, 5, 5, true);
+        waiting.pid = 5;
+        waiting.group = Some(1);
+        waiting.evidence = vec![Evidence::Open {
+            frames: vec!["main > recv_reply".into()],
+            exited: true,
+            waiting: true,
+        }];
+        units.push(waiting);
+        // Started first, deviated last but one: dated by its new call.
+        let mut own = unit("c", 0.2, 1, 1, true);
+        own.pid = 4;
+        own.connection = Some("listen".into());
+        own.deviated_wall_ns = 50;
+        units.push(own);
+        let mut quiet = unit("c", 0.1, 2, 2, false);
+        quiet.pid = 4;
+        units.push(quiet);
+        let r = report(Ranking::Evidence, &["c"], units);
+        let shared: Vec<u32> = r.units.iter().filter(|u| u.shared).map(|u| u.pid).collect();
+        assert_eq!(shared.len(), 3, "{shared:?}");
+        assert_eq!(r.first().map(|u| u.pid), Some(4));
+        assert_eq!(r.units[0].pid, 4);
+        assert_eq!(r.suspects[0].pid, 4);
+        assert_eq!(r.verdict, Verdict::Anomalous);
+        // Only secondary anomalies: still anomalous, said to be so.
+        let mut only: Vec<UnitScore> = r.units.iter().filter(|u| u.pid != 4).cloned().collect();
+        for u in &mut only {
+            u.shared = false;
+        }
+        let r = report(Ranking::Evidence, &["c"], only);
+        assert_eq!(r.verdict, Verdict::Anomalous);
+        assert!(
+            r.summary.contains("no single process stands out"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.first().map(|u| u.pid), Some(5), "the earliest of them");
+    }
 }

@@ -972,4 +972,103 @@ mod tests {
         let busy = decompose(&t, 1, &e, &r, Variant::Paper000);
         assert_eq!(quiet.last(), busy.last());
     }
+
+    /// `serve` loops waiting in `wait` (a wrapper, as Python's `selectors`)
+    /// and handles each receive in `handle`; `tail` says how the trace
+    /// ends after two handled messages: `Return` (serve returns), `Hang`
+    /// (a third handler never returns), `Idle` (it dies inside `wait`).
+    fn wrapped_loop(tail: &str) -> (NodeTable, Vec<TraceEntry>, Receives, [u32; 4]) {
+        let mut t = NodeTable::default();
+        let serve = node(&mut t, NodeTable::ROOT, "", "serve");
+        let wait = node(&mut t, serve, "serve+0x8", "wait");
+        let handle = node(&mut t, serve, "serve+0x20", "handle");
+        let poll = sys_node(&mut t, wait, nr::POLL);
+        let recv = sys_node(&mut t, handle, nr::RECVFROM);
+        let mut e = vec![at(Call, serve, 1)];
+        let mut received = Vec::new();
+        let mut one = |e: &mut Vec<TraceEntry>, returns: bool| {
+            e.extend([
+                at(Call, wait, 2),
+                sys(nr::POLL, 4, poll, 2),
+                at(Return, wait, 1),
+                at(Call, handle, 2),
+            ]);
+            received.push(e.len());
+            e.push(sys(nr::RECVFROM, 4, recv, 2));
+            if returns {
+                e.push(at(Return, handle, 1));
+            }
+        };
+        one(&mut e, true);
+        one(&mut e, true);
+        match tail {
+            "Return" => e.push(at(Return, serve, 0)),
+            "Hang" => one(&mut e, false),
+            _ => e.push(at(Call, wait, 2)),
+        }
+        let receives = receive_at(e.len(), &received, "conn");
+        (t, timed(e), receives, [serve, wait, handle, poll])
+    }
+
+    /// A handler whose frame never returned before the trace ended is
+    /// open, with that frame; a thread that ends while waiting in its loop
+    /// (inside the wrapper) leaves its last unit cut, not open; one whose
+    /// loop returned leaves neither.
+    #[test]
+    fn units_that_never_completed_are_open_and_idle_ends_are_cut() {
+        let (t, e, r, [_, _, handle, _]) = wrapped_loop("Hang");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let last = units.last().expect("units");
+        assert_eq!(last.kind, UnitKind::Handler);
+        assert_eq!(last.open, [handle]);
+        assert!(!last.cut);
+        assert!(
+            units[..units.len() - 1]
+                .iter()
+                .all(|u| u.open.is_empty() && !u.cut)
+        );
+
+        let (t, e, r, _) = wrapped_loop("Idle");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let last = units.last().expect("units");
+        assert!(last.open.is_empty(), "{last:?}");
+        assert!(last.cut);
+
+        let (t, e, r, _) = wrapped_loop("Return");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        assert!(
+            units.iter().all(|u| u.open.is_empty() && !u.cut),
+            "{units:?}"
+        );
+    }
+
+    /// A 000 handler unit runs to the next receive, across the wait for
+    /// it; the wait (and what its wrapper calls) is the loop's: handler
+    /// units leave it out, so the last handler of a run (after which the
+    /// loop may or may not wait again) covers what the others cover. Each
+    /// node carries the time it first came.
+    #[test]
+    fn handler_units_leave_the_loops_waits_out() {
+        let (t, e, r, [serve, wait, handle, poll]) = wrapped_loop("Return");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let handlers: Vec<&Unit> = units
+            .iter()
+            .filter(|u| u.kind == UnitKind::Handler)
+            .collect();
+        assert_eq!(handlers.len(), 2);
+        for h in &handlers {
+            assert!(
+                !h.nodes.contains(&wait) && !h.nodes.contains(&poll),
+                "{h:?}"
+            );
+            assert!(h.nodes.contains(&serve) && h.nodes.contains(&handle));
+        }
+        assert_eq!(handlers[0].nodes, handlers[1].nodes);
+        // The initializer keeps the first wait.
+        assert!(units[0].nodes.contains(&wait));
+        let h = handlers[1];
+        assert_eq!(h.first_ns.len(), h.nodes.len());
+        assert_eq!(h.first_time(handle), Some(h.start_ns));
+        assert_eq!(h.first_time(wait), None);
+    }
 }
