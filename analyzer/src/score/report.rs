@@ -624,7 +624,20 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             ),
         });
     }
-    if let Some(near) = seen.and_then(|s| s.nearest.as_ref()) {
+    // Paths the evidence already named need no second mention.
+    let said: Vec<&String> = u
+        .evidence
+        .iter()
+        .flat_map(|e| match e {
+            Evidence::NewCall { paths, .. } | Evidence::Skipped { paths, .. } => paths.iter(),
+            _ => [].iter(),
+        })
+        .collect();
+    let new_to_say = |paths: &[String]| paths.iter().any(|p| !said.contains(&p));
+    if let Some(near) = seen
+        .and_then(|s| s.nearest.as_ref())
+        .filter(|n| new_to_say(&n.missing) || new_to_say(&n.extra))
+    {
         let mut what = Vec::new();
         if !near.missing.is_empty() {
             what.push(format!(
