@@ -219,6 +219,10 @@ struct Tracker {
     /// The parent of each process forked while recording: a child gone
     /// before `/proc` could be read had its parent's mappings.
     forked_from: BTreeMap<u32, u32>,
+    /// Processes whose last snapshot was taken at their exec: before the
+    /// dynamic loader mapped their libraries. Snapshotted again when they
+    /// fork (a child inherits what they map) or at the next tick.
+    exec_snapshots: BTreeSet<u32>,
 }
 
 impl Tracker {
@@ -239,6 +243,7 @@ impl Tracker {
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
             forked_from: BTreeMap::new(),
+            exec_snapshots: BTreeSet::new(),
         }
     }
 
@@ -265,6 +270,9 @@ impl Tracker {
                         loaded.register_sockets(lc.child_tid);
                         self.names.insert(lc.child_tid, comm_of(&lc.comm));
                         self.forked_from.insert(lc.child_tid, header.pid);
+                        if self.exec_snapshots.remove(&header.pid) {
+                            self.snapshot(header.pid, true, sink)?;
+                        }
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
@@ -285,6 +293,7 @@ impl Tracker {
                         self.names.insert(header.pid, comm_of(&lc.comm));
                         self.snapshot(header.pid, true, sink)?;
                         self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+                        self.exec_snapshots.insert(header.pid);
                     }
                     lifecycle::EXIT if lc.group_dead != 0 => {
                         self.live.remove(&header.pid);
@@ -406,6 +415,9 @@ impl Tracker {
 
     /// Writes the symbol tables of newly seen objects and kernel symbols.
     fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        for pid in std::mem::take(&mut self.exec_snapshots) {
+            self.snapshot(pid, true, sink)?;
+        }
         for path in std::mem::take(&mut self.pending_objects) {
             if !self.elf_cache.contains_key(&path) {
                 match ElfSymbols::read(&path) {
@@ -549,6 +561,7 @@ impl Session {
         // unless --no-follow.
         let usdt_wide =
             config.follow && !config.targets.iter().any(|t| matches!(t, Target::Exe(_)));
+        let mut prefetch: Vec<PathBuf> = Vec::new();
         for target in &config.targets {
             let objects = match target {
                 Target::Pid(pid) => {
@@ -583,6 +596,8 @@ impl Session {
                     TargetObjects::of_executable(&path)
                 }
             };
+            prefetch.push(objects.exe.clone());
+            prefetch.extend(objects.libs.iter().cloned());
             if !config.usdt.is_empty()
                 || !config.usdt_semaphores.is_empty()
                 || !config.usdt_empty.is_empty()
@@ -753,6 +768,18 @@ impl Session {
         let mut sink = Sink::create(&config.output, &capture_header(&config), config.chunk_bytes)?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        // The targets' objects' symbols, read now: read when their first
+        // snapshot comes, they held the drain loop for 100-200 ms while a
+        // launcher forked its daemons, whose fork records were then read
+        // after short-lived ones had gone.
+        for path in prefetch {
+            let path = path.canonicalize().unwrap_or(path);
+            if !elf_cache.contains_key(&path)
+                && let Ok(elf) = ElfSymbols::read(&path)
+            {
+                elf_cache.insert(path, elf);
+            }
+        }
         tracker.elf_cache = elf_cache;
         // Probed objects' symbols go in even if no snapshot of a process
         // catches them mapped: the analyzer can place them from the probe hits.
