@@ -663,9 +663,10 @@ fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) 
     })
 }
 
-/// When unit `u` deviated as `evidence` says: the first call it made that
-/// no learned unit made there, the outermost call it never returned from,
-/// whichever came first; its start for evidence without a moment.
+/// When unit `u` deviated as `evidence` says: its first call that no
+/// learned unit made there, the outermost call it never returned from, the
+/// caller of a call it skipped, whichever came first; for evidence without
+/// a moment (a new combination, a score, a count), that or its start.
 fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evidence]) -> u64 {
     let mut at: Option<u64> = None;
     let mut earlier = |t: Option<u64>| {
@@ -682,7 +683,19 @@ fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evide
                 }
             }
             Evidence::Open { .. } => earlier(u.open.first().and_then(|n| u.first_time(*n))),
-            _ => earlier(Some(u.start_ns)),
+            Evidence::Skipped { paths, .. } => {
+                for path in paths {
+                    let caller = path.rsplit_once(" > ").and_then(|(caller, _)| {
+                        u.nodes
+                            .iter()
+                            .find(|n| table.path_string(**n) == caller)
+                            .and_then(|n| u.first_time(*n))
+                    });
+                    earlier(caller);
+                }
+            }
+            Evidence::NoGroup | Evidence::NoModel { .. } => earlier(Some(u.start_ns)),
+            _ => {}
         }
     }
     at.unwrap_or(u.start_ns)
