@@ -399,82 +399,74 @@ fn nearest(
     ids: &[u32],
     unexpected: &[u32],
 ) -> Option<Nearest> {
-    let mine: HashSet<u32> = ids.iter().copied().collect();
-    let mut best: Option<(usize, u64, usize)> = None;
-    for (i, b) in model.behaviours.iter().enumerate() {
-        let theirs: HashSet<u32> = b.nodes.iter().copied().collect();
-        let in_theirs = |n: Option<u32>| n.is_none_or(|p| theirs.contains(&p));
-        let in_mine = |n: Option<u32>| n.is_none_or(|p| mine.contains(&p));
-        let missing = b
+    // Sorted node lists: membership by binary search.
+    let has = |set: &[u32], n: u32| set.binary_search(&n).is_ok();
+    let parent_in = |set: &[u32], n: u32| {
+        model
             .nodes
+            .get(n as usize)
+            .and_then(|m| m.parent)
+            .is_none_or(|p| has(set, p))
+    };
+    // An unexpected node's caller, as a model node (`None`: top-level).
+    let callers: Vec<(u32, Option<u32>)> = unexpected
+        .iter()
+        .filter_map(|&n| {
+            let parent = table.parent(n);
+            if parent == NodeTable::ROOT {
+                return Some((n, None));
+            }
+            model_node(model, table, parent).map(|m| (n, Some(m)))
+        })
+        .collect();
+    let differences = |b: &[u32]| {
+        let missing = b
             .iter()
-            .filter(|&&n| !mine.contains(&n) && in_mine(model.nodes[n as usize].parent))
+            .filter(|&&n| !has(ids, n) && parent_in(ids, n))
             .count();
         let extra = ids
             .iter()
-            .filter(|&&n| !theirs.contains(&n) && in_theirs(model.nodes[n as usize].parent))
+            .filter(|&&n| !has(b, n) && parent_in(b, n))
             .count();
-        // An unexpected node's caller is a model node of the unit.
-        let new = unexpected
+        let new = callers
             .iter()
-            .filter(|&&n| {
-                let parent = table.parent(n);
-                parent == NodeTable::ROOT || model_parent_in(model, table, parent, &theirs)
-            })
+            .filter(|(_, c)| c.is_none_or(|c| has(b, c)))
             .count();
-        let d = missing + extra + new;
-        if best.is_none_or(|(bd, bu, _)| d < bd || (d == bd && b.units > bu)) {
-            best = Some((d, b.units, i));
-        }
-    }
-    let (_, _, i) = best?;
-    let b = &model.behaviours[i];
-    let theirs: HashSet<u32> = b.nodes.iter().copied().collect();
-    let path = |n: u32| model.path_string(n);
-    let missing = b
-        .nodes
+        missing + extra + new
+    };
+    let (_, _, i) = model
+        .behaviours
         .iter()
-        .filter(|&&n| {
-            !mine.contains(&n)
-                && model.nodes[n as usize]
-                    .parent
-                    .is_none_or(|p| mine.contains(&p))
-        })
-        .map(|&n| path(n))
-        .collect();
+        .enumerate()
+        .map(|(i, b)| (differences(&b.nodes), std::cmp::Reverse(b.units), i))
+        .min()?;
+    let b = &model.behaviours[i];
     let mut extra: Vec<String> = ids
         .iter()
-        .filter(|&&n| {
-            !theirs.contains(&n)
-                && model.nodes[n as usize]
-                    .parent
-                    .is_none_or(|p| theirs.contains(&p))
-        })
-        .map(|&n| path(n))
+        .filter(|&&n| !has(&b.nodes, n) && parent_in(&b.nodes, n))
+        .map(|&n| model.path_string(n))
         .collect();
     extra.extend(
-        unexpected
+        callers
             .iter()
-            .filter(|&&n| {
-                let parent = table.parent(n);
-                parent == NodeTable::ROOT || model_parent_in(model, table, parent, &theirs)
-            })
-            .map(|&n| table.path_string(n)),
+            .filter(|(_, c)| c.is_none_or(|c| has(&b.nodes, c)))
+            .map(|(n, _)| table.path_string(*n)),
     );
     Some(Nearest {
         units: b.units,
-        missing,
+        missing: b
+            .nodes
+            .iter()
+            .filter(|&&n| !has(ids, n) && parent_in(ids, n))
+            .map(|&n| model.path_string(n))
+            .collect(),
         extra,
     })
 }
 
-/// Whether trial node `node` (of `table`) maps onto a model node in `set`.
-fn model_parent_in(
-    model: &CallTreeModel,
-    table: &NodeTable,
-    node: u32,
-    set: &HashSet<u32>,
-) -> bool {
+/// The model node of trial node `node` (of `table`), if the model has
+/// its whole path.
+fn model_node(model: &CallTreeModel, table: &NodeTable, node: u32) -> Option<u32> {
     // Walk the path from the root: short (call depth).
     let mut path = vec![node];
     let mut at = table.parent(node);
@@ -484,12 +476,9 @@ fn model_parent_in(
     }
     let mut parent = None;
     for n in path.into_iter().rev() {
-        match model.find(parent, table.node_key(n)) {
-            Some(m) => parent = Some(m),
-            None => return false,
-        }
+        parent = Some(model.find(parent, table.node_key(n))?);
     }
-    parent.is_some_and(|m| set.contains(&m))
+    parent
 }
 
 /// Scores every unit of `processes` (decomposed from `capture`) against
@@ -642,20 +631,10 @@ fn skipped(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Option<(Vec<Str
 /// Whether trial node `node` (of `table`), as `tree` knows it, receives
 /// from a peer in normal units: it makes a receive system call itself.
 fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) -> bool {
-    let mut path = vec![node];
-    let mut at = table.parent(node);
-    while at != NodeTable::ROOT {
-        path.push(at);
-        at = table.parent(at);
-    }
-    let mut parent = None;
-    for n in path.into_iter().rev() {
-        match tree.find(parent, table.node_key(n)) {
-            Some(m) => parent = Some(m),
-            None => return false,
-        }
-    }
-    tree.children(parent).into_iter().any(|c| {
+    let Some(m) = model_node(tree, table, node) else {
+        return false;
+    };
+    tree.children(Some(m)).into_iter().any(|c| {
         matches!(
             tree.nodes[c as usize].callee.as_str(),
             "sys:recvfrom" | "sys:recvmsg" | "sys:recvmmsg" | "sys:read" | "sys:readv"
