@@ -194,9 +194,9 @@ mod tests {
         std::fs::write(&old, br#"{"version": 1, "groups": []}"#).expect("write");
         let e = model(&old).expect_err("old");
         assert!(
-            e.to_string()
-                .contains("has format version 1, this build reads version 2")
-                && e.to_string().contains("learn or train it again"),
+            e.to_string().contains(&format!(
+                "has format version 1, this build reads version {MODEL_VERSION}"
+            )) && e.to_string().contains("learn or train it again"),
             "{e}"
         );
 
@@ -218,6 +218,7 @@ mod tests {
                 site: String::new(),
                 callee: callee.into(),
                 p_sum: 1.0,
+                models: 1,
             });
         }
         let mut model = GlobalModel::new(Variant::Paper000);

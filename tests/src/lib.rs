@@ -18,6 +18,7 @@ use analyzer::{Capture, Event, Symbolizer};
 
 pub mod fs;
 pub mod mpi;
+pub mod bugclass;
 
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
 pub fn tracer_bin() -> PathBuf {
@@ -164,7 +165,8 @@ pub fn analyzer(args: &[&str]) -> Run {
     run_bounded(&analyzer_bin(), args)
 }
 
-fn run_bounded(program: &Path, args: &[&str]) -> Run {
+/// Runs `program ARGS` to completion (bounded by 60 s).
+pub fn run_bounded(program: &Path, args: &[&str]) -> Run {
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .arg(program)
@@ -430,12 +432,15 @@ pub fn learn_calibrated(
 
 /// The ring daemons' partial-receive fault (model.rs, pyring.rs), scored
 /// with `model`: the normal `trial` run's worst unit stays under
-/// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at
-/// daemon 2) the first unit is daemon 2's handler of its connection to
-/// daemon 3, scoring 1, and a unit among the top 3 makes an unexpected call
-/// whose path contains both `closing` texts, and that unit is the earliest
-/// anomalous one. Returns the trial's worst score
-/// and the faulty run's top 3 as text.
+/// `threshold`, and nothing in it stands out; in the `faulty` run (ports
+/// from `faulty_base`, fault at daemon 2), in the papers' ranking by score,
+/// the first unit is daemon 2's handler of its connection to daemon 3,
+/// scoring 1, and a unit among the top 3 makes an unexpected call whose
+/// path contains both `closing` texts, and that unit is the earliest
+/// anomalous one; in the evidence ranking, the first unit is of the
+/// process that closed the connection (daemon 3, whose `recv_msg` has the
+/// bug). Returns the trial's worst score and the faulty run's top 3 (by
+/// score) as text.
 pub fn assert_ring_fault_localized(
     model: &analyzer::model::GlobalModel,
     scoring: analyzer::score::Scoring,
@@ -444,7 +449,7 @@ pub fn assert_ring_fault_localized(
     closing: [&str; 2],
 ) -> (f64, String) {
     use analyzer::{
-        score::{DifferenceKind, ScoreReport, score_processes},
+        score::{DifferenceKind, Ranking, ScoreReport, Verdict, score_processes},
         units::{UnitKind, decompose_capture},
     };
     let variant = model.variant;
@@ -462,19 +467,42 @@ pub fn assert_ring_fault_localized(
         "{variant:?}: a normal run scores {worst_normal}: {:?}",
         trial_scores[0]
     );
+    let trial_report = ScoreReport::new(
+        variant,
+        scoring,
+        Ranking::Evidence,
+        &["trial".to_string()],
+        trial_scores,
+    );
+    assert_eq!(
+        trial_report.verdict,
+        Verdict::NothingStandsOut,
+        "{variant:?}: {}: {:#?}",
+        trial_report.summary,
+        trial_report.first()
+    );
 
     let cap = capture(faulty);
+    let faulty_scores = score_processes(
+        model,
+        &cap,
+        "faulty",
+        &decompose_capture(&cap, variant),
+        scoring,
+    );
+    let by_evidence = ScoreReport::new(
+        variant,
+        scoring,
+        Ranking::Evidence,
+        &["faulty".to_string()],
+        faulty_scores.clone(),
+    );
     let report = ScoreReport::new(
         variant,
         scoring,
+        Ranking::Score,
         &["faulty".to_string()],
-        score_processes(
-            model,
-            &cap,
-            "faulty",
-            &decompose_capture(&cap, variant),
-            scoring,
-        ),
+        faulty_scores,
     );
     let scores = &report.units;
     let first = &scores[0];
@@ -507,6 +535,18 @@ pub fn assert_ring_fault_localized(
             d.kind == DifferenceKind::Unexpected && closing.iter().all(|c| d.path.contains(c))
         }),
         "{variant:?}: the earliest anomaly is not the closing unit: {earliest:#?}"
+    );
+    // Ranked by evidence, the process that closed the connection (whose
+    // unit came first) leads, not the neighbour that saw the reset.
+    assert_eq!(by_evidence.verdict, Verdict::Anomalous);
+    assert_eq!(
+        by_evidence.units[0].pid, earliest.pid,
+        "{variant:?}: {:#?}",
+        by_evidence.units[0]
+    );
+    assert_eq!(
+        by_evidence.first().map(|u| u.start_ns),
+        Some(earliest.start_ns)
     );
     let top = scores[..3]
         .iter()

@@ -341,6 +341,18 @@ pub fn socket_fds(pid: u32) -> Vec<u32> {
     .collect()
 }
 
+/// Whether `pid` is a process (a thread-group leader), not another thread
+/// of one: `/proc/TID` exists for threads too.
+pub fn is_process(pid: u32) -> bool {
+    read(PathBuf::from(format!("/proc/{pid}/status"))).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            == Some(pid)
+    })
+}
+
 /// Thread ids of `pid`.
 pub fn threads(pid: u32) -> Vec<u32> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -185,6 +185,17 @@ fn spawn_held(argv: &[OsString], path: &Path) -> Result<Held, RecordError> {
     })
 }
 
+/// Attaches the USDT probes for `pid`, a process a traced one forked. A
+/// failure loses that process's USDT records, not the session: it may have
+/// exited already.
+fn follow_usdt(loaded: &mut Loaded, pid: u32) {
+    match loaded.follow_usdt(pid) {
+        Err(e) => log::warn!("USDT probes not attached for forked process {pid}: {e}"),
+        Ok(true) => log::debug!("USDT semaphores held for forked process {pid}"),
+        Ok(false) => {}
+    }
+}
+
 /// Process bookkeeping while recording: which pids were seen, snapshotted,
 /// which objects' symbols were written.
 struct Tracker {
@@ -205,6 +216,13 @@ struct Tracker {
     /// Command names from lifecycle records, for processes gone too soon.
     names: BTreeMap<u32, String>,
     stubbed: HashSet<u32>,
+    /// The parent of each process forked while recording: a child gone
+    /// before `/proc` could be read had its parent's mappings.
+    forked_from: BTreeMap<u32, u32>,
+    /// Processes whose last snapshot was taken at their exec: before the
+    /// dynamic loader mapped their libraries. Snapshotted again when they
+    /// fork (a child inherits what they map) or at the next tick.
+    exec_snapshots: BTreeSet<u32>,
 }
 
 impl Tracker {
@@ -224,6 +242,8 @@ impl Tracker {
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
+            forked_from: BTreeMap::new(),
+            exec_snapshots: BTreeSet::new(),
         }
     }
 
@@ -241,25 +261,44 @@ impl Tracker {
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
+                    // Followed (a child that already exited has left the
+                    // traced set: its fork is read late).
                     lifecycle::FORK
-                        if lc.child_tid != header.pid && loaded.is_traced(lc.child_tid) =>
+                        if lc.child_tid != header.pid
+                            && (loaded.follows_children() || loaded.is_traced(lc.child_tid)) =>
                     {
                         loaded.register_sockets(lc.child_tid);
                         self.names.insert(lc.child_tid, comm_of(&lc.comm));
+                        self.forked_from.insert(lc.child_tid, header.pid);
+                        if self.exec_snapshots.remove(&header.pid) {
+                            self.snapshot(header.pid, true, sink)?;
+                        }
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
+                            if !self.infos.contains_key(&lc.child_tid) {
+                                // Gone already, or a thread: its first record
+                                // as a process, if any, writes a stub.
+                                self.snapshotted.remove(&lc.child_tid);
+                            }
+                        }
+                        if procfs::is_process(lc.child_tid) {
+                            follow_usdt(loaded, lc.child_tid);
                         }
                     }
                     // A new image: new maps.
                     lifecycle::EXEC => {
+                        // A new image: not its parent's mappings any more.
+                        self.forked_from.remove(&header.pid);
                         self.names.insert(header.pid, comm_of(&lc.comm));
                         self.snapshot(header.pid, true, sink)?;
                         self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+                        self.exec_snapshots.insert(header.pid);
                     }
                     lifecycle::EXIT if lc.group_dead != 0 => {
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
+                        loaded.unfollow_usdt(header.pid);
                     }
                     _ => {}
                 }
@@ -304,12 +343,23 @@ impl Tracker {
         };
         self.stubbed.insert(pid);
         self.comms.insert(pid, comm.clone());
+        // A forked child that did not exec has its parent's mappings: with
+        // them its calls into shared objects still symbolize.
+        let inherited = self
+            .forked_from
+            .get(&pid)
+            .and_then(|parent| self.infos.get(parent))
+            .map(|p| ProcessInfo {
+                ppid: p.pid,
+                ..p.clone()
+            })
+            .unwrap_or_default();
         sink.meta(&Meta::Process(ProcessInfo {
             pid,
             seen_ns: ts_ns,
             traced: true,
             comm: comm.clone(),
-            ..ProcessInfo::default()
+            ..inherited
         }))?;
         Ok(())
     }
@@ -345,6 +395,7 @@ impl Tracker {
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
+        self.forked_from.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;
@@ -364,6 +415,9 @@ impl Tracker {
 
     /// Writes the symbol tables of newly seen objects and kernel symbols.
     fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        for pid in std::mem::take(&mut self.exec_snapshots) {
+            self.snapshot(pid, true, sink)?;
+        }
         for path in std::mem::take(&mut self.pending_objects) {
             if !self.elf_cache.contains_key(&path) {
                 match ElfSymbols::read(&path) {
@@ -441,6 +495,8 @@ struct Resolution {
     root_pids: Vec<u32>,
     command: Option<(Vec<OsString>, PathBuf)>,
     usdt_sites: Vec<UsdtSite>,
+    /// The targets' objects, whose symbols are read before recording starts.
+    prefetch: Vec<PathBuf>,
     /// Targets added.
     targets: usize,
 }
@@ -486,6 +542,8 @@ impl Resolution {
                 TargetObjects::of_executable(&path)
             }
         };
+        self.prefetch.push(objects.exe.clone());
+        self.prefetch.extend(objects.libs.iter().cloned());
         if !config.usdt.is_empty()
             || !config.usdt_semaphores.is_empty()
             || !config.usdt_empty.is_empty()
@@ -495,7 +553,17 @@ impl Resolution {
                 .collect();
             let all = usdt::sites_of(&objects)?;
             let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
-            let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            let mut wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            // Probes held per process (no --exe target) follow its children
+            // unless --no-follow: see UsdtSite::wide.
+            let usdt_wide =
+                config.follow && !config.targets.iter().any(|t| matches!(t, Target::Exe(_)));
+            if usdt_wide {
+                for site in &mut chosen {
+                    site.wide = true;
+                }
+                wanted.extend(chosen.iter().cloned());
+            }
             let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
             for h in &holders {
                 progress(&format!(
@@ -717,11 +785,12 @@ impl Session {
         let Resolution {
             mut probes,
             empty_probes,
-            elf_cache,
+            mut elf_cache,
             enroll,
             root_pids,
             command,
             usdt_sites,
+            prefetch,
             targets: _,
         } = r;
 
@@ -808,6 +877,18 @@ impl Session {
         // 4. Mark the targets.
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        // The targets' objects' symbols, read now: read when their first
+        // snapshot comes, they held the drain loop for 100-200 ms while a
+        // launcher forked its daemons, whose fork records were then read
+        // after short-lived ones had gone.
+        for path in prefetch {
+            let path = path.canonicalize().unwrap_or(path);
+            if !elf_cache.contains_key(&path)
+                && let Ok(elf) = ElfSymbols::read(&path)
+            {
+                elf_cache.insert(path, elf);
+            }
+        }
         tracker.elf_cache = elf_cache;
         // Probed objects' symbols go in even if no snapshot of a process
         // catches them mapped: the analyzer can place them from the probe hits.

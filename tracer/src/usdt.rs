@@ -367,6 +367,12 @@ pub struct UsdtSite {
     /// Attached only to hold the semaphore at `semaphore_offset` raised:
     /// hits record nothing. Set by [`semaphore_holders`].
     pub silent: bool,
+    /// Attached for every process of the object without raising its
+    /// semaphore, which a [`semaphore_holders`] site holds per traced
+    /// process instead: a forked child inherits the raised semaphore (its
+    /// memory is a copy), so the site fires in it from its first
+    /// instruction, and the eBPF side keeps the hits of traced processes.
+    pub wide: bool,
 }
 
 impl UsdtSite {
@@ -483,6 +489,7 @@ pub fn sites_in(data: &[u8], path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
             args_text: note.args,
             string_args: 0,
             silent: false,
+            wide: false,
         });
     }
     Ok(sites)
@@ -720,7 +727,8 @@ pub fn select(
 /// The kernel wants one `ref_ctr_offset` per (file, offset): while we hold a
 /// host site, another tool attaching there with the host's own semaphore is
 /// refused (EINVAL) until we detach.
-/// `attached`: the sites probed for their records (never hosts).
+/// `attached`: the sites probed for their records (never hosts); those
+/// attached [`UsdtSite::wide`] raise no semaphore of their own.
 pub fn semaphore_holders(
     wanted: &[UsdtSite],
     all: &[UsdtSite],
@@ -729,15 +737,16 @@ pub fn semaphore_holders(
     let mut holders: Vec<UsdtSite> = Vec::new();
     let raised: Vec<(PathBuf, u64)> = attached
         .iter()
+        .filter(|s| !s.wide)
         .chain(wanted)
         .filter(|s| s.semaphore_offset != 0)
         .map(|s| (s.object.clone(), s.semaphore_offset))
         .collect();
     for want in wanted {
         if want.semaphore_offset == 0
-            || attached
-                .iter()
-                .any(|a| a.object == want.object && a.semaphore_offset == want.semaphore_offset)
+            || attached.iter().any(|a| {
+                !a.wide && a.object == want.object && a.semaphore_offset == want.semaphore_offset
+            })
             || holders
                 .iter()
                 .any(|h| h.object == want.object && h.semaphore_offset == want.semaphore_offset)
@@ -765,6 +774,7 @@ pub fn semaphore_holders(
             semaphore_offset: want.semaphore_offset,
             string_args: 0,
             silent: true,
+            wide: false,
             ..want.clone()
         });
     }

@@ -11,12 +11,14 @@
 //! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
 //!   timings (peer comparison).
 //! - `mpi-matrix`: MPI programs with faults, judged by the MPI analyses.
+//! - `model-matrix`: the bug-class suite of model-based localization.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod fuzz;
 mod fs;
+mod model_matrix;
 mod mpi;
 mod mpi_matrix;
 mod mpi_overhead;
@@ -79,6 +81,12 @@ enum Task {
     /// pinned ranks untraced and traced, interleaved (needs root, MPICH,
     /// gfortran; --neighbour adds a busy neighbour).
     MpiOverhead(mpi_overhead::OverheadArgs),
+    /// The bug-class suite of model-based localization (issue 20): every
+    /// fault class on every daemon program, at a random daemon and time,
+    /// with fresh normal runs for false alarms; per cell detection (the
+    /// earliest anomaly is in the faulty process) and top-1 (the
+    /// highest-ranked unit is). Needs root to record.
+    ModelMatrix(model_matrix::ModelMatrixArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -290,6 +298,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fs(args) => fs::run(*args),
         Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
         Task::MpiOverhead(args) => mpi_overhead::mpi_overhead(&args),
+        Task::ModelMatrix(args) => model_matrix::model_matrix(&args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -11,7 +11,7 @@ use analyzer::{
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
-    score::{NORMAL_MARGIN, ScoreReport, Scoring, calibrate, score_processes},
+    score::{Evidence, NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_processes},
     units::{Variant, decompose_capture},
 };
 use anyhow::{Context as _, bail};
@@ -117,6 +117,12 @@ enum ModelCommand {
         /// nodes (000, eq. 1-2) or edges (001).
         #[arg(long, value_enum, default_value = "nodes")]
         scoring: Scoring,
+        /// Order of the units: `evidence` puts anomalous units first,
+        /// process by process (the process that deviated first first), each
+        /// process's strongest evidence first, then the rest by score;
+        /// `score` is the papers' order, by suspect score alone.
+        #[arg(long, value_enum, default_value = "evidence")]
+        rank: Ranking,
         /// Units to show.
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -161,6 +167,62 @@ fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
     Ok(analyzer::load::model(path)?)
 }
 
+/// The short reason in a unit's table row: its strongest evidence, or
+/// the calls that weigh most in its score.
+fn why(s: &analyzer::score::UnitScore) -> String {
+    let last = |path: &str| path.rsplit(" > ").next().unwrap_or(path).to_string();
+    if let Some(e) = s.evidence.first() {
+        return match e {
+            Evidence::NoGroup | Evidence::NoModel { .. } => s.reason.clone(),
+            Evidence::NewCall { paths, .. } => format!(
+                "new call: {}",
+                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
+            ),
+            Evidence::Skipped { paths, .. } => format!(
+                "skipped: {}",
+                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
+            ),
+            Evidence::NewBehaviour { learned } => {
+                let near = s.behaviour.as_ref().and_then(|b| b.nearest.as_ref());
+                let mut what = vec![format!("never in {learned} learned units")];
+                if let Some(n) = near {
+                    what.extend(n.missing.iter().map(|p| format!("without {}", last(p))));
+                    what.extend(n.extra.iter().map(|p| format!("with {}", last(p))));
+                }
+                what.join("; ")
+            }
+            Evidence::Open {
+                frames,
+                exited,
+                waiting,
+            } => format!(
+                "never completed ({}{} in {})",
+                if *exited { "ended" } else { "capture ended" },
+                if *waiting { ", waiting" } else { "" },
+                frames.last().map_or("?".to_string(), |f| last(f))
+            ),
+            Evidence::AboveRange { .. } => "score above the normal range".to_string(),
+            Evidence::Repeated { units, peers, .. } => format!(
+                "deviated {units} times in this tree (peers: {})",
+                peers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    }
+    if !s.reason.is_empty() {
+        return s.reason.clone();
+    }
+    s.differences
+        .iter()
+        .take(2)
+        .map(|d| format!("{:?} {} (p={:.2})", d.kind, last(&d.path), d.p).to_lowercase())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn print_scores(
     out: &mut impl std::io::Write,
     report: &ScoreReport,
@@ -173,24 +235,6 @@ fn print_scores(
         "rank", "score", "normal", "process@host", "tid", "unit", "t (s)", "wall (UTC)", "peer"
     )?;
     for (i, s) in scores.iter().take(top).enumerate() {
-        let why = if s.reason.is_empty() {
-            s.differences
-                .iter()
-                .take(2)
-                .map(|d| {
-                    format!(
-                        "{:?} {} (p={:.2})",
-                        d.kind,
-                        d.path.rsplit(" > ").next().unwrap_or(&d.path),
-                        d.p
-                    )
-                    .to_lowercase()
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        } else {
-            s.reason.clone()
-        };
         writeln!(
             out,
             "{:>4} {:>6.3}{} {:>6}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
@@ -204,7 +248,7 @@ fn print_scores(
             s.t_s,
             s.wall,
             s.peer.as_deref().unwrap_or("-"),
-            why
+            why(s)
         )?;
     }
     if scores.len() > top {
@@ -216,12 +260,12 @@ fn print_scores(
     }
     writeln!(
         out,
-        "! behaviour no normal run showed: no model to match, an unexpected call, or a score more than {NORMAL_MARGIN} above the highest of normal units (\"normal\")"
+        "! behaviour no normal run showed: no model to match, a call no learned unit made there, call paths no learned unit had together, a unit that never completed, a score more than {NORMAL_MARGIN} above the highest of held-out normal units (\"normal\"), or a process deviating again and again where its peers do not"
     )?;
-    if scores.iter().all(|s| s.normal.is_none()) {
+    if !report.calibrated {
         writeln!(
             out,
-            "  (no normal ranges: the model was learned from one capture or with --no-calibrate)"
+            "  (no normal ranges: the model was learned from one capture or with --no-calibrate; only new calls and units with no model count)"
         )?;
     }
     let describe = |i: usize| {
@@ -243,6 +287,7 @@ fn print_scores(
                 .unwrap_or_default()
         )
     };
+    writeln!(out, "verdict: {}", report.summary)?;
     for e in &report.earliest {
         match e.unit {
             Some(i) => writeln!(out, "earliest anomaly in {}: {}", e.capture, describe(i))?,
@@ -257,6 +302,31 @@ fn print_scores(
             "earliest anomaly of all captures (by wall clock): {}",
             describe(i)
         )?;
+    }
+    if !report.explanation.is_empty() {
+        writeln!(out, "why:")?;
+        for line in &report.explanation {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    if report.suspects.len() > 1 {
+        writeln!(
+            out,
+            "processes with anomalous units, the first to deviate first:"
+        )?;
+        for s in &report.suspects {
+            writeln!(
+                out,
+                "  {}[{}]@{}: {} of {} units, first at rank {} ({:.3} s)",
+                s.comm,
+                s.pid,
+                s.host,
+                s.anomalous,
+                s.units,
+                s.first + 1,
+                report.units[s.first].t_s
+            )?;
+        }
     }
     Ok(())
 }
@@ -448,6 +518,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             model,
             captures,
             scoring,
+            rank,
             top,
             json,
             svg,
@@ -462,7 +533,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 scores.extend(score_processes(&model, &cap, &name, &processes, scoring));
                 names.push(name);
             }
-            let report = ScoreReport::new(model.variant, scoring, &names, scores);
+            let report = ScoreReport::new(model.variant, scoring, rank, &names, scores);
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {

@@ -269,6 +269,8 @@ mod tests {
             t_s: 0.0,
             wall: String::new(),
             wall_ns: 0,
+            deviated_wall_ns: 0,
+            deviated_s: 0.0,
             capture: "live".into(),
             role: "main".into(),
             connection: None,
@@ -278,6 +280,13 @@ mod tests {
             anomalous: false,
             reason: reason.into(),
             differences: Vec::new(),
+            evidence: Vec::new(),
+            behaviour: None,
+            open: Vec::new(),
+            exited: false,
+            cut: false,
+            shared: false,
+            group: None,
         }
     }
 
@@ -309,7 +318,7 @@ mod tests {
     fn bad_input_is_answered_not_fatal() {
         use tracer_common::live::{FileRef, write_request};
         let mut pipe = Vec::new();
-        let model = br#"{"version":2,"variant":"000","groups":[{"signature":[],"processes":1,"examples":[],"initializer":{},"finalizer":{},"pre_process":{},"post_process":{},"handlers":{"c":{"models":1,"units":1,"nodes":[{"parent":5,"site":"","callee":"a","p_sum":1.0}]}}}],"sources":[]}"#;
+        let model = br#"{"version":3,"variant":"000","groups":[{"signature":[],"processes":1,"examples":[],"initializer":{},"finalizer":{},"pre_process":{},"post_process":{},"handlers":{"c":{"models":1,"units":1,"nodes":[{"parent":5,"site":"","callee":"a","p_sum":1.0}]}}}],"sources":[]}"#;
         write_request(
             &mut pipe,
             &Request::Setup {

@@ -14,13 +14,14 @@ mod tree;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-pub use tree::{CallTreeModel, ModelNode, NormalRange};
+pub use tree::{Behaviour, CallTreeModel, MAX_BEHAVIOURS, ModelNode, NormalRange};
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
 
 /// Version of the serialized model. 2: initializer, finalizer and pre/post
-/// trees per thread role.
-pub const MODEL_VERSION: u32 = 2;
+/// trees per thread role. 3: each tree's behaviours (the call-path sets its
+/// units showed, and how often) and their normal ranges.
+pub const MODEL_VERSION: u32 = 3;
 
 /// Trees of one unit kind by key: thread role for initializers,
 /// finalizers and pre/post-processing, connection for handlers.

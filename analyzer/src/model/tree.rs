@@ -1,6 +1,8 @@
 //! A call-tree model: nodes keyed by their path of (call site, callee), each
 //! with the summed coverage probability of the process models merged in.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::units::{DISPLAY_FRAMES, NodeKey, NodeTable, Unit};
@@ -49,11 +51,18 @@ pub struct ModelNode {
     pub callee: String,
     /// Sum over merged process models of `p = n_g / n_f`.
     pub p_sum: f64,
+    /// Process models that had this node: a node's mean probability is
+    /// over the models that had its caller (000 §2.4: the mean of the
+    /// original nodes), not over models that never made the caller.
+    #[serde(default)]
+    pub models: u32,
 }
 
-/// The highest scores of normal units held out of the model they were
-/// scored against (cross-validation over the learned captures): a trial
-/// unit above them behaves as no normal unit did.
+/// What normal units held out of the model they were scored against did
+/// (cross-validation over the learned captures): their highest scores, how
+/// many showed call paths the other runs had not, how many never
+/// completed, and how many deviating units one process had at most. A trial
+/// unit beyond them behaves as no normal unit did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NormalRange {
     /// Highest node score (000 eq. 1–2).
@@ -62,6 +71,18 @@ pub struct NormalRange {
     pub edges: f64,
     /// Held-out units scored.
     pub units: u64,
+    /// Held-out units whose call paths no unit of the other runs had (a
+    /// new call, or a new combination): 0 means every normal unit matched
+    /// a behaviour of some other run.
+    #[serde(default)]
+    pub novel: u64,
+    /// Held-out units that never completed.
+    #[serde(default)]
+    pub open: u64,
+    /// The most deviating units (new call paths, or learned ones more
+    /// often than any learned process had them) of one held-out process.
+    #[serde(default)]
+    pub deviating_per_process: u32,
 }
 
 impl NormalRange {
@@ -73,6 +94,27 @@ impl NormalRange {
     }
 }
 
+/// One behaviour of a tree's learned units: the exact set of call paths a
+/// unit covered. Node probabilities say how often each call was made; the
+/// behaviours say which combinations occurred, so a unit can be told apart
+/// from every normal one even when each of its calls, taken alone, is
+/// common (a handler that neither handles the message nor closes the
+/// connection, where normal units do one or the other).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Behaviour {
+    /// Model nodes covered, ascending.
+    pub nodes: Vec<u32>,
+    /// Learned units that covered exactly these nodes.
+    pub units: u64,
+    /// The most units of one learned process that did.
+    pub max_per_process: u32,
+}
+
+/// Distinct behaviours kept per tree; units of further ones are counted in
+/// [`CallTreeModel::unlisted`]. A tree with that many is too varied for
+/// "never seen" to mean anything, and its JSON stays bounded.
+pub const MAX_BEHAVIOURS: usize = 256;
+
 /// A call-tree model of one unit kind or connection.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallTreeModel {
@@ -82,6 +124,15 @@ pub struct CallTreeModel {
     pub units: u64,
     /// Nodes; parents come before their children.
     pub nodes: Vec<ModelNode>,
+    /// The distinct behaviours of the learned units, most frequent first
+    /// after [`CallTreeModel::prepare`].
+    #[serde(default)]
+    pub behaviours: Vec<Behaviour>,
+    /// Learned units whose behaviour is not in `behaviours` (beyond
+    /// [`MAX_BEHAVIOURS`]): while non-zero, an unlisted behaviour may have
+    /// been seen.
+    #[serde(default)]
+    pub unlisted: u64,
     /// How high normal units score against this tree, when calibrated
     /// (`model learn` on several captures); any change to the tree drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +146,8 @@ pub struct CallTreeModel {
     index: rustc_hash::FxHashMap<(Option<u32>, u32, u32), u32>,
     #[serde(skip)]
     children: Vec<Vec<u32>>,
+    #[serde(skip)]
+    behaviour_index: HashMap<Vec<u32>, u32>,
 }
 
 /// The id of `s` in `strings`, added when new.
@@ -167,9 +220,54 @@ impl CallTreeModel {
         Ok(())
     }
 
-    /// Indexes the tree for lookups (after deserializing).
+    /// Indexes the tree for lookups (after deserializing). Behaviours that
+    /// name nodes the tree lacks (a damaged file) are dropped.
     pub fn prepare(&mut self) {
         self.rebuild_index();
+        let n = self.nodes.len() as u32;
+        self.behaviours
+            .retain(|b| b.nodes.iter().all(|&id| id < n) && b.nodes.is_sorted());
+        self.rebuild_behaviours();
+    }
+
+    fn rebuild_behaviours(&mut self) {
+        if self.behaviour_index.len() == self.behaviours.len() {
+            return;
+        }
+        self.behaviour_index = self
+            .behaviours
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.nodes.clone(), i as u32))
+            .collect();
+    }
+
+    /// The behaviour covering exactly `nodes` (model node ids, ascending).
+    pub fn behaviour(&self, nodes: &[u32]) -> Option<u32> {
+        self.behaviour_index.get(nodes).copied()
+    }
+
+    /// Adds `units` learned units with the behaviour `nodes`, at most
+    /// `per_process` of them from one process.
+    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32) {
+        self.rebuild_behaviours();
+        match self.behaviour_index.get(&nodes) {
+            Some(&i) => {
+                let b = &mut self.behaviours[i as usize];
+                b.units += units;
+                b.max_per_process = b.max_per_process.max(per_process);
+            }
+            None if self.behaviours.len() < MAX_BEHAVIOURS => {
+                self.behaviour_index
+                    .insert(nodes.clone(), self.behaviours.len() as u32);
+                self.behaviours.push(Behaviour {
+                    nodes,
+                    units,
+                    max_per_process: per_process,
+                });
+            }
+            None => self.unlisted += units,
+        }
     }
 
     fn node_id(&mut self, parent: Option<u32>, key: &NodeKey) -> u32 {
@@ -183,6 +281,7 @@ impl CallTreeModel {
             site: key.site.clone(),
             callee: key.callee.clone(),
             p_sum: 0.0,
+            models: 0,
         });
         let ids = (
             parent,
@@ -214,12 +313,22 @@ impl CallTreeModel {
         }
     }
 
-    /// Mean probability of `node`.
+    /// Mean probability of `node` over the process models that had its
+    /// caller (all of them for a top-level node).
     pub fn p(&self, node: u32) -> f64 {
-        if self.models == 0 {
+        let Some(n) = self.nodes.get(node as usize) else {
+            return 0.0;
+        };
+        let callers = n
+            .parent
+            .and_then(|p| self.nodes.get(p as usize))
+            .map_or(self.models, |p| p.models);
+        // Models written without per-node counts: all of them.
+        let callers = if callers == 0 { self.models } else { callers };
+        if callers == 0 {
             return 0.0;
         }
-        self.nodes[node as usize].p_sum / f64::from(self.models)
+        (n.p_sum / f64::from(callers)).min(1.0)
     }
 
     /// The path of `node` for people: the frames nearest to it, as
@@ -298,9 +407,29 @@ impl CallTreeModel {
             };
             let id = self.node_id(model_parent, table.node_key(n));
             mapped.insert(n, id);
+            self.nodes[id as usize].models += 1;
             if n_f > 0.0 {
                 self.nodes[id as usize].p_sum += f64::from(counts[&n]) / n_f;
             }
+        }
+        // Each unit's behaviour: its nodes as model nodes (every node's
+        // parent is in the unit, so every node was mapped).
+        let mut behaviours: HashMap<Vec<u32>, u32> = HashMap::new();
+        for u in units {
+            let mut ids: Vec<u32> = u
+                .nodes
+                .iter()
+                .filter_map(|n| mapped.get(n).copied())
+                .collect();
+            ids.sort_unstable();
+            *behaviours.entry(ids).or_default() += 1;
+        }
+        let mut behaviours: Vec<(Vec<u32>, u32)> = behaviours.into_iter().collect();
+        // Most frequent first, then by nodes: the kept set does not depend
+        // on hash order when the cap is reached.
+        behaviours.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        for (ids, count) in behaviours {
+            self.add_behaviour(ids, u64::from(count), count);
         }
         self.models += 1;
         self.units += units.len() as u64;
@@ -327,8 +456,19 @@ impl CallTreeModel {
                 },
             );
             self.nodes[id as usize].p_sum += n.p_sum;
+            self.nodes[id as usize].models += n.models;
             mapped.push(id);
         }
+        for b in &other.behaviours {
+            let mut ids: Vec<u32> = b
+                .nodes
+                .iter()
+                .filter_map(|&n| mapped.get(n as usize).copied())
+                .collect();
+            ids.sort_unstable();
+            self.add_behaviour(ids, b.units, b.max_per_process);
+        }
+        self.unlisted += other.unlisted;
         self.models += other.models;
         self.units += other.units;
         self.normal = None;
@@ -349,12 +489,16 @@ mod tests {
             tid: 1,
             start_ns: 0,
             end_ns: 0,
+            first_ns: vec![0; nodes.len()],
             nodes,
             connection: None,
             fd: None,
             peer: None,
             entries: (0, 0),
             role: "main".into(),
+            open: Vec::new(),
+            exited: false,
+            cut: false,
         }
     }
 

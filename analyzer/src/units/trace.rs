@@ -19,7 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use rustc_hash::FxHashMap;
 use tracer_common::{
     capture::RawRecords,
-    record::{FuncEntry, FuncReturn, Header, Pod as _, Syscall, UsdtHit, UsdtString, kind},
+    record::{
+        FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit, UsdtString, kind,
+        lifecycle,
+    },
     syscall::nr,
 };
 
@@ -240,6 +243,8 @@ pub struct ThreadTraces {
     pub pairs: HashMap<(u32, usize), (i32, i32)>,
     /// Peer addresses of connect/accept entries, by (tid, index).
     pub peers: HashMap<(u32, usize), String>,
+    /// Threads whose exit was recorded, with its time.
+    pub exited: BTreeMap<u32, u64>,
 }
 
 /// What [`thread_traces`] takes from one event.
@@ -381,6 +386,7 @@ struct ProcessBuilder {
     pairs: HashMap<(u32, usize), (i32, i32)>,
     threads: Vec<(u32, ThreadBuilder)>,
     thread_index: FxHashMap<u32, usize>,
+    exited: BTreeMap<u32, u64>,
     /// (tid, index into `threads`) of the last record: runs of one thread's
     /// records skip the lookup.
     last_thread: Option<(u32, usize)>,
@@ -608,6 +614,7 @@ impl ProcessBuilder {
                 .collect(),
             peers: self.peers,
             pairs: self.pairs,
+            exited: self.exited,
         }
     }
 }
@@ -669,6 +676,12 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
     })
 }
 
+/// The thread of an exit lifecycle record.
+fn exit_of(header: &Header, bytes: &[u8]) -> Option<u32> {
+    let rec = Lifecycle::read_from(bytes)?;
+    (rec.event == lifecycle::EXIT).then_some(header.tid)
+}
+
 /// Every record of `capture` as (header, bytes); damaged chunks end early
 /// (the decoder reports them; traces use what is readable).
 fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
@@ -728,6 +741,12 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 in_order = false;
                 break;
             }
+        } else if header.kind == kind::LIFECYCLE {
+            if let Some(tid) = exit_of(&header, bytes) {
+                builder(&mut current, &mut processes, header.pid)
+                    .exited
+                    .insert(tid, header.ts_ns);
+            }
         } else if roles.is_empty() {
             // No USDT probes: nothing else builds traces.
         } else if header.kind == kind::USDT {
@@ -749,6 +768,7 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
+        let mut exits: Vec<(u32, u32, u64)> = Vec::new();
         // Strings resolve in ring order, before the per-thread sort: a
         // pointer's text is sent once per process, by whichever thread.
         strings = UsdtStrings::default();
@@ -761,7 +781,14 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 }
             } else if header.kind == kind::USDT_STRING {
                 strings.record(bytes);
+            } else if header.kind == kind::LIFECYCLE
+                && let Some(tid) = exit_of(&header, bytes)
+            {
+                exits.push((header.pid, tid, header.ts_ns));
             }
+        }
+        for (pid, tid, t) in exits {
+            processes.entry(pid).or_default().exited.insert(tid, t);
         }
         let mut raw: Vec<_> = raw.into_iter().collect();
         raw.sort_unstable_by_key(|(k, _)| *k);
@@ -781,6 +808,8 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     }
     processes
         .into_iter()
+        // A process seen only exiting made no traced call.
+        .filter(|(_, p)| !p.threads.is_empty())
         .map(|(pid, p)| (pid, p.finish()))
         .collect()
 }
