@@ -73,6 +73,9 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// Recorder command line, stored in the header.
     pub argv: Vec<String>,
+    /// Directories searched for the separate debug files of stripped
+    /// objects before `$EFTRACE_DEBUG_DIRS` and `/usr/lib/debug`.
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl Default for RecordConfig {
@@ -97,6 +100,7 @@ impl Default for RecordConfig {
             duration: None,
             output: PathBuf::from("trace.capture"),
             argv: Vec::new(),
+            debug_dirs: Vec::new(),
         }
     }
 }

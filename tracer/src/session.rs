@@ -26,7 +26,7 @@ use tracer_common::{
 };
 
 use crate::{
-    elf::{ElfSymbols, file_offset},
+    elf::{ElfCache, file_offset},
     loader::{LoadOptions, Loaded},
     procfs::{self, ProcError},
     record::{RecordConfig, RecordError, Summary, Target, kind_name},
@@ -190,7 +190,7 @@ fn spawn_held(argv: &[OsString], path: &Path) -> Result<Held, RecordError> {
 struct Tracker {
     snapshotted: HashSet<u32>,
     objects_written: HashSet<String>,
-    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    elf_cache: ElfCache,
     kernel_ips: BTreeSet<u64>,
     kernel_written: HashSet<u64>,
     kallsyms: Option<Vec<(u64, String)>>,
@@ -212,7 +212,7 @@ impl Tracker {
         Self {
             snapshotted: HashSet::new(),
             objects_written: HashSet::new(),
-            elf_cache: BTreeMap::new(),
+            elf_cache: ElfCache::default(),
             kernel_ips: BTreeSet::new(),
             kernel_written: HashSet::new(),
             kallsyms: None,
@@ -350,7 +350,7 @@ impl Tracker {
             sink.meta(&Meta::Process(info.clone()))?;
         }
         for path in &self.objects_written {
-            if let Some(elf) = self.elf_cache.get(Path::new(path)) {
+            if let Some(elf) = self.elf_cache.cached(Path::new(path)) {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
@@ -365,18 +365,10 @@ impl Tracker {
     /// Writes the symbol tables of newly seen objects and kernel symbols.
     fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
         for path in std::mem::take(&mut self.pending_objects) {
-            if !self.elf_cache.contains_key(&path) {
-                match ElfSymbols::read(&path) {
-                    Ok(elf) => {
-                        self.elf_cache.insert(path.clone(), elf);
-                    }
-                    Err(e) => {
-                        log::debug!("no symbols for {}: {e}", path.display());
-                        continue;
-                    }
-                }
+            match self.elf_cache.get(&path) {
+                Ok(elf) => sink.meta(&Meta::Object(elf.table.clone()))?,
+                Err(e) => log::debug!("no symbols for {}: {e}", path.display()),
             }
-            sink.meta(&Meta::Object(self.elf_cache[&path].table.clone()))?;
         }
         self.write_kernel_symbols(sink)
     }
@@ -498,7 +490,7 @@ impl Session {
         // 1. Resolve every target and the functions to probe, before touching the kernel.
         let mut probes = Vec::new();
         let mut empty_probes = Vec::new();
-        let mut elf_cache = BTreeMap::new();
+        let mut elf_cache = ElfCache::new(&config.debug_dirs);
         let mut enroll = Vec::new();
         let mut root_pids = Vec::new();
         let mut command = None;
@@ -516,7 +508,7 @@ impl Session {
                     let path = path
                         .canonicalize()
                         .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
-                    let elf = ElfSymbols::read(&path)?;
+                    let elf = elf_cache.get(&path)?;
                     let entry = file_offset(&elf.table.segments, elf.entry).ok_or(
                         TargetError::NoSegment {
                             object: path.display().to_string(),

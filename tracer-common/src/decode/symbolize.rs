@@ -300,6 +300,7 @@ mod tests {
                 filesz: 0x2000,
             }],
             symbols: syms(),
+            ..Default::default()
         };
         let bias = 0x5555_0000_0000;
         let entry = FuncEntry {

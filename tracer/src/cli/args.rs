@@ -37,7 +37,7 @@ pub enum Command {
     /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
     /// process has exited, then prints a summary with any records lost.
     #[command(verbatim_doc_comment)]
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Print a capture's events, symbolized, and a summary.
     #[command(alias = "dump")]
     Replay(ReplayArgs),
@@ -156,10 +156,18 @@ pub struct RecordArgs {
     #[arg(long = "exe", value_name = "PATH")]
     pub exes: Vec<PathBuf>,
     /// Trace calls of functions matching [OBJECT:]GLOB, searched in .symtab and
-    /// .dynsym. Without OBJECT, the target's executable; OBJECT names a loaded
+    /// .dynsym (and in the .symtab of a stripped object's separate debug
+    /// file, see --debug-dir). Without OBJECT, the target's executable; OBJECT names a loaded
     /// shared object by file name or prefix (libc, libmpich.so.12). Repeatable.
     #[arg(short, long = "functions", value_name = "PATTERN")]
     pub functions: Vec<String>,
+    /// Also look for the separate debug files of stripped objects in DIR
+    /// (by build id, `DIR/.build-id/xx/yyyy.debug`, and by .gnu_debuglink
+    /// name), before $EFTRACE_DEBUG_DIRS and /usr/lib/debug. A stripped
+    /// object's functions can be named with --functions when its debug file
+    /// is found; captures keep the symbols either way. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
     /// Like --functions, and also record the first six integer arguments of each call.
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
     pub args: Vec<String>,
@@ -289,6 +297,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             duration: a.duration,
             output: a.output,
             argv: std::env::args().collect(),
+            debug_dirs: a.debug_dirs,
             ..RecordConfig::default()
         })
     }
@@ -322,7 +331,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         assert_eq!(
             config.targets,
             vec![Target::Command(vec!["/bin/true".into(), "x".into()])]
@@ -336,7 +345,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
         assert_eq!(usdt, tracer::usdt::PYTHON_PROBES);
         let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
@@ -345,6 +354,6 @@ mod tests {
         let Command::Record(rec) = bad.command else {
             panic!("record expected")
         };
-        assert!(RecordConfig::try_from(rec).is_err(), "string arg index 9");
+        assert!(RecordConfig::try_from(*rec).is_err(), "string arg index 9");
     }
 }

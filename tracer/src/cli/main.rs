@@ -355,7 +355,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.verbose);
     let result = match args.command {
-        Command::Record(a) => run_record(a),
+        Command::Record(a) => run_record(*a),
         Command::Replay(a) => run_replay(a),
         Command::ListUsdt(a) => run_list_usdt(a),
         Command::Agent(a) => run_agent(a),
