@@ -33,6 +33,35 @@ impl std::fmt::Display for Location<'_> {
     }
 }
 
+/// A user address placed in its object (see [`Symbolizer::user_object`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectAddress<'a> {
+    /// Object path, as mapped.
+    pub object: &'a str,
+    /// The object's symbol table from the capture, when it has one.
+    pub table: Option<&'a ObjectSymbols>,
+    /// Address in the object as its ELF file numbers it (what DWARF and
+    /// symbol tables use), when the object's segments are known.
+    pub vaddr: Option<u64>,
+    /// Offset in the object's file, when known.
+    pub file_offset: Option<u64>,
+}
+
+/// The function of `table` containing object address `vaddr`, or the bare
+/// address when none does.
+pub fn locate_in(table: &ObjectSymbols, vaddr: u64) -> Location<'_> {
+    locate(&table.path, table, vaddr)
+}
+
+/// File offset of object address `vaddr`, from the object's segments.
+fn segment_offset(table: &ObjectSymbols, vaddr: u64) -> Option<u64> {
+    table
+        .segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
+}
+
 struct Mapping {
     start: u64,
     end: u64,
@@ -194,6 +223,48 @@ impl<'a> Symbolizer<'a> {
         Some(locate(object, table, vaddr))
     }
 
+    /// The object user address `addr` of process `pid` is in, and where in
+    /// it: what a DWARF lookup needs (the analyzer's `debuginfo`). `None`
+    /// for addresses outside every known mapping and for the uretprobe
+    /// trampoline. Same placement rules as [`Symbolizer::user`].
+    pub fn user_object(&self, pid: u32, addr: u64) -> Option<ObjectAddress<'a>> {
+        if is_uretprobe_trampoline(addr) {
+            return None;
+        }
+        let map = self
+            .maps
+            .get(&pid)
+            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end));
+        let Some(map) = map else {
+            let anchor = self
+                .anchors()
+                .get(&pid)?
+                .iter()
+                .find(|a| addr >= a.start && addr < a.end)?;
+            let vaddr = addr.wrapping_sub(anchor.bias);
+            return Some(ObjectAddress {
+                object: anchor.object,
+                table: Some(anchor.table),
+                vaddr: Some(vaddr),
+                file_offset: segment_offset(anchor.table, vaddr),
+            });
+        };
+        let (object, table) = self.objects[map.object];
+        let file_offset = (addr - map.start).checked_add(map.offset)?;
+        let vaddr = table.and_then(|t| {
+            t.segments
+                .iter()
+                .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
+                .map(|s| file_offset - s.offset + s.vaddr)
+        });
+        Some(ObjectAddress {
+            object,
+            table,
+            vaddr,
+            file_offset: Some(file_offset),
+        })
+    }
+
     /// The location of kernel address `addr`.
     pub fn kernel(&self, addr: u64) -> Option<Location<'a>> {
         let idx = self
@@ -339,6 +410,12 @@ mod tests {
         let sym = Symbolizer::new(&capture);
         let site = sym.user(42, bias + 0x1004).expect("placed");
         assert_eq!((site.symbol, site.offset), (Some("a"), 4));
+        let placed = sym.user_object(42, bias + 0x1004).expect("placed");
+        assert_eq!(
+            (placed.object, placed.vaddr, placed.file_offset),
+            ("/bin/app", Some(0x1004), Some(0x1004))
+        );
+        assert_eq!(sym.user_object(42, 0x7fff_ffff_e010), None, "trampoline");
         assert_eq!(sym.user(42, bias + 0x9000), None, "outside the object");
         assert_eq!(sym.user(43, bias + 0x1004), None, "another process");
     }
