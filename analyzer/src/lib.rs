@@ -14,6 +14,7 @@
 
 pub mod automaded;
 pub mod debuginfo;
+pub mod export;
 /// Decoding captures is defined beside the capture format, in `tracer-common`.
 pub use tracer_common::decode;
 pub mod live;

@@ -205,6 +205,8 @@ struct Tracker {
     /// Command names from lifecycle records, for processes gone too soon.
     names: BTreeMap<u32, String>,
     stubbed: HashSet<u32>,
+    /// When each process was last snapshotted again for an unmapped sample.
+    remapped: BTreeMap<u32, u64>,
 }
 
 impl Tracker {
@@ -224,6 +226,7 @@ impl Tracker {
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
+            remapped: BTreeMap::new(),
         }
     }
 
@@ -266,9 +269,13 @@ impl Tracker {
             }
         } else if header.kind == kind::SAMPLE
             && let Some(s) = record::Sample::read_from(bytes)
-            && s.kernel_ip != 0
         {
-            self.kernel_ips.insert(s.kernel_ip);
+            if s.kernel_ip != 0 {
+                self.kernel_ips.insert(s.kernel_ip);
+            }
+            if s.user_ip != 0 {
+                self.remap_if_unmapped(header.pid, s.user_ip, header.ts_ns, sink)?;
+            }
         }
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
             let traced = (header.kind != kind::SAMPLE && header.kind != kind::TCP_RETRANSMIT)
@@ -289,6 +296,36 @@ impl Tracker {
             }
         }
         Ok(())
+    }
+
+    /// Snapshots `pid` again when it ran code at `ip` outside every mapping
+    /// of its last snapshot: a library mapped since (a command target is
+    /// snapshotted at its exec, before the dynamic loader maps libc; a
+    /// `dlopen`), whose symbols the capture then holds too. At most once a
+    /// second per process, as code no file backs (JIT) stays unmapped.
+    fn remap_if_unmapped(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        ts_ns: u64,
+        sink: &mut Sink,
+    ) -> Result<(), RecordError> {
+        let Some(info) = self.infos.get(&pid) else {
+            return Ok(());
+        };
+        if info.maps.iter().any(|m| ip >= m.start && ip < m.end) {
+            return Ok(());
+        }
+        if self
+            .remapped
+            .get(&pid)
+            .is_some_and(|t| ts_ns.saturating_sub(*t) < 1_000_000_000)
+        {
+            return Ok(());
+        }
+        self.remapped.insert(pid, ts_ns);
+        let traced = info.traced;
+        self.snapshot(pid, traced, sink)
     }
 
     /// A process that exited before `/proc` could be read still gets a
@@ -345,6 +382,7 @@ impl Tracker {
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
+        self.remapped.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;

@@ -17,6 +17,7 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod export;
 mod mpi;
 mod peers;
 mod tasks;
@@ -25,8 +26,45 @@ mod tasks;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
 struct Args {
+    /// No progress bars and no notes on standard error (errors and warnings
+    /// still print). Progress is drawn only on a terminal anyway.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the analyzer talks to a person on standard error.
+pub(crate) struct Ui {
+    quiet: bool,
+}
+
+impl Ui {
+    /// A progress bar over `len` steps, drawn on standard error only when it
+    /// is a terminal, not `--quiet`, and there are several steps.
+    pub(crate) fn bar(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        if self.quiet || len < 2 {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(len),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta}) {wide_msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(what.to_string());
+        bar
+    }
+
+    /// A line for a person on standard error (not with `--quiet`).
+    pub(crate) fn say(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +103,27 @@ enum Command {
     Mpi(mpi::MpiCommand),
     #[command(subcommand, about = tasks::ABOUT, long_about = tasks::LONG_ABOUT)]
     Tasks(tasks::TasksCommand),
+    /// Write captures as files other tools read: pprof profiles, folded
+    /// stacks, flame graph SVGs, Perfetto/Chrome traces, Parquet tables.
+    Export(Box<export::ExportArgs>),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   analyzer completions bash > /usr/local/share/bash-completion/completions/analyzer
+    ///   analyzer completions zsh > /usr/local/share/zsh/site-functions/_analyzer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -142,6 +201,29 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
 
 fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
     Ok(analyzer::load::model(path)?)
+}
+
+/// Scores the units of `captures` against `model` into a ranked report.
+pub(crate) fn score_captures(
+    model: &GlobalModel,
+    captures: &[PathBuf],
+    scoring: Scoring,
+    ui: &Ui,
+) -> anyhow::Result<ScoreReport> {
+    let bar = ui.bar(captures.len() as u64, "scoring");
+    let mut scores = Vec::new();
+    let mut names = Vec::with_capacity(captures.len());
+    for path in captures {
+        bar.set_message(path.display().to_string());
+        let cap = open(path)?;
+        let processes = decompose_capture(&cap, model.variant);
+        let name = path.display().to_string();
+        scores.extend(score_processes(model, &cap, &name, &processes, scoring));
+        names.push(name);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(ScoreReport::new(model.variant, scoring, &names, scores))
 }
 
 fn print_scores(
@@ -301,7 +383,18 @@ fn scores_svg(report: &ScoreReport) -> String {
 fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let ui = &Ui { quiet: args.quiet };
     match args.command {
+        Command::Export(a) => export::run(*a, ui)?,
+        Command::Completions { shell } => {
+            let mut cmd = <Args as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "analyzer", &mut out);
+        }
+        Command::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(<Args as clap::CommandFactory>::command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
         Command::Mpi(cmd) => mpi::run(cmd, &mut out)?,
         Command::Tasks(cmd) => tasks::run(cmd, &mut out)?,
         Command::Events { capture, json } => {
@@ -375,7 +468,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             let base = merge.is_some().then(|| model.clone());
             let mut processes = 0;
             let mut runs = Vec::with_capacity(captures.len());
+            let bar = ui.bar(captures.len() as u64, "learning");
             for path in &captures {
+                bar.set_message(path.display().to_string());
+                bar.inc(1);
                 let cap = open(path)?;
                 let run = decompose_capture(&cap, variant);
                 for p in &run {
@@ -387,10 +483,15 @@ fn run(args: Args) -> anyhow::Result<()> {
                     runs.push(run);
                 }
             }
+            bar.finish_and_clear();
             let calibration = if no_calibrate {
                 None
             } else {
-                Some(calibrate(&mut model, base.as_ref(), &runs))
+                let spinner = ui.bar(2, "calibrating (held-out folds)");
+                spinner.tick();
+                let c = calibrate(&mut model, base.as_ref(), &runs);
+                spinner.finish_and_clear();
+                Some(c)
             };
             let json = serde_json::to_vec(&model)?;
             std::fs::write(&output, &json)
@@ -434,16 +535,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             svg,
         }) => {
             let model = load_model(&model)?;
-            let mut scores = Vec::new();
-            let mut names = Vec::with_capacity(captures.len());
-            for path in &captures {
-                let cap = open(path)?;
-                let processes = decompose_capture(&cap, model.variant);
-                let name = path.display().to_string();
-                scores.extend(score_processes(&model, &cap, &name, &processes, scoring));
-                names.push(name);
-            }
-            let report = ScoreReport::new(model.variant, scoring, &names, scores);
+            let report = score_captures(&model, &captures, scoring, ui)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {
@@ -461,7 +553,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Peers(command) => peers::run(command, &mut out)?,
+        Command::Peers(command) => peers::run(command, &mut out, ui)?,
     }
     out.flush()?;
     Ok(())

@@ -1,0 +1,399 @@
+//! Trace-event JSON
+//! ([format](https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU)),
+//! which Perfetto's UI (ui.perfetto.dev, offline too) and chrome://tracing
+//! open:
+//!
+//! - a complete slice (`"ph":"X"`) per traced call (functions and Python
+//!   functions), nested by time on its thread, with the call site and, when
+//!   debug information is present, its source line; calls whose return was
+//!   never seen end at the next return below them (`"return_lost"`), calls
+//!   still open when recording stopped end there (`"open_at_stop"`);
+//! - a slice per recorded system call (socket, wait and I/O calls), with its
+//!   descriptor, result and peer address;
+//! - instant events (`"ph":"i"`) for forks, execs and exits (on their
+//!   thread), TCP retransmissions (global: the kernel sends them on behalf
+//!   of a socket, not from the thread that happens to run) and other USDT
+//!   probes;
+//! - names of processes (`comm[pid]@host`) and threads (`"ph":"M"`).
+//!
+//! Times are microseconds since the earliest capture's start (its wall-clock
+//! time is in `otherData.start_wall_ns`), so captures of several hosts line
+//! up as far as their clocks agree. Processes keep their pid unless two
+//! captures share one; then the later one gets `pid + 10,000,000 × capture
+//! index` (the process name keeps the real pid).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Write,
+    rc::Rc,
+};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracer_common::record::{SYSCALL_UNFINISHED, lifecycle};
+
+use super::ExportError;
+use crate::{
+    debuginfo::{AddressKind, SourceLines},
+    decode::{Capture, Event, Symbolizer, addr_string, comm_string, syscall_name},
+    units::{TraceEntryKind, thread_traces},
+};
+
+/// One trace event as written.
+#[derive(Serialize)]
+struct TraceEvent<'a> {
+    name: &'a str,
+    cat: &'static str,
+    ph: &'static str,
+    /// Microseconds since the trace's start.
+    ts: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<f64>,
+    pid: u64,
+    tid: u64,
+    /// Scope of an instant event: `g`lobal, `p`rocess, `t`hread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    args: Value,
+}
+
+/// A slice waiting to be written, per thread.
+struct Slice {
+    start: u64,
+    end: u64,
+    name: Rc<str>,
+    cat: &'static str,
+    args: Value,
+}
+
+/// What was written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChromeStats {
+    /// Slices of traced calls.
+    pub calls: u64,
+    /// Slices of system calls.
+    pub syscalls: u64,
+    /// Instant events.
+    pub instants: u64,
+    /// Processes.
+    pub processes: u64,
+    /// Threads.
+    pub threads: u64,
+}
+
+/// Writes the trace of `captures` to `out`.
+pub fn write(
+    captures: &[&Capture],
+    lines: &mut SourceLines,
+    mut out: impl Write,
+) -> Result<ChromeStats, ExportError> {
+    let base = captures
+        .iter()
+        .map(|c| c.header.clock.realtime_ns)
+        .min()
+        .unwrap_or(0);
+    let mut stats = ChromeStats::default();
+    out.write_all(b"{\"traceEvents\":[\n")?;
+    let mut first = true;
+    let mut emit = |out: &mut dyn Write, e: &TraceEvent<'_>| -> Result<(), ExportError> {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, e)?;
+        Ok(())
+    };
+    let mut used_pids: HashMap<u32, usize> = HashMap::new();
+    for (index, capture) in captures.iter().enumerate() {
+        let clock = capture.header.clock;
+        let us = |t: u64| (clock.to_realtime(t).saturating_sub(base)) as f64 / 1e3;
+        let pid_out = |pid: u32, used: &mut HashMap<u32, usize>| -> u64 {
+            let owner = *used.entry(pid).or_insert(index);
+            if owner == index {
+                u64::from(pid)
+            } else {
+                u64::from(pid) + 10_000_000 * index as u64
+            }
+        };
+        let symbols = Symbolizer::new(capture);
+        let stop = super::stacks::capture_end(capture);
+
+        // Slices per thread: traced calls from the call trees, system calls
+        // from their records.
+        let mut slices: BTreeMap<(u32, u32), Vec<Slice>> = BTreeMap::new();
+        let traces = thread_traces(capture);
+        for (pid, t) in &traces {
+            let mut names: HashMap<u32, Rc<str>> = HashMap::new();
+            let mut sources: HashMap<u32, Option<String>> = HashMap::new();
+            for (tid, entries) in &t.threads {
+                let list = slices.entry((*pid, *tid)).or_default();
+                let mut open: Vec<(u32, u64)> = Vec::new();
+                // Ends every open frame above `keep` at `end`, flagged `why`.
+                let mut close = |open: &mut Vec<(u32, u64)>,
+                                 keep: usize,
+                                 end: u64,
+                                 why: Option<&str>,
+                                 list: &mut Vec<Slice>| {
+                    while open.len() > keep {
+                        let Some((node, start)) = open.pop() else {
+                            break;
+                        };
+                        let key = t.nodes.node_key(node);
+                        let name = Rc::clone(
+                            names
+                                .entry(node)
+                                .or_insert_with(|| Rc::from(key.callee.as_str())),
+                        );
+                        let source = sources
+                            .entry(t.nodes.key_id(node))
+                            .or_insert_with(|| {
+                                let site = t.call_sites.get(&t.nodes.key_id(node))?;
+                                let frames =
+                                    lines.frames_at(&symbols, *pid, *site, AddressKind::Return);
+                                frames.first()?.file_line()
+                            })
+                            .clone();
+                        let mut args = serde_json::Map::new();
+                        if !key.site.is_empty() {
+                            args.insert("call_site".into(), json!(key.site));
+                        }
+                        if let Some(s) = source {
+                            args.insert("source".into(), json!(s));
+                        }
+                        if let Some(w) = why {
+                            args.insert(w.into(), json!(true));
+                        }
+                        list.push(Slice {
+                            start,
+                            end: end.max(start),
+                            name,
+                            cat: "call",
+                            args: Value::Object(args),
+                        });
+                    }
+                };
+                for e in entries {
+                    match e.kind {
+                        TraceEntryKind::Call => {
+                            let depth = (e.depth as usize).saturating_sub(1);
+                            close(&mut open, depth, e.ts_ns, Some("return_lost"), list);
+                            open.push((e.node, e.ts_ns));
+                        }
+                        TraceEntryKind::Return => {
+                            // The returning frame is at index `depth`; any
+                            // above it never returned as far as the capture saw.
+                            let depth = e.depth as usize;
+                            close(&mut open, depth + 1, e.ts_ns, Some("return_lost"), list);
+                            close(&mut open, depth, e.ts_ns, None, list);
+                        }
+                        TraceEntryKind::Syscall { .. } => {}
+                    }
+                }
+                close(&mut open, 0, stop, Some("open_at_stop"), list);
+                stats.calls += list.len() as u64;
+            }
+        }
+        let mut thread_names: BTreeMap<(u32, u32), String> = BTreeMap::new();
+        let mut instants: Vec<(u64, u32, u32, String, &'static str, &'static str, Value)> =
+            Vec::new();
+        for event in capture.events().filter_map(Result::ok) {
+            let h = *event.header();
+            match event {
+                Event::Syscall(s) => {
+                    let unfinished = s.flags & SYSCALL_UNFINISHED != 0;
+                    let mut args = serde_json::Map::new();
+                    if s.fd >= 0 {
+                        args.insert("fd".into(), json!(s.fd));
+                    }
+                    if unfinished {
+                        args.insert("unfinished".into(), json!(true));
+                    } else {
+                        args.insert("ret".into(), json!(s.ret));
+                    }
+                    if let Some(a) = addr_string(&s.addr) {
+                        args.insert("addr".into(), json!(a));
+                    }
+                    slices.entry((h.pid, h.tid)).or_default().push(Slice {
+                        start: s.enter_ns.min(h.ts_ns),
+                        end: h.ts_ns,
+                        name: Rc::from(syscall_name(s.nr)),
+                        cat: "syscall",
+                        args: Value::Object(args),
+                    });
+                    stats.syscalls += 1;
+                }
+                Event::Sample(s) => {
+                    thread_names
+                        .entry((h.pid, h.tid))
+                        .or_insert_with(|| comm_string(&s.comm));
+                }
+                Event::Lifecycle(l) => {
+                    let comm = comm_string(&l.comm);
+                    let (name, scope, args) = match l.event {
+                        lifecycle::FORK => (
+                            format!("fork {}", l.child_tid),
+                            "t",
+                            json!({ "child": l.child_tid }),
+                        ),
+                        lifecycle::EXEC => (format!("exec {comm}"), "p", json!({ "comm": comm })),
+                        _ if l.group_dead != 0 => {
+                            ("process exit".into(), "p", json!({ "comm": comm }))
+                        }
+                        _ => ("thread exit".into(), "t", json!({ "comm": comm })),
+                    };
+                    thread_names.entry((h.pid, h.tid)).or_insert(comm);
+                    instants.push((h.ts_ns, h.pid, h.tid, name, "lifecycle", scope, args));
+                }
+                Event::TcpRetransmit(r) => {
+                    let addr = |a: &[u8; 16], port: u16| {
+                        addr_string(&tracer_common::record::SockAddr {
+                            family: r.family,
+                            port_be: port.to_be(),
+                            _pad: 0,
+                            addr: *a,
+                        })
+                        .unwrap_or_else(|| "?".into())
+                    };
+                    let (local, remote) = (addr(&r.saddr, r.sport), addr(&r.daddr, r.dport));
+                    instants.push((
+                        h.ts_ns,
+                        h.pid,
+                        h.tid,
+                        format!("tcp retransmit {local} -> {remote}"),
+                        "network",
+                        "g",
+                        json!({ "local": local, "remote": remote, "state": r.state }),
+                    ));
+                }
+                Event::Usdt(u) => {
+                    let probe = capture.usdt_probe(u.probe_id);
+                    // Python function probes are slices already.
+                    if probe
+                        .is_some_and(|p| p.provider == "python" && p.name.starts_with("function__"))
+                    {
+                        continue;
+                    }
+                    let n = (u.nargs as usize).min(u.args.len());
+                    instants.push((
+                        h.ts_ns,
+                        h.pid,
+                        h.tid,
+                        capture.usdt_name(u.probe_id),
+                        "usdt",
+                        "t",
+                        json!({ "args": &u.args[..n] }),
+                    ));
+                }
+                _ => {}
+            }
+        }
+
+        // Names first, so viewers label tracks as they create them. Global
+        // instants (retransmissions) name no process: the task they came
+        // from is whichever the softirq interrupted.
+        let local = || instants.iter().filter(|i| i.5 != "g");
+        let mut pids: Vec<u32> = slices.keys().map(|(p, _)| *p).collect();
+        pids.extend(local().map(|i| i.1));
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in &pids {
+            // A process gone before its snapshot: its threads' names.
+            let comm = capture
+                .comm(*pid)
+                .or_else(|| thread_names.get(&(*pid, *pid)).map(String::as_str))
+                .unwrap_or("?");
+            let name = format!("{comm}[{pid}]@{}", capture.header.host);
+            emit(
+                &mut out,
+                &TraceEvent {
+                    name: "process_name",
+                    cat: "__metadata",
+                    ph: "M",
+                    ts: 0.0,
+                    dur: None,
+                    pid: pid_out(*pid, &mut used_pids),
+                    tid: 0,
+                    s: None,
+                    args: json!({ "name": name }),
+                },
+            )?;
+            stats.processes += 1;
+        }
+        let mut threads: Vec<(u32, u32)> = slices.keys().copied().collect();
+        threads.extend(local().map(|i| (i.1, i.2)));
+        threads.sort_unstable();
+        threads.dedup();
+        for (pid, tid) in &threads {
+            let name = match thread_names.get(&(*pid, *tid)) {
+                Some(c) => format!("{c} [{tid}]"),
+                None => format!("[{tid}]"),
+            };
+            emit(
+                &mut out,
+                &TraceEvent {
+                    name: "thread_name",
+                    cat: "__metadata",
+                    ph: "M",
+                    ts: 0.0,
+                    dur: None,
+                    pid: pid_out(*pid, &mut used_pids),
+                    tid: u64::from(*tid),
+                    s: None,
+                    args: json!({ "name": name }),
+                },
+            )?;
+            stats.threads += 1;
+        }
+        for ((pid, tid), mut list) in slices {
+            // Parents before children: by start, longer first.
+            list.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+            let pid = pid_out(pid, &mut used_pids);
+            for s in list {
+                emit(
+                    &mut out,
+                    &TraceEvent {
+                        name: &s.name,
+                        cat: s.cat,
+                        ph: "X",
+                        ts: us(s.start),
+                        dur: Some((s.end - s.start) as f64 / 1e3),
+                        pid,
+                        tid: u64::from(tid),
+                        s: None,
+                        args: s.args,
+                    },
+                )?;
+            }
+        }
+        instants.sort_by_key(|i| i.0);
+        for (t, pid, tid, name, cat, scope, args) in instants {
+            emit(
+                &mut out,
+                &TraceEvent {
+                    name: &name,
+                    cat,
+                    ph: "i",
+                    ts: us(t),
+                    dur: None,
+                    pid: pid_out(pid, &mut used_pids),
+                    tid: u64::from(tid),
+                    s: Some(scope),
+                    args,
+                },
+            )?;
+            stats.instants += 1;
+        }
+    }
+    let other = json!({
+        "tool": "eftrace analyzer export --format chrome-trace",
+        "start_wall_ns": base,
+        "captures": captures.iter().map(|c| c.header.host.clone()).collect::<Vec<_>>(),
+    });
+    write!(
+        out,
+        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{other}}}\n"
+    )?;
+    out.flush()?;
+    Ok(stats)
+}
