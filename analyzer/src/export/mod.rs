@@ -128,3 +128,6 @@ pub fn main_object<'a>(captures: &[&'a crate::Capture]) -> Option<&'a str> {
             .map(|p| p.exe.as_str())
     })
 }
+
+#[cfg(test)]
+mod tests;
