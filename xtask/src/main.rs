@@ -8,11 +8,13 @@
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
 //! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `man`: man pages and shell completions, optionally installed.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod gluster;
+mod man;
 mod mpi;
 
 use std::{
@@ -58,6 +60,10 @@ enum Task {
     BenchAgent(bench_agent::BenchAgentArgs),
     /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
     Gluster(Box<gluster::GlusterArgs>),
+    /// Generate the man pages and shell completions (bash, zsh, fish) of
+    /// `tracer` and `analyzer` from their command-line definitions into
+    /// target/man; with --install, install them under --prefix (/usr/local).
+    Man(man::ManArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -266,6 +272,7 @@ fn main() -> anyhow::Result<()> {
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
         Task::Gluster(args) => gluster::run(*args),
+        Task::Man(args) => man::run(args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -574,3 +574,48 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    /// Man pages and completions come from the same definitions as
+    /// `--help`: a subcommand's options are in both.
+    #[test]
+    fn man_pages_and_completions_cover_every_subcommand() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        clap_mangen::generate_to(Args::command(), dir.path()).expect("man pages");
+        let export = std::fs::read_to_string(dir.path().join("analyzer-export.1")).expect("page");
+        for option in [
+            "\\-\\-format",
+            "\\-\\-profile",
+            "\\-\\-table",
+            "\\-\\-debug\\-dir",
+        ] {
+            assert!(export.contains(option), "{option}");
+        }
+        for page in [
+            "analyzer.1",
+            "analyzer-model-learn.1",
+            "analyzer-peers-diagnose.1",
+        ] {
+            assert!(dir.path().join(page).is_file(), "{page}");
+        }
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Args::command(),
+            "analyzer",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).expect("utf8");
+        assert!(bash.contains("chrome-trace") && bash.contains("--thresholds"));
+    }
+}

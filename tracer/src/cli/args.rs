@@ -19,6 +19,10 @@ pub struct Args {
     /// More log output (-v: info, -vv: debug, includes eBPF-side logs).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Print only errors, warnings and lost records: no attach steps, no
+    /// live line, no summary unless records were lost.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -36,6 +40,8 @@ pub enum Command {
     ///
     /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
     /// process has exited, then prints a summary with any records lost.
+    /// On a terminal, a live line shows events/s, losses and processes while
+    /// recording -p/--exe targets (not a command, whose output shares it).
     #[command(verbatim_doc_comment)]
     Record(Box<RecordArgs>),
     /// Print a capture's events, symbolized, and a summary.
@@ -71,6 +77,24 @@ pub enum Command {
     ///   tracer ctl reload
     #[command(verbatim_doc_comment)]
     Ctl(CtlArgs),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   tracer completions bash > /usr/local/share/bash-completion/completions/tracer
+    ///   tracer completions zsh > /usr/local/share/zsh/site-functions/_tracer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
+    },
 }
 
 /// `tracer agent`.
@@ -317,6 +341,32 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    /// Man pages and completions come from the same definitions as `--help`.
+    #[test]
+    fn man_pages_and_completions_cover_record() {
+        let mut page = Vec::new();
+        let record = Args::command()
+            .find_subcommand("record")
+            .cloned()
+            .expect("record");
+        clap_mangen::Man::new(record)
+            .render(&mut page)
+            .expect("renders");
+        let page = String::from_utf8(page).expect("utf8");
+        for option in ["\\-\\-debug\\-dir", "\\-\\-sample\\-hz", "\\-\\-functions"] {
+            assert!(page.contains(option), "{option}");
+        }
+        let mut zsh = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Zsh,
+            &mut Args::command(),
+            "tracer",
+            &mut zsh,
+        );
+        let zsh = String::from_utf8(zsh).expect("utf8");
+        assert!(zsh.contains("--debug-dir") && zsh.contains("list-usdt"));
     }
 
     #[test]
