@@ -397,3 +397,81 @@ pub fn write(
     out.flush()?;
     Ok(stats)
 }
+
+/// What [`check`] found in a valid trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Complete events.
+    pub slices: u64,
+    /// Instant events.
+    pub instants: u64,
+    /// Threads with slices.
+    pub threads: u64,
+}
+
+/// Checks a trace-event document against the format's rules that viewers
+/// depend on: a `traceEvents` array; each event with a name, a phase, a
+/// pid, a tid and a non-negative time; complete events (`X`) with a
+/// non-negative duration, on tracks named first (`M`), properly nested on
+/// their thread in file order (a slice lies inside every slice still open
+/// when it starts); instant events (`i`) with a scope. The first violation
+/// is the error.
+pub fn check(doc: &Value) -> Result<Checked, String> {
+    let events = doc["traceEvents"]
+        .as_array()
+        .ok_or("no traceEvents array")?;
+    let mut checked = Checked::default();
+    let mut named: std::collections::HashSet<(u64, u64)> = Default::default();
+    let mut open: HashMap<(u64, u64), Vec<(f64, f64)>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let bad = |what: &str| format!("event {i}: {what}: {e}");
+        let ph = e["ph"].as_str().ok_or_else(|| bad("no phase"))?;
+        let pid = e["pid"].as_u64().ok_or_else(|| bad("no pid"))?;
+        let tid = e["tid"].as_u64().ok_or_else(|| bad("no tid"))?;
+        if !e["name"].is_string() {
+            return Err(bad("no name"));
+        }
+        let ts = e["ts"].as_f64().ok_or_else(|| bad("no ts"))?;
+        if ts < 0.0 {
+            return Err(bad("negative ts"));
+        }
+        match ph {
+            "M" => {
+                if !e["args"]["name"].is_string() {
+                    return Err(bad("metadata without a name"));
+                }
+                named.insert((pid, if e["name"] == "process_name" { 0 } else { tid }));
+            }
+            "X" => {
+                let dur = e["dur"].as_f64().ok_or_else(|| bad("no dur"))?;
+                if dur < 0.0 {
+                    return Err(bad("negative dur"));
+                }
+                if !named.contains(&(pid, 0)) || !named.contains(&(pid, tid)) {
+                    return Err(bad("slice on an unnamed process or thread"));
+                }
+                let stack = open.entry((pid, tid)).or_default();
+                while stack.last().is_some_and(|o| o.1 <= ts) {
+                    stack.pop();
+                }
+                // A microsecond's thousandth of slack: times print with 3 decimals.
+                if let Some(parent) = stack.last()
+                    && (ts < parent.0 || ts + dur > parent.1 + 1e-3)
+                {
+                    return Err(bad(&format!("overlaps the open slice {parent:?}")));
+                }
+                stack.push((ts, ts + dur));
+                checked.slices += 1;
+            }
+            "i" => {
+                if !matches!(e["s"].as_str(), Some("g" | "p" | "t")) {
+                    return Err(bad("instant without a scope"));
+                }
+                checked.instants += 1;
+            }
+            other => return Err(bad(&format!("unexpected phase {other}"))),
+        }
+    }
+    checked.threads = open.len() as u64;
+    Ok(checked)
+}

@@ -66,7 +66,7 @@
 //! | column | type | meaning |
 //! | --- | --- | --- |
 //! | run | string | the run (directory or capture) |
-//! | window | int32 | window index, from 0 |
+//! | window_index | int32 | window index, from 0 (`window` is an SQL keyword) |
 //! | start_ns | int64 | window start, wall-clock ns since the epoch |
 //! | window_ns | int64 | window length |
 //! | server | string | server label |

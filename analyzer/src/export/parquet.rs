@@ -446,7 +446,7 @@ pub fn write_units(report: &ScoreReport, out: impl Write + Send) -> Result<u64, 
 /// Schema of the peer windows table.
 pub const WINDOWS_SCHEMA: &str = "message eftrace_peer_windows {
     REQUIRED BYTE_ARRAY run (UTF8);
-    REQUIRED INT32 window;
+    REQUIRED INT32 window_index;
     REQUIRED INT64 start_ns;
     REQUIRED INT64 window_ns;
     REQUIRED BYTE_ARRAY server (UTF8);

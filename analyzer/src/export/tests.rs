@@ -356,8 +356,12 @@ fn chrome_trace_follows_the_trace_event_format() {
     );
     let doc: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
     assert_eq!(doc["otherData"]["start_wall_ns"], WALL);
+    let checked = chrome::check(&doc).expect("a valid trace");
+    assert_eq!(
+        (checked.slices, checked.instants, checked.threads),
+        (5, 2, 1)
+    );
     let events = doc["traceEvents"].as_array().expect("array");
-    check_trace_events(events);
     let slice = |name: &str, ts: f64| {
         events
             .iter()
@@ -385,59 +389,6 @@ fn chrome_trace_follows_the_trace_event_format() {
         (Some("i"), Some("g"))
     );
     assert_eq!(retransmit["args"]["remote"], "10.0.0.2:40000");
-}
-
-/// Checks `events` against the trace event format: required fields per
-/// phase, non-negative times, complete events properly nested per thread
-/// (what viewers need to draw them as one call stack).
-pub(crate) fn check_trace_events(events: &[serde_json::Value]) {
-    let mut per_thread: HashMap<(u64, u64), Vec<(f64, f64)>> = HashMap::new();
-    let mut named: std::collections::HashSet<(u64, u64)> = Default::default();
-    for e in events {
-        let ph = e["ph"].as_str().expect("ph");
-        let pid = e["pid"].as_u64().expect("pid");
-        let tid = e["tid"].as_u64().expect("tid");
-        assert!(e["name"].is_string(), "{e}");
-        let ts = e["ts"].as_f64().expect("ts");
-        assert!(ts >= 0.0, "{e}");
-        match ph {
-            "M" => {
-                assert!(e["args"]["name"].is_string(), "{e}");
-                named.insert((pid, if e["name"] == "process_name" { 0 } else { tid }));
-            }
-            "X" => {
-                let dur = e["dur"].as_f64().expect("dur");
-                assert!(dur >= 0.0, "{e}");
-                assert!(
-                    named.contains(&(pid, 0)) && named.contains(&(pid, tid)),
-                    "unnamed track: {e}"
-                );
-                per_thread
-                    .entry((pid, tid))
-                    .or_default()
-                    .push((ts, ts + dur));
-            }
-            "i" => assert!(matches!(e["s"].as_str(), Some("g" | "p" | "t")), "{e}"),
-            other => panic!("unexpected phase {other}: {e}"),
-        }
-    }
-    for (thread, slices) in per_thread {
-        // In file order (parents first): each slice is inside every slice
-        // still open when it starts.
-        let mut open: Vec<(f64, f64)> = Vec::new();
-        for (start, end) in slices {
-            while open.last().is_some_and(|o| o.1 <= start) {
-                open.pop();
-            }
-            if let Some(parent) = open.last() {
-                assert!(
-                    start >= parent.0 && end <= parent.1 + 1e-6,
-                    "thread {thread:?}: slice {start}..{end} overlaps {parent:?}"
-                );
-            }
-            open.push((start, end));
-        }
-    }
 }
 
 /// The events table reads back row by row with the parquet crate.
@@ -617,7 +568,9 @@ fn windows_parquet_reads_back() {
     let row = rows
         .iter()
         .find(|r| {
-            r.contains("window: 1,") && r.contains("server: \"s1\"") && r.contains("\"write\"")
+            r.contains("window_index: 1,")
+                && r.contains("server: \"s1\"")
+                && r.contains("\"write\"")
         })
         .expect("row");
     assert!(
@@ -658,4 +611,37 @@ fn flamegraph_draws_every_function() {
         flamegraph::write(&empty, "t", &mut Vec::new()),
         Err(ExportError::Empty { .. })
     ));
+}
+
+/// The checker rejects what viewers would draw wrong.
+#[test]
+fn chrome_check_rejects_overlapping_slices_and_unnamed_tracks() {
+    let named = serde_json::json!([
+        {"name": "process_name", "ph": "M", "ts": 0, "pid": 1, "tid": 0, "args": {"name": "p"}},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": 1, "tid": 1, "args": {"name": "t"}},
+    ]);
+    let with = |more: serde_json::Value| {
+        let mut events = named.as_array().cloned().unwrap_or_default();
+        events.extend(more.as_array().cloned().unwrap_or_default());
+        serde_json::json!({ "traceEvents": events })
+    };
+    let nested = with(serde_json::json!([
+        {"name": "a", "ph": "X", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"name": "b", "ph": "X", "ts": 2, "dur": 3, "pid": 1, "tid": 1},
+        {"name": "c", "ph": "X", "ts": 10, "dur": 1, "pid": 1, "tid": 1},
+    ]));
+    assert!(chrome::check(&nested).is_ok());
+    let overlapping = with(serde_json::json!([
+        {"name": "a", "ph": "X", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"name": "b", "ph": "X", "ts": 5, "dur": 10, "pid": 1, "tid": 1},
+    ]));
+    assert!(chrome::check(&overlapping).is_err());
+    let unnamed = with(serde_json::json!([
+        {"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 2, "tid": 2},
+    ]));
+    assert!(chrome::check(&unnamed).is_err());
+    let no_scope = with(serde_json::json!([
+        {"name": "i", "ph": "i", "ts": 0, "pid": 1, "tid": 1},
+    ]));
+    assert!(chrome::check(&no_scope).is_err());
 }
