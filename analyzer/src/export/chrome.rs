@@ -39,6 +39,43 @@ use crate::{
     units::{TraceEntryKind, thread_traces},
 };
 
+/// A slice's arguments: typed, so writing millions of slices allocates no
+/// JSON values.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Args {
+    /// A traced call.
+    Call {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        call_site: Option<Rc<str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        source: Option<Rc<str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        return_lost: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        open_at_stop: Option<bool>,
+    },
+    /// A system call.
+    Syscall {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fd: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ret: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unfinished: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        addr: Option<String>,
+    },
+    /// Anything else.
+    Json(Value),
+}
+
+impl Args {
+    fn is_null(&self) -> bool {
+        matches!(self, Self::Json(Value::Null))
+    }
+}
+
 /// One trace event as written.
 #[derive(Serialize)]
 struct TraceEvent<'a> {
@@ -54,8 +91,8 @@ struct TraceEvent<'a> {
     /// Scope of an instant event: `g`lobal, `p`rocess, `t`hread.
     #[serde(skip_serializing_if = "Option::is_none")]
     s: Option<&'static str>,
-    #[serde(skip_serializing_if = "Value::is_null")]
-    args: Value,
+    #[serde(skip_serializing_if = "Args::is_null")]
+    args: Args,
 }
 
 /// A slice waiting to be written, per thread.
@@ -64,7 +101,7 @@ struct Slice {
     end: u64,
     name: Rc<str>,
     cat: &'static str,
-    args: Value,
+    args: Args,
 }
 
 /// What was written.
@@ -125,7 +162,8 @@ pub fn write(
         let traces = thread_traces(capture);
         for (pid, t) in &traces {
             let mut names: HashMap<u32, Rc<str>> = HashMap::new();
-            let mut sources: HashMap<u32, Option<String>> = HashMap::new();
+            type Sources = HashMap<u32, (Option<Rc<str>>, Option<Rc<str>>)>;
+            let mut sources: Sources = HashMap::new();
             for (tid, entries) in &t.threads {
                 let list = slices.entry((*pid, *tid)).or_default();
                 let mut open: Vec<(u32, u64)> = Vec::new();
@@ -145,31 +183,32 @@ pub fn write(
                                 .entry(node)
                                 .or_insert_with(|| Rc::from(key.callee.as_str())),
                         );
-                        let source = sources
-                            .entry(t.nodes.key_id(node))
+                        let key_id = t.nodes.key_id(node);
+                        let (call_site, source) = sources
+                            .entry(key_id)
                             .or_insert_with(|| {
-                                let site = t.call_sites.get(&t.nodes.key_id(node))?;
-                                let frames =
-                                    lines.frames_at(&symbols, *pid, *site, AddressKind::Return);
-                                frames.first()?.file_line()
+                                let source = t.call_sites.get(&key_id).and_then(|site| {
+                                    let frames =
+                                        lines.frames_at(&symbols, *pid, *site, AddressKind::Return);
+                                    frames.first()?.file_line()
+                                });
+                                (
+                                    (!key.site.is_empty()).then(|| Rc::from(key.site.as_str())),
+                                    source.map(|s| Rc::from(s.as_str())),
+                                )
                             })
                             .clone();
-                        let mut args = serde_json::Map::new();
-                        if !key.site.is_empty() {
-                            args.insert("call_site".into(), json!(key.site));
-                        }
-                        if let Some(s) = source {
-                            args.insert("source".into(), json!(s));
-                        }
-                        if let Some(w) = why {
-                            args.insert(w.into(), json!(true));
-                        }
                         list.push(Slice {
                             start,
                             end: end.max(start),
                             name,
                             cat: "call",
-                            args: Value::Object(args),
+                            args: Args::Call {
+                                call_site,
+                                source,
+                                return_lost: (why == Some("return_lost")).then_some(true),
+                                open_at_stop: (why == Some("open_at_stop")).then_some(true),
+                            },
                         });
                     }
                 };
@@ -195,6 +234,7 @@ pub fn write(
             }
         }
         let mut thread_names: BTreeMap<(u32, u32), String> = BTreeMap::new();
+        let mut syscall_names: HashMap<u32, Rc<str>> = HashMap::new();
         let mut instants: Vec<(u64, u32, u32, String, &'static str, &'static str, Value)> =
             Vec::new();
         for event in capture.events().filter_map(Result::ok) {
@@ -202,24 +242,22 @@ pub fn write(
             match event {
                 Event::Syscall(s) => {
                     let unfinished = s.flags & SYSCALL_UNFINISHED != 0;
-                    let mut args = serde_json::Map::new();
-                    if s.fd >= 0 {
-                        args.insert("fd".into(), json!(s.fd));
-                    }
-                    if unfinished {
-                        args.insert("unfinished".into(), json!(true));
-                    } else {
-                        args.insert("ret".into(), json!(s.ret));
-                    }
-                    if let Some(a) = addr_string(&s.addr) {
-                        args.insert("addr".into(), json!(a));
-                    }
+                    let name = Rc::clone(
+                        syscall_names
+                            .entry(s.nr)
+                            .or_insert_with(|| Rc::from(syscall_name(s.nr))),
+                    );
                     slices.entry((h.pid, h.tid)).or_default().push(Slice {
                         start: s.enter_ns.min(h.ts_ns),
                         end: h.ts_ns,
-                        name: Rc::from(syscall_name(s.nr)),
+                        name,
                         cat: "syscall",
-                        args: Value::Object(args),
+                        args: Args::Syscall {
+                            fd: (s.fd >= 0).then_some(s.fd),
+                            ret: (!unfinished).then_some(s.ret),
+                            unfinished: unfinished.then_some(true),
+                            addr: addr_string(&s.addr),
+                        },
                     });
                     stats.syscalls += 1;
                 }
@@ -315,7 +353,7 @@ pub fn write(
                     pid: pid_out(*pid, &mut used_pids),
                     tid: 0,
                     s: None,
-                    args: json!({ "name": name }),
+                    args: Args::Json(json!({ "name": name })),
                 },
             )?;
             stats.processes += 1;
@@ -340,7 +378,7 @@ pub fn write(
                     pid: pid_out(*pid, &mut used_pids),
                     tid: u64::from(*tid),
                     s: None,
-                    args: json!({ "name": name }),
+                    args: Args::Json(json!({ "name": name })),
                 },
             )?;
             stats.threads += 1;
@@ -379,7 +417,7 @@ pub fn write(
                     pid: pid_out(pid, &mut used_pids),
                     tid: u64::from(tid),
                     s: Some(scope),
-                    args,
+                    args: Args::Json(args),
                 },
             )?;
             stats.instants += 1;

@@ -13,12 +13,16 @@ use parquet::{
     },
     schema::parser::parse_message_type,
 };
+use rustc_hash::FxHashMap;
 use serde_json::Value;
+use tracer_common::record::SockAddr;
 
 use super::ExportError;
 use crate::{
     debuginfo::{AddressKind, SourceLines},
-    decode::{Capture, Event, Symbolizer, format::Formatter},
+    decode::{
+        Capture, Event, Symbolizer, addr_string, comm_string, format::Formatter, syscall_name,
+    },
     peers::Scored,
     score::ScoreReport,
 };
@@ -144,8 +148,12 @@ impl<W: Write + Send> Table<W> {
     }
 
     fn str(&mut self, c: usize, v: Option<&str>) {
+        self.bytes(c, v.map(ByteArray::from));
+    }
+
+    fn bytes(&mut self, c: usize, v: Option<ByteArray>) {
         if let Column::Str(values, def) = &mut self.columns[c] {
-            push(values, def, v.map(ByteArray::from));
+            push(values, def, v);
         }
     }
 
@@ -278,81 +286,139 @@ pub fn write_events(
         opt_str(),
     ];
     let mut t = Table::new(EVENTS_SCHEMA, columns, out)?;
+    // Names repeat from row to row: each distinct one is made once and
+    // shared (a `ByteArray` clone is a reference count), not allocated per
+    // cell.
+    let text = |s: &str| ByteArray::from(s);
+    let mut kinds: FxHashMap<&'static str, ByteArray> = FxHashMap::default();
+    let mut syscalls: FxHashMap<u32, ByteArray> = FxHashMap::default();
+    let mut comms: FxHashMap<[u8; 16], ByteArray> = FxHashMap::default();
     for (name, capture) in captures {
+        let capture_name = text(name);
+        let host = text(&capture.header.host);
+        // USDT hits need the string arguments sent before them: the
+        // formatter keeps those, in capture order.
         let fmt = Formatter::new(capture);
         let symbols = Symbolizer::new(capture);
         let clock = capture.header.clock;
+        type Place = (Option<ByteArray>, Option<ByteArray>);
+        let mut places: FxHashMap<(u32, u64, bool), Place> = FxHashMap::default();
+        let mut place = |pid: u32, addr: u64, kind: AddressKind, lines: &mut SourceLines| {
+            places
+                .entry((pid, addr, kind == AddressKind::Return))
+                .or_insert_with(|| {
+                    // Unplaced addresses stay visible, as `analyzer events` shows them.
+                    let location = symbols
+                        .user(pid, addr)
+                        .map_or_else(|| format!("{addr:#x}"), |l| l.to_string());
+                    let source = lines
+                        .frames_at(&symbols, pid, addr, kind)
+                        .first()
+                        .and_then(|f| f.file_line());
+                    (Some(text(&location)), source.as_deref().map(text))
+                })
+                .clone()
+        };
+        let mut kernel_names: FxHashMap<u64, Option<ByteArray>> = FxHashMap::default();
+        let mut functions: FxHashMap<u32, ByteArray> = FxHashMap::default();
+        let mut function = |id: u32| {
+            functions
+                .entry(id)
+                .or_insert_with(|| text(&capture.function_name(id)))
+                .clone()
+        };
         for event in capture.events() {
             let event = event?;
             let h = *event.header();
-            let json = fmt.json(&event);
-            let text = |k: &str| json.get(k).and_then(Value::as_str).map(str::to_string);
-            t.str(0, Some(name));
-            t.str(1, Some(&capture.header.host));
+            t.bytes(0, Some(capture_name.clone()));
+            t.bytes(1, Some(host.clone()));
             t.i64(2, Some(h.ts_ns as i64));
             t.i64(3, Some(clock.to_realtime(h.ts_ns) as i64));
             t.i32(4, Some(h.pid as i32));
             t.i32(5, Some(h.tid as i32));
             t.i32(6, Some(h.cpu as i32));
-            t.str(7, Some(event.kind_name()));
+            let kind = event.kind_name();
+            t.bytes(
+                7,
+                Some(kinds.entry(kind).or_insert_with(|| text(kind)).clone()),
+            );
             let (mut name, mut duration, mut fd, mut ret) = (None, None, None, None);
-            let (mut address, mut remote, mut location, mut source, mut kernel, mut args) =
-                (None, None, None, None, None, None);
+            let (mut location, mut source, mut kernel) = (None, None, None);
+            let (mut address, mut remote, mut args) = (None, None, None);
             match &event {
-                Event::Entry { rec, .. } => {
-                    name = text("function");
-                    location = text("call_site_symbol");
-                    source = lines
-                        .frames_at(&symbols, h.pid, rec.call_site, AddressKind::Return)
-                        .first()
-                        .and_then(|f| f.file_line());
-                    args = json.get("args").map(Value::to_string);
+                Event::Entry { rec, args: regs } => {
+                    name = Some(function(rec.func_id));
+                    (location, source) = place(h.pid, rec.call_site, AddressKind::Return, lines);
+                    args = regs.map(|a| serde_json::json!(a).to_string());
                 }
                 Event::Return(r) => {
-                    name = text("function");
+                    name = Some(function(r.func_id));
                     ret = Some(r.ret as i64);
                 }
-                Event::Syscall(s) => {
-                    name = text("syscall");
-                    duration = Some(h.ts_ns.saturating_sub(s.enter_ns) as i64);
-                    fd = Some(s.fd);
-                    ret = Some(s.ret);
-                    address = text("addr");
+                Event::Syscall(sc) => {
+                    name = Some(
+                        syscalls
+                            .entry(sc.nr)
+                            .or_insert_with(|| text(&syscall_name(sc.nr)))
+                            .clone(),
+                    );
+                    duration = Some(h.ts_ns.saturating_sub(sc.enter_ns) as i64);
+                    fd = Some(sc.fd);
+                    ret = Some(sc.ret);
+                    address = addr_string(&sc.addr);
                 }
-                Event::Sample(s) => {
-                    name = text("comm");
-                    location = text("user_symbol");
-                    if s.user_ip != 0 {
-                        source = lines
-                            .frames_at(&symbols, h.pid, s.user_ip, AddressKind::Instruction)
-                            .first()
-                            .and_then(|f| f.file_line());
+                Event::Sample(sm) => {
+                    name = Some(
+                        comms
+                            .entry(sm.comm)
+                            .or_insert_with(|| text(&comm_string(&sm.comm)))
+                            .clone(),
+                    );
+                    if sm.user_ip != 0 {
+                        (location, source) =
+                            place(h.pid, sm.user_ip, AddressKind::Instruction, lines);
                     }
-                    kernel = text("kernel_symbol");
+                    if sm.kernel_ip != 0 {
+                        kernel = kernel_names
+                            .entry(sm.kernel_ip)
+                            .or_insert_with(|| {
+                                symbols.kernel(sm.kernel_ip).map(|l| text(&l.to_string()))
+                            })
+                            .clone();
+                    }
                 }
-                Event::Lifecycle(_) => name = text("comm"),
-                Event::TcpRetransmit(_) => {
-                    address = text("local");
-                    remote = text("remote");
+                Event::Lifecycle(l) => name = Some(text(&comm_string(&l.comm))),
+                Event::TcpRetransmit(r) => {
+                    let end = |a: &[u8; 16], port: u16| {
+                        addr_string(&SockAddr {
+                            family: r.family,
+                            port_be: port.to_be(),
+                            _pad: 0,
+                            addr: *a,
+                        })
+                    };
+                    address = end(&r.saddr, r.sport);
+                    remote = end(&r.daddr, r.dport);
                 }
                 Event::Usdt(_) => {
-                    name = text("probe");
+                    let json = fmt.json(&event);
+                    name = json.get("probe").and_then(Value::as_str).map(text);
                     args = json.get("args").map(Value::to_string);
                 }
                 Event::UsdtString(_) => {
-                    args = json.get("text").map(Value::to_string);
+                    args = fmt.json(&event).get("text").map(Value::to_string);
                 }
                 Event::Unknown(_) => {}
             }
-            t.str(8, name.as_deref());
+            t.bytes(8, name);
             t.i64(9, duration);
             t.i32(10, fd);
             t.i64(11, ret);
             t.str(12, address.as_deref());
             t.str(13, remote.as_deref());
-            t.str(14, location.as_deref());
-            t.str(15, source.as_deref());
-            t.str(16, kernel.as_deref());
+            t.bytes(14, location);
+            t.bytes(15, source);
+            t.bytes(16, kernel);
             t.str(17, args.as_deref());
             t.end_row()?;
         }

@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     debuginfo::{AddressKind, Frame, SourceLines},
     decode::{Capture, Event, Symbolizer},
-    units::{ThreadTraces, TraceEntry, TraceEntryKind, thread_traces},
+    units::{NodeTable, ThreadTraces, TraceEntry, TraceEntryKind, thread_traces},
 };
 
 /// What a stack frame is.
@@ -444,11 +444,23 @@ fn add_samples(
         let mut replay = Replay::new(entries);
         let comm = crate::decode::comm_string(&samples[0].3);
         let process = b.process(process_key(capture, pid, Some(&comm)));
+        // Samples of one place count together; stacks are built once per
+        // place (innermost traced node, user IP, kernel IP).
+        let mut places: FxHashMap<(u32, u64, u64), u64> = FxHashMap::default();
         for (ts, user_ip, kernel_ip, _) in samples {
             replay.advance_to(ts);
+            let node = replay.stack.last().copied().unwrap_or(u32::MAX);
+            *places.entry((node, user_ip, kernel_ip)).or_default() += 1;
+        }
+        let mut places: Vec<((u32, u64, u64), u64)> = places.into_iter().collect();
+        places.sort_unstable();
+        for ((node, user_ip, kernel_ip), n) in places {
             let mut stack: Vec<u32> = match process_traces {
-                Some(t) => paths.frames(pid, t, &replay.stack, lines, b).to_vec(),
-                None => Vec::new(),
+                Some(t) if node != u32::MAX => {
+                    let path: Vec<u32> = node_path(&t.nodes, node);
+                    paths.frames(pid, t, &path, lines, b).to_vec()
+                }
+                _ => Vec::new(),
             };
             if user_ip != 0 {
                 let at = lines.frames_at(paths.symbols, pid, user_ip, AddressKind::Instruction);
@@ -479,9 +491,20 @@ fn add_samples(
                     address: None,
                 }));
             }
-            b.add(process, &stack, [1, period_ns]);
+            b.add(process, &stack, [n, n * period_ns]);
         }
     }
+}
+
+/// The nodes from the root to `node`.
+fn node_path(nodes: &NodeTable, mut node: u32) -> Vec<u32> {
+    let mut path = Vec::new();
+    while node != NodeTable::ROOT {
+        path.push(node);
+        node = nodes.parent(node);
+    }
+    path.reverse();
+    path
 }
 
 fn add_time(
@@ -494,6 +517,8 @@ fn add_time(
 ) {
     for (pid, t) in traces {
         let process = b.process(process_key(capture, *pid, None));
+        // Per innermost node: (calls, exclusive ns); stacks built once each.
+        let mut per_node: FxHashMap<u32, [u64; 2]> = FxHashMap::default();
         for entries in t.threads.values() {
             let mut replay = Replay::new(entries);
             // Since when the innermost frame has been innermost.
@@ -503,21 +528,24 @@ fn add_time(
                     replay.step();
                     continue;
                 }
-                if !replay.stack.is_empty() {
-                    let ids = paths.frames(*pid, t, &replay.stack, lines, b);
-                    b.add(process, &ids, [0, e.ts_ns.saturating_sub(since)]);
+                if let Some(&inner) = replay.stack.last() {
+                    per_node.entry(inner).or_default()[1] += e.ts_ns.saturating_sub(since);
                 }
                 replay.step();
                 if e.kind == TraceEntryKind::Call {
-                    let ids = paths.frames(*pid, t, &replay.stack, lines, b);
-                    b.add(process, &ids, [1, 0]);
+                    per_node.entry(e.node).or_default()[0] += 1;
                 }
                 since = e.ts_ns;
             }
-            if !replay.stack.is_empty() {
-                let ids = paths.frames(*pid, t, &replay.stack, lines, b);
-                b.add(process, &ids, [0, stop.saturating_sub(since)]);
+            if let Some(&inner) = replay.stack.last() {
+                per_node.entry(inner).or_default()[1] += stop.saturating_sub(since);
             }
+        }
+        let mut per_node: Vec<(u32, [u64; 2])> = per_node.into_iter().collect();
+        per_node.sort_unstable();
+        for (node, values) in per_node {
+            let ids = paths.frames(*pid, t, &node_path(&t.nodes, node), lines, b);
+            b.add(process, &ids, values);
         }
     }
 }
