@@ -40,8 +40,14 @@ pub enum ElfError {
 /// An object's symbols, with where they came from.
 #[derive(Debug, Clone)]
 pub struct ElfSymbols {
-    /// Symbols, segments, build id and debug link as stored in captures.
+    /// Symbols, segments, build id and debug link as stored in captures:
+    /// one name per address (the one symbolization shows; see
+    /// [`ElfSymbols::names`] for every alias).
     pub table: ObjectSymbols,
+    /// Every function name, aliases included (`MPI_Send` and `PMPI_Send`,
+    /// `malloc` and `__libc_malloc`), sorted by address: what `-f`
+    /// patterns match.
+    pub names: Vec<Symbol>,
     /// Whether the object has a full symbol table: its own `.symtab`, or
     /// that of its separate debug file (see [`ElfSymbols::debug_file`]).
     /// Without one, only exported functions (`.dynsym`) can be named.
@@ -159,13 +165,22 @@ impl ElfSymbols {
         }
         symbols.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
         symbols.dedup_by(|a, b| a.addr == b.addr && a.name == b.name);
+        // Captures keep the name a lookup shows, the last of an address's
+        // names in this order: the same names as a table with every alias,
+        // in less space (libc's debug file has 6,508 names at 3,706
+        // addresses).
+        let mut unique = symbols.clone();
+        unique.reverse();
+        unique.dedup_by_key(|s| s.addr);
+        unique.reverse();
         let segments = segments(&file);
         Ok(Self {
+            names: symbols,
             table: ObjectSymbols {
                 path: path.display().to_string(),
                 build_id,
                 segments,
-                symbols,
+                symbols: unique,
                 debug_link,
                 debug_file: debug_file.as_ref().map(|p| p.display().to_string()),
             },
@@ -266,6 +281,36 @@ mod tests {
         assert!(elf.table.symbols.windows(2).all(|w| w[0].addr <= w[1].addr));
     }
 
+    /// Captures keep one name per address, the one a lookup in the full
+    /// table would show (the last of the address's names); patterns see
+    /// every alias.
+    #[test]
+    fn captures_keep_one_name_per_address() {
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let Ok(elf) = ElfSymbols::read_with(libc, &[]) else {
+            eprintln!("skipped: no {}", libc.display());
+            return;
+        };
+        let table = &elf.table.symbols;
+        assert!(
+            table.windows(2).all(|w| w[0].addr < w[1].addr),
+            "one per address"
+        );
+        assert!(elf.names.len() > table.len(), "libc has aliases");
+        for s in table {
+            let last = elf
+                .names
+                .iter()
+                .rev()
+                .find(|n| n.addr == s.addr)
+                .expect("in the full table");
+            assert_eq!(last, s);
+        }
+        for alias in ["malloc", "__libc_malloc"] {
+            assert!(elf.names.iter().any(|n| n.name == alias), "{alias}");
+        }
+    }
+
     /// Runs a build tool; `None` (with the reason printed) when it is not
     /// installed, so the test skips on a machine without a C toolchain.
     fn tool(program: &str, args: &[&std::ffi::OsStr]) -> Option<()> {
@@ -327,7 +372,7 @@ mod tests {
     }
 
     fn names(elf: &ElfSymbols) -> Vec<&str> {
-        elf.table.symbols.iter().map(|s| s.name.as_str()).collect()
+        elf.names.iter().map(|s| s.name.as_str()).collect()
     }
 
     /// A stripped program's static functions are named from its debug file

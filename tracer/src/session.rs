@@ -935,6 +935,15 @@ impl Session {
         (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
     }
 
+    /// About how many bytes of metadata a rotation writes at the start of
+    /// the next file (its processes and their objects' symbol tables,
+    /// written again so the file stands alone): the metadata of the current
+    /// file, which holds the same and a little more. A disk limit must
+    /// leave room for it.
+    pub fn rotation_bytes(&self) -> u64 {
+        self.sink.meta_bytes()
+    }
+
     /// Mean size of a record in the current file, bytes; metadata (large
     /// at the start of a file) is included, so the mean is capped at the
     /// largest record kinds' size.

@@ -281,7 +281,7 @@ pub fn resolve(
             }
             // Group names by address: aliases (MPI_Send/PMPI_Send) are one function.
             let mut by_addr: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
-            for sym in &elf.table.symbols {
+            for sym in &elf.names {
                 by_addr.entry(sym.addr).or_default().push(&sym.name);
             }
             for (vaddr, names) in by_addr {

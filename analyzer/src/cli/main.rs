@@ -7,7 +7,8 @@ use std::{
 };
 
 use analyzer::{
-    Capture,
+    Capture, Event,
+    debuginfo::{AddressKind, SourceLines},
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
@@ -76,6 +77,14 @@ enum Command {
         /// JSON lines instead of text.
         #[arg(long)]
         json: bool,
+        /// Add the source line of call sites and sampled instructions
+        /// (`calls.c:42`, innermost inlined function first) where the
+        /// recorded builds' debug information is on this machine.
+        #[arg(long)]
+        lines: bool,
+        /// Also look for debug files in DIR (with --lines). Repeatable.
+        #[arg(long = "debug-dir", value_name = "DIR", requires = "lines")]
+        debug_dirs: Vec<PathBuf>,
     },
     /// Summarize a capture: events by kind, calls, processes, losses.
     Summary {
@@ -397,15 +406,58 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
         Command::Mpi(cmd) => mpi::run(cmd, &mut out)?,
         Command::Tasks(cmd) => tasks::run(cmd, &mut out)?,
-        Command::Events { capture, json } => {
+        Command::Events {
+            capture,
+            json,
+            lines,
+            debug_dirs,
+        } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);
+            let symbols = analyzer::Symbolizer::new(&cap);
+            let mut sources = lines.then(|| SourceLines::new(&debug_dirs));
             for event in cap.events() {
                 let event = event?;
+                // The code address whose line a person wants: a call's
+                // site, a sample's instruction.
+                let at = match &event {
+                    Event::Entry { rec, .. } => Some((rec.call_site, AddressKind::Return)),
+                    Event::Sample(s) if s.user_ip != 0 => {
+                        Some((s.user_ip, AddressKind::Instruction))
+                    }
+                    _ => None,
+                };
+                let source = match (&mut sources, at) {
+                    (Some(lines), Some((addr, kind))) => {
+                        let frames = lines.frames_at(&symbols, event.header().pid, addr, kind);
+                        let text: Vec<String> = frames
+                            .iter()
+                            .filter_map(|f| {
+                                f.file_line().map(|fl| {
+                                    format!("{fl}{}", if f.inlined { " (inlined)" } else { "" })
+                                })
+                            })
+                            .collect();
+                        (!text.is_empty()).then(|| text.join(" < "))
+                    }
+                    _ => None,
+                };
                 if json {
-                    writeln!(out, "{}", fmt.json(&event))?;
+                    let mut v = fmt.json(&event);
+                    if let (Some(s), Some(obj)) = (source, v.as_object_mut()) {
+                        obj.insert("source".into(), serde_json::json!(s));
+                    }
+                    writeln!(out, "{v}")?;
                 } else {
-                    writeln!(out, "{}", fmt.text(&event))?;
+                    match source {
+                        Some(s) => writeln!(out, "{} at {s}", fmt.text(&event))?,
+                        None => writeln!(out, "{}", fmt.text(&event))?,
+                    }
+                }
+            }
+            if let Some(lines) = &sources {
+                for (object, why) in lines.missing() {
+                    ui.say(&format!("note: no source lines for {object}: {why}"));
                 }
             }
         }

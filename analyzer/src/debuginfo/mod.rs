@@ -19,7 +19,7 @@
 //! # fn f(capture: &Capture, pid: u32, call_site: u64) {
 //! let symbols = Symbolizer::new(capture);
 //! let mut lines = SourceLines::new(&[]);
-//! for frame in lines.frames_at(&symbols, pid, call_site, AddressKind::Return) {
+//! for frame in lines.frames_at(&symbols, pid, call_site, AddressKind::Return).iter() {
 //!     println!("{frame}"); // MPI_Send at stencil.c:42 (inlined into exchange)…
 //! }
 //! # }
@@ -258,6 +258,24 @@ impl SourceLines {
         .into();
         self.cache.insert(key, Rc::clone(&frames));
         frames
+    }
+
+    /// The frames at offset `file_offset` of `object`'s file (a uprobe's
+    /// attach offset, a `perf` sample's offset), placed with the object's
+    /// segments as the capture recorded them; `None` when no segment holds
+    /// the offset.
+    pub fn frames_at_offset(
+        &mut self,
+        object: &ObjectSymbols,
+        file_offset: u64,
+        kind: AddressKind,
+    ) -> Option<Rc<[Frame]>> {
+        let vaddr = object
+            .segments
+            .iter()
+            .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
+            .map(|s| file_offset - s.offset + s.vaddr)?;
+        Some(self.frames(object, vaddr, kind))
     }
 
     /// The frames at user address `addr` of process `pid` in a capture,

@@ -202,6 +202,46 @@ fn another_build_lends_no_lines() {
     assert!(lines.missing()[&object.path].contains("no build id"));
 }
 
+/// A file offset is placed with the object's segments: the same frames as
+/// its object address; outside every segment, none.
+#[test]
+fn file_offsets_resolve_like_their_addresses() {
+    let Some(built) = build() else { return };
+    let data = fs::read(&built.full).expect("read");
+    let elf = object::File::parse(&*data).expect("ELF");
+    let mut object = table(&built.full, Some(&built.build_id));
+    object.segments = elf
+        .segments()
+        .map(|s| {
+            use object::ObjectSegment as _;
+            let (offset, filesz) = s.file_range();
+            tracer_common::capture::Segment {
+                vaddr: s.address(),
+                offset,
+                filesz,
+            }
+        })
+        .collect();
+    let segment = object
+        .segments
+        .iter()
+        .find(|s| built.outer.0 >= s.vaddr && built.outer.0 < s.vaddr + s.filesz)
+        .copied()
+        .expect("outer in a segment");
+    let offset = built.outer.0 - segment.vaddr + segment.offset;
+    let mut lines = SourceLines::new(&[]);
+    let by_offset = lines
+        .frames_at_offset(&object, offset, AddressKind::Instruction)
+        .expect("placed");
+    let by_address = lines.frames(&object, built.outer.0, AddressKind::Instruction);
+    assert_eq!(by_offset, by_address);
+    assert_eq!(by_offset.last().map(|f| f.function.as_str()), Some("outer"));
+    assert_eq!(
+        lines.frames_at_offset(&object, u64::MAX - 1, AddressKind::Instruction),
+        None
+    );
+}
+
 /// A return address is looked up one byte back: the call's own line.
 #[test]
 fn return_addresses_resolve_to_the_call() {
