@@ -191,6 +191,60 @@ impl ElfSymbols {
     }
 }
 
+/// The name processes' maps give the vDSO.
+pub const VDSO: &str = "[vdso]";
+
+/// Longest vDSO read (it is a few pages; a bound against a corrupt map).
+const VDSO_MAX: u64 = 1 << 20;
+
+/// The vDSO's symbols (`__vdso_clock_gettime`, …), read from this process's
+/// own copy: the kernel maps one image into every process of an ABI, so
+/// samples of any 64-bit process in it are named. `None` when it cannot be
+/// read.
+pub fn vdso_symbols() -> Option<ElfSymbols> {
+    use std::os::unix::fs::FileExt as _;
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    let (start, end) = maps.lines().find_map(|l| {
+        let mut parts = l.split_whitespace();
+        let range = parts.next()?;
+        (parts.last() == Some(VDSO)).then_some(())?;
+        let (a, b) = range.split_once('-')?;
+        Some((
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        ))
+    })?;
+    let len = end
+        .checked_sub(start)
+        .filter(|n| *n > 0 && *n <= VDSO_MAX)?;
+    let mut image = vec![0u8; len as usize];
+    fs::File::open("/proc/self/mem")
+        .ok()?
+        .read_exact_at(&mut image, start)
+        .ok()?;
+    let file = object::File::parse(&*image).ok()?;
+    let mut symbols = function_symbols(&file, true);
+    symbols.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
+    symbols.dedup_by(|a, b| a.addr == b.addr && a.name == b.name);
+    let mut unique = symbols.clone();
+    unique.reverse();
+    unique.dedup_by_key(|s| s.addr);
+    unique.reverse();
+    Some(ElfSymbols {
+        table: ObjectSymbols {
+            path: VDSO.to_string(),
+            build_id: build_id_hex(&file),
+            segments: segments(&file),
+            symbols: unique,
+            ..Default::default()
+        },
+        names: symbols,
+        has_symtab: false,
+        debug_file: None,
+        entry: 0,
+    })
+}
+
 /// Symbol tables read so far, by path, and the debug directories searched
 /// for the debug files of stripped objects.
 #[derive(Debug, Clone)]
@@ -221,10 +275,17 @@ impl ElfCache {
         &self.debug_dirs
     }
 
-    /// The symbols of `path`, read on first use.
+    /// The symbols of `path`, read on first use ([`VDSO`]: the vDSO's).
     pub fn get(&mut self, path: &Path) -> Result<&ElfSymbols, ElfError> {
         if !self.tables.contains_key(path) {
-            let elf = ElfSymbols::read_with(path, &self.debug_dirs)?;
+            let elf = if path.as_os_str() == VDSO {
+                vdso_symbols().ok_or_else(|| ElfError::Read {
+                    path: path.to_path_buf(),
+                    source: io::Error::other("the vDSO could not be read"),
+                })?
+            } else {
+                ElfSymbols::read_with(path, &self.debug_dirs)?
+            };
             self.tables.insert(path.to_path_buf(), elf);
         }
         self.tables.get(path).ok_or_else(|| ElfError::Read {
@@ -437,6 +498,20 @@ mod tests {
         );
         assert_eq!(elf.debug_file.as_deref(), Some(link.as_path()));
         assert!(names(&elf).contains(&"helper"));
+    }
+
+    /// The vDSO's time functions are named (every x86-64 kernel has them).
+    #[test]
+    fn reads_the_vdso() {
+        let vdso = vdso_symbols().expect("this process has a vDSO");
+        let names: Vec<&str> = vdso.names.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.contains("clock_gettime")),
+            "{names:?}"
+        );
+        assert!(!vdso.table.segments.is_empty());
+        let mut cache = ElfCache::default();
+        assert!(cache.get(Path::new(VDSO)).is_ok());
     }
 
     #[test]

@@ -362,7 +362,8 @@ impl Tracker {
         }
         self.comms.insert(pid, info.comm.clone());
         for map in &info.maps {
-            if map.path.starts_with('/') && !self.objects_written.contains(&map.path) {
+            let named = map.path.starts_with('/') || map.path == crate::elf::VDSO;
+            if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
                 self.pending_objects.push(PathBuf::from(&map.path));
             }

@@ -271,3 +271,46 @@ fn libc_frames_are_named() {
     let text = analyzer(&["events", path(&out)]);
     assert!(!text.stdout.contains("libc.so.6+0x"), "unnamed libc frames");
 }
+
+/// Samples in the vDSO (`clock_gettime` without a system call) name the
+/// function: the tracer reads the vDSO's symbols from its own copy.
+#[test]
+fn vdso_frames_are_named() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("v.capture");
+    // hot() reads the thread's CPU clock between loops of work.
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "999",
+        "-o",
+        path(&out),
+        "--",
+        path(&calls),
+        "spin",
+        "600",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let sym = Symbolizer::new(&cap);
+    let in_vdso: Vec<Option<String>> = cap
+        .events()
+        .filter_map(|e| match e {
+            Ok(Event::Sample(s)) if s.user_ip != 0 => sym.user(s.header.pid, s.user_ip),
+            _ => None,
+        })
+        .filter(|l| l.object == "[vdso]")
+        .map(|l| l.symbol.map(str::to_string))
+        .collect();
+    assert!(!in_vdso.is_empty(), "no sample in the vDSO");
+    assert!(
+        in_vdso
+            .iter()
+            .all(|s| s.as_deref().is_some_and(|n| n.contains("clock_gettime"))),
+        "{in_vdso:?}"
+    );
+}
