@@ -1,6 +1,7 @@
 mod agent;
 mod agent_live;
 mod capture_file;
+mod conventions;
 mod errors;
 mod export;
 mod functions;
