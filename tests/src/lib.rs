@@ -16,9 +16,9 @@ use std::{
 
 use analyzer::{Capture, Event, Symbolizer};
 
+pub mod bugclass;
 pub mod fs;
 pub mod mpi;
-pub mod bugclass;
 
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
 pub fn tracer_bin() -> PathBuf {
@@ -96,6 +96,51 @@ pub fn python() -> Option<&'static str> {
     );
     eprintln!("skipped: {PYTHON} (Debian's python3.11, with USDT probes) is not installed");
     None
+}
+
+/// The Python with DuckDB that `scripts/setup` installs (a venv of Debian's
+/// python3 under the tool cache).
+pub fn duckdb_python() -> Option<PathBuf> {
+    let cache = std::env::var_os("EFTRACE_CACHE").unwrap_or_else(|| "/var/cache/eftrace".into());
+    let python = Path::new(&cache).join("pyexport/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import duckdb"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+        "EFTRACE_REQUIRE_ROOT is set but {} has no duckdb (run scripts/setup)",
+        python.display()
+    );
+    eprintln!(
+        "skipped: no DuckDB at {} (run scripts/setup)",
+        python.display()
+    );
+    None
+}
+
+/// Runs `sql` in DuckDB (through `python`, from [`duckdb_python`]) and
+/// returns the result rows, each a list of column values as text (NULL as
+/// `None`).
+pub fn duckdb(python: &Path, sql: &str) -> Vec<Vec<Option<String>>> {
+    let script = "import duckdb, json, sys\n\
+                  rows = duckdb.sql(sys.argv[1]).fetchall()\n\
+                  print(json.dumps([[None if v is None else str(v) for v in r] for r in rows]))";
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(python)
+        .args(["-c", script, sql])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "duckdb failed on {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON rows")
 }
 
 unsafe extern "C" {

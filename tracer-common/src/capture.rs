@@ -253,6 +253,14 @@ pub struct ObjectSymbols {
     pub segments: Vec<Segment>,
     /// Function symbols sorted by address.
     pub symbols: Vec<Symbol>,
+    /// The object's `.gnu_debuglink`, so an analysis elsewhere can find its
+    /// debug file by name (absent in older captures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_link: Option<crate::debugfile::DebugLink>,
+    /// The separate debug file whose symbol table was merged into
+    /// `symbols` at record time (the object itself was stripped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_file: Option<String>,
 }
 
 /// One attached function probe: what a record's `func_id` means.

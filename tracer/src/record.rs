@@ -82,6 +82,9 @@ pub struct RecordConfig {
     /// Replace an existing output file (`--force`); otherwise one is an
     /// error. Never through a symbolic link either way.
     pub overwrite: bool,
+    /// Directories searched for the separate debug files of stripped
+    /// objects before `$EFTRACE_DEBUG_DIRS` and `/usr/lib/debug`.
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl Default for RecordConfig {
@@ -109,6 +112,7 @@ impl Default for RecordConfig {
             argv: Vec::new(),
             skip_unusable: false,
             overwrite: false,
+            debug_dirs: Vec::new(),
         }
     }
 }
@@ -328,6 +332,25 @@ impl std::fmt::Display for Summary {
     }
 }
 
+/// How a recording is going, once a second (the live line on a terminal).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Since recording started.
+    pub elapsed: Duration,
+    /// Records written so far.
+    pub records: u64,
+    /// Records per second over the last interval.
+    pub rate: f64,
+    /// Records lost so far (ring full).
+    pub lost: u64,
+    /// Other loss counters that are not zero.
+    pub other_losses: u64,
+    /// Processes traced now.
+    pub processes: usize,
+    /// Capture size so far, bytes.
+    pub bytes: u64,
+}
+
 /// Name of a record kind, for summaries.
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
@@ -346,10 +369,12 @@ pub fn kind_name(kind: u16) -> &'static str {
 
 /// Runs a recording to its end and returns its summary. `progress` receives
 /// one-line status messages meant for a person (attach steps, notes) and,
-/// last, the multi-line summary (before the slow detach).
+/// last, the multi-line summary (before the slow detach); `live` receives
+/// the recording's [`Progress`] once a second.
 pub async fn record(
     config: RecordConfig,
     progress: &mut dyn FnMut(&str),
+    live: &mut dyn FnMut(&Progress),
 ) -> Result<Summary, RecordError> {
     let mut session = Session::start(&config, progress).await?;
     progress(&format!(
@@ -362,6 +387,8 @@ pub async fn record(
     let mut tick = tokio::time::interval(config.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = config.duration.map(|d| tokio::time::Instant::now() + d);
+    let started = std::time::Instant::now();
+    let (mut last_at, mut last_records) = (started, 0u64);
     let reason = loop {
         let sleep_until = async {
             match deadline {
@@ -380,6 +407,22 @@ pub async fn record(
             _ = tick.tick() => {
                 if let Some(reason) = session.tick()? {
                     break reason;
+                }
+                if last_at.elapsed() >= Duration::from_secs(1) {
+                    let records: u64 = session.records().iter().sum();
+                    let losses = session.losses();
+                    let lost = losses.get("ring_full").copied().unwrap_or(0);
+                    live(&Progress {
+                        elapsed: started.elapsed(),
+                        records,
+                        rate: (records - last_records.min(records)) as f64
+                            / last_at.elapsed().as_secs_f64(),
+                        lost,
+                        other_losses: losses.values().sum::<u64>() - lost,
+                        processes: session.live_processes().count(),
+                        bytes: session.current_file().1,
+                    });
+                    (last_at, last_records) = (std::time::Instant::now(), records);
                 }
             }
             _ = sleep_until => break "duration reached".to_string(),

@@ -26,7 +26,7 @@ use tracer_common::{
 };
 
 use crate::{
-    elf::{ElfSymbols, file_offset},
+    elf::{ElfCache, file_offset},
     loader::{LoadOptions, Loaded},
     procfs::{self, ProcError},
     record::{RecordConfig, RecordError, Summary, Target, kind_name},
@@ -201,7 +201,7 @@ fn follow_usdt(loaded: &mut Loaded, pid: u32) {
 struct Tracker {
     snapshotted: HashSet<u32>,
     objects_written: HashSet<String>,
-    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    elf_cache: ElfCache,
     kernel_ips: BTreeSet<u64>,
     kernel_written: HashSet<u64>,
     kallsyms: Option<Vec<(u64, String)>>,
@@ -223,6 +223,8 @@ struct Tracker {
     /// dynamic loader mapped their libraries. Snapshotted again when they
     /// fork (a child inherits what they map) or at the next tick.
     exec_snapshots: BTreeSet<u32>,
+    /// When each process was last snapshotted again for an unmapped sample.
+    remapped: BTreeMap<u32, u64>,
 }
 
 impl Tracker {
@@ -230,7 +232,7 @@ impl Tracker {
         Self {
             snapshotted: HashSet::new(),
             objects_written: HashSet::new(),
-            elf_cache: BTreeMap::new(),
+            elf_cache: ElfCache::default(),
             kernel_ips: BTreeSet::new(),
             kernel_written: HashSet::new(),
             kallsyms: None,
@@ -244,6 +246,7 @@ impl Tracker {
             stubbed: HashSet::new(),
             forked_from: BTreeMap::new(),
             exec_snapshots: BTreeSet::new(),
+            remapped: BTreeMap::new(),
         }
     }
 
@@ -305,9 +308,13 @@ impl Tracker {
             }
         } else if header.kind == kind::SAMPLE
             && let Some(s) = record::Sample::read_from(bytes)
-            && s.kernel_ip != 0
         {
-            self.kernel_ips.insert(s.kernel_ip);
+            if s.kernel_ip != 0 {
+                self.kernel_ips.insert(s.kernel_ip);
+            }
+            if s.user_ip != 0 {
+                self.remap_if_unmapped(header.pid, s.user_ip, header.ts_ns, sink)?;
+            }
         }
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
             let traced = (header.kind != kind::SAMPLE && header.kind != kind::TCP_RETRANSMIT)
@@ -328,6 +335,36 @@ impl Tracker {
             }
         }
         Ok(())
+    }
+
+    /// Snapshots `pid` again when it ran code at `ip` outside every mapping
+    /// of its last snapshot: a library mapped since (a command target is
+    /// snapshotted at its exec, before the dynamic loader maps libc; a
+    /// `dlopen`), whose symbols the capture then holds too. At most once a
+    /// second per process, as code no file backs (JIT) stays unmapped.
+    fn remap_if_unmapped(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        ts_ns: u64,
+        sink: &mut Sink,
+    ) -> Result<(), RecordError> {
+        let Some(info) = self.infos.get(&pid) else {
+            return Ok(());
+        };
+        if info.maps.iter().any(|m| ip >= m.start && ip < m.end) {
+            return Ok(());
+        }
+        if self
+            .remapped
+            .get(&pid)
+            .is_some_and(|t| ts_ns.saturating_sub(*t) < 1_000_000_000)
+        {
+            return Ok(());
+        }
+        self.remapped.insert(pid, ts_ns);
+        let traced = info.traced;
+        self.snapshot(pid, traced, sink)
     }
 
     /// A process that exited before `/proc` could be read still gets a
@@ -375,7 +412,8 @@ impl Tracker {
         }
         self.comms.insert(pid, info.comm.clone());
         for map in &info.maps {
-            if map.path.starts_with('/') && !self.objects_written.contains(&map.path) {
+            let named = map.path.starts_with('/') || map.path == crate::elf::VDSO;
+            if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
                 self.pending_objects.push(PathBuf::from(&map.path));
             }
@@ -396,12 +434,13 @@ impl Tracker {
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
         self.forked_from.retain(|pid, _| live.contains(pid));
+        self.remapped.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;
         }
         for path in &self.objects_written {
-            if let Some(elf) = self.elf_cache.get(Path::new(path)) {
+            if let Some(elf) = self.elf_cache.cached(Path::new(path)) {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
@@ -419,18 +458,10 @@ impl Tracker {
             self.snapshot(pid, true, sink)?;
         }
         for path in std::mem::take(&mut self.pending_objects) {
-            if !self.elf_cache.contains_key(&path) {
-                match ElfSymbols::read(&path) {
-                    Ok(elf) => {
-                        self.elf_cache.insert(path.clone(), elf);
-                    }
-                    Err(e) => {
-                        log::debug!("no symbols for {}: {e}", path.display());
-                        continue;
-                    }
-                }
+            match self.elf_cache.get(&path) {
+                Ok(elf) => sink.meta(&Meta::Object(elf.table.clone()))?,
+                Err(e) => log::debug!("no symbols for {}: {e}", path.display()),
             }
-            sink.meta(&Meta::Object(self.elf_cache[&path].table.clone()))?;
         }
         self.write_kernel_symbols(sink)
     }
@@ -490,7 +521,7 @@ fn read_kallsyms() -> Vec<(u64, String)> {
 struct Resolution {
     probes: Vec<Probe>,
     empty_probes: Vec<Probe>,
-    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    elf_cache: ElfCache,
     enroll: Vec<(PathBuf, u64)>,
     root_pids: Vec<u32>,
     command: Option<(Vec<OsString>, PathBuf)>,
@@ -522,7 +553,7 @@ impl Resolution {
                 let path = path
                     .canonicalize()
                     .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
-                let elf = ElfSymbols::read(&path)?;
+                let elf = self.elf_cache.get(&path)?;
                 let entry =
                     file_offset(&elf.table.segments, elf.entry).ok_or(TargetError::NoSegment {
                         object: path.display().to_string(),
@@ -753,7 +784,10 @@ impl Session {
         let config = config.clone();
 
         // 1. Resolve every target and the functions to probe, before touching the kernel.
-        let mut r = Resolution::default();
+        let mut r = Resolution {
+            elf_cache: ElfCache::new(&config.debug_dirs),
+            ..Resolution::default()
+        };
         let mut skipped = Vec::new();
         for target in &config.targets {
             // A target that cannot be resolved leaves nothing behind: the
@@ -883,10 +917,8 @@ impl Session {
         // after short-lived ones had gone.
         for path in prefetch {
             let path = path.canonicalize().unwrap_or(path);
-            if !elf_cache.contains_key(&path)
-                && let Ok(elf) = ElfSymbols::read(&path)
-            {
-                elf_cache.insert(path, elf);
+            if let Err(e) = elf_cache.get(&path) {
+                log::debug!("no symbols for {}: {e}", path.display());
             }
         }
         tracker.elf_cache = elf_cache;
@@ -1136,6 +1168,15 @@ impl Session {
     /// The capture file being written, its size and its first record's time.
     pub fn current_file(&self) -> (&Path, u64, u64) {
         (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
+    }
+
+    /// About how many bytes of metadata a rotation writes at the start of
+    /// the next file (its processes and their objects' symbol tables,
+    /// written again so the file stands alone): the metadata of the current
+    /// file, which holds the same and a little more. A disk limit must
+    /// leave room for it.
+    pub fn rotation_bytes(&self) -> u64 {
+        self.sink.meta_bytes()
     }
 
     /// Mean size of a record in the current file, bytes; metadata (large

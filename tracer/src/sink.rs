@@ -58,6 +58,8 @@ pub struct Sink {
     last_ns: u64,
     /// Records written, by kind.
     pub counts: [u64; KINDS],
+    /// Bytes of metadata chunks written.
+    meta_bytes: u64,
 }
 
 impl Sink {
@@ -113,6 +115,7 @@ impl Sink {
             first_ns: 0,
             last_ns: 0,
             counts: [0; KINDS],
+            meta_bytes: 0,
         };
         sink.flush()?;
         Ok(sink)
@@ -163,7 +166,16 @@ impl Sink {
     pub fn meta(&mut self, meta: &Meta) -> Result<(), SinkError> {
         self.write_pending()?;
         let err = self.err();
-        self.writer.write_meta(meta).map_err(err)
+        let before = self.writer.bytes_written();
+        self.writer.write_meta(meta).map_err(err)?;
+        self.meta_bytes += self.writer.bytes_written() - before;
+        Ok(())
+    }
+
+    /// Bytes of metadata (process snapshots, symbol tables, counters)
+    /// written into this file.
+    pub fn meta_bytes(&self) -> u64 {
+        self.meta_bytes
     }
 
     /// Writes the open batch and hands everything to the kernel.

@@ -11,7 +11,7 @@ use globset::{Glob, GlobMatcher};
 use tracer_common::capture::Probe;
 
 use crate::{
-    elf::{ElfError, ElfSymbols, file_offset},
+    elf::{ElfCache, ElfError, file_offset},
     procfs::{self, ProcError},
 };
 
@@ -269,7 +269,7 @@ pub fn resolve(
     patterns: &[FunctionPattern],
     objects: &TargetObjects,
     probes: &mut Vec<Probe>,
-    cache: &mut BTreeMap<PathBuf, ElfSymbols>,
+    cache: &mut ElfCache,
 ) -> Result<Vec<Resolved>, TargetError> {
     let mut counts = Vec::with_capacity(patterns.len());
     for pattern in patterns {
@@ -305,16 +305,13 @@ pub fn resolve(
         let mut matched = 0;
         let mut stripped = Vec::new();
         for path in &targets {
-            if !cache.contains_key(path) {
-                cache.insert(path.clone(), ElfSymbols::read(path)?);
-            }
-            let elf = &cache[path];
+            let elf = cache.get(path)?;
             if !elf.has_symtab {
                 stripped.push(path.display().to_string());
             }
             // Group names by address: aliases (MPI_Send/PMPI_Send) are one function.
             let mut by_addr: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
-            for sym in &elf.table.symbols {
+            for sym in &elf.names {
                 by_addr.entry(sym.addr).or_default().push(&sym.name);
             }
             for (vaddr, names) in by_addr {
@@ -366,10 +363,18 @@ pub fn resolve(
             let hint = if stripped.is_empty() {
                 String::new()
             } else {
+                let dirs: Vec<String> = cache
+                    .debug_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
                 format!(
-                    "; {} has no .symtab (stripped): only exported functions can be named. \
-                     Install its debug symbols or rebuild without stripping",
-                    stripped.join(", ")
+                    "; {} has no .symtab (stripped) and no separate debug file was found \
+                     (by build id under {}, or by .gnu_debuglink): only exported functions \
+                     can be named. Install its debug symbols (the -dbg or -dbgsym package), \
+                     point --debug-dir at a directory holding them, or rebuild without stripping",
+                    stripped.join(", "),
+                    dirs.join(", ")
                 )
             };
             let objects = targets
@@ -429,7 +434,7 @@ mod tests {
             libs: vec![],
         };
         let mut probes = Vec::new();
-        let mut cache = BTreeMap::new();
+        let mut cache = ElfCache::new(&[]);
         let pats = [FunctionPattern::parse("main", true).expect("valid")];
         let counts = resolve(&pats, &objects, &mut probes, &mut cache).expect("main resolves");
         assert_eq!(counts[0].functions, 1);

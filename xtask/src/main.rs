@@ -12,12 +12,14 @@
 //!   timings (peer comparison).
 //! - `mpi-matrix`: MPI programs with faults, judged by the MPI analyses.
 //! - `model-matrix`: the bug-class suite of model-based localization.
+//! - `man`: man pages and shell completions, optionally installed.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
-mod fuzz;
 mod fs;
+mod fuzz;
+mod man;
 mod model_matrix;
 mod mpi;
 mod mpi_matrix;
@@ -87,6 +89,10 @@ enum Task {
     /// earliest anomaly is in the faulty process) and top-1 (the
     /// highest-ranked unit is). Needs root to record.
     ModelMatrix(model_matrix::ModelMatrixArgs),
+    /// Generate the man pages and shell completions (bash, zsh, fish) of
+    /// `tracer` and `analyzer` from their command-line definitions into
+    /// target/man; with --install, install them under --prefix (/usr/local).
+    Man(man::ManArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -299,6 +305,7 @@ fn main() -> anyhow::Result<()> {
         Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
         Task::MpiOverhead(args) => mpi_overhead::mpi_overhead(&args),
         Task::ModelMatrix(args) => model_matrix::model_matrix(&args),
+        Task::Man(args) => man::run(args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -7,7 +7,8 @@ use std::{
 };
 
 use analyzer::{
-    Capture,
+    Capture, Event,
+    debuginfo::{AddressKind, SourceLines},
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
@@ -17,6 +18,7 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod export;
 mod mpi;
 mod peers;
 mod tasks;
@@ -25,8 +27,45 @@ mod tasks;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
 struct Args {
+    /// No progress bars and no notes on standard error (errors and warnings
+    /// still print). Progress is drawn only on a terminal anyway.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the analyzer talks to a person on standard error.
+pub(crate) struct Ui {
+    quiet: bool,
+}
+
+impl Ui {
+    /// A progress bar over `len` steps, drawn on standard error only when it
+    /// is a terminal, not `--quiet`, and there are several steps.
+    pub(crate) fn bar(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        if self.quiet || len < 2 {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(len),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta}) {wide_msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(what.to_string());
+        bar
+    }
+
+    /// A line for a person on standard error (not with `--quiet`).
+    pub(crate) fn say(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,6 +77,14 @@ enum Command {
         /// JSON lines instead of text.
         #[arg(long)]
         json: bool,
+        /// Add the source line of call sites and sampled instructions
+        /// (`calls.c:42`, innermost inlined function first) where the
+        /// recorded builds' debug information is on this machine.
+        #[arg(long)]
+        lines: bool,
+        /// Also look for debug files in DIR (with --lines). Repeatable.
+        #[arg(long = "debug-dir", value_name = "DIR", requires = "lines")]
+        debug_dirs: Vec<PathBuf>,
     },
     /// Summarize a capture: events by kind, calls, processes, losses.
     Summary {
@@ -74,6 +121,27 @@ enum Command {
         /// larger one ends the process with an error.
         #[arg(long, default_value_t = 1 << 30)]
         max_input: u64,
+    },
+    /// Write captures as files other tools read: pprof profiles, folded
+    /// stacks, flame graph SVGs, Perfetto/Chrome traces, Parquet tables.
+    Export(Box<export::ExportArgs>),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   analyzer completions bash > /usr/local/share/bash-completion/completions/analyzer
+    ///   analyzer completions zsh > /usr/local/share/zsh/site-functions/_analyzer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
     },
 }
 
@@ -221,6 +289,36 @@ fn why(s: &analyzer::score::UnitScore) -> String {
         .map(|d| format!("{:?} {} (p={:.2})", d.kind, last(&d.path), d.p).to_lowercase())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Scores the units of `captures` against `model` into a ranked report.
+pub(crate) fn score_captures(
+    model: &GlobalModel,
+    captures: &[PathBuf],
+    scoring: Scoring,
+    rank: Ranking,
+    ui: &Ui,
+) -> anyhow::Result<ScoreReport> {
+    let bar = ui.bar(captures.len() as u64, "scoring");
+    let mut scores = Vec::new();
+    let mut names = Vec::with_capacity(captures.len());
+    for path in captures {
+        bar.set_message(path.display().to_string());
+        let cap = open(path)?;
+        let processes = decompose_capture(&cap, model.variant);
+        let name = path.display().to_string();
+        scores.extend(score_processes(model, &cap, &name, &processes, scoring));
+        names.push(name);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(ScoreReport::new(
+        model.variant,
+        scoring,
+        rank,
+        &names,
+        scores,
+    ))
 }
 
 fn print_scores(
@@ -388,20 +486,74 @@ fn scores_svg(report: &ScoreReport) -> String {
 fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let ui = &Ui { quiet: args.quiet };
     match args.command {
+        Command::Export(a) => export::run(*a, ui)?,
+        Command::Completions { shell } => {
+            let mut cmd = <Args as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "analyzer", &mut out);
+        }
+        Command::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(<Args as clap::CommandFactory>::command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
         Command::Mpi(cmd) => mpi::run(cmd, &mut out)?,
         Command::Tasks(cmd) => tasks::run(cmd, &mut out)?,
-        Command::Events { capture, json } => {
+        Command::Events {
+            capture,
+            json,
+            lines,
+            debug_dirs,
+        } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);
+            let symbols = analyzer::Symbolizer::new(&cap);
+            let mut sources = lines.then(|| SourceLines::new(&debug_dirs));
             for event in cap.events() {
                 // Skipped, and reported by `open` (one rule with `summary`
                 // and `tracer replay`).
                 let Ok(event) = event else { continue };
+                // The code address whose line a person wants: a call's
+                // site, a sample's instruction.
+                let at = match &event {
+                    Event::Entry { rec, .. } => Some((rec.call_site, AddressKind::Return)),
+                    Event::Sample(s) if s.user_ip != 0 => {
+                        Some((s.user_ip, AddressKind::Instruction))
+                    }
+                    _ => None,
+                };
+                let source = match (&mut sources, at) {
+                    (Some(lines), Some((addr, kind))) => {
+                        let frames = lines.frames_at(&symbols, event.header().pid, addr, kind);
+                        let text: Vec<String> = frames
+                            .iter()
+                            .filter_map(|f| {
+                                f.file_line().map(|fl| {
+                                    format!("{fl}{}", if f.inlined { " (inlined)" } else { "" })
+                                })
+                            })
+                            .collect();
+                        (!text.is_empty()).then(|| text.join(" < "))
+                    }
+                    _ => None,
+                };
                 if json {
-                    writeln!(out, "{}", fmt.json(&event))?;
+                    let mut v = fmt.json(&event);
+                    if let (Some(s), Some(obj)) = (source, v.as_object_mut()) {
+                        obj.insert("source".into(), serde_json::json!(s));
+                    }
+                    writeln!(out, "{v}")?;
                 } else {
-                    writeln!(out, "{}", fmt.text(&event))?;
+                    match source {
+                        Some(s) => writeln!(out, "{} at {s}", fmt.text(&event))?,
+                        None => writeln!(out, "{}", fmt.text(&event))?,
+                    }
+                }
+            }
+            if let Some(lines) = &sources {
+                for (object, why) in lines.missing() {
+                    ui.say(&format!("note: no source lines for {object}: {why}"));
                 }
             }
         }
@@ -464,7 +616,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             let base = merge.is_some().then(|| model.clone());
             let mut processes = 0;
             let mut runs = Vec::with_capacity(captures.len());
+            let bar = ui.bar(captures.len() as u64, "learning");
             for path in &captures {
+                bar.set_message(path.display().to_string());
+                bar.inc(1);
                 let cap = open(path)?;
                 let run = decompose_capture(&cap, variant);
                 for p in &run {
@@ -476,10 +631,15 @@ fn run(args: Args) -> anyhow::Result<()> {
                     runs.push(run);
                 }
             }
+            bar.finish_and_clear();
             let calibration = if no_calibrate {
                 None
             } else {
-                Some(calibrate(&mut model, base.as_ref(), &runs))
+                let spinner = ui.bar(2, "calibrating (held-out folds)");
+                spinner.tick();
+                let c = calibrate(&mut model, base.as_ref(), &runs);
+                spinner.finish_and_clear();
+                Some(c)
             };
             let json = serde_json::to_vec(&model)?;
             std::fs::write(&output, &json)
@@ -524,16 +684,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             svg,
         }) => {
             let model = load_model(&model)?;
-            let mut scores = Vec::new();
-            let mut names = Vec::with_capacity(captures.len());
-            for path in &captures {
-                let cap = open(path)?;
-                let processes = decompose_capture(&cap, model.variant);
-                let name = path.display().to_string();
-                scores.extend(score_processes(&model, &cap, &name, &processes, scoring));
-                names.push(name);
-            }
-            let report = ScoreReport::new(model.variant, scoring, rank, &names, scores);
+            let report = score_captures(&model, &captures, scoring, rank, ui)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {
@@ -551,7 +702,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Peers(command) => peers::run(command, &mut out)?,
+        Command::Peers(command) => peers::run(command, &mut out, ui)?,
         Command::Live { max_input } => {
             drop(out);
             let stdin = std::io::stdin();
@@ -577,5 +728,50 @@ fn main() -> ExitCode {
             eprintln!("analyzer: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    /// Man pages and completions come from the same definitions as
+    /// `--help`: a subcommand's options are in both.
+    #[test]
+    fn man_pages_and_completions_cover_every_subcommand() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        clap_mangen::generate_to(Args::command(), dir.path()).expect("man pages");
+        let export = std::fs::read_to_string(dir.path().join("analyzer-export.1")).expect("page");
+        for option in [
+            "\\-\\-format",
+            "\\-\\-profile",
+            "\\-\\-table",
+            "\\-\\-debug\\-dir",
+        ] {
+            assert!(export.contains(option), "{option}");
+        }
+        for page in [
+            "analyzer.1",
+            "analyzer-model-learn.1",
+            "analyzer-peers-diagnose.1",
+        ] {
+            assert!(dir.path().join(page).is_file(), "{page}");
+        }
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Args::command(),
+            "analyzer",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).expect("utf8");
+        assert!(bash.contains("chrome-trace") && bash.contains("--thresholds"));
     }
 }

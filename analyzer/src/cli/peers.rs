@@ -273,7 +273,7 @@ fn captures_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Runs from arguments: a directory is a run; files group by directory.
-fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
+pub(crate) fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
     let mut runs: Vec<(String, Vec<PathBuf>)> = Vec::new();
     for a in args {
         let (name, files) = if a.is_dir() {
@@ -297,7 +297,7 @@ fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
 }
 
 /// Reads and scores one run.
-fn analyze_run(
+pub(crate) fn analyze_run(
     name: &str,
     files: &[PathBuf],
     cfg: &PeersConfig,
@@ -363,7 +363,11 @@ fn load_thresholds(path: &Path) -> anyhow::Result<Thresholds> {
 }
 
 /// Runs one `analyzer peers` subcommand.
-pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result<()> {
+pub(crate) fn run(
+    command: PeersCommand,
+    out: &mut impl Write,
+    ui: &super::Ui,
+) -> anyhow::Result<()> {
     match command {
         PeersCommand::Train {
             runs,
@@ -373,9 +377,14 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
         } => {
             let cfg = PeersConfig::try_from(features)?;
             let mut scored = Vec::new();
-            for (name, files) in runs_of(&runs)? {
-                scored.push(analyze_run(&name, &files, &cfg, 2 * cfg.k - 1)?);
+            let runs = runs_of(&runs)?;
+            let bar = ui.bar(runs.len() as u64, "comparing peers");
+            for (name, files) in &runs {
+                bar.set_message(name.clone());
+                scored.push(analyze_run(name, files, &cfg, 2 * cfg.k - 1)?);
+                bar.inc(1);
             }
+            bar.finish_and_clear();
             let thresholds = peers::train(&scored, &cfg)?;
             let text = serde_json::to_string_pretty(&thresholds)?;
             std::fs::write(&output, &text)

@@ -115,6 +115,11 @@ impl NodeTable {
         id
     }
 
+    /// The key id of `node` (see [`NodeTable::key`]).
+    pub fn key_id(&self, node: u32) -> u32 {
+        self.nodes[node as usize].1
+    }
+
     /// Parent of `node` ([`NodeTable::ROOT`] for top-level nodes).
     pub fn parent(&self, node: u32) -> u32 {
         self.nodes[node as usize].0
@@ -245,6 +250,10 @@ pub struct ThreadTraces {
     pub peers: HashMap<(u32, usize), String>,
     /// Threads whose exit was recorded, with its time.
     pub exited: BTreeMap<u32, u64>,
+    /// The call site (return address, as the process saw it) of each
+    /// native call's node key, by key id ([`NodeTable::key_id`]): where
+    /// exports look up the caller's file and line.
+    pub call_sites: FxHashMap<u32, u64>,
 }
 
 /// What [`thread_traces`] takes from one event.
@@ -379,6 +388,8 @@ struct PythonKeys {
 struct ProcessBuilder {
     nodes: NodeTable,
     site_keys: FxHashMap<(u64, u32), u32>,
+    /// Raw call site of each native call key (the first seen).
+    call_sites: FxHashMap<u32, u64>,
     sys_keys: FxHashMap<u32, u32>,
     /// Key caches of Python frames, boxed: processes without them stay small.
     python: Box<PythonKeys>,
@@ -432,15 +443,18 @@ impl ProcessBuilder {
                 } else {
                     site
                 };
+                let call_sites = &mut self.call_sites;
                 let key = *self.site_keys.entry((site, func_id)).or_insert_with(|| {
                     let site_name = sym
                         .user(pid, site)
                         .map(|l| l.to_string())
                         .unwrap_or_default();
-                    nodes.key(NodeKey {
+                    let key = nodes.key(NodeKey {
                         site: site_name,
                         callee: capture.function_name(func_id),
-                    })
+                    });
+                    call_sites.entry(key).or_insert(site);
+                    key
                 });
                 let node = nodes.child(parent, key);
                 thread.stack.push((node, func_id, site));
@@ -615,6 +629,7 @@ impl ProcessBuilder {
             peers: self.peers,
             pairs: self.pairs,
             exited: self.exited,
+            call_sites: self.call_sites,
         }
     }
 }

@@ -9,6 +9,6 @@ mod symbolize;
 mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
-pub use symbolize::{Location, Symbolizer, is_uretprobe_trampoline};
+pub use symbolize::{Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in};
 pub use types::comm_string;
 pub use types::{Event, addr_string, syscall_name};

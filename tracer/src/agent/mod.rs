@@ -546,16 +546,20 @@ impl Agent {
             return;
         };
         let (_, bytes, _) = r.session.current_file();
+        // A file's size counts its records: the metadata it starts with
+        // (every object's symbols, a few hundred KB with libc's) must not
+        // make a small file_size rotate again at once.
+        let records = bytes.saturating_sub(r.session.rotation_bytes());
         let due = if by_age {
-            self.recorder.should_rotate(bytes)
+            self.recorder.should_rotate(records)
         } else {
-            bytes >= self.recorder.limits().file_bytes
+            records >= self.recorder.limits().file_bytes
         };
         if due {
-            // Rotating drains once more into the old file: make room for
-            // that drain first, so that one drain at most comes between
-            // two checks of the limit.
-            self.recorder.enforce(bytes);
+            // Rotating drains once more into the old file and starts the
+            // new one with every process's and object's metadata again:
+            // make room for both first, so that the limit holds throughout.
+            self.recorder.enforce(bytes + r.session.rotation_bytes());
             let next = self.recorder.next_path(r.id);
             match r.session.rotate(&next) {
                 Ok(closed) => self.recorder.closed(closed, r.id),

@@ -19,6 +19,10 @@ pub struct Args {
     /// More log output (-v: info, -vv: debug, includes eBPF-side logs).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Print only errors, warnings and lost records: no attach steps, no
+    /// live line, no summary unless records were lost.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -36,6 +40,8 @@ pub enum Command {
     ///
     /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
     /// process has exited, then prints a summary with any records lost.
+    /// On a terminal, a live line shows events/s, losses and processes while
+    /// recording -p/--exe targets (not a command, whose output shares it).
     #[command(verbatim_doc_comment)]
     Record(Box<RecordArgs>),
     /// Print a capture's events, symbolized, and a summary.
@@ -71,6 +77,24 @@ pub enum Command {
     ///   tracer ctl reload
     #[command(verbatim_doc_comment)]
     Ctl(CtlArgs),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   tracer completions bash > /usr/local/share/bash-completion/completions/tracer
+    ///   tracer completions zsh > /usr/local/share/zsh/site-functions/_tracer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
+    },
 }
 
 /// `tracer agent`.
@@ -156,10 +180,18 @@ pub struct RecordArgs {
     #[arg(long = "exe", value_name = "PATH")]
     pub exes: Vec<PathBuf>,
     /// Trace calls of functions matching [OBJECT:]GLOB, searched in .symtab and
-    /// .dynsym. Without OBJECT, the target's executable; OBJECT names a loaded
+    /// .dynsym (and in the .symtab of a stripped object's separate debug
+    /// file, see --debug-dir). Without OBJECT, the target's executable; OBJECT names a loaded
     /// shared object by file name or prefix (libc, libmpich.so.12). Repeatable.
     #[arg(short, long = "functions", value_name = "PATTERN")]
     pub functions: Vec<String>,
+    /// Also look for the separate debug files of stripped objects in DIR
+    /// (by build id, `DIR/.build-id/xx/yyyy.debug`, and by .gnu_debuglink
+    /// name), before $EFTRACE_DEBUG_DIRS and /usr/lib/debug. A stripped
+    /// object's functions can be named with --functions when its debug file
+    /// is found; captures keep the symbols either way. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
     /// Like --functions, and also record the first ten integer arguments of
     /// each call (six registers, four from the stack).
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
@@ -310,6 +342,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             output: a.output,
             overwrite: a.force,
             argv: std::env::args().collect(),
+            debug_dirs: a.debug_dirs,
             ..RecordConfig::default()
         })
     }
@@ -329,6 +362,32 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    /// Man pages and completions come from the same definitions as `--help`.
+    #[test]
+    fn man_pages_and_completions_cover_record() {
+        let mut page = Vec::new();
+        let record = Args::command()
+            .find_subcommand("record")
+            .cloned()
+            .expect("record");
+        clap_mangen::Man::new(record)
+            .render(&mut page)
+            .expect("renders");
+        let page = String::from_utf8(page).expect("utf8");
+        for option in ["\\-\\-debug\\-dir", "\\-\\-sample\\-hz", "\\-\\-functions"] {
+            assert!(page.contains(option), "{option}");
+        }
+        let mut zsh = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Zsh,
+            &mut Args::command(),
+            "tracer",
+            &mut zsh,
+        );
+        let zsh = String::from_utf8(zsh).expect("utf8");
+        assert!(zsh.contains("--debug-dir") && zsh.contains("list-usdt"));
     }
 
     #[test]
