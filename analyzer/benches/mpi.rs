@@ -163,6 +163,7 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                         cpu: r,
                         tid: r,
                         call_site: 0,
+                        partners: Default::default(),
                     };
                     t += 5_000;
                     c
@@ -179,6 +180,12 @@ fn simulated(ranks: u32, calls: usize, hog: u32, factor: u64, seed: u64) -> Prof
                 functions: functions.clone(),
                 calls,
                 unfinished: 0,
+                open: None,
+                last_ns: 0,
+                exited_ns: None,
+                state: None,
+                end_ns: 0,
+                cpu: Vec::new(),
             }
         })
         .collect();
@@ -228,23 +235,29 @@ fn main() {
         rank.calls.len() as f64 / secs / 1e6
     );
 
-    // Detection for 64 ranks × 100 k calls.
+    // Detection for 64 ranks × 100 k calls: learning from two clean runs
+    // and a hogged one (typical sequences per rank group, held-out
+    // thresholds, the K search), then one detection.
     let n = 100_000;
     let clean = simulated(64, n, 99, 1, 1);
+    let clean2 = simulated(64, n, 99, 1, 4);
     let hogged = simulated(64, n, 5, 2, 2);
     let trial = simulated(64, n, 5, 2, 3);
     let config = LearnConfig {
         typical: TypicalConfig::default(),
         ..LearnConfig::default()
     };
-    let (ts_secs, ts) = best_of(3, || mpi::typical_sequences(&clean, &config.typical));
-    let (learn_secs, model) = best_of(1, || mpi::learn(&clean, &hogged, &config).expect("learns"));
+    let (ts_secs, ts) = best_of(3, || mpi::rank_sequences(&[&clean], &config.typical));
+    let (learn_secs, model) = best_of(1, || {
+        mpi::learn(&[&clean, &clean2], &[&hogged], &config).expect("learns")
+    });
     let (detect_secs, d) = best_of(3, || mpi::detect(&model, &trial));
     let m5 = d.metric(5).unwrap_or(f64::NAN);
     assert!(m5 > 0.5, "hogged rank metric {m5}");
     println!(
-        "detection, 64 ranks x {n} calls: typical sequences {ts_secs:.3} s ({} found), learning {learn_secs:.3} s ({} thresholds), detection {detect_secs:.3} s (m(5) = {m5:.2})",
+        "detection, 64 ranks x {n} calls: typical sequences {ts_secs:.3} s ({} ranks), learning {learn_secs:.3} s (K = {}), detection {detect_secs:.3} s (m(5) = {m5:.2}, verdict: {})",
         ts.len(),
-        model.processors.len() * model.sequences.len() * config.k_grid.len() * config.r_grid.len()
+        model.k,
+        d.verdict.summary
     );
 }

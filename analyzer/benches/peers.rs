@@ -200,6 +200,7 @@ fn capture(server: usize, seed: u64, slow: bool) -> (Capture, u64) {
     w.write_meta(&Meta::End(End {
         stop_ns: m0 + SECONDS * 1_000_000_000,
         reason: "duration".into(),
+        ..Default::default()
     }))
     .expect("end");
     (

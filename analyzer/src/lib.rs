@@ -6,11 +6,15 @@
 //! normal runs; [`score`] gives each unit of a trial run its suspect score
 //! (Maruyama & Matsuoka); [`peers`] compares servers with their peers
 //! window by window to find the faulty one (Kasick et al.); [`automaded`]
-//! finds abnormal MPI tasks and edges with semi-Markov models (Laguna et al.). `tracer replay`
+//! finds abnormal MPI tasks and edges with semi-Markov models (Laguna et al.);
+//! [`debuginfo`] turns code addresses into functions, files and lines (DWARF,
+//! inlined frames, separate debug files) for every report. `tracer replay`
 //! uses [`decode`] too, so there is
 //! one decoding path for files and for live rings.
 
 pub mod automaded;
+pub mod debuginfo;
+pub mod export;
 /// Decoding captures is defined beside the capture format, in `tracer-common`.
 pub use tracer_common::decode;
 pub mod live;
@@ -21,6 +25,7 @@ pub mod peers;
 pub mod report;
 pub mod score;
 pub mod sequitur;
+pub mod srcline;
 pub mod units;
 
 pub use decode::{Capture, DecodeError, Event, Symbolizer};

@@ -16,7 +16,9 @@ use std::{
 
 use analyzer::{Capture, Event, Symbolizer};
 
-pub mod gluster;
+pub mod bugclass;
+pub mod fs;
+pub mod mpi;
 pub mod sandbox;
 
 /// The tracer binary under test: `$TRACER_BIN`, or the workspace's debug build.
@@ -97,6 +99,51 @@ pub fn python() -> Option<&'static str> {
     None
 }
 
+/// The Python with DuckDB that `scripts/setup` installs (a venv of Debian's
+/// python3 under the tool cache).
+pub fn duckdb_python() -> Option<PathBuf> {
+    let cache = std::env::var_os("EFTRACE_CACHE").unwrap_or_else(|| "/var/cache/eftrace".into());
+    let python = Path::new(&cache).join("pyexport/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import duckdb"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
+        "EFTRACE_REQUIRE_ROOT is set but {} has no duckdb (run scripts/setup)",
+        python.display()
+    );
+    eprintln!(
+        "skipped: no DuckDB at {} (run scripts/setup)",
+        python.display()
+    );
+    None
+}
+
+/// Runs `sql` in DuckDB (through `python`, from [`duckdb_python`]) and
+/// returns the result rows, each a list of column values as text (NULL as
+/// `None`).
+pub fn duckdb(python: &Path, sql: &str) -> Vec<Vec<Option<String>>> {
+    let script = "import duckdb, json, sys\n\
+                  rows = duckdb.sql(sys.argv[1]).fetchall()\n\
+                  print(json.dumps([[None if v is None else str(v) for v in r] for r in rows]))";
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(python)
+        .args(["-c", script, sql])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "duckdb failed on {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON rows")
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
@@ -164,7 +211,8 @@ pub fn analyzer(args: &[&str]) -> Run {
     run_bounded(&analyzer_bin(), args)
 }
 
-fn run_bounded(program: &Path, args: &[&str]) -> Run {
+/// Runs `program ARGS` to completion (bounded by 60 s).
+pub fn run_bounded(program: &Path, args: &[&str]) -> Run {
     let out = Command::new("timeout")
         .args(["-s", "KILL", "60"])
         .arg(program)
@@ -430,12 +478,15 @@ pub fn learn_calibrated(
 
 /// The ring daemons' partial-receive fault (model.rs, pyring.rs), scored
 /// with `model`: the normal `trial` run's worst unit stays under
-/// `threshold`; in the `faulty` run (ports from `faulty_base`, fault at
-/// daemon 2) the first unit is daemon 2's handler of its connection to
-/// daemon 3, scoring 1, and a unit among the top 3 makes an unexpected call
-/// whose path contains both `closing` texts, and that unit is the earliest
-/// anomalous one. Returns the trial's worst score
-/// and the faulty run's top 3 as text.
+/// `threshold`, and nothing in it stands out; in the `faulty` run (ports
+/// from `faulty_base`, fault at daemon 2), in the papers' ranking by score,
+/// the first unit is daemon 2's handler of its connection to daemon 3,
+/// scoring 1, and a unit among the top 3 makes an unexpected call whose
+/// path contains both `closing` texts, and that unit is the earliest
+/// anomalous one; in the evidence ranking, the first unit is of the
+/// process that closed the connection (daemon 3, whose `recv_msg` has the
+/// bug). Returns the trial's worst score and the faulty run's top 3 (by
+/// score) as text.
 pub fn assert_ring_fault_localized(
     model: &analyzer::model::GlobalModel,
     scoring: analyzer::score::Scoring,
@@ -444,7 +495,7 @@ pub fn assert_ring_fault_localized(
     closing: [&str; 2],
 ) -> (f64, String) {
     use analyzer::{
-        score::{DifferenceKind, ScoreReport, score_processes},
+        score::{DifferenceKind, Ranking, ScoreReport, Verdict, score_processes},
         units::{UnitKind, decompose_capture},
     };
     let variant = model.variant;
@@ -462,19 +513,42 @@ pub fn assert_ring_fault_localized(
         "{variant:?}: a normal run scores {worst_normal}: {:?}",
         trial_scores[0]
     );
+    let trial_report = ScoreReport::new(
+        variant,
+        scoring,
+        Ranking::Evidence,
+        &["trial".to_string()],
+        trial_scores,
+    );
+    assert_eq!(
+        trial_report.verdict,
+        Verdict::NothingStandsOut,
+        "{variant:?}: {}: {:#?}",
+        trial_report.summary,
+        trial_report.first()
+    );
 
     let cap = capture(faulty);
+    let faulty_scores = score_processes(
+        model,
+        &cap,
+        "faulty",
+        &decompose_capture(&cap, variant),
+        scoring,
+    );
+    let by_evidence = ScoreReport::new(
+        variant,
+        scoring,
+        Ranking::Evidence,
+        &["faulty".to_string()],
+        faulty_scores.clone(),
+    );
     let report = ScoreReport::new(
         variant,
         scoring,
+        Ranking::Score,
         &["faulty".to_string()],
-        score_processes(
-            model,
-            &cap,
-            "faulty",
-            &decompose_capture(&cap, variant),
-            scoring,
-        ),
+        faulty_scores,
     );
     let scores = &report.units;
     let first = &scores[0];
@@ -507,6 +581,18 @@ pub fn assert_ring_fault_localized(
             d.kind == DifferenceKind::Unexpected && closing.iter().all(|c| d.path.contains(c))
         }),
         "{variant:?}: the earliest anomaly is not the closing unit: {earliest:#?}"
+    );
+    // Ranked by evidence, the process that closed the connection (whose
+    // unit came first) leads, not the neighbour that saw the reset.
+    assert_eq!(by_evidence.verdict, Verdict::Anomalous);
+    assert_eq!(
+        by_evidence.units[0].pid, earliest.pid,
+        "{variant:?}: {:#?}",
+        by_evidence.units[0]
+    );
+    assert_eq!(
+        by_evidence.first().map(|u| u.start_ns),
+        Some(earliest.start_ns)
     );
     let top = scores[..3]
         .iter()

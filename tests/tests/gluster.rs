@@ -1,7 +1,9 @@
-//! A real GlusterFS volume (4 brick daemons) recorded by the tracer: clean dd
+//! A real GlusterFS volume (4 nodes, each brick daemon in its own network
+//! namespace with its own disk) recorded by one tracer per server: clean dd
 //! runs, one with packet loss and one with a disk hog on one server, and peer
 //! comparison (Kasick et al.) trained on the clean runs finding the faulty
-//! server (issue 4). Its own test binary, so no other test runs beside it.
+//! server (issues 4 and 16). Its own test binary, so no other test runs
+//! beside it.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -11,9 +13,10 @@ use analyzer::{
     peers::{self, Report},
 };
 use tests::{
-    gluster::{
-        Cluster, ClusterConfig, FaultKind, FaultParams, LoadedRun, RecordConfig, RunConfig,
-        Workload, load_run, peers_config, run, score_run, server_label, server_stats,
+    fs::{
+        Cluster, ClusterConfig, FaultKind, FaultParams, LoadedRun, ProbeSet, RecordConfig,
+        RecordMode, RunConfig, System, Workload, load_run, peers_config, run, score_run,
+        server_label, server_stats,
     },
     privileged, tracer_bin,
 };
@@ -33,7 +36,10 @@ pub fn record_dd(
         fault,
         fault_after,
         params: FaultParams::default(),
-        record: Some(RecordConfig::new(tracer_bin())),
+        record: Some(
+            RecordConfig::new(tracer_bin(), System::Glusterfs, ProbeSet::Daemon)
+                .expect("GlusterFS has a daemon probe set"),
+        ),
     };
     run(cluster, &config, dir).unwrap_or_else(|e| panic!("run into {}: {e:?}", dir.display()));
     load_run(dir).unwrap_or_else(|e| panic!("reading {}: {e:?}", dir.display()))
@@ -90,7 +96,7 @@ const FAULT_AFTER_S: f64 = 4.0;
 /// `analyzer peers train` on `clean`, then `analyzer peers diagnose` of
 /// `trial`; returns the report with servers named `server1`..`server4`.
 fn diagnose(clean: &[(&Path, &LoadedRun)], trial: (&Path, &LoadedRun)) -> Report {
-    let cfg = peers_config(WINDOW_S, SHIFT_S);
+    let cfg = peers_config(System::Glusterfs, RecordMode::PerServer, WINDOW_S, SHIFT_S);
     let scored: Vec<_> = clean
         .iter()
         .map(|(dir, run)| score_run(run, dir, &cfg, 2 * cfg.k - 1).expect("clean run scores"))
@@ -113,7 +119,7 @@ fn diagnose(clean: &[(&Path, &LoadedRun)], trial: (&Path, &LoadedRun)) -> Report
     report
 }
 
-/// Every brick's events are in the capture: function entries and returns,
+/// Every brick's events are in its capture: function entries and returns,
 /// socket traffic, CPU samples; nothing lost. Peer comparison trained on
 /// two clean runs indicts nobody in a third; trained on all, it names the
 /// one server with 5% packet loss (TCP retransmissions on its port only)
@@ -123,9 +129,9 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
     if !privileged() {
         return;
     }
-    let cluster = match Cluster::start(ClusterConfig::default()) {
+    let cluster = match Cluster::start(ClusterConfig::new(System::Glusterfs)) {
         Ok(c) => c,
-        Err(tests::gluster::GlusterError::Missing { program }) => {
+        Err(tests::fs::FsError::Missing { program }) => {
             eprintln!("skipped: {program} is not installed (run `sudo scripts/setup`)");
             assert!(
                 std::env::var_os("EFTRACE_REQUIRE_ROOT").is_none(),
@@ -141,7 +147,8 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
 
     // Clean run.
     let clean = record_dd(&cluster, &dir.path().join("clean"), RUN_S, None, 0.0);
-    assert_eq!(clean.info.version, tests::gluster::RUN_INFO_VERSION);
+    assert_eq!(clean.info.version, tests::fs::RUN_INFO_VERSION);
+    assert_eq!(clean.info.tracers.len(), 4, "one tracer per server");
     assert!(clean.info.fault.is_none());
     assert!(clean.info.result.bytes_written > 0 && clean.info.result.bytes_read > 0);
     for t in &clean.info.tracers {
@@ -215,6 +222,8 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
         report.faulty,
         peers::render::report_text(&report, peers::Distance::Manhattan)
     );
+    assert_eq!(report.verdict.outcome, peers::Outcome::NoneStandsOut);
+    assert!(report.verdict.summary.starts_with("no server stands out"));
     let train = [
         (clean_dir.as_path(), &clean),
         (clean2_dir.as_path(), &clean2),
@@ -259,6 +268,14 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
         ["server3"],
         "{text}"
     );
+    assert_eq!(report.verdict.outcome, peers::Outcome::Faulty);
+    let named: Vec<&str> = report
+        .verdict
+        .faulty
+        .iter()
+        .map(|f| f.server.as_str())
+        .collect();
+    assert_eq!(named, ["server3"], "{text}");
 
     // A disk hog on server 2's disk from FAULT_AFTER_S on: found by its time profile.
     let hogged_dir = dir.path().join("disk-hog");
@@ -281,5 +298,11 @@ fn gluster_bricks_recorded_and_faulty_server_found() {
 
     let stop = cluster.stop().expect("cleanup");
     assert!(stop < 60.0);
-    assert!(!Path::new("/run/netns/eftrace-gluster").exists());
+    for s in &servers {
+        assert!(
+            !Path::new(&format!("/run/netns/{}", s.netns)).exists(),
+            "{} remains",
+            s.netns
+        );
+    }
 }

@@ -34,6 +34,9 @@ pub const FILE_HEADER_LEN: u64 = 16;
 pub const CHUNK_HEADER_LEN: usize = 24;
 /// Largest payload a reader accepts (guards against a corrupt length field).
 pub const MAX_CHUNK_LEN: u32 = 256 << 20;
+/// Payload bytes a reader reserves before reading them; beyond this the
+/// buffer grows with the bytes actually read.
+const PREALLOCATE: usize = 1 << 20;
 
 /// Kind of a chunk's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +274,14 @@ pub struct ObjectSymbols {
     pub segments: Vec<Segment>,
     /// Function symbols sorted by address.
     pub symbols: Vec<Symbol>,
+    /// The object's `.gnu_debuglink`, so an analysis elsewhere can find its
+    /// debug file by name (absent in older captures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_link: Option<crate::debugfile::DebugLink>,
+    /// The separate debug file whose symbol table was merged into
+    /// `symbols` at record time (the object itself was stripped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_file: Option<String>,
 }
 
 /// One attached function probe: what a record's `func_id` means.
@@ -290,6 +301,12 @@ pub struct Probe {
     pub file_offset: u64,
     /// Entry records carry the six argument registers.
     pub args: bool,
+    /// Only the entry is probed (no return probe, so no return records):
+    /// a marker of where a call came from, at half the cost (the MPI
+    /// preset's Fortran wrappers, whose callers are the program's call
+    /// sites).
+    #[serde(default)]
+    pub entry_only: bool,
 }
 
 /// One attached USDT probe site: what a [`crate::record::UsdtHit`]'s
@@ -341,6 +358,22 @@ pub struct End {
     pub stop_ns: u64,
     /// Why it stopped (`signal`, `duration`, `targets exited`).
     pub reason: String,
+    /// The traced processes still alive when recording stopped, with their
+    /// scheduler state then (absent in older captures): a hang analysis
+    /// tells a stopped rank from one that is running or waiting.
+    #[serde(default)]
+    pub processes: Vec<ProcessState>,
+}
+
+/// A traced process's state when recording stopped (`/proc/PID/stat`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessState {
+    /// Process id.
+    pub pid: u32,
+    /// The state letter of its main thread: `R` running, `S` sleeping,
+    /// `D` uninterruptible, `T` stopped by a signal, `t` stopped by a
+    /// tracer, `Z` zombie.
+    pub state: String,
 }
 
 /// A metadata item.
@@ -602,9 +635,15 @@ impl<R: Read> CaptureReader<R> {
                 "chunk length {len} exceeds the maximum {MAX_CHUNK_LEN}"
             )));
         }
-        let mut payload = vec![0u8; len as usize];
-        let got = read_full(&mut self.input, &mut payload).map_err(io_err)?;
-        if got < payload.len() {
+        // Grow the buffer with the data that is really there: a length
+        // field (checked against the maximum above) must not allocate
+        // before the file shows it holds that much.
+        let mut payload = Vec::with_capacity((len as usize).min(PREALLOCATE));
+        (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)
+            .map_err(io_err)?;
+        if payload.len() < len as usize {
             return Err(truncated);
         }
         if crc32fast::hash(&payload) != crc {
@@ -751,6 +790,7 @@ mod tests {
         w.write_meta(&Meta::End(End {
             stop_ns: 9,
             reason: "test".into(),
+            ..Default::default()
         }))
         .expect("end");
         w.into_inner()

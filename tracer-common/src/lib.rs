@@ -13,6 +13,10 @@
 //! - [`decode`] (feature `std`): reading a capture back: typed events,
 //!   symbols from the capture's own tables, text and JSON rendering. It lives
 //!   beside the format so that the root `tracer` needs no analysis code.
+//! - [`live`] (feature `std`): the pipe between the agent and its
+//!   unprivileged live analysis process.
+//! - [`debugfile`] (feature `std`): where an object's separate debug file is
+//!   (by build id, by `.gnu_debuglink`), for the tracer and the analyzer alike.
 //!
 //! Map and program names live here as constants so that the two sides cannot
 //! drift apart.
@@ -26,7 +30,11 @@ pub mod syscall;
 #[cfg(feature = "std")]
 pub mod capture;
 #[cfg(feature = "std")]
+pub mod debugfile;
+#[cfg(feature = "std")]
 pub mod decode;
+#[cfg(feature = "std")]
+pub mod live;
 
 /// Names of the maps in the eBPF object.
 pub mod maps {

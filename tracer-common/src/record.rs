@@ -48,6 +48,11 @@ pub mod kind {
     pub const DEVICE_NAME: u16 = 15;
     /// [`crate::kernel::NetAddr`].
     pub const NET_ADDR: u16 = 16;
+    /// [`super::FuncEntryStack`]: written instead of [`FUNC_ENTRY_ARGS`] by
+    /// recorders that read stack-passed arguments too.
+    pub const FUNC_ENTRY_STACK: u16 = 20;
+    /// [`super::CpuTimes`]: written by the recorder, not by eBPF.
+    pub const CPU_TIMES: u16 = 21;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -94,6 +99,48 @@ pub struct FuncEntryArgs {
     pub entry: FuncEntry,
     /// Argument registers in call order.
     pub args: [u64; 6],
+}
+
+/// Stack-passed integer arguments [`FuncEntryStack`] carries: the 7th to
+/// 10th (MPI_Sendrecv's source is its 9th, MPI_Gatherv's root its 8th).
+pub const STACK_ARGS: usize = 4;
+
+/// Entry of a traced function with its first ten integer arguments: the six
+/// argument registers and the four words above the return address
+/// (System V AMD64 passes the 7th and later integer arguments there, one
+/// 8-byte slot each), 128 bytes. For a function with fewer arguments the
+/// stack words are whatever the caller's frame holds there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncEntryStack {
+    /// The entry with its argument registers; `entry.entry.header.kind` is
+    /// [`kind::FUNC_ENTRY_STACK`].
+    pub entry: FuncEntryArgs,
+    /// Arguments 7 to 10, in call order.
+    pub stack: [u64; STACK_ARGS],
+}
+
+/// The CPU a traced process has had, read by the recorder from
+/// `/proc/PID/task/*/schedstat` (summed over its threads) every flush
+/// interval, 56 bytes. Cumulative: the change between two records is what
+/// the process got in between: time running, time runnable but waiting
+/// for a CPU (another task had it, or a CPU quota throttled it), and the
+/// rest of the wall time it slept or was stopped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// Common header (`ts_ns`: when read; `tid` = `pid`; `cpu`: 0).
+    pub header: Header,
+    /// Time on a CPU, ns, summed over the current threads.
+    pub run_ns: u64,
+    /// Time runnable on a run queue, ns, summed over the current threads.
+    pub wait_ns: u64,
+    /// Time slices run, summed over the current threads.
+    pub slices: u64,
+    /// Threads summed.
+    pub threads: u32,
+    /// Padding, zero.
+    pub _pad: u32,
 }
 
 /// Return from a traced function (uretprobe), 40 bytes.
@@ -396,6 +443,8 @@ impl TracepointOffsets {
 const _: () = assert!(size_of::<Header>() == 24);
 const _: () = assert!(size_of::<FuncEntry>() == 48);
 const _: () = assert!(size_of::<FuncEntryArgs>() == 96);
+const _: () = assert!(size_of::<FuncEntryStack>() == 128);
+const _: () = assert!(size_of::<CpuTimes>() == 56);
 const _: () = assert!(size_of::<FuncReturn>() == 40);
 const _: () = assert!(size_of::<SockAddr>() == 24);
 const _: () = assert!(size_of::<SyscallEnter>() == 40);
@@ -428,6 +477,8 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::TCP_RETRANSMIT_SOCK => Some(size_of::<crate::kernel::TcpRetransmitSock>()),
         kind::DEVICE_NAME => Some(size_of::<crate::kernel::DeviceName>()),
         kind::NET_ADDR => Some(size_of::<crate::kernel::NetAddr>()),
+        kind::FUNC_ENTRY_STACK => Some(size_of::<FuncEntryStack>()),
+        kind::CPU_TIMES => Some(size_of::<CpuTimes>()),
         _ => None,
     }
 }
@@ -464,6 +515,10 @@ unsafe impl Pod for Header {}
 unsafe impl Pod for FuncEntry {}
 // SAFETY: as above.
 unsafe impl Pod for FuncEntryArgs {}
+// SAFETY: as above.
+unsafe impl Pod for FuncEntryStack {}
+// SAFETY: as above.
+unsafe impl Pod for CpuTimes {}
 // SAFETY: as above.
 unsafe impl Pod for FuncReturn {}
 // SAFETY: as above.
@@ -511,6 +566,9 @@ mod tests {
         assert_eq!(offset_of!(FuncEntry, ip), 32);
         assert_eq!(offset_of!(FuncEntry, call_site), 40);
         assert_eq!(offset_of!(FuncEntryArgs, args), 48);
+        assert_eq!(offset_of!(FuncEntryStack, stack), 96);
+        assert_eq!(offset_of!(CpuTimes, run_ns), 24);
+        assert_eq!(offset_of!(CpuTimes, threads), 48);
         assert_eq!(offset_of!(FuncReturn, ret), 32);
         assert_eq!(offset_of!(Syscall, enter_ns), 24);
         assert_eq!(offset_of!(Syscall, nr), 32);
@@ -539,7 +597,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in 1..=16 {
+        for k in (1..=16).chain([kind::FUNC_ENTRY_STACK, kind::CPU_TIMES]) {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     COOKIE_ARGS, COOKIE_ENROLL, COOKIE_FUNC_MASK, TRACED_ROOT,
-    record::{FuncEntry, FuncEntryArgs, FuncReturn, kind},
+    record::{FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, STACK_ARGS, kind},
     stats::Stat,
 };
 
@@ -39,14 +39,14 @@ fn try_func_entry(ctx: &ProbeContext) {
     }
     // SAFETY: the context of a uprobe is the task's saved user registers.
     let regs = unsafe { &*ctx.regs };
-    // At the first instruction the stack pointer points at the return address.
-    // SAFETY: reading user memory through the checked helper.
-    let call_site = unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or_else(|_| {
-        count(Stat::CallSiteUnreadable);
-        0
-    });
     let func_id = (cookie & COOKIE_FUNC_MASK) as u32;
     if cookie & COOKIE_ARGS == 0 {
+        // At the first instruction the stack pointer points at the return address.
+        // SAFETY: reading user memory through the checked helper.
+        let call_site = unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or_else(|_| {
+            count(Stat::CallSiteUnreadable);
+            0
+        });
         emit(FuncEntry {
             header: header(kind::FUNC_ENTRY, size_of::<FuncEntry>(), pid, tid),
             func_id,
@@ -55,15 +55,31 @@ fn try_func_entry(ctx: &ProbeContext) {
             call_site,
         });
     } else {
-        emit(FuncEntryArgs {
-            entry: FuncEntry {
-                header: header(kind::FUNC_ENTRY_ARGS, size_of::<FuncEntryArgs>(), pid, tid),
-                func_id,
-                _pad: 0,
-                ip: regs.rip,
-                call_site,
+        // The return address and, above it, the stack-passed arguments 7 to
+        // 10 (System V AMD64): one read.
+        // SAFETY: reading user memory through the checked helper.
+        let words = unsafe { bpf_probe_read_user(regs.rsp as *const [u64; 1 + STACK_ARGS]) }
+            .unwrap_or_else(|_| {
+                count(Stat::CallSiteUnreadable);
+                [0; 1 + STACK_ARGS]
+            });
+        emit(FuncEntryStack {
+            entry: FuncEntryArgs {
+                entry: FuncEntry {
+                    header: header(
+                        kind::FUNC_ENTRY_STACK,
+                        size_of::<FuncEntryStack>(),
+                        pid,
+                        tid,
+                    ),
+                    func_id,
+                    _pad: 0,
+                    ip: regs.rip,
+                    call_site: words[0],
+                },
+                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
             },
-            args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+            stack: [words[1], words[2], words[3], words[4]],
         });
     }
 }

@@ -13,6 +13,7 @@
 //!   flight recorder, snapshots, live analysis, a control socket.
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
+//! - [`trust`] decides which files on disk the root agent may act on.
 //!
 //! Decoding captures (`tracer replay`) is `tracer_common::decode`, shared with
 //! the analyzer: one decoding path.
@@ -30,4 +31,5 @@ pub mod session;
 pub mod sink;
 pub mod targets;
 pub mod tracefs;
+pub mod trust;
 pub mod usdt;

@@ -3,10 +3,10 @@
 //! block and TCP tracepoints, perf sampling. Owns the maps user space talks to.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap as StdHashMap, HashSet},
     io,
     os::fd::{AsFd as _, OwnedFd},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use aya::{
@@ -19,7 +19,7 @@ use aya::{
     },
 };
 use tracer_common::{
-    COOKIE_ARGS, TRACED_ROOT,
+    COOKIE_ARGS, COOKIE_USDT_SILENT, TRACED_ROOT,
     capture::Probe,
     globals,
     kernel::{BlockAgg, BlockKey, FileAgg, FileKey, KernelOffsets},
@@ -77,6 +77,18 @@ pub enum LoadError {
         "attaching USDT probes needs uprobe_multi links with semaphore offsets (Linux 6.6 or later)"
     )]
     UsdtMulti {
+        /// The cause.
+        #[source]
+        source: MultiError,
+    },
+    /// The kernel refused to probe USDT sites for every process: another
+    /// probe there raises the site's semaphore (one semaphore per site).
+    #[error(
+        "cannot probe the USDT sites of {path} for every process while another probe holds one of them with its semaphore (bpftrace, perf probe, or a tracer run with --no-follow): stop it, or record with --no-follow (forked processes are then not followed)"
+    )]
+    UsdtHeld {
+        /// The object.
+        path: String,
         /// The cause.
         #[source]
         source: MultiError,
@@ -210,6 +222,25 @@ pub struct Loaded {
         aya::programs::raw_trace_point::RawTracePointLinkId,
     )>,
     uprobe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    /// Children of traced processes are followed (`--no-follow` clears it).
+    follow_children: bool,
+    /// USDT probes attached per process, kept to attach them for the
+    /// processes those fork ([`Loaded::follow_usdt`]).
+    usdt_follow: Option<UsdtFollow>,
+}
+
+/// One object's per-process USDT sites: its path, and the sites' file
+/// offsets, semaphore offsets and cookies.
+type UsdtGroup = (PathBuf, Vec<u64>, Vec<u64>, Vec<u64>);
+
+/// What [`Loaded::attach_usdt`] attached per process: the program and, per
+/// object, the sites' offsets, semaphores and cookies; the processes it
+/// attached them for, and the links of the processes followed since.
+struct UsdtFollow {
+    prog: OwnedFd,
+    groups: Vec<UsdtGroup>,
+    roots: HashSet<u32>,
+    followed: StdHashMap<u32, Vec<OwnedFd>>,
 }
 
 fn take<T: TryFrom<aya::maps::Map, Error = MapError>>(
@@ -317,6 +348,8 @@ impl Loaded {
             tracepoint_links: Vec::new(),
             raw_links: Vec::new(),
             uprobe_links: Vec::new(),
+            follow_children: opts.follow_children,
+            usdt_follow: None,
         })
     }
 
@@ -526,22 +559,25 @@ impl Loaded {
             );
         }
         if let Some(Ok(multi)) = &self.multi {
-            let groups = multi::group_by_object(probes.iter().map(|p| {
-                (
-                    p.object.as_str(),
-                    p.file_offset,
-                    u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
-                )
-            }));
+            // Entry-only probes get no return link.
+            let group = |ret: bool| {
+                multi::group_by_object(probes.iter().filter(|p| !(ret && p.entry_only)).map(|p| {
+                    (
+                        p.object.as_str(),
+                        p.file_offset,
+                        u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
+                    )
+                }))
+            };
             let mut links = Vec::new();
             let mut failed = None;
-            'objects: for (path, offsets, cookies) in &groups {
-                for ret in [false, true] {
+            'links: for ret in [false, true] {
+                for (path, offsets, cookies) in &group(ret) {
                     match multi.attach(Path::new(path), offsets, cookies, ret) {
                         Ok(fd) => links.push(fd),
                         Err(e) => {
                             failed = Some(e);
-                            break 'objects;
+                            break 'links;
                         }
                     }
                 }
@@ -565,10 +601,12 @@ impl Loaded {
         Ok(())
     }
 
-    /// Attaches entry and return probes at `probe`, for every process of its
-    /// object; the programs keep only traced processes' events.
+    /// Attaches entry and return probes at `probe` (only the entry for an
+    /// entry-only probe), for every process of its object; the programs keep
+    /// only traced processes' events.
     pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
-        self.attach_pair(probe, [programs::FUNC_ENTRY, programs::FUNC_RETURN])
+        let names = [programs::FUNC_ENTRY, programs::FUNC_RETURN];
+        self.attach_programs(probe, &names[..if probe.entry_only { 1 } else { 2 }])
     }
 
     /// Attaches the empty programs at `probe` (overhead benchmarks only).
@@ -577,9 +615,13 @@ impl Loaded {
     }
 
     fn attach_pair(&mut self, probe: &Probe, names: [&'static str; 2]) -> Result<(), LoadError> {
+        self.attach_programs(probe, &names)
+    }
+
+    fn attach_programs(&mut self, probe: &Probe, names: &[&'static str]) -> Result<(), LoadError> {
         self.load_uprobes()?;
         let cookie = u64::from(probe.func_id) | if probe.args { COOKIE_ARGS } else { 0 };
-        for name in names {
+        for &name in names {
             let prog: &mut UProbe = self
                 .ebpf
                 .program_mut(name)
@@ -605,9 +647,10 @@ impl Loaded {
     /// Attaches the USDT program at `sites` (site `i` has probe id and
     /// cookie `i`), raising their semaphores while attached: one
     /// uprobe_multi link per object and pid (`pids` empty: every process of
-    /// the object, else only those processes). The kernel lowers the
-    /// semaphores again when the links go ([`Loaded::detach`]), or when the
-    /// tracer dies.
+    /// the object, else only those processes). [`UsdtSite::wide`] sites
+    /// get one link per object for every process, raising nothing. The
+    /// kernel lowers the semaphores again when the links go
+    /// ([`Loaded::detach`]), or when the tracer dies.
     pub fn attach_usdt(&mut self, sites: &[UsdtSite], pids: &[u32]) -> Result<(), LoadError> {
         if sites.is_empty() {
             return Ok(());
@@ -633,15 +676,60 @@ impl Loaded {
             .ok_or(LoadError::MissingProgram {
                 name: programs::USDT,
             })?;
-        let groups = multi::group_by_object(sites.iter().enumerate().map(|(id, s)| {
-            (
-                s.object.to_str().unwrap_or_default(),
-                s.file_offset,
-                id as u64,
+        let cookie =
+            |id: usize, s: &UsdtSite| id as u64 | if s.silent { COOKIE_USDT_SILENT } else { 0 };
+        // Wide sites: every process, no semaphore (held per process instead).
+        let wide = multi::group_by_object(sites.iter().enumerate().filter(|(_, s)| s.wide).map(
+            |(id, s)| {
+                (
+                    s.object.to_str().unwrap_or_default(),
+                    s.file_offset,
+                    cookie(id, s),
+                )
+            },
+        ));
+        for (path, offsets, cookies) in wide {
+            let none = vec![0; offsets.len()];
+            let link = multi::link(
+                &prog,
+                Path::new(path),
+                &offsets,
+                Some(&none),
+                &cookies,
+                false,
+                0,
             )
-        }));
+            .map_err(|source| match &source {
+                MultiError::Link { source: e, .. } if e.kind() == io::ErrorKind::InvalidInput => {
+                    LoadError::UsdtHeld {
+                        path: path.to_string(),
+                        source,
+                    }
+                }
+                _ => usdt_err(source),
+            })?;
+            self.multi_links.push(link);
+            self.links += 1;
+            self.multi_link_count += 1;
+        }
+        let groups = multi::group_by_object(sites.iter().enumerate().filter(|(_, s)| !s.wide).map(
+            |(id, s)| {
+                (
+                    s.object.to_str().unwrap_or_default(),
+                    s.file_offset,
+                    cookie(id, s),
+                )
+            },
+        ));
         let all = [0];
+        let per_process = !pids.is_empty();
         let pids = if pids.is_empty() { &all[..] } else { pids };
+        let mut follow = UsdtFollow {
+            prog,
+            groups: Vec::new(),
+            roots: pids.iter().copied().collect(),
+            followed: StdHashMap::new(),
+        };
         for (path, offsets, cookies) in groups {
             let ref_ctrs: Vec<u64> = cookies
                 .iter()
@@ -649,7 +737,7 @@ impl Loaded {
                 .collect();
             for pid in pids {
                 let link = multi::link(
-                    &prog,
+                    &follow.prog,
                     Path::new(path),
                     &offsets,
                     Some(&ref_ctrs),
@@ -662,8 +750,77 @@ impl Loaded {
                 self.links += 1;
                 self.multi_link_count += 1;
             }
+            follow
+                .groups
+                .push((PathBuf::from(path), offsets, ref_ctrs, cookies));
+        }
+        if per_process && self.follow_children {
+            self.usdt_follow = Some(follow);
         }
         Ok(())
+    }
+
+    /// Attaches the USDT probes that [`Loaded::attach_usdt`] attached per
+    /// process (the semaphore holders, when its sites are wide) for process
+    /// `pid` too, a child of a traced process, which a pid's link does not
+    /// follow. Returns whether links were made: not for a pid that has
+    /// them, nor when USDT probes are attached to every process of their
+    /// objects or children are not followed.
+    ///
+    /// A forked child needs none of this to be recorded: it inherits its
+    /// parent's raised semaphores (its memory is a copy) and the wide sites
+    /// fire in it. Its own holders raise the semaphores again when it
+    /// executes the interpreter anew (the kernel installs a pid's probes in
+    /// its new image), and keep them raised should its parent exit first.
+    /// An exec that comes before this call starts with the semaphores down:
+    /// its first calls are not recorded.
+    pub fn follow_usdt(&mut self, pid: u32) -> Result<bool, LoadError> {
+        let Some(follow) = self.usdt_follow.as_mut() else {
+            return Ok(false);
+        };
+        if follow.roots.contains(&pid) || follow.followed.contains_key(&pid) {
+            return Ok(false);
+        }
+        let mut links = Vec::with_capacity(follow.groups.len());
+        for (path, offsets, ref_ctrs, cookies) in &follow.groups {
+            let link = multi::link(
+                &follow.prog,
+                path,
+                offsets,
+                Some(ref_ctrs),
+                cookies,
+                false,
+                pid,
+            )
+            .map_err(|source| LoadError::UsdtMulti { source })?;
+            links.push(link);
+        }
+        self.links += links.len();
+        self.multi_link_count += links.len();
+        follow.followed.insert(pid, links);
+        Ok(true)
+    }
+
+    /// Whether children of traced processes are followed.
+    pub fn follows_children(&self) -> bool {
+        self.follow_children
+    }
+
+    /// Drops the USDT links of followed process `pid`, which exited: its
+    /// pid may come back as another process, which needs links of its
+    /// own. The links are closed on another thread, as each close waits
+    /// for an RCU grace period.
+    pub fn unfollow_usdt(&mut self, pid: u32) {
+        let Some(links) = self
+            .usdt_follow
+            .as_mut()
+            .and_then(|f| f.followed.remove(&pid))
+        else {
+            return;
+        };
+        self.links -= links.len();
+        self.multi_link_count -= links.len();
+        std::thread::spawn(move || drop(links));
     }
 
     /// Attaches an enrolment probe at `file_offset` (an executable's entry
@@ -697,6 +854,11 @@ impl Loaded {
         let mut links: Vec<Box<dyn Send>> = Vec::new();
         for link in std::mem::take(&mut self.multi_links) {
             links.push(Box::new(link));
+        }
+        if let Some(follow) = self.usdt_follow.take() {
+            for link in follow.followed.into_values().flatten() {
+                links.push(Box::new(link));
+            }
         }
         for (name, id) in std::mem::take(&mut self.tracepoint_links) {
             let prog: Option<&mut TracePoint> =

@@ -52,6 +52,49 @@ pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The scheduler state letter of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...),
+/// from `/proc/PID/stat`; `None` when the process is gone.
+pub fn state(pid: u32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_state(&text)
+}
+
+/// The state field of a `/proc/PID/stat` line: the first field after the
+/// command name, which is in parentheses and may itself hold `)` and spaces.
+fn parse_state(stat: &str) -> Option<String> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let state = rest.split_whitespace().next()?;
+    (state.len() == 1).then(|| state.to_string())
+}
+
+/// CPU times of `pid` summed over its current threads, from
+/// `/proc/PID/task/*/schedstat` (run ns, run-queue wait ns, time slices):
+/// (run, wait, slices, threads), or `None` when the process is gone.
+pub fn cpu_times(pid: u32) -> Option<(u64, u64, u64, u32)> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = (0u64, 0u64, 0u64, 0u32);
+    // Bounded: a process with more threads than this is summed partially.
+    for entry in dir.flatten().take(4096) {
+        let path = entry.path().join("schedstat");
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut f = text
+            .split_whitespace()
+            .map(|x| x.parse::<u64>().unwrap_or(0));
+        let (run, wait, slices) = (
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+            f.next().unwrap_or(0),
+        );
+        total.0 = total.0.saturating_add(run);
+        total.1 = total.1.saturating_add(wait);
+        total.2 = total.2.saturating_add(slices);
+        total.3 += 1;
+    }
+    (total.3 > 0).then_some(total)
+}
+
 /// Path of the executable of `pid`.
 pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -62,6 +105,55 @@ pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
             ProcError::NoSuchProcess { pid }
         }
     })
+}
+
+/// The real uid of `pid` (who started it), from `/proc/PID/status`.
+pub fn uid(pid: u32) -> Result<u32, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/status"));
+    let text = read(path.clone())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or(ProcError::Read {
+            path,
+            source: io::Error::other("no Uid line"),
+        })
+}
+
+/// When `pid` started, `CLOCK_REALTIME` ns (to clock-tick precision).
+pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let text = read(path.clone())?;
+    let bad = || ProcError::Read {
+        path: path.clone(),
+        source: io::Error::other("unexpected /proc/PID/stat format"),
+    };
+    // Fields after the command name, which may hold spaces and ')'.
+    let rest = text.rsplit_once(')').ok_or_else(bad)?.1;
+    // starttime is field 22; `rest` starts at field 3.
+    let ticks: u64 = rest
+        .split_whitespace()
+        .nth(19)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(bad)?;
+    // SAFETY: no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|hz| *hz > 0)
+        .unwrap_or(100);
+    let since_boot_ns = ticks.saturating_mul(1_000_000_000) / hz;
+    let boot_ns = clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_BOOTTIME));
+    Ok(boot_ns.saturating_add(since_boot_ns))
+}
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Parses `/proc/PID/maps` text.
@@ -258,6 +350,18 @@ pub fn socket_fds(pid: u32) -> Vec<u32> {
     .collect()
 }
 
+/// Whether `pid` is a process (a thread-group leader), not another thread
+/// of one: `/proc/TID` exists for threads too.
+pub fn is_process(pid: u32) -> bool {
+    read(PathBuf::from(format!("/proc/{pid}/status"))).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            == Some(pid)
+    })
+}
+
 /// Thread ids of `pid`.
 pub fn threads(pid: u32) -> Vec<u32> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -344,6 +448,17 @@ mod tests {
     }
 
     #[test]
+    fn own_uid_and_start_time() {
+        let me = std::process::id();
+        // SAFETY: no preconditions.
+        assert_eq!(uid(me).expect("own uid"), unsafe { libc::getuid() });
+        let started = start_time_ns(me).expect("own start");
+        let now = clock_ns(libc::CLOCK_REALTIME);
+        assert!(started <= now + 20_000_000, "{started} > {now}");
+        assert!(now - started < 3_600_000_000_000, "started an hour ago?");
+    }
+
+    #[test]
     fn keeps_only_role_variables() {
         let env = role_env(b"PATH=/bin\0PMI_RANK=3\0X=1\0PMI_SIZE=4\0");
         assert_eq!(env.len(), 2);
@@ -360,5 +475,15 @@ mod tests {
             snapshot(u32::MAX - 1, 0, false),
             Err(ProcError::NoSuchProcess { .. })
         ));
+    }
+
+    #[test]
+    fn state_is_read_after_the_command_name() {
+        assert_eq!(
+            parse_state("4242 (mpi ) rank) T 1 4242 4242 0 -1").as_deref(),
+            Some("T")
+        );
+        assert_eq!(parse_state("4242 (sh) R 1").as_deref(), Some("R"));
+        assert_eq!(parse_state("garbage"), None);
     }
 }

@@ -13,7 +13,7 @@ use crate::{
     procfs::ProcError,
     session::{Activity, Session},
     sink::SinkError,
-    targets::{FunctionPattern, MPI_PATTERN, TargetError},
+    targets::{FunctionPattern, MPI_BINDINGS_PATTERN, MPI_PATTERN, TargetError},
     tracefs::TracefsError,
     usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtError, UsdtPattern},
 };
@@ -64,6 +64,8 @@ pub struct RecordConfig {
     pub net_stats: bool,
     /// How often file, block and network counters are written.
     pub stats_interval: Duration,
+    /// Record each traced process's CPU times every flush interval.
+    pub cpu_times: bool,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -84,6 +86,16 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// Recorder command line, stored in the header.
     pub argv: Vec<String>,
+    /// Skip a target that cannot be resolved (no function matches in it, an
+    /// unreadable executable) and record the others (the agent); otherwise
+    /// such a target is an error (`tracer record`).
+    pub skip_unusable: bool,
+    /// Replace an existing output file (`--force`); otherwise one is an
+    /// error. Never through a symbolic link either way.
+    pub overwrite: bool,
+    /// Directories searched for the separate debug files of stripped
+    /// objects before `$EFTRACE_DEBUG_DIRS` and `/usr/lib/debug`.
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl Default for RecordConfig {
@@ -103,6 +115,7 @@ impl Default for RecordConfig {
             block_io: true,
             net_stats: true,
             stats_interval: Duration::from_millis(250),
+            cpu_times: false,
             sample_hz: 0,
             sample_all: false,
             follow: true,
@@ -113,6 +126,9 @@ impl Default for RecordConfig {
             duration: None,
             output: PathBuf::from("trace.capture"),
             argv: Vec::new(),
+            skip_unusable: false,
+            overwrite: false,
+            debug_dirs: Vec::new(),
         }
     }
 }
@@ -123,8 +139,10 @@ impl Default for RecordConfig {
 pub struct ProbeChoice<'a> {
     /// `[OBJECT:]GLOB` function patterns.
     pub functions: &'a [String],
-    /// Patterns whose calls also record six integer arguments.
+    /// Patterns whose calls also record ten integer arguments.
     pub args: &'a [String],
+    /// Patterns probed at entry only.
+    pub entries: &'a [String],
     /// The MPI library's `MPI_*` with arguments.
     pub mpi: bool,
     /// USDT probes to record.
@@ -148,8 +166,14 @@ impl ProbeChoice<'_> {
         for p in self.args {
             functions.push(FunctionPattern::parse(p, true)?);
         }
+        for p in self.entries {
+            functions.push(FunctionPattern::parse_entries(p)?);
+        }
         if self.mpi {
             functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
+            let mut bindings = FunctionPattern::parse_entries(MPI_BINDINGS_PATTERN)?;
+            bindings.optional = true;
+            functions.push(bindings);
         }
         let mut usdt = Vec::new();
         for p in self.usdt {
@@ -192,6 +216,12 @@ pub enum RecordError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Every target was skipped.
+    #[error("no target can be traced: {reasons}")]
+    NothingUsable {
+        /// Each target and why it was skipped.
+        reasons: String,
     },
     /// The ring size is invalid.
     #[error("ring buffer size {0} is not a power of two of at least 4096 bytes")]
@@ -280,20 +310,16 @@ impl std::fmt::Display for Summary {
                 by_kind.join(", ")
             }
         )?;
-        let losses: Vec<String> = self
-            .losses
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        if losses.is_empty() {
+        // Each counter with its own meaning and advice: samples kept
+        // without a user frame are not losses, and growing the ring only
+        // helps when the ring was full.
+        let lines =
+            tracer_common::stats::summary_lines(self.losses.iter().map(|(k, n)| (k.as_str(), *n)));
+        if !lines.iter().any(|l| l.starts_with("LOSSES:")) {
             writeln!(f, "  losses: none")?;
-        } else {
-            writeln!(
-                f,
-                "  LOSSES: {} (grow --ring-size or trace fewer functions)",
-                losses.join(", ")
-            )?;
+        }
+        for l in lines {
+            writeln!(f, "  {l}")?;
         }
         let procs: Vec<String> = self
             .processes
@@ -322,10 +348,29 @@ impl std::fmt::Display for Summary {
     }
 }
 
+/// How a recording is going, once a second (the live line on a terminal).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Since recording started.
+    pub elapsed: Duration,
+    /// Records written so far.
+    pub records: u64,
+    /// Records per second over the last interval.
+    pub rate: f64,
+    /// Records lost so far (ring full).
+    pub lost: u64,
+    /// Other loss counters that are not zero.
+    pub other_losses: u64,
+    /// Processes traced now.
+    pub processes: usize,
+    /// Capture size so far, bytes.
+    pub bytes: u64,
+}
+
 /// Name of a record kind, for summaries.
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => "entry",
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => "entry",
         kind::FUNC_RETURN => "return",
         kind::SYSCALL => "syscall",
         kind::SAMPLE => "sample",
@@ -339,16 +384,19 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::NET_SNMP => "net_snmp",
         kind::DEVICE_NAME => "device_name",
         kind::NET_ADDR => "net_addr",
+        kind::CPU_TIMES => "cpu_times",
         _ => "unknown",
     }
 }
 
 /// Runs a recording to its end and returns its summary. `progress` receives
 /// one-line status messages meant for a person (attach steps, notes) and,
-/// last, the multi-line summary (before the slow detach).
+/// last, the multi-line summary (before the slow detach); `live` receives
+/// the recording's [`Progress`] once a second.
 pub async fn record(
     config: RecordConfig,
     progress: &mut dyn FnMut(&str),
+    live: &mut dyn FnMut(&Progress),
 ) -> Result<Summary, RecordError> {
     let mut session = Session::start(&config, progress).await?;
     progress(&format!(
@@ -361,6 +409,8 @@ pub async fn record(
     let mut tick = tokio::time::interval(config.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = config.duration.map(|d| tokio::time::Instant::now() + d);
+    let started = std::time::Instant::now();
+    let (mut last_at, mut last_records) = (started, 0u64);
     let reason = loop {
         let sleep_until = async {
             match deadline {
@@ -379,6 +429,22 @@ pub async fn record(
             _ = tick.tick() => {
                 if let Some(reason) = session.tick()? {
                     break reason;
+                }
+                if last_at.elapsed() >= Duration::from_secs(1) {
+                    let records: u64 = session.records().iter().sum();
+                    let losses = session.losses();
+                    let lost = losses.get("ring_full").copied().unwrap_or(0);
+                    live(&Progress {
+                        elapsed: started.elapsed(),
+                        records,
+                        rate: (records - last_records.min(records)) as f64
+                            / last_at.elapsed().as_secs_f64(),
+                        lost,
+                        other_losses: losses.values().sum::<u64>() - lost,
+                        processes: session.live_processes().count(),
+                        bytes: session.current_file().1,
+                    });
+                    (last_at, last_records) = (std::time::Instant::now(), records);
                 }
             }
             _ = sleep_until => break "duration reached".to_string(),

@@ -16,18 +16,18 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, RawRecords,
-        RecordSettings, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, ProcessState,
+        RawRecords, RecordSettings, Stats, Symbol,
     },
     record::{
-        self, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr, Syscall, kind,
-        lifecycle,
+        self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
+        Syscall, kind, lifecycle,
     },
 };
 
 use crate::{
     btf,
-    elf::{ElfSymbols, file_offset},
+    elf::{ElfCache, file_offset},
     kstats::{KernelStats, KernelStatsConfig},
     loader::{LoadOptions, Loaded},
     procfs::{self, ProcError},
@@ -206,12 +206,23 @@ fn spawn_held(argv: &[OsString], path: &Path) -> Result<Held, RecordError> {
     })
 }
 
+/// Attaches the USDT probes for `pid`, a process a traced one forked. A
+/// failure loses that process's USDT records, not the session: it may have
+/// exited already.
+fn follow_usdt(loaded: &mut Loaded, pid: u32) {
+    match loaded.follow_usdt(pid) {
+        Err(e) => log::warn!("USDT probes not attached for forked process {pid}: {e}"),
+        Ok(true) => log::debug!("USDT semaphores held for forked process {pid}"),
+        Ok(false) => {}
+    }
+}
+
 /// Process bookkeeping while recording: which pids were seen, snapshotted,
 /// which objects' symbols were written.
 struct Tracker {
     snapshotted: HashSet<u32>,
     objects_written: HashSet<String>,
-    elf_cache: BTreeMap<PathBuf, ElfSymbols>,
+    elf_cache: ElfCache,
     kernel_ips: BTreeSet<u64>,
     kernel_written: HashSet<u64>,
     kallsyms: Option<Vec<(u64, String)>>,
@@ -226,6 +237,15 @@ struct Tracker {
     /// Command names from lifecycle records, for processes gone too soon.
     names: BTreeMap<u32, String>,
     stubbed: HashSet<u32>,
+    /// The parent of each process forked while recording: a child gone
+    /// before `/proc` could be read had its parent's mappings.
+    forked_from: BTreeMap<u32, u32>,
+    /// Processes whose last snapshot was taken at their exec: before the
+    /// dynamic loader mapped their libraries. Snapshotted again when they
+    /// fork (a child inherits what they map) or at the next tick.
+    exec_snapshots: BTreeSet<u32>,
+    /// When each process was last snapshotted again for an unmapped sample.
+    remapped: BTreeMap<u32, u64>,
 }
 
 impl Tracker {
@@ -233,7 +253,7 @@ impl Tracker {
         Self {
             snapshotted: HashSet::new(),
             objects_written: HashSet::new(),
-            elf_cache: BTreeMap::new(),
+            elf_cache: ElfCache::default(),
             kernel_ips: BTreeSet::new(),
             kernel_written: HashSet::new(),
             kallsyms: None,
@@ -245,6 +265,9 @@ impl Tracker {
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
+            forked_from: BTreeMap::new(),
+            exec_snapshots: BTreeSet::new(),
+            remapped: BTreeMap::new(),
         }
     }
 
@@ -262,34 +285,57 @@ impl Tracker {
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
+                    // Followed (a child that already exited has left the
+                    // traced set: its fork is read late).
                     lifecycle::FORK
-                        if lc.child_tid != header.pid && loaded.is_traced(lc.child_tid) =>
+                        if lc.child_tid != header.pid
+                            && (loaded.follows_children() || loaded.is_traced(lc.child_tid)) =>
                     {
                         loaded.register_sockets(lc.child_tid);
                         self.names.insert(lc.child_tid, comm_of(&lc.comm));
+                        self.forked_from.insert(lc.child_tid, header.pid);
+                        if self.exec_snapshots.remove(&header.pid) {
+                            self.snapshot(header.pid, true, sink)?;
+                        }
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
+                            if !self.infos.contains_key(&lc.child_tid) {
+                                // Gone already, or a thread: its first record
+                                // as a process, if any, writes a stub.
+                                self.snapshotted.remove(&lc.child_tid);
+                            }
+                        }
+                        if procfs::is_process(lc.child_tid) {
+                            follow_usdt(loaded, lc.child_tid);
                         }
                     }
                     // A new image: new maps.
                     lifecycle::EXEC => {
+                        // A new image: not its parent's mappings any more.
+                        self.forked_from.remove(&header.pid);
                         self.names.insert(header.pid, comm_of(&lc.comm));
                         self.snapshot(header.pid, true, sink)?;
                         self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+                        self.exec_snapshots.insert(header.pid);
                     }
                     lifecycle::EXIT if lc.group_dead != 0 => {
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
+                        loaded.unfollow_usdt(header.pid);
                     }
                     _ => {}
                 }
             }
         } else if header.kind == kind::SAMPLE
             && let Some(s) = record::Sample::read_from(bytes)
-            && s.kernel_ip != 0
         {
-            self.kernel_ips.insert(s.kernel_ip);
+            if s.kernel_ip != 0 {
+                self.kernel_ips.insert(s.kernel_ip);
+            }
+            if s.user_ip != 0 {
+                self.remap_if_unmapped(header.pid, s.user_ip, header.ts_ns, sink)?;
+            }
         }
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
             let retransmit =
@@ -314,6 +360,36 @@ impl Tracker {
         Ok(())
     }
 
+    /// Snapshots `pid` again when it ran code at `ip` outside every mapping
+    /// of its last snapshot: a library mapped since (a command target is
+    /// snapshotted at its exec, before the dynamic loader maps libc; a
+    /// `dlopen`), whose symbols the capture then holds too. At most once a
+    /// second per process, as code no file backs (JIT) stays unmapped.
+    fn remap_if_unmapped(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        ts_ns: u64,
+        sink: &mut Sink,
+    ) -> Result<(), RecordError> {
+        let Some(info) = self.infos.get(&pid) else {
+            return Ok(());
+        };
+        if info.maps.iter().any(|m| ip >= m.start && ip < m.end) {
+            return Ok(());
+        }
+        if self
+            .remapped
+            .get(&pid)
+            .is_some_and(|t| ts_ns.saturating_sub(*t) < 1_000_000_000)
+        {
+            return Ok(());
+        }
+        self.remapped.insert(pid, ts_ns);
+        let traced = info.traced;
+        self.snapshot(pid, traced, sink)
+    }
+
     /// A process that exited before `/proc` could be read still gets a
     /// snapshot holding its name, from its lifecycle records (a replay
     /// then says `calls[42]`, not `?[42]`). Only for `pid`s known to be
@@ -327,12 +403,23 @@ impl Tracker {
         };
         self.stubbed.insert(pid);
         self.comms.insert(pid, comm.clone());
+        // A forked child that did not exec has its parent's mappings: with
+        // them its calls into shared objects still symbolize.
+        let inherited = self
+            .forked_from
+            .get(&pid)
+            .and_then(|parent| self.infos.get(parent))
+            .map(|p| ProcessInfo {
+                ppid: p.pid,
+                ..p.clone()
+            })
+            .unwrap_or_default();
         sink.meta(&Meta::Process(ProcessInfo {
             pid,
             seen_ns: ts_ns,
             traced: true,
             comm: comm.clone(),
-            ..ProcessInfo::default()
+            ..inherited
         }))?;
         Ok(())
     }
@@ -348,7 +435,8 @@ impl Tracker {
         }
         self.comms.insert(pid, info.comm.clone());
         for map in &info.maps {
-            if map.path.starts_with('/') && !self.objects_written.contains(&map.path) {
+            let named = map.path.starts_with('/') || map.path == crate::elf::VDSO;
+            if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
                 self.pending_objects.push(PathBuf::from(&map.path));
             }
@@ -368,12 +456,14 @@ impl Tracker {
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
+        self.forked_from.retain(|pid, _| live.contains(pid));
+        self.remapped.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
             sink.meta(&Meta::Process(info.clone()))?;
         }
         for path in &self.objects_written {
-            if let Some(elf) = self.elf_cache.get(Path::new(path)) {
+            if let Some(elf) = self.elf_cache.cached(Path::new(path)) {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
@@ -387,19 +477,14 @@ impl Tracker {
 
     /// Writes the symbol tables of newly seen objects and kernel symbols.
     fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+        for pid in std::mem::take(&mut self.exec_snapshots) {
+            self.snapshot(pid, true, sink)?;
+        }
         for path in std::mem::take(&mut self.pending_objects) {
-            if !self.elf_cache.contains_key(&path) {
-                match ElfSymbols::read(&path) {
-                    Ok(elf) => {
-                        self.elf_cache.insert(path.clone(), elf);
-                    }
-                    Err(e) => {
-                        log::debug!("no symbols for {}: {e}", path.display());
-                        continue;
-                    }
-                }
+            match self.elf_cache.get(&path) {
+                Ok(elf) => sink.meta(&Meta::Object(elf.table.clone()))?,
+                Err(e) => log::debug!("no symbols for {}: {e}", path.display()),
             }
-            sink.meta(&Meta::Object(self.elf_cache[&path].table.clone()))?;
         }
         self.write_kernel_symbols(sink)
     }
@@ -454,6 +539,196 @@ fn read_kallsyms() -> Vec<(u64, String)> {
     syms
 }
 
+/// What step 1 of [`Session::start`] gathers from the targets.
+#[derive(Clone, Default)]
+struct Resolution {
+    probes: Vec<Probe>,
+    empty_probes: Vec<Probe>,
+    elf_cache: ElfCache,
+    enroll: Vec<(PathBuf, u64)>,
+    root_pids: Vec<u32>,
+    command: Option<(Vec<OsString>, PathBuf)>,
+    usdt_sites: Vec<UsdtSite>,
+    /// The targets' objects, whose symbols are read before recording starts.
+    prefetch: Vec<PathBuf>,
+    /// Targets added.
+    targets: usize,
+}
+
+impl Resolution {
+    /// Resolves `target`: its objects, its USDT sites and the functions to
+    /// probe in it.
+    fn add(
+        &mut self,
+        config: &RecordConfig,
+        target: &Target,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), RecordError> {
+        let objects = match target {
+            Target::Pid(pid) => {
+                if !procfs::exists(*pid) {
+                    return Err(ProcError::NoSuchProcess { pid: *pid }.into());
+                }
+                self.root_pids.push(*pid);
+                TargetObjects::of_pid(*pid)?
+            }
+            Target::Exe(path) => {
+                let path = path
+                    .canonicalize()
+                    .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
+                let elf = self.elf_cache.get(&path)?;
+                let entry =
+                    file_offset(&elf.table.segments, elf.entry).ok_or(TargetError::NoSegment {
+                        object: path.display().to_string(),
+                        symbol: "entry point".into(),
+                        vaddr: elf.entry,
+                    })?;
+                self.enroll.push((path.clone(), entry));
+                TargetObjects::of_executable(&path)
+            }
+            Target::Command(argv) => {
+                let program = argv.first().ok_or(RecordError::NoTarget)?;
+                let path = which(program).ok_or_else(|| RecordError::Spawn {
+                    command: program.to_string_lossy().into_owned(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                })?;
+                self.command = Some((argv.clone(), path.clone()));
+                TargetObjects::of_executable(&path)
+            }
+        };
+        self.prefetch.push(objects.exe.clone());
+        self.prefetch.extend(objects.libs.iter().cloned());
+        if !config.usdt.is_empty()
+            || !config.usdt_semaphores.is_empty()
+            || !config.usdt_empty.is_empty()
+        {
+            let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
+                .chain(objects.libs.iter().cloned())
+                .collect();
+            let all = usdt::sites_of(&objects)?;
+            let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
+            let mut wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
+            // Probes held per process (no --exe target) follow its children
+            // unless --no-follow: see UsdtSite::wide.
+            let usdt_wide =
+                config.follow && !config.targets.iter().any(|t| matches!(t, Target::Exe(_)));
+            if usdt_wide {
+                for site in &mut chosen {
+                    site.wide = true;
+                }
+                wanted.extend(chosen.iter().cloned());
+            }
+            let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
+            for h in &holders {
+                progress(&format!(
+                    "{}: semaphore raised{}",
+                    h.full_name(),
+                    if h.vaddr
+                        == wanted
+                            .iter()
+                            .find(|w| w.semaphore_offset == h.semaphore_offset)
+                            .map_or(0, |w| w.vaddr)
+                    {
+                        " by a silent probe at its own site (a trap per hit)".to_string()
+                    } else {
+                        format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
+                    }
+                ));
+            }
+            chosen.extend(holders);
+            for site in usdt::select(&config.usdt_empty, &all, &searched)? {
+                chosen.push(UsdtSite {
+                    silent: true,
+                    ..site
+                });
+            }
+            for site in chosen {
+                if !self
+                    .usdt_sites
+                    .iter()
+                    .any(|s| s.object == site.object && s.file_offset == site.file_offset)
+                {
+                    // Fail now, before touching the kernel, on a spec we cannot decode.
+                    site.spec()?;
+                    self.usdt_sites.push(site);
+                }
+            }
+            let names: Vec<String> = config
+                .usdt
+                .iter()
+                .chain(&config.usdt_semaphores)
+                .chain(&config.usdt_empty)
+                .map(|p| p.as_str().to_string())
+                .collect();
+            progress(&format!(
+                "{}: {} USDT probe site(s) in {}",
+                names.join(", "),
+                self.usdt_sites.len(),
+                objects.exe.display()
+            ));
+        }
+        if !config.empty_probes.is_empty() {
+            targets::resolve(
+                &config.empty_probes,
+                &objects,
+                &mut self.empty_probes,
+                &mut self.elf_cache,
+            )?;
+        }
+        if !config.functions.is_empty() {
+            let resolved = targets::resolve(
+                &config.functions,
+                &objects,
+                &mut self.probes,
+                &mut self.elf_cache,
+            )?;
+            for (pattern, r) in config.functions.iter().zip(resolved) {
+                let names: Vec<String> =
+                    r.objects.iter().map(|p| p.display().to_string()).collect();
+                progress(&format!(
+                    "{}: {} function(s) in {}{}",
+                    pattern.as_str(),
+                    r.functions,
+                    names.join(", "),
+                    if r.from_system {
+                        format!(
+                            " (not loaded by {} itself: probed for the processes that load it)",
+                            objects.exe.display()
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        self.targets += 1;
+        Ok(())
+    }
+}
+
+/// A target as a person names it.
+fn target_name(target: &Target) -> String {
+    match target {
+        Target::Pid(pid) => format!("pid {pid}"),
+        Target::Exe(path) => path.display().to_string(),
+        Target::Command(argv) => argv
+            .first()
+            .map_or_else(String::new, |a| a.to_string_lossy().into_owned()),
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// What [`Session::next`] saw.
 #[derive(Debug)]
 pub enum Activity {
@@ -478,8 +753,21 @@ pub struct ClosedFile {
     pub last_ns: u64,
 }
 
+/// Removes a capture whose session did not start (on drop, unless cleared).
+struct Unfinished(Option<PathBuf>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// A recording in progress.
 pub struct Session {
+    /// Targets skipped (see [`RecordConfig::skip_unusable`]) and why.
+    skipped: Vec<(Target, String)>,
     config: RecordConfig,
     loaded: Loaded,
     tracker: Tracker,
@@ -522,136 +810,49 @@ impl Session {
         let config = config.clone();
 
         // 1. Resolve every target and the functions to probe, before touching the kernel.
-        let mut probes = Vec::new();
-        let mut empty_probes = Vec::new();
-        let mut elf_cache = BTreeMap::new();
-        let mut enroll = Vec::new();
-        let mut root_pids = Vec::new();
-        let mut command = None;
-        let mut usdt_sites: Vec<UsdtSite> = Vec::new();
+        let mut r = Resolution {
+            elf_cache: ElfCache::new(&config.debug_dirs),
+            ..Resolution::default()
+        };
+        let mut skipped = Vec::new();
         for target in &config.targets {
-            let objects = match target {
-                Target::Pid(pid) => {
-                    if !procfs::exists(*pid) {
-                        return Err(ProcError::NoSuchProcess { pid: *pid }.into());
-                    }
-                    root_pids.push(*pid);
-                    TargetObjects::of_pid(*pid)?
+            // A target that cannot be resolved leaves nothing behind: the
+            // agent skips it and traces the others.
+            let before = r.clone();
+            if let Err(e) = r.add(&config, target, progress) {
+                if !config.skip_unusable {
+                    return Err(e);
                 }
-                Target::Exe(path) => {
-                    let path = path
-                        .canonicalize()
-                        .map_err(|_| RecordError::NoExecutable { path: path.clone() })?;
-                    let elf = ElfSymbols::read(&path)?;
-                    let entry = file_offset(&elf.table.segments, elf.entry).ok_or(
-                        TargetError::NoSegment {
-                            object: path.display().to_string(),
-                            symbol: "entry point".into(),
-                            vaddr: elf.entry,
-                        },
-                    )?;
-                    enroll.push((path.clone(), entry));
-                    TargetObjects::of_executable(&path)
-                }
-                Target::Command(argv) => {
-                    let program = argv.first().ok_or(RecordError::NoTarget)?;
-                    let path = which(program).ok_or_else(|| RecordError::Spawn {
-                        command: program.to_string_lossy().into_owned(),
-                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    })?;
-                    command = Some((argv.clone(), path.clone()));
-                    TargetObjects::of_executable(&path)
-                }
-            };
-            if !config.usdt.is_empty()
-                || !config.usdt_semaphores.is_empty()
-                || !config.usdt_empty.is_empty()
-            {
-                let searched: Vec<PathBuf> = std::iter::once(objects.exe.clone())
-                    .chain(objects.libs.iter().cloned())
-                    .collect();
-                let all = usdt::sites_of(&objects)?;
-                let mut chosen = usdt::select(&config.usdt, &all, &searched)?;
-                let wanted = usdt::select(&config.usdt_semaphores, &all, &searched)?;
-                let holders = usdt::semaphore_holders(&wanted, &all, &chosen);
-                for h in &holders {
-                    progress(&format!(
-                        "{}: semaphore raised{}",
-                        h.full_name(),
-                        if h.vaddr
-                            == wanted
-                                .iter()
-                                .find(|w| w.semaphore_offset == h.semaphore_offset)
-                                .map_or(0, |w| w.vaddr)
-                        {
-                            " by a silent probe at its own site (a trap per hit)".to_string()
-                        } else {
-                            format!(" by a silent probe at {:#x}, a site never reached", h.vaddr)
-                        }
-                    ));
-                }
-                chosen.extend(holders);
-                for site in usdt::select(&config.usdt_empty, &all, &searched)? {
-                    chosen.push(UsdtSite {
-                        silent: true,
-                        ..site
-                    });
-                }
-                for site in chosen {
-                    if !usdt_sites
-                        .iter()
-                        .any(|s| s.object == site.object && s.file_offset == site.file_offset)
-                    {
-                        // Fail now, before touching the kernel, on a spec we cannot decode.
-                        site.spec()?;
-                        usdt_sites.push(site);
-                    }
-                }
-                let names: Vec<String> = config
-                    .usdt
-                    .iter()
-                    .chain(&config.usdt_semaphores)
-                    .chain(&config.usdt_empty)
-                    .map(|p| p.as_str().to_string())
-                    .collect();
                 progress(&format!(
-                    "{}: {} USDT probe site(s) in {}",
-                    names.join(", "),
-                    usdt_sites.len(),
-                    objects.exe.display()
+                    "skipped {}: {}",
+                    target_name(target),
+                    error_chain(&e)
                 ));
-            }
-            if !config.empty_probes.is_empty() {
-                targets::resolve(
-                    &config.empty_probes,
-                    &objects,
-                    &mut empty_probes,
-                    &mut elf_cache,
-                )?;
-            }
-            if !config.functions.is_empty() {
-                let resolved =
-                    targets::resolve(&config.functions, &objects, &mut probes, &mut elf_cache)?;
-                for (pattern, r) in config.functions.iter().zip(resolved) {
-                    let names: Vec<String> =
-                        r.objects.iter().map(|p| p.display().to_string()).collect();
-                    progress(&format!(
-                        "{}: {} function(s) in {}{}",
-                        pattern.as_str(),
-                        r.functions,
-                        names.join(", "),
-                        if r.from_system {
-                            format!(
-                                " (not loaded by {} itself: probed for the processes that load it)",
-                                objects.exe.display()
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
+                skipped.push((target.clone(), error_chain(&e)));
+                r = before;
             }
         }
+        if r.targets == 0 {
+            // Every target was skipped: nothing to record.
+            return Err(RecordError::NothingUsable {
+                reasons: skipped
+                    .iter()
+                    .map(|(t, why)| format!("{}: {why}", target_name(t)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        let Resolution {
+            mut probes,
+            empty_probes,
+            mut elf_cache,
+            enroll,
+            root_pids,
+            command,
+            usdt_sites,
+            prefetch,
+            targets: _,
+        } = r;
 
         if !config.exclude_functions.is_empty() {
             let before = probes.len();
@@ -667,7 +868,13 @@ impl Session {
             ));
         }
 
-        // 2. Load and attach.
+        // 2. Create the capture before touching the kernel: a bad output
+        // path is reported before every probe is attached (and detached).
+        let reserved = Sink::reserve(&config.output, config.overwrite)?;
+        // Attaching can still fail: then the empty capture goes too.
+        let mut unfinished = Unfinished(Some(config.output.clone()));
+
+        // 3. Load and attach.
         if tracefs::ensure_mounted()? {
             progress(&format!("mounted tracefs at {}", tracefs::TRACEFS));
         }
@@ -767,14 +974,25 @@ impl Session {
             attach_started.elapsed().as_secs_f64() * 1e3
         ));
 
-        // 3. Open the capture and mark the targets.
-        let mut sink = Sink::create(
-            &config.output,
+        // 4. Write the capture's header (what the kernel let us record) and
+        // mark the targets.
+        let mut sink = Sink::start(
+            reserved,
             &capture_header(&config, &view),
             config.chunk_bytes,
         )?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        // The targets' objects' symbols, read now: read when their first
+        // snapshot comes, they held the drain loop for 100-200 ms while a
+        // launcher forked its daemons, whose fork records were then read
+        // after short-lived ones had gone.
+        for path in prefetch {
+            let path = path.canonicalize().unwrap_or(path);
+            if let Err(e) = elf_cache.get(&path) {
+                log::debug!("no symbols for {}: {e}", path.display());
+            }
+        }
         tracker.elf_cache = elf_cache;
         // Probed objects' symbols go in even if no snapshot of a process
         // catches them mapped: the analyzer can place them from the probe hits.
@@ -849,7 +1067,9 @@ impl Session {
         // SAFETY: the ring's fd stays open while the AsyncFd owns the ring.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| RecordError::Io(std::io::Error::other(e.to_string())))?;
+        unfinished.0 = None;
         Ok(Self {
+            skipped,
             has_pid_targets: !root_pids.is_empty() || held.is_some(),
             has_exe_targets: !enroll.is_empty(),
             config,
@@ -934,6 +1154,7 @@ impl Session {
             self.last_kstats = Instant::now();
             self.collect_kstats()?;
         }
+        self.cpu_times()?;
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -961,6 +1182,42 @@ impl Session {
         )
     }
 
+    /// A [`CpuTimes`] record of every traced process alive, when asked for.
+    fn cpu_times(&mut self) -> Result<(), RecordError> {
+        if !self.config.cpu_times {
+            return Ok(());
+        }
+        let pids: Vec<u32> = self
+            .tracker
+            .live
+            .iter()
+            .copied()
+            .filter(|pid| self.loaded.is_traced(*pid))
+            .collect();
+        for pid in pids {
+            let Some((run_ns, wait_ns, slices, threads)) = procfs::cpu_times(pid) else {
+                continue;
+            };
+            let rec = CpuTimes {
+                header: Header {
+                    ts_ns: monotonic_ns(),
+                    pid,
+                    tid: pid,
+                    kind: kind::CPU_TIMES,
+                    size: size_of::<CpuTimes>() as u16,
+                    cpu: 0,
+                },
+                run_ns,
+                wait_ns,
+                slices,
+                threads,
+                _pad: 0,
+            };
+            self.sink.push(rec.as_bytes(), &rec.header)?;
+        }
+        Ok(())
+    }
+
     fn drain(&mut self) -> Result<(), RecordError> {
         drain(
             self.ring.get_mut(),
@@ -979,6 +1236,11 @@ impl Session {
             .live
             .iter()
             .map(|pid| (*pid, self.tracker.comms.get(pid).map_or("", String::as_str)))
+    }
+
+    /// Targets that could not be resolved and were left out, and why.
+    pub fn skipped(&self) -> &[(Target, String)] {
+        &self.skipped
     }
 
     /// Function probes attached.
@@ -1003,6 +1265,15 @@ impl Session {
     /// The capture file being written, its size and its first record's time.
     pub fn current_file(&self) -> (&Path, u64, u64) {
         (self.sink.path(), self.sink.bytes(), self.sink.first_ns())
+    }
+
+    /// About how many bytes of metadata a rotation writes at the start of
+    /// the next file (its processes and their objects' symbol tables,
+    /// written again so the file stands alone): the metadata of the current
+    /// file, which holds the same and a little more. A disk limit must
+    /// leave room for it.
+    pub fn rotation_bytes(&self) -> u64 {
+        self.sink.meta_bytes()
     }
 
     /// Mean size of a record in the current file, bytes; metadata (large
@@ -1046,12 +1317,15 @@ impl Session {
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
             reason: "rotated".to_string(),
+            ..Default::default()
         }))?;
         self.sink.flush()?;
+        // The flight recorder's names are new each time.
         let next = Sink::create(
             path,
             &capture_header(&self.config, &self.view),
             self.config.chunk_bytes,
+            false,
         )?;
         self.kstats.new_file();
         let old = std::mem::replace(&mut self.sink, next);
@@ -1091,6 +1365,7 @@ impl Session {
             self.taps.as_mut(),
             u64::MAX,
         )?;
+        self.cpu_times()?;
         let stop_ns = monotonic_ns();
         self.kstats.collect(
             &mut self.loaded,
@@ -1129,9 +1404,24 @@ impl Session {
         }
         self.tracker.settle(&mut self.sink)?;
         let losses = write_stats(&self.loaded, &mut self.sink)?;
+        // Where each traced process was when recording stopped: a hang
+        // analysis tells a stopped process from one running or waiting.
+        let processes = self
+            .tracker
+            .live
+            .iter()
+            .filter(|pid| self.loaded.is_traced(**pid))
+            .filter_map(|&pid| {
+                Some(ProcessState {
+                    pid,
+                    state: procfs::state(pid)?,
+                })
+            })
+            .collect();
         self.sink.meta(&Meta::End(End {
             stop_ns,
             reason: reason.clone(),
+            processes,
         }))?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -1302,7 +1592,7 @@ impl Taps {
     #[inline]
     fn observe(&mut self, header: &Header, bytes: &[u8]) {
         match header.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
                 if let Some(e) = FuncEntry::read_from(bytes) {
                     let id = e.func_id as usize;
                     if id >= self.hits.len() {

@@ -17,6 +17,12 @@ use tracer_common::{
 /// Errors writing a capture.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
+    /// The file is there already.
+    #[error("capture file {path} exists (give --force to replace it)")]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file could not be created.
     #[error("cannot create capture file {path}")]
     Create {
@@ -53,25 +59,77 @@ pub struct Sink {
     last_ns: u64,
     /// Records written, by kind.
     pub counts: [u64; KINDS],
+    /// Bytes of metadata chunks written.
+    meta_bytes: u64,
+}
+
+/// A new, empty output file (see [`Sink::reserve`]).
+#[derive(Debug)]
+pub struct Reserved {
+    path: PathBuf,
+    file: File,
 }
 
 impl Sink {
-    /// Creates `path` (mode 0600, truncating) and writes the header.
+    /// Creates `path` (a new file, mode 0600) and writes the header. An
+    /// existing file, or a symbolic link, at `path` is an error, unless
+    /// `overwrite`: then it is removed first (a link itself, never what it
+    /// points to) and a new file created in its place. Truncating the old
+    /// file instead kept its mode and followed a link planted there.
     pub fn create(
         path: &Path,
         header: &CaptureHeader,
         chunk_bytes: usize,
+        overwrite: bool,
     ) -> Result<Self, SinkError> {
+        Self::start(Self::reserve(path, overwrite)?, header, chunk_bytes)
+    }
+
+    /// Creates `path` as [`Sink::create`] does, without writing to it: a
+    /// session checks its output before attaching, and writes the header
+    /// (which says what the kernel let it record) once attached.
+    pub fn reserve(path: &Path, overwrite: bool) -> Result<Reserved, SinkError> {
+        let create_err = |source| SinkError::Create {
+            path: path.to_path_buf(),
+            source,
+        };
+        if overwrite
+            && let Ok(meta) = std::fs::symlink_metadata(path)
+            && !meta.is_dir()
+        {
+            std::fs::remove_file(path).map_err(create_err)?;
+        }
+        // O_EXCL: fails on anything at the path, a dangling link included;
+        // O_NOFOLLOW says the same for the last component again.
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|source| SinkError::Create {
-                path: path.to_path_buf(),
-                source,
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    SinkError::Exists {
+                        path: path.to_path_buf(),
+                    }
+                } else {
+                    create_err(source)
+                }
             })?;
+        Ok(Reserved {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Writes the header into a file [`Sink::reserve`] created.
+    pub fn start(
+        reserved: Reserved,
+        header: &CaptureHeader,
+        chunk_bytes: usize,
+    ) -> Result<Self, SinkError> {
+        let Reserved { path, file } = reserved;
+        let path = path.as_path();
         let writer = CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), header).map_err(
             |source| SinkError::Write {
                 path: path.to_path_buf(),
@@ -86,6 +144,7 @@ impl Sink {
             first_ns: 0,
             last_ns: 0,
             counts: [0; KINDS],
+            meta_bytes: 0,
         };
         sink.flush()?;
         Ok(sink)
@@ -136,7 +195,16 @@ impl Sink {
     pub fn meta(&mut self, meta: &Meta) -> Result<(), SinkError> {
         self.write_pending()?;
         let err = self.err();
-        self.writer.write_meta(meta).map_err(err)
+        let before = self.writer.bytes_written();
+        self.writer.write_meta(meta).map_err(err)?;
+        self.meta_bytes += self.writer.bytes_written() - before;
+        Ok(())
+    }
+
+    /// Bytes of metadata (process snapshots, symbol tables, counters)
+    /// written into this file.
+    pub fn meta_bytes(&self) -> u64 {
+        self.meta_bytes
     }
 
     /// Writes the open batch and hands everything to the kernel.

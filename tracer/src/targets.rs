@@ -11,7 +11,7 @@ use globset::{Glob, GlobMatcher};
 use tracer_common::capture::Probe;
 
 use crate::{
-    elf::{ElfError, ElfSymbols, file_offset},
+    elf::{ElfCache, ElfError, file_offset},
     procfs::{self, ProcError},
 };
 
@@ -76,6 +76,11 @@ pub struct FunctionPattern {
     function: GlobMatcher,
     /// Record the argument registers of matching functions.
     pub args: bool,
+    /// Probe only the entries of matching functions (no return probe).
+    pub entry_only: bool,
+    /// Resolve to nothing, instead of an error, when no object or function
+    /// matches (a preset's part for libraries a system may lack).
+    pub optional: bool,
 }
 
 impl FunctionPattern {
@@ -102,6 +107,16 @@ impl FunctionPattern {
             object_glob,
             function,
             args,
+            entry_only: false,
+            optional: false,
+        })
+    }
+
+    /// Parses `pattern` for entry-only probes.
+    pub fn parse_entries(pattern: &str) -> Result<Self, TargetError> {
+        Ok(Self {
+            entry_only: true,
+            ..Self::parse(pattern, false)?
         })
     }
 
@@ -194,6 +209,13 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
 /// and Open MPI sonames.
 pub const MPI_PATTERN: &str = "{libmpich.so.12*,libmpi.so.12*,libmpi.so.40*}:MPI_*";
 
+/// The `--mpi` preset's language bindings, probed at entry only: the Fortran
+/// bindings of MPICH (`libmpichfort`) and Open MPI (`mpif.h`/`use mpi`,
+/// `use mpi_f08`). Their entries give the program's call sites; the C calls
+/// they make give the arguments (see the analyzer's MPI profile).
+pub const MPI_BINDINGS_PATTERN: &str =
+    "{libmpichfort.so.12*,libmpi_mpifh.so.40*,libmpi_usempif08.so.40*}:{mpi_*,pmpi_*,MPI_*,PMPI_*}";
+
 /// Libraries known to the dynamic loader's cache (`ldconfig -p`) that
 /// `pattern`'s object part names, resolved to their files. Lets a pattern name
 /// a library the target itself does not load yet: `mpiexec` never loads
@@ -247,7 +269,7 @@ pub fn resolve(
     patterns: &[FunctionPattern],
     objects: &TargetObjects,
     probes: &mut Vec<Probe>,
-    cache: &mut BTreeMap<PathBuf, ElfSymbols>,
+    cache: &mut ElfCache,
 ) -> Result<Vec<Resolved>, TargetError> {
     let mut counts = Vec::with_capacity(patterns.len());
     for pattern in patterns {
@@ -259,6 +281,14 @@ pub fn resolve(
         let from_system = targets.is_empty();
         if from_system {
             targets = system_libraries(pattern);
+        }
+        if targets.is_empty() && pattern.optional {
+            counts.push(Resolved {
+                functions: 0,
+                objects: Vec::new(),
+                from_system,
+            });
+            continue;
         }
         if targets.is_empty() {
             let available = objects
@@ -275,16 +305,13 @@ pub fn resolve(
         let mut matched = 0;
         let mut stripped = Vec::new();
         for path in &targets {
-            if !cache.contains_key(path) {
-                cache.insert(path.clone(), ElfSymbols::read(path)?);
-            }
-            let elf = &cache[path];
+            let elf = cache.get(path)?;
             if !elf.has_symtab {
                 stripped.push(path.display().to_string());
             }
             // Group names by address: aliases (MPI_Send/PMPI_Send) are one function.
             let mut by_addr: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
-            for sym in &elf.table.symbols {
+            for sym in &elf.names {
                 by_addr.entry(sym.addr).or_default().push(&sym.name);
             }
             for (vaddr, names) in by_addr {
@@ -298,6 +325,7 @@ pub fn resolve(
                     .find(|p| p.object == object && p.vaddr == vaddr)
                 {
                     existing.args |= pattern.args;
+                    existing.entry_only &= pattern.entry_only;
                     continue;
                 }
                 let file_offset = file_offset(&elf.table.segments, vaddr).ok_or_else(|| {
@@ -319,17 +347,34 @@ pub fn resolve(
                     vaddr,
                     file_offset,
                     args: pattern.args,
+                    entry_only: pattern.entry_only,
                 });
             }
+        }
+        if matched == 0 && pattern.optional {
+            counts.push(Resolved {
+                functions: 0,
+                objects: targets,
+                from_system,
+            });
+            continue;
         }
         if matched == 0 {
             let hint = if stripped.is_empty() {
                 String::new()
             } else {
+                let dirs: Vec<String> = cache
+                    .debug_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
                 format!(
-                    "; {} has no .symtab (stripped): only exported functions can be named. \
-                     Install its debug symbols or rebuild without stripping",
-                    stripped.join(", ")
+                    "; {} has no .symtab (stripped) and no separate debug file was found \
+                     (by build id under {}, or by .gnu_debuglink): only exported functions \
+                     can be named. Install its debug symbols (the -dbg or -dbgsym package), \
+                     point --debug-dir at a directory holding them, or rebuild without stripping",
+                    stripped.join(", "),
+                    dirs.join(", ")
                 )
             };
             let objects = targets
@@ -389,7 +434,7 @@ mod tests {
             libs: vec![],
         };
         let mut probes = Vec::new();
-        let mut cache = BTreeMap::new();
+        let mut cache = ElfCache::new(&[]);
         let pats = [FunctionPattern::parse("main", true).expect("valid")];
         let counts = resolve(&pats, &objects, &mut probes, &mut cache).expect("main resolves");
         assert_eq!(counts[0].functions, 1);

@@ -367,6 +367,12 @@ pub struct UsdtSite {
     /// Attached only to hold the semaphore at `semaphore_offset` raised:
     /// hits record nothing. Set by [`semaphore_holders`].
     pub silent: bool,
+    /// Attached for every process of the object without raising its
+    /// semaphore, which a [`semaphore_holders`] site holds per traced
+    /// process instead: a forked child inherits the raised semaphore (its
+    /// memory is a copy), so the site fires in it from its first
+    /// instruction, and the eBPF side keeps the hits of traced processes.
+    pub wide: bool,
 }
 
 impl UsdtSite {
@@ -430,7 +436,12 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| UsdtError::Parse {
+    sites_in(&data, path)
+}
+
+/// [`read_sites`] of the object's bytes (`path` names it).
+pub fn sites_in(data: &[u8], path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
+    let file = object::File::parse(data).map_err(|source| UsdtError::Parse {
         path: path.to_path_buf(),
         source,
     })?;
@@ -478,6 +489,7 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
             args_text: note.args,
             string_args: 0,
             silent: false,
+            wide: false,
         });
     }
     Ok(sites)
@@ -485,18 +497,24 @@ pub fn read_sites(path: &Path) -> Result<Vec<UsdtSite>, UsdtError> {
 
 /// A raw stapsdt note.
 #[derive(Debug, PartialEq, Eq)]
-struct Note {
-    pc: u64,
-    base: u64,
-    semaphore: u64,
-    provider: String,
-    name: String,
-    args: String,
+pub struct Note {
+    /// The probe site (`pc`).
+    pub pc: u64,
+    /// The link-time address of `.stapsdt.base`.
+    pub base: u64,
+    /// The semaphore's address, or 0.
+    pub semaphore: u64,
+    /// Provider.
+    pub provider: String,
+    /// Probe name.
+    pub name: String,
+    /// Argument specs.
+    pub args: String,
 }
 
 /// Parses the notes of a `.note.stapsdt` section (ELF64, little-endian);
 /// `Err` holds the offset of the first malformed note.
-fn parse_notes(data: &[u8]) -> Result<Vec<Note>, usize> {
+pub fn parse_notes(data: &[u8]) -> Result<Vec<Note>, usize> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };
@@ -709,7 +727,8 @@ pub fn select(
 /// The kernel wants one `ref_ctr_offset` per (file, offset): while we hold a
 /// host site, another tool attaching there with the host's own semaphore is
 /// refused (EINVAL) until we detach.
-/// `attached`: the sites probed for their records (never hosts).
+/// `attached`: the sites probed for their records (never hosts); those
+/// attached [`UsdtSite::wide`] raise no semaphore of their own.
 pub fn semaphore_holders(
     wanted: &[UsdtSite],
     all: &[UsdtSite],
@@ -718,15 +737,16 @@ pub fn semaphore_holders(
     let mut holders: Vec<UsdtSite> = Vec::new();
     let raised: Vec<(PathBuf, u64)> = attached
         .iter()
+        .filter(|s| !s.wide)
         .chain(wanted)
         .filter(|s| s.semaphore_offset != 0)
         .map(|s| (s.object.clone(), s.semaphore_offset))
         .collect();
     for want in wanted {
         if want.semaphore_offset == 0
-            || attached
-                .iter()
-                .any(|a| a.object == want.object && a.semaphore_offset == want.semaphore_offset)
+            || attached.iter().any(|a| {
+                !a.wide && a.object == want.object && a.semaphore_offset == want.semaphore_offset
+            })
             || holders
                 .iter()
                 .any(|h| h.object == want.object && h.semaphore_offset == want.semaphore_offset)
@@ -754,6 +774,7 @@ pub fn semaphore_holders(
             semaphore_offset: want.semaphore_offset,
             string_args: 0,
             silent: true,
+            wide: false,
             ..want.clone()
         });
     }

@@ -7,14 +7,24 @@
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
-//! - `gluster`: GlusterFS runs with faults, the fault matrix, their timings.
+//! - `fuzz`: the libFuzzer targets, each for a bounded time.
+//! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
+//!   timings (peer comparison).
+//! - `mpi-matrix`: MPI programs with faults, judged by the MPI analyses.
+//! - `model-matrix`: the bug-class suite of model-based localization.
+//! - `man`: man pages and shell completions, optionally installed.
 
 mod bench;
 mod bench_agent;
 mod bench_python;
 mod bench_syscalls;
-mod gluster;
+mod fs;
+mod fuzz;
+mod man;
+mod model_matrix;
 mod mpi;
+mod mpi_matrix;
+mod mpi_overhead;
 
 use std::{
     env,
@@ -57,8 +67,33 @@ enum Task {
     /// events/s, a burst, restarts; a table of its CPU, memory and disk.
     /// Exits non-zero when a target is missed.
     BenchAgent(bench_agent::BenchAgentArgs),
-    /// GlusterFS experiments for peer comparison: runs, fault matrix, timings.
-    Gluster(Box<gluster::GlusterArgs>),
+    /// Build and run the libFuzzer targets (captures, models, thresholds,
+    /// ELF and USDT notes, the agent's configuration and pipes), each for
+    /// a bounded time; prints executions and exits non-zero on a finding.
+    /// Needs cargo-fuzz and the nightly toolchain (`scripts/setup`).
+    Fuzz(fuzz::FuzzArgs),
+    /// File-system experiments for peer comparison (GlusterFS, MooseFS):
+    /// runs, fault matrices, timings.
+    Fs(Box<fs::FsArgs>),
+    /// The MPI diagnosis matrix (needs root, MPICH, gfortran, stress-ng):
+    /// every program of the suite, clean and with each fault, recorded and
+    /// judged (interference verdict, outlier verdict, hang culprit); a table
+    /// per program and fault. Exits non-zero when a target is missed.
+    MpiMatrix(mpi_matrix::MatrixArgs),
+    /// What `tracer record --mpi` costs an MPI job: the wavefront on 2
+    /// pinned ranks untraced and traced, interleaved (needs root, MPICH,
+    /// gfortran; --neighbour adds a busy neighbour).
+    MpiOverhead(mpi_overhead::OverheadArgs),
+    /// The bug-class suite of model-based localization (issue 20): every
+    /// fault class on every daemon program, at a random daemon and time,
+    /// with fresh normal runs for false alarms; per cell detection (the
+    /// earliest anomaly is in the faulty process) and top-1 (the
+    /// highest-ranked unit is). Needs root to record.
+    ModelMatrix(model_matrix::ModelMatrixArgs),
+    /// Generate the man pages and shell completions (bash, zsh, fish) of
+    /// `tracer` and `analyzer` from their command-line definitions into
+    /// target/man; with --install, install them under --prefix (/usr/local).
+    Man(man::ManArgs),
     /// Repeat the AutomaDeD fault injections on real MPICH ranks (needs
     /// root, MPICH) with a random faulty rank each time; print task- and
     /// edge-isolation recall (paper 004 Figures 7 and 8).
@@ -266,7 +301,12 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
-        Task::Gluster(args) => gluster::run(*args),
+        Task::Fuzz(args) => fuzz::fuzz(&args),
+        Task::Fs(args) => fs::run(*args),
+        Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),
+        Task::MpiOverhead(args) => mpi_overhead::mpi_overhead(&args),
+        Task::ModelMatrix(args) => model_matrix::model_matrix(&args),
+        Task::Man(args) => man::run(args),
         Task::BenchAutomaded { repeat } => {
             let tracer = build_tracer(false)?;
             run(cargo()

@@ -4,18 +4,16 @@
 //! learned from normal runs as their longest transition time.
 //!
 //! [`tails`] finds, per process, the last MPI transition and the call it is
-//! still inside (if any); [`super::smm::build_with_tails`] turns that into
-//! a final edge whose time is the time spent so far, so a task stuck
-//! computing differs from tasks stuck waiting inside a call.
+//! still inside (if any), from the MPI profiles; [`super::smm::build_with_tails`]
+//! turns that into a final edge whose time is the time spent so far, so a
+//! task stuck computing differs from tasks stuck waiting inside a call.
+//! Which rank holds a hung run up is [`crate::mpi::waitfor`]'s question.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    decode::{Capture, DecodeError, Event},
-    mpi::Profiles,
-};
+use crate::{decode::Capture, mpi::Profiles};
 
 /// Where a process was when the capture ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,110 +37,47 @@ impl Tail {
     }
 }
 
-/// A process's MPI progress while reading: last transition, the open
-/// outermost call (function id, call site, entry ns), nesting per thread.
-#[derive(Default)]
-struct Progress(u64, Option<(u32, u64, u64)>, HashMap<u32, u32>);
-
 /// Errors finding tails.
 #[derive(Debug, thiserror::Error)]
 pub enum HangError {
-    /// A record could not be decoded.
-    #[error("decoding capture {capture}")]
-    Decode {
-        /// Which capture (position in the input list).
-        capture: usize,
-        /// The cause.
-        #[source]
-        source: DecodeError,
-    },
+    /// The captures' MPI profiles could not be built.
+    #[error("building MPI profiles")]
+    Profile(#[from] crate::mpi::ProfileError),
 }
 
 /// The last MPI transition of every process of `captures`, keyed by
 /// (host, pid).
 pub fn tails(captures: &[&Capture]) -> Result<HashMap<(String, u32), Tail>, HangError> {
-    let mut out = HashMap::new();
-    for (index, cap) in captures.iter().enumerate() {
-        let is_mpi: Vec<bool> = cap
-            .probes
-            .iter()
-            .map(|p| {
-                std::iter::once(&p.symbol)
-                    .chain(&p.aliases)
-                    .any(|s| s.starts_with("MPI_") || s.starts_with("PMPI_"))
-            })
-            .collect();
-        let mpi = |f: u32| is_mpi.get(f as usize).copied().unwrap_or(false);
-        let mut last_record = 0u64;
-        let mut state: HashMap<u32, Progress> = HashMap::new();
-        for ev in cap.events() {
-            let ev = ev.map_err(|source| HangError::Decode {
-                capture: index,
-                source,
-            })?;
-            match ev {
-                Event::Entry { rec, .. } if mpi(rec.func_id) => {
-                    let h = rec.header;
-                    last_record = last_record.max(h.ts_ns);
-                    let s = state.entry(h.pid).or_default();
-                    let depth = s.2.entry(h.tid).or_default();
-                    if *depth == 0 {
-                        s.0 = h.ts_ns;
-                        s.1 = Some((rec.func_id, rec.call_site, h.ts_ns));
-                    }
-                    *depth += 1;
-                }
-                Event::Return(rec) if mpi(rec.func_id) => {
-                    let h = rec.header;
-                    last_record = last_record.max(h.ts_ns);
-                    let s = state.entry(h.pid).or_default();
-                    let depth = s.2.entry(h.tid).or_default();
-                    *depth = depth.saturating_sub(1);
-                    if *depth == 0 {
-                        s.0 = h.ts_ns;
-                        s.1 = None;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let end_ns = cap
-            .end
-            .as_ref()
-            .map_or(last_record, |e| e.stop_ns.max(last_record));
-        for (pid, Progress(last_ns, open, _)) in state {
-            out.insert(
-                (cap.header.host.clone(), pid),
+    Ok(tails_of(&crate::mpi::extract(captures)?))
+}
+
+/// The last MPI transition of every rank of `profiles`, keyed by (host, pid).
+pub fn tails_of(profiles: &Profiles) -> HashMap<(String, u32), Tail> {
+    profiles
+        .ranks
+        .iter()
+        .map(|r| {
+            (
+                (r.host.clone(), r.pid),
                 Tail {
-                    host: cap.header.host.clone(),
-                    pid,
-                    last_ns,
-                    open_call: open.map(|(f, site, t)| {
-                        let name = cap.function_name(f);
-                        let name = name
-                            .strip_prefix('P')
-                            .filter(|n| n.starts_with("MPI_"))
-                            .map_or(name.clone(), str::to_string);
-                        (name, site, t)
-                    }),
-                    end_ns,
+                    host: r.host.clone(),
+                    pid: r.pid,
+                    last_ns: r.last_ns,
+                    open_call: r
+                        .open
+                        .as_ref()
+                        .map(|o| (o.function.clone(), o.call_site, o.start_ns)),
+                    end_ns: r.end_ns,
                 },
-            );
-        }
-    }
-    Ok(out)
+            )
+        })
+        .collect()
 }
 
 /// The longest single transition (computation or communication time) of a
 /// normal run: a threshold learned from previous runs.
 pub fn max_transition_ns(profiles: &Profiles) -> u64 {
-    profiles
-        .ranks
-        .iter()
-        .flat_map(|r| &r.calls)
-        .map(|c| c.compute_ns.max(c.comm_ns))
-        .max()
-        .unwrap_or(0)
+    crate::mpi::waitfor::max_transition_ns(profiles)
 }
 
 /// Tails idle for longer than `threshold_ns`, longest first.

@@ -17,15 +17,19 @@
 //! * [`outliers`]: k-medoids with BIC or sampled nearest neighbour (§3.3),
 //!   edge isolation.
 //! * [`hang`]: tasks with no transition for longer than a threshold.
+//! * [`verdict`]: which rank is abnormal, or that none stands out,
+//!   comparing each rank with itself (clean runs, phases).
 //! * [`report`]: text and SVG.
 
 pub mod compress;
 pub mod dissim;
 pub mod hang;
+pub mod kmedoids;
 pub mod outliers;
 pub mod overlap;
 pub mod report;
 pub mod smm;
+pub mod verdict;
 
 pub use dissim::{DissimConfig, dissimilarity};
 pub use outliers::{

@@ -1,6 +1,6 @@
 //! Abnormal tasks and abnormal edges (004 §3.3).
 //!
-//! * Clustering (§3.3.1): k-medoids (FasterPAM from the `kmedoids` crate,
+//! * Clustering (§3.3.1): k-medoids ([`super::kmedoids`]: FasterPAM,
 //!   initialized by PAM BUILD) on a constant-size deterministic sample of
 //!   tasks, k chosen by the Bayesian information criterion (X-means form,
 //!   one dimension: the distance to the medoid); every task is then
@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     compress::{CompressedTask, compress},
     dissim::{DissimConfig, PreparedEdge, contributions, dissimilarity_prepared, prepare},
+    kmedoids,
     overlap::OverlapTable,
     smm::{Edge, EdgeKey, Models, Normal, edge_ends},
 };
@@ -264,22 +265,10 @@ fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     })
 }
 
-/// The sample's distances as `kmedoids` wants them.
+/// The sample's distances, row-major.
 struct Matrix {
     n: usize,
     d: Vec<f64>,
-}
-
-impl kmedoids::arrayadapter::ArrayAdapter<f64> for Matrix {
-    fn len(&self) -> usize {
-        self.n
-    }
-    fn is_square(&self) -> bool {
-        self.d.len() == self.n * self.n
-    }
-    fn get(&self, x: usize, y: usize) -> f64 {
-        self.d[x * self.n + y]
-    }
 }
 
 /// X-means BIC of a clustering (one dimension: distances to medoids).
@@ -309,21 +298,24 @@ fn bic(dist_to_medoid: &[f64], assign: &[usize], k: usize, resolution: f64) -> f
     ll - params / 2.0 * r.ln()
 }
 
-/// Clusters of the sample: (medoids as sample positions, k).
+/// Clusters of the sample: the medoids (as sample positions) of the k with
+/// the best BIC.
 fn cluster_sample(m: &Matrix, ks: std::ops::RangeInclusive<usize>, resolution: f64) -> Vec<usize> {
+    let Some(matrix) = kmedoids::Matrix::new(m.n, &m.d) else {
+        return Vec::new();
+    };
     let mut best: Option<(f64, Vec<usize>)> = None;
     for k in ks {
-        let (_, _, mut meds): (f64, Vec<usize>, Vec<usize>) = kmedoids::pam_build(m, k);
-        let (_, assign, _, _): (f64, Vec<usize>, usize, usize) =
-            kmedoids::fasterpam(m, &mut meds, 100);
-        let d: Vec<f64> = assign
+        let c = kmedoids::fasterpam(&matrix, kmedoids::build(&matrix, k), 100);
+        let d: Vec<f64> = c
+            .assignment
             .iter()
             .enumerate()
-            .map(|(i, a)| m.get_d(i, meds[*a]))
+            .map(|(i, a)| m.get_d(i, c.medoids[*a]))
             .collect();
-        let score = bic(&d, &assign, k, resolution);
+        let score = bic(&d, &c.assignment, k, resolution);
         if best.as_ref().is_none_or(|(b, _)| score > *b) {
-            best = Some((score, meds));
+            best = Some((score, c.medoids));
         }
     }
     best.map(|b| b.1).unwrap_or_default()

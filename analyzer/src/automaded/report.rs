@@ -143,3 +143,57 @@ pub fn svg(a: &Analysis) -> String {
         &labels,
     )
 }
+
+/// The outlier verdict as text: the verdict line, the suspects' evidence,
+/// then every rank's worst phase against its threshold.
+pub fn verdict_text(j: &super::verdict::Judgement) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", j.verdict.summary);
+    for s in &j.verdict.suspects {
+        let _ = writeln!(
+            out,
+            "  rank {} (pid {} on {}): {}: {}",
+            s.rank, s.pid, s.host, s.evidence, s.detail
+        );
+    }
+    for u in &j.verdict.not_monitored {
+        let _ = writeln!(out, "  rank {}: not monitored: {}", u.rank, u.reason);
+    }
+    let _ = writeln!(
+        out,
+        "\neach rank against {}:",
+        if j.clean_runs == 0 {
+            "its own phases and the other ranks of this run".to_string()
+        } else {
+            format!("its own {} clean run(s)", j.clean_runs)
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:>5}  {:>19}  {:>13}  {:>22}  {:>9}",
+        "rank", "computation/thresh", "worst phase", "CPU deficit/thresh", "new calls"
+    );
+    for (rank, p) in &j.phases {
+        let _ = writeln!(
+            out,
+            "{:>5}  {:>8.3} / {:<8.3}  {:>5.1}-{:<5.1} s  {:>22}  {:>9}",
+            rank,
+            p.score,
+            j.phase_thresholds.get(rank).copied().unwrap_or(0.0),
+            p.from_s,
+            p.to_s,
+            match (j.cpu_phases.get(rank), j.cpu_thresholds.get(rank)) {
+                (Some((d, at)), Some(t)) => format!("{d:.3} / {t:.3} @{at:.1}s"),
+                _ => "-".into(),
+            },
+            match (
+                j.new_transitions.get(rank),
+                j.transition_thresholds.get(rank)
+            ) {
+                (Some(n), Some(t)) => format!("{n} (<= {t})"),
+                _ => "-".into(),
+            }
+        );
+    }
+    out
+}

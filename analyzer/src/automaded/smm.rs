@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::hang::Tail;
 use crate::{
-    decode::{Capture, Symbolizer},
-    mpi::Profiles,
+    decode::Capture,
+    mpi::{Profiles, sites::Sites},
 };
 
 /// Version of the [`Models`] serde layout.
@@ -49,8 +49,9 @@ pub enum State {
     Call {
         /// `MPI_*` name.
         function: String,
-        /// The call site, symbolized (`main+0x1c`, or `app+0x11c9` without
-        /// symbols; empty when the capture has no call sites).
+        /// The call site: `main (app.c:42)` with debug information,
+        /// `main+0x1c` with symbols only, `app+0x11c9` without; empty when
+        /// the capture has no call sites.
         site: String,
     },
     /// Computation between the return of call context `after` and the entry
@@ -312,10 +313,7 @@ pub fn build_with_tails(
     phase: Phase,
     tails: Option<&HashMap<(String, u32), Tail>>,
 ) -> Models {
-    let symbolizers: Vec<(&str, Symbolizer<'_>)> = captures
-        .iter()
-        .map(|c| (c.header.host.as_str(), Symbolizer::new(c)))
-        .collect();
+    let mut sites = Sites::new(captures);
     let t0 = profiles
         .ranks
         .iter()
@@ -325,13 +323,8 @@ pub fn build_with_tails(
     let mut states = StateTable::default();
     let start = states.intern(State::Start);
     let end = states.intern(State::End);
-    let mut sites: HashMap<(String, u32, u64), String> = HashMap::new();
     let mut tasks = Vec::with_capacity(profiles.ranks.len());
     for r in &profiles.ranks {
-        let sym = symbolizers
-            .iter()
-            .find(|(h, _)| *h == r.host)
-            .map(|(_, s)| s);
         let calls: Vec<_> = r
             .calls
             .iter()
@@ -348,19 +341,7 @@ pub fn build_with_tails(
             .collect();
         let mut steps = Vec::with_capacity(2 * calls.len() + 1);
         let mut prev = start;
-        let mut site_of = |addr: u64| -> String {
-            if addr == 0 {
-                return String::new();
-            }
-            sites
-                .entry((r.host.clone(), r.pid, addr))
-                .or_insert_with(|| {
-                    sym.and_then(|s| s.user(r.pid, addr))
-                        .map(|l| l.to_string())
-                        .unwrap_or_default()
-                })
-                .clone()
-        };
+        let mut site_of = |addr: u64| sites.label(&r.host, r.pid, addr);
         // (function, call site) → state, per rank: the strings of a state
         // are built and interned once, not once per call.
         let mut call_states = rustc_hash::FxHashMap::default();
@@ -490,12 +471,19 @@ mod tests {
                         cpu: 0,
                         tid: 0,
                         call_site: 0,
+                        partners: Default::default(),
                     };
                     t += comm;
                     c
                 })
                 .collect(),
             unfinished: 0,
+            open: None,
+            last_ns: 0,
+            exited_ns: None,
+            state: None,
+            end_ns: 0,
+            cpu: Vec::new(),
         }
     }
 

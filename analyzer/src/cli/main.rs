@@ -7,16 +7,18 @@ use std::{
 };
 
 use analyzer::{
-    Capture,
+    Capture, Event,
+    debuginfo::{AddressKind, SourceLines},
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     report::{Series, scatter_svg},
-    score::{NORMAL_MARGIN, ScoreReport, Scoring, calibrate, score_processes},
+    score::{Evidence, NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_processes},
     units::{Variant, decompose_capture},
 };
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod export;
 mod mpi;
 mod peers;
 mod tasks;
@@ -25,8 +27,45 @@ mod tasks;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
 struct Args {
+    /// No progress bars and no notes on standard error (errors and warnings
+    /// still print). Progress is drawn only on a terminal anyway.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the analyzer talks to a person on standard error.
+pub(crate) struct Ui {
+    quiet: bool,
+}
+
+impl Ui {
+    /// A progress bar over `len` steps, drawn on standard error only when it
+    /// is a terminal, not `--quiet`, and there are several steps.
+    pub(crate) fn bar(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        if self.quiet || len < 2 {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(len),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta}) {wide_msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(what.to_string());
+        bar
+    }
+
+    /// A line for a person on standard error (not with `--quiet`).
+    pub(crate) fn say(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,6 +77,14 @@ enum Command {
         /// JSON lines instead of text.
         #[arg(long)]
         json: bool,
+        /// Add the source line of call sites and sampled instructions
+        /// (`calls.c:42`, innermost inlined function first) where the
+        /// recorded builds' debug information is on this machine.
+        #[arg(long)]
+        lines: bool,
+        /// Also look for debug files in DIR (with --lines). Repeatable.
+        #[arg(long = "debug-dir", value_name = "DIR", requires = "lines")]
+        debug_dirs: Vec<PathBuf>,
     },
     /// Summarize a capture: events by kind, calls, processes, losses.
     Summary {
@@ -65,6 +112,37 @@ enum Command {
     Mpi(mpi::MpiCommand),
     #[command(subcommand, about = tasks::ABOUT, long_about = tasks::LONG_ABOUT)]
     Tasks(tasks::TasksCommand),
+    /// The agent's live analysis process: reads a model and thresholds,
+    /// then window captures, on standard input and answers each with its
+    /// findings on standard output (`tracer agent` starts it as an
+    /// unprivileged user; not meant to be run by hand).
+    Live {
+        /// Largest payload (model, thresholds, window) accepted, bytes; a
+        /// larger one ends the process with an error.
+        #[arg(long, default_value_t = 1 << 30)]
+        max_input: u64,
+    },
+    /// Write captures as files other tools read: pprof profiles, folded
+    /// stacks, flame graph SVGs, Perfetto/Chrome traces, Parquet tables.
+    Export(Box<export::ExportArgs>),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   analyzer completions bash > /usr/local/share/bash-completion/completions/analyzer
+    ///   analyzer completions zsh > /usr/local/share/zsh/site-functions/_analyzer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +185,12 @@ enum ModelCommand {
         /// nodes (000, eq. 1-2) or edges (001).
         #[arg(long, value_enum, default_value = "nodes")]
         scoring: Scoring,
+        /// Order of the units: `evidence` puts anomalous units first,
+        /// process by process (the process that deviated first first), each
+        /// process's strongest evidence first, then the rest by score;
+        /// `score` is the papers' order, by suspect score alone.
+        #[arg(long, value_enum, default_value = "evidence")]
+        rank: Ranking,
         /// Units to show.
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -130,6 +214,13 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
             path.display()
         );
     }
+    let malformed = cap.malformed_chunks();
+    if malformed > 0 {
+        eprintln!(
+            "analyzer: warning: {}: {malformed} records chunks hold a malformed record; each is read up to it and the rest skipped",
+            path.display()
+        );
+    }
     if cap.lost_records() > 0 {
         eprintln!(
             "analyzer: warning: {}: {} records were lost while recording",
@@ -144,6 +235,92 @@ fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
     Ok(analyzer::load::model(path)?)
 }
 
+/// The short reason in a unit's table row: its strongest evidence, or
+/// the calls that weigh most in its score.
+fn why(s: &analyzer::score::UnitScore) -> String {
+    let last = |path: &str| path.rsplit(" > ").next().unwrap_or(path).to_string();
+    if let Some(e) = s.evidence.first() {
+        return match e {
+            Evidence::NoGroup | Evidence::NoModel { .. } => s.reason.clone(),
+            Evidence::NewCall { paths, .. } => format!(
+                "new call: {}",
+                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
+            ),
+            Evidence::Skipped { paths, .. } => format!(
+                "skipped: {}",
+                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
+            ),
+            Evidence::NewBehaviour { learned } => {
+                let near = s.behaviour.as_ref().and_then(|b| b.nearest.as_ref());
+                let mut what = vec![format!("never in {learned} learned units")];
+                if let Some(n) = near {
+                    what.extend(n.missing.iter().map(|p| format!("without {}", last(p))));
+                    what.extend(n.extra.iter().map(|p| format!("with {}", last(p))));
+                }
+                what.join("; ")
+            }
+            Evidence::Open {
+                frames,
+                exited,
+                waiting,
+            } => format!(
+                "never completed ({}{} in {})",
+                if *exited { "ended" } else { "capture ended" },
+                if *waiting { ", waiting" } else { "" },
+                frames.last().map_or("?".to_string(), |f| last(f))
+            ),
+            Evidence::AboveRange { .. } => "score above the normal range".to_string(),
+            Evidence::Repeated { units, peers, .. } => format!(
+                "deviated {units} times in this tree (peers: {})",
+                peers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    }
+    if !s.reason.is_empty() {
+        return s.reason.clone();
+    }
+    s.differences
+        .iter()
+        .take(2)
+        .map(|d| format!("{:?} {} (p={:.2})", d.kind, last(&d.path), d.p).to_lowercase())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Scores the units of `captures` against `model` into a ranked report.
+pub(crate) fn score_captures(
+    model: &GlobalModel,
+    captures: &[PathBuf],
+    scoring: Scoring,
+    rank: Ranking,
+    ui: &Ui,
+) -> anyhow::Result<ScoreReport> {
+    let bar = ui.bar(captures.len() as u64, "scoring");
+    let mut scores = Vec::new();
+    let mut names = Vec::with_capacity(captures.len());
+    for path in captures {
+        bar.set_message(path.display().to_string());
+        let cap = open(path)?;
+        let processes = decompose_capture(&cap, model.variant);
+        let name = path.display().to_string();
+        scores.extend(score_processes(model, &cap, &name, &processes, scoring));
+        names.push(name);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(ScoreReport::new(
+        model.variant,
+        scoring,
+        rank,
+        &names,
+        scores,
+    ))
+}
+
 fn print_scores(
     out: &mut impl std::io::Write,
     report: &ScoreReport,
@@ -156,24 +333,6 @@ fn print_scores(
         "rank", "score", "normal", "process@host", "tid", "unit", "t (s)", "wall (UTC)", "peer"
     )?;
     for (i, s) in scores.iter().take(top).enumerate() {
-        let why = if s.reason.is_empty() {
-            s.differences
-                .iter()
-                .take(2)
-                .map(|d| {
-                    format!(
-                        "{:?} {} (p={:.2})",
-                        d.kind,
-                        d.path.rsplit(" > ").next().unwrap_or(&d.path),
-                        d.p
-                    )
-                    .to_lowercase()
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        } else {
-            s.reason.clone()
-        };
         writeln!(
             out,
             "{:>4} {:>6.3}{} {:>6}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
@@ -187,7 +346,7 @@ fn print_scores(
             s.t_s,
             s.wall,
             s.peer.as_deref().unwrap_or("-"),
-            why
+            why(s)
         )?;
     }
     if scores.len() > top {
@@ -199,12 +358,12 @@ fn print_scores(
     }
     writeln!(
         out,
-        "! behaviour no normal run showed: no model to match, an unexpected call, or a score more than {NORMAL_MARGIN} above the highest of normal units (\"normal\")"
+        "! behaviour no normal run showed: no model to match, a call no learned unit made there, call paths no learned unit had together, a unit that never completed, a score more than {NORMAL_MARGIN} above the highest of held-out normal units (\"normal\"), or a process deviating again and again where its peers do not"
     )?;
-    if scores.iter().all(|s| s.normal.is_none()) {
+    if !report.calibrated {
         writeln!(
             out,
-            "  (no normal ranges: the model was learned from one capture or with --no-calibrate)"
+            "  (no normal ranges: the model was learned from one capture or with --no-calibrate; only new calls and units with no model count)"
         )?;
     }
     let describe = |i: usize| {
@@ -226,6 +385,7 @@ fn print_scores(
                 .unwrap_or_default()
         )
     };
+    writeln!(out, "verdict: {}", report.summary)?;
     for e in &report.earliest {
         match e.unit {
             Some(i) => writeln!(out, "earliest anomaly in {}: {}", e.capture, describe(i))?,
@@ -240,6 +400,31 @@ fn print_scores(
             "earliest anomaly of all captures (by wall clock): {}",
             describe(i)
         )?;
+    }
+    if !report.explanation.is_empty() {
+        writeln!(out, "why:")?;
+        for line in &report.explanation {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    if report.suspects.len() > 1 {
+        writeln!(
+            out,
+            "processes with anomalous units, the first to deviate first:"
+        )?;
+        for s in &report.suspects {
+            writeln!(
+                out,
+                "  {}[{}]@{}: {} of {} units, first at rank {} ({:.3} s)",
+                s.comm,
+                s.pid,
+                s.host,
+                s.anomalous,
+                s.units,
+                s.first + 1,
+                report.units[s.first].t_s
+            )?;
+        }
     }
     Ok(())
 }
@@ -301,18 +486,74 @@ fn scores_svg(report: &ScoreReport) -> String {
 fn run(args: Args) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let ui = &Ui { quiet: args.quiet };
     match args.command {
+        Command::Export(a) => export::run(*a, ui)?,
+        Command::Completions { shell } => {
+            let mut cmd = <Args as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "analyzer", &mut out);
+        }
+        Command::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(<Args as clap::CommandFactory>::command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
         Command::Mpi(cmd) => mpi::run(cmd, &mut out)?,
         Command::Tasks(cmd) => tasks::run(cmd, &mut out)?,
-        Command::Events { capture, json } => {
+        Command::Events {
+            capture,
+            json,
+            lines,
+            debug_dirs,
+        } => {
             let cap = open(&capture)?;
             let fmt = Formatter::new(&cap);
+            let symbols = analyzer::Symbolizer::new(&cap);
+            let mut sources = lines.then(|| SourceLines::new(&debug_dirs));
             for event in cap.events() {
-                let event = event?;
+                // Skipped, and reported by `open` (one rule with `summary`
+                // and `tracer replay`).
+                let Ok(event) = event else { continue };
+                // The code address whose line a person wants: a call's
+                // site, a sample's instruction.
+                let at = match &event {
+                    Event::Entry { rec, .. } => Some((rec.call_site, AddressKind::Return)),
+                    Event::Sample(s) if s.user_ip != 0 => {
+                        Some((s.user_ip, AddressKind::Instruction))
+                    }
+                    _ => None,
+                };
+                let source = match (&mut sources, at) {
+                    (Some(lines), Some((addr, kind))) => {
+                        let frames = lines.frames_at(&symbols, event.header().pid, addr, kind);
+                        let text: Vec<String> = frames
+                            .iter()
+                            .filter_map(|f| {
+                                f.file_line().map(|fl| {
+                                    format!("{fl}{}", if f.inlined { " (inlined)" } else { "" })
+                                })
+                            })
+                            .collect();
+                        (!text.is_empty()).then(|| text.join(" < "))
+                    }
+                    _ => None,
+                };
                 if json {
-                    writeln!(out, "{}", fmt.json(&event))?;
+                    let mut v = fmt.json(&event);
+                    if let (Some(s), Some(obj)) = (source, v.as_object_mut()) {
+                        obj.insert("source".into(), serde_json::json!(s));
+                    }
+                    writeln!(out, "{v}")?;
                 } else {
-                    writeln!(out, "{}", fmt.text(&event))?;
+                    match source {
+                        Some(s) => writeln!(out, "{} at {s}", fmt.text(&event))?,
+                        None => writeln!(out, "{}", fmt.text(&event))?,
+                    }
+                }
+            }
+            if let Some(lines) = &sources {
+                for (object, why) in lines.missing() {
+                    ui.say(&format!("note: no source lines for {object}: {why}"));
                 }
             }
         }
@@ -375,7 +616,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             let base = merge.is_some().then(|| model.clone());
             let mut processes = 0;
             let mut runs = Vec::with_capacity(captures.len());
+            let bar = ui.bar(captures.len() as u64, "learning");
             for path in &captures {
+                bar.set_message(path.display().to_string());
+                bar.inc(1);
                 let cap = open(path)?;
                 let run = decompose_capture(&cap, variant);
                 for p in &run {
@@ -387,10 +631,15 @@ fn run(args: Args) -> anyhow::Result<()> {
                     runs.push(run);
                 }
             }
+            bar.finish_and_clear();
             let calibration = if no_calibrate {
                 None
             } else {
-                Some(calibrate(&mut model, base.as_ref(), &runs))
+                let spinner = ui.bar(2, "calibrating (held-out folds)");
+                spinner.tick();
+                let c = calibrate(&mut model, base.as_ref(), &runs);
+                spinner.finish_and_clear();
+                Some(c)
             };
             let json = serde_json::to_vec(&model)?;
             std::fs::write(&output, &json)
@@ -429,21 +678,13 @@ fn run(args: Args) -> anyhow::Result<()> {
             model,
             captures,
             scoring,
+            rank,
             top,
             json,
             svg,
         }) => {
             let model = load_model(&model)?;
-            let mut scores = Vec::new();
-            let mut names = Vec::with_capacity(captures.len());
-            for path in &captures {
-                let cap = open(path)?;
-                let processes = decompose_capture(&cap, model.variant);
-                let name = path.display().to_string();
-                scores.extend(score_processes(&model, &cap, &name, &processes, scoring));
-                names.push(name);
-            }
-            let report = ScoreReport::new(model.variant, scoring, &names, scores);
+            let report = score_captures(&model, &captures, scoring, rank, ui)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {
@@ -461,7 +702,14 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Peers(command) => peers::run(command, &mut out)?,
+        Command::Peers(command) => peers::run(command, &mut out, ui)?,
+        Command::Live { max_input } => {
+            drop(out);
+            let stdin = std::io::stdin();
+            analyzer::live::serve::serve(stdin.lock(), std::io::stdout().lock(), max_input)
+                .context("serving the agent")?;
+            return Ok(());
+        }
     }
     out.flush()?;
     Ok(())
@@ -480,5 +728,50 @@ fn main() -> ExitCode {
             eprintln!("analyzer: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    /// Man pages and completions come from the same definitions as
+    /// `--help`: a subcommand's options are in both.
+    #[test]
+    fn man_pages_and_completions_cover_every_subcommand() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        clap_mangen::generate_to(Args::command(), dir.path()).expect("man pages");
+        let export = std::fs::read_to_string(dir.path().join("analyzer-export.1")).expect("page");
+        for option in [
+            "\\-\\-format",
+            "\\-\\-profile",
+            "\\-\\-table",
+            "\\-\\-debug\\-dir",
+        ] {
+            assert!(export.contains(option), "{option}");
+        }
+        for page in [
+            "analyzer.1",
+            "analyzer-model-learn.1",
+            "analyzer-peers-diagnose.1",
+        ] {
+            assert!(dir.path().join(page).is_file(), "{page}");
+        }
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Args::command(),
+            "analyzer",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).expect("utf8");
+        assert!(bash.contains("chrome-trace") && bash.contains("--thresholds"));
     }
 }

@@ -29,14 +29,21 @@ the argument registers the peers come from, in every rank the launcher starts:
 
 Then:
   analyzer mpi profile run.capture --parquet run.parquet
-  analyzer mpi learn --clean clean.capture --interfered hog.capture -o model.json
+  analyzer mpi learn --clean c1.capture --clean c2.capture --interfered hog.capture -o model.json
   analyzer mpi detect --model model.json new.capture --svg ils.svg
 
-Learn from a run without and a run with a background job (e.g. a CPU hog
-on one rank's core: taskset -c 1 stress-ng --cpu 1); detect applies the
-thresholds to later runs, also of another problem size. Several captures
-of one run (one per host) are merged by MPI rank (PMI_RANK; without it,
-pid order per capture).";
+Learn from runs without background load (two or more: each is judged
+against the others to set each processor's threshold) and, optionally,
+runs with a background job (e.g. a CPU hog on one rank's core: taskset -c 1
+stress-ng --cpu 1), which tune how many standard deviations count. detect
+then gives a verdict per processor: interfered (its metric over its
+threshold), nothing abnormal, or not monitored and why. Every processor is
+judged against its own clean behaviour (ranks may differ by design) and the
+other processors at the same time (so a whole run being slower, e.g.
+another problem size, is not interference on one).
+
+Several captures of one run (one per host) are merged by MPI rank
+(PMI_RANK; without it, pid order per capture).";
 
 /// `analyzer mpi` subcommands.
 #[derive(Debug, Subcommand)]
@@ -70,24 +77,28 @@ pub(crate) enum MpiCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Learn per-processor thresholds from a clean and an interfered run.
+    /// Learn per-processor thresholds from clean runs (and runs with a
+    /// background job, if any).
     ///
-    /// Example: analyzer mpi learn --clean clean.capture --interfered hog.capture -o model.json
+    /// Each --clean or --interfered is one run; a run recorded on several
+    /// hosts is its captures joined by commas (a.capture,b.capture).
+    ///
+    /// Example: analyzer mpi learn --clean c1.capture --clean c2.capture --interfered hog.capture -o model.json
     Learn {
-        /// Captures of the run without background load (repeat per host).
-        #[arg(long, required = true)]
-        clean: Vec<PathBuf>,
-        /// Captures of the run with a background job (repeat per host).
-        #[arg(long, required = true)]
-        interfered: Vec<PathBuf>,
+        /// A run without background load (repeat for more runs; at least
+        /// one, two or more give better thresholds).
+        #[arg(long, required = true, value_name = "CAPTURE[,CAPTURE...]")]
+        clean: Vec<String>,
+        /// A run with a background job on some processor, e.g.
+        /// `taskset -c 1 stress-ng --cpu 1` (repeat for more runs; optional:
+        /// it tunes K and which sequences react).
+        #[arg(long, value_name = "CAPTURE[,CAPTURE...]")]
+        interfered: Vec<String>,
         /// Where to write the model (JSON).
         #[arg(short, long, default_value = "mpi-model.json")]
         output: PathBuf,
-        /// Use only the paper's threshold AVG + K·STDEV (no relative margin;
-        /// cannot work with two processors).
-        #[arg(long)]
-        paper: bool,
-        /// Smallest ILS difference for a typical sequence to be used.
+        /// Smallest ILS gain for a typical sequence to be used on a
+        /// processor an interfered run hit.
         #[arg(long, default_value_t = LearnConfig::default().min_gain)]
         min_gain: f64,
         /// Filter: samples shorter than this many ms are ignored.
@@ -260,28 +271,38 @@ pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
             clean,
             interfered,
             output,
-            paper,
             min_gain,
             filter_ms,
             typical,
         } => {
-            let normal = profiles(&clean)?.1;
-            let int = profiles(&interfered)?.1;
-            let base = if paper {
-                LearnConfig::paper()
-            } else {
-                LearnConfig::default()
+            let load = |runs: &[String]| -> anyhow::Result<Vec<Profiles>> {
+                runs.iter()
+                    .map(|run| {
+                        let paths: Vec<PathBuf> = run
+                            .split(',')
+                            .filter(|p| !p.is_empty())
+                            .map(PathBuf::from)
+                            .collect();
+                        profiles(&paths).map(|(_, p)| p)
+                    })
+                    .collect()
             };
+            let normal = load(&clean)?;
+            let int = load(&interfered)?;
             let config = LearnConfig {
                 typical: typical.into(),
                 min_gain,
                 min_sample_ns: (filter_ms * 1e6) as u64,
-                ..base
+                ..LearnConfig::default()
             };
-            let model = match mpi::learn(&normal, &int, &config) {
+            let model = match mpi::learn(
+                &normal.iter().collect::<Vec<_>>(),
+                &int.iter().collect::<Vec<_>>(),
+                &config,
+            ) {
                 Ok(m) => m,
                 Err(e @ LearnError::NoTypicalSequences { .. }) => {
-                    return Err(e).context("try --min-occurrences 2 or a longer run");
+                    return Err(e).context("try --min-occurrences 2 or longer runs");
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -290,32 +311,48 @@ pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
                 .with_context(|| format!("writing {}", output.display()))?;
             writeln!(
                 out,
-                "learned {} typical sequences for {} processors into {}",
-                model.sequences.len(),
-                model.processors.len(),
+                "learned from {} clean and {} interfered run(s), K = {}, into {}",
+                model.clean_runs,
+                model.interfered.len(),
+                model.k,
                 output.display()
             )?;
             for p in &model.processors {
-                let used: Vec<String> = p
-                    .sequences
-                    .iter()
-                    .filter(|s| s.used)
-                    .map(|s| {
-                        format!(
-                            "TS{} K={} R={:.2} (+{:.2})",
-                            s.id, s.threshold.k, s.threshold.r, s.gain
-                        )
-                    })
-                    .collect();
+                let used = p.sequences.iter().filter(|s| s.used).count();
                 writeln!(
                     out,
                     "  rank {}@{}: {}",
                     p.rank,
                     p.host,
-                    if used.is_empty() {
-                        "no sensitive typical sequence (not monitored)".to_string()
+                    match &p.unmonitored {
+                        Some(why) => format!("NOT MONITORED: {why}"),
+                        None => format!(
+                            "{} typical sequences ({used} used), threshold {:.3} (held-out clean runs: {})",
+                            p.sequences.len(),
+                            p.threshold,
+                            p.clean_metrics
+                                .iter()
+                                .map(|m| format!("{m:.3}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    }
+                )?;
+            }
+            for run in &model.interfered {
+                writeln!(
+                    out,
+                    "  interfered run {}: {}",
+                    run.index + 1,
+                    if run.ranks.is_empty() {
+                        "shows no interference on any processor (not used to tune K)".to_string()
                     } else {
-                        used.join(", ")
+                        run.ranks
+                            .iter()
+                            .zip(&run.metrics)
+                            .map(|(r, m)| format!("rank {r} (m = {m:.3})"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 )?;
             }

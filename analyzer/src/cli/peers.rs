@@ -7,8 +7,8 @@ use std::{
 };
 
 use analyzer::peers::{
-    self, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit, Thresholds,
-    render,
+    self, Calibration, CaptureSource, Distance, Metric, PeersConfig, ServerEndpoint, ServerSplit,
+    Thresholds, render,
 };
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -41,12 +41,15 @@ pub(crate) enum PeersCommand {
     },
     /// Find the faulty server(s) of one run, with thresholds from `train`.
     ///
-    /// Prints per window and server the scores (median distance to the other
-    /// servers) and verdicts, the faulty servers and the functions that
-    /// differ most on them. Window, shift, distance and server labelling
-    /// come from the thresholds file. Exit status 0 whatever the verdict;
-    /// with --json, `.faulty` lists the faulty servers' labels and
-    /// `.faulty_by_metric` those each metric alone found.
+    /// Prints the verdict (faulty servers, or "no server stands out", or no
+    /// verdict when no metric had data), the metrics that had no data and
+    /// why, per window and server the scores (median distance to the other
+    /// servers) and the functions that differ most on faulty servers.
+    /// Window, shift, distance and server labelling come from the thresholds
+    /// file. Exit status 0 whatever the verdict; with --json, `.verdict`
+    /// holds the outcome (`faulty`, `none_stands_out`, `no_data`), the
+    /// faulty servers and the metrics with no data, and `.faulty_by_metric`
+    /// the servers each metric alone found.
     ///
     /// Example: analyzer peers diagnose --thresholds thresholds.json run-7/ --svg run-7.svg
     #[command(verbatim_doc_comment)]
@@ -70,7 +73,8 @@ pub(crate) enum PeersCommand {
         /// Functions to list per faulty server and metric.
         #[arg(long, default_value_t = 10)]
         top: usize,
-        /// The report as JSON (version, faulty, servers, windows, root_causes).
+        /// The report as JSON (version, verdict, faulty, servers, windows,
+        /// root_causes).
         #[arg(long)]
         json: bool,
         /// Also write an SVG plot of every server's score over time with its
@@ -99,7 +103,10 @@ pub(crate) struct FeatureArgs {
     #[arg(long, default_value_t = 3)]
     k: usize,
     /// Keep a samples component reaching this many samples per 60 s of
-    /// window in some window on some server (paper: 100; scaled to --window).
+    /// window in some window on some server, counted at the paper's
+    /// sampling rate (one sample per 100,000 cycles at 2.8 GHz, 28 kHz;
+    /// paper: 100): scaled to --window and to the captures' own rate, so at
+    /// 99 Hz the bar is a fraction of one sample.
     #[arg(long, default_value_t = 100.0)]
     min_samples: f64,
     /// Keep a time (and count) component reaching this exclusive time per
@@ -114,6 +121,11 @@ pub(crate) struct FeatureArgs {
     /// --distance relative).
     #[arg(long)]
     resolution: Option<f64>,
+    /// How thresholds are learned: `paper` (per server, twice the largest
+    /// training score; `paper:F` for F times), or `quantile:Q:M` (per
+    /// metric, M times the Q-quantile of every server's training scores).
+    #[arg(long, value_name = "RULE", default_value_t = PeersConfig::default().calibration)]
+    calibration: Calibration,
     /// Smallest threshold, in metric units (keeps a metric that never
     /// differed in training, such as retransmissions, from flagging one).
     #[arg(long, default_value_t = 1.0)]
@@ -200,6 +212,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             metrics: a.metrics,
             normalize: a.normalize,
             outlier: (a.outlier != 0.0).then_some(a.outlier),
+            calibration: a.calibration,
             k: a.k,
             port_arg: a.port_arg,
             endpoints: a.endpoints.endpoints,
@@ -260,7 +273,7 @@ fn captures_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Runs from arguments: a directory is a run; files group by directory.
-fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
+pub(crate) fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
     let mut runs: Vec<(String, Vec<PathBuf>)> = Vec::new();
     for a in args {
         let (name, files) = if a.is_dir() {
@@ -284,7 +297,7 @@ fn runs_of(args: &[PathBuf]) -> anyhow::Result<Vec<(String, Vec<PathBuf>)>> {
 }
 
 /// Reads and scores one run.
-fn analyze_run(
+pub(crate) fn analyze_run(
     name: &str,
     files: &[PathBuf],
     cfg: &PeersConfig,
@@ -350,7 +363,11 @@ fn load_thresholds(path: &Path) -> anyhow::Result<Thresholds> {
 }
 
 /// Runs one `analyzer peers` subcommand.
-pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result<()> {
+pub(crate) fn run(
+    command: PeersCommand,
+    out: &mut impl Write,
+    ui: &super::Ui,
+) -> anyhow::Result<()> {
     match command {
         PeersCommand::Train {
             runs,
@@ -360,9 +377,14 @@ pub(crate) fn run(command: PeersCommand, out: &mut impl Write) -> anyhow::Result
         } => {
             let cfg = PeersConfig::try_from(features)?;
             let mut scored = Vec::new();
-            for (name, files) in runs_of(&runs)? {
-                scored.push(analyze_run(&name, &files, &cfg, 2 * cfg.k - 1)?);
+            let runs = runs_of(&runs)?;
+            let bar = ui.bar(runs.len() as u64, "comparing peers");
+            for (name, files) in &runs {
+                bar.set_message(name.clone());
+                scored.push(analyze_run(name, files, &cfg, 2 * cfg.k - 1)?);
+                bar.inc(1);
             }
+            bar.finish_and_clear();
             let thresholds = peers::train(&scored, &cfg)?;
             let text = serde_json::to_string_pretty(&thresholds)?;
             std::fs::write(&output, &text)

@@ -5,11 +5,8 @@ use std::{io::Write, path::PathBuf};
 
 use analyzer::{
     Capture,
-    automaded::{
-        self, Method, OutlierConfig, Phase,
-        hang::{self, Tail},
-        report,
-    },
+    automaded::{self, Method, OutlierConfig, Phase, hang, report},
+    mpi,
 };
 use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
@@ -100,21 +97,66 @@ pub(crate) enum TasksCommand {
         /// when every iteration makes the same calls).
         #[arg(long, value_name = "A..B", conflicts_with_all = ["from", "to"])]
         calls: Option<String>,
+        /// A clean run of the same program (repeat for more; a run on
+        /// several hosts is its captures joined by commas): each rank is
+        /// judged against its own behaviour there. Without, against its own
+        /// phases and the other ranks of this run.
+        #[arg(long, value_name = "CAPTURE[,CAPTURE...]")]
+        clean: Vec<String>,
         /// A rank with no MPI transition for this long is hung (10, 10s,
-        /// 500ms).
+        /// 500ms); the models then end where each rank stood. Without, a
+        /// hang is still reported, with this run's own threshold.
         #[arg(long, value_name = "DURATION", value_parser = super::peers::duration_ns)]
         hang_after: Option<u64>,
         /// Learn the hang threshold: the longest transition of these
         /// captures of normal runs.
         #[arg(long, value_name = "CAPTURE", conflicts_with = "hang_after")]
         hang_learn: Vec<PathBuf>,
-        /// JSON (every task, all settings) instead of text.
+        /// JSON (the verdict, the hang analysis, every task) instead of text.
         #[arg(long)]
         json: bool,
         /// Also write an SVG of every task's normalized distance.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },
+    /// Is the run hung, and which rank holds the others up? Builds the
+    /// wait-for graph of where each rank was when recording stopped:
+    /// receive sources, collectives, the requests a wait completes, and
+    /// ranks dead, stopped or computing outside MPI.
+    ///
+    /// Example: analyzer tasks hang run.capture
+    Hang {
+        /// Captures of one run (one per host, or one with every rank).
+        #[arg(required = true)]
+        captures: Vec<PathBuf>,
+        /// A rank with no MPI transition for this long is hung (default:
+        /// ten times this run's 99th-percentile transition, at least 1 s).
+        #[arg(long, value_name = "DURATION", value_parser = super::peers::duration_ns)]
+        hang_after: Option<u64>,
+        /// Learn the threshold: the longest transition of these captures of
+        /// normal runs.
+        #[arg(long, value_name = "CAPTURE", conflicts_with = "hang_after")]
+        hang_learn: Vec<PathBuf>,
+        /// JSON (the versioned report) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The hang threshold: given, learned from normal captures, or this run's.
+fn hang_threshold(
+    hang_after: Option<u64>,
+    hang_learn: &[PathBuf],
+) -> anyhow::Result<Option<(u64, &'static str)>> {
+    Ok(match (hang_after, hang_learn.is_empty()) {
+        (Some(ns), _) => Some((ns, "given")),
+        (None, false) => {
+            let (_, normal) =
+                super::mpi::profiles(hang_learn).context("learning the hang threshold")?;
+            Some((mpi::waitfor::max_transition_ns(&normal), "learned"))
+        }
+        (None, true) => None,
+    })
 }
 
 fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Result<Phase> {
@@ -147,6 +189,40 @@ fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Res
 
 /// Runs one `tasks` subcommand.
 pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()> {
+    if let TasksCommand::Hang {
+        captures,
+        hang_after,
+        hang_learn,
+        json,
+    } = cmd
+    {
+        let (caps, profiles) = super::mpi::profiles(&captures)?;
+        let refs: Vec<&Capture> = caps.iter().collect();
+        let mut sites = mpi::sites::Sites::new(&refs);
+        let report = mpi::waitfor::analyze_sited(
+            &profiles,
+            hang_threshold(hang_after, &hang_learn)?,
+            &mut |r, addr| sites.label(&r.host, r.pid, addr),
+        );
+        if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "version": mpi::waitfor::HANG_VERSION,
+                    "verdict": report.verdict(&profiles),
+                    "hang": report,
+                }))?
+            )?;
+        } else {
+            write!(
+                out,
+                "{}",
+                mpi::report::hang_text(&report, &profiles, &mut sites)
+            )?;
+        }
+        return Ok(());
+    }
     let TasksCommand::Outliers {
         captures,
         method,
@@ -158,43 +234,53 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
         from,
         to,
         calls,
+        clean,
         hang_after,
         hang_learn,
         json,
         svg,
-    } = cmd;
+    } = cmd
+    else {
+        return Ok(());
+    };
     let phase = phase(from, to, calls.as_deref())?;
     let (caps, profiles) = super::mpi::profiles(&captures)?;
     let refs: Vec<&Capture> = caps.iter().collect();
-
-    let threshold_ns = match (hang_after, hang_learn.is_empty()) {
-        (Some(ns), _) => Some(ns),
-        (None, false) => {
-            let (_, normal) =
-                super::mpi::profiles(&hang_learn).context("learning the hang threshold")?;
-            Some(hang::max_transition_ns(&normal))
-        }
-        (None, true) => None,
-    };
-    let mut hung: Vec<Tail> = Vec::new();
-    let tails = match threshold_ns {
-        Some(t) => {
-            let tails = hang::tails(&refs).context("reading the last MPI transitions")?;
-            hung = hang::hung(&tails, t).into_iter().cloned().collect();
-            Some(tails)
-        }
-        None => None,
-    };
-    let models = automaded::smm::build_with_tails(
-        &profiles,
-        &refs,
-        phase,
-        if hung.is_empty() {
-            None
-        } else {
-            tails.as_ref()
+    // Clean runs, each its captures joined by commas.
+    let mut clean_runs = Vec::new();
+    for run in &clean {
+        let paths: Vec<PathBuf> = run
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        clean_runs.push(super::mpi::profiles(&paths).with_context(|| format!("clean run {run}"))?);
+    }
+    let judged = automaded::verdict::judge(
+        &automaded::verdict::Run {
+            profiles: &profiles,
+            captures: refs.clone(),
         },
+        &clean_runs
+            .iter()
+            .map(|(c, p)| automaded::verdict::Run {
+                profiles: p,
+                captures: c.iter().collect(),
+            })
+            .collect::<Vec<_>>(),
     );
+    let explicit = hang_threshold(hang_after, &hang_learn)?;
+    let mut sites = mpi::sites::Sites::new(&refs);
+    let hang_report = mpi::waitfor::analyze_sited(&profiles, explicit, &mut |r, addr| {
+        sites.label(&r.host, r.pid, addr)
+    });
+    // With an explicit threshold the models end where each rank stood (the
+    // paper's hang analysis); without, the ranking keeps its meaning: how
+    // each rank's completed behaviour differs.
+    let tails = explicit
+        .filter(|_| hang_report.hung)
+        .map(|_| hang::tails_of(&profiles));
+    let models = automaded::smm::build_with_tails(&profiles, &refs, phase, tails.as_ref());
     let cfg = OutlierConfig {
         method: match method {
             MethodArg::Kmedoids => Method::Kmedoids,
@@ -207,57 +293,53 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
         compress: !no_compress,
         ..OutlierConfig::default()
     };
-    let analysis = automaded::analyze(&models, &cfg).context("finding abnormal tasks")?;
-    let rank_of = |t: &Tail| {
-        profiles
-            .ranks
-            .iter()
-            .find(|r| r.host == t.host && r.pid == t.pid)
-            .map(|r| r.rank)
+    let analysis = match automaded::analyze(&models, &cfg) {
+        Ok(a) => Some(a),
+        Err(e @ automaded::OutlierError::TooFewTasks { .. }) => {
+            if !json {
+                writeln!(out, "(no AutomaDeD ranking: {e})")?;
+            }
+            None
+        }
     };
     if json {
-        let hangs: Vec<serde_json::Value> = hung
-            .iter()
-            .map(|t| {
-                serde_json::json!({
-                    "rank": rank_of(t),
-                    "host": t.host,
-                    "pid": t.pid,
-                    "idle_s": t.idle_ns() as f64 / 1e9,
-                    "in_call": t.open_call.as_ref().map(|c| c.0.clone()),
-                })
-            })
-            .collect();
         writeln!(
             out,
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "version": automaded::ANALYSIS_VERSION,
-                "hung": hangs,
+                "verdict": judged.verdict,
+                "judgement": judged,
+                "hang_verdict": hang_report.verdict(&profiles),
+                "hang": hang_report,
                 "analysis": analysis,
             }))?
         )?;
     } else {
-        for t in &hung {
-            writeln!(
+        write!(out, "{}", report::verdict_text(&judged))?;
+        if hang_report.hung {
+            writeln!(out)?;
+            write!(
                 out,
-                "hang: rank {} ({}, pid {}) made no MPI transition for {:.1} s ({})",
-                rank_of(t).map_or("?".into(), |r| r.to_string()),
-                t.host,
-                t.pid,
-                t.idle_ns() as f64 / 1e9,
-                t.open_call
-                    .as_ref()
-                    .map_or("computing".to_string(), |c| format!("inside {}", c.0))
+                "{}",
+                mpi::report::hang_text(&hang_report, &profiles, &mut sites)
             )?;
         }
-        if !hung.is_empty() {
-            writeln!(out, "analysis of what was recorded so far:\n")?;
+        if let Some(a) = &analysis {
+            writeln!(
+                out,
+                "\nAutomaDeD ranking ({}; how each rank's model differs from its reference):",
+                if tails.is_some() {
+                    "models end where each rank stood"
+                } else {
+                    "completed transitions"
+                }
+            )?;
+            write!(out, "{}", report::text(a))?;
         }
-        write!(out, "{}", report::text(&analysis))?;
     }
-    if let Some(path) = svg {
-        std::fs::write(&path, report::svg(&analysis))
+    if let (Some(path), Some(a)) = (svg, &analysis) {
+        std::fs::write(&path, report::svg(a))
             .with_context(|| format!("writing {}", path.display()))?;
         if !json {
             writeln!(out, "\nplot of every task's distance: {}", path.display())?;

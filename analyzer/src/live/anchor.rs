@@ -117,7 +117,11 @@ pub(crate) fn scan(capture: &Capture, window_start_ns: u64) -> Facts {
         }
         if !matches!(
             h.kind,
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_RETURN | kind::SYSCALL
+            kind::FUNC_ENTRY
+                | kind::FUNC_ENTRY_ARGS
+                | kind::FUNC_ENTRY_STACK
+                | kind::FUNC_RETURN
+                | kind::SYSCALL
         ) {
             continue;
         }
@@ -129,7 +133,7 @@ pub(crate) fn scan(capture: &Capture, window_start_ns: u64) -> Facts {
             t.last_pre_ts = t.last_pre_ts.max(h.ts_ns);
         }
         match h.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
                 let Some(e) = FuncEntry::read_from(bytes) else {
                     continue;
                 };

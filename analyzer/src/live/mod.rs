@@ -13,11 +13,14 @@
 //! - [`LiveModel`]: model-based suspect scores (papers 000/001) of the units
 //!   that became complete;
 //! - [`LivePeers`]: peer comparison (paper 003) of the windows that became
-//!   complete, k of the last 2k−1 over every window seen.
+//!   complete, k of the last 2k−1 over every window seen;
+//! - [`serve`]: `analyzer live`, the unprivileged process the agent hands
+//!   its windows to.
 
 mod anchor;
 mod model;
 mod peers;
+pub mod serve;
 mod types;
 
 pub use model::LiveModel;

@@ -544,6 +544,7 @@ fn peer_thresholds() -> Thresholds {
             cap.end = Some(End {
                 stop_ns: 45 * SEC,
                 reason: "duration".into(),
+                ..Default::default()
             });
             let sources = [CaptureSource {
                 path,

@@ -14,13 +14,14 @@ mod tree;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-pub use tree::{CallTreeModel, ModelNode, NormalRange};
+pub use tree::{Behaviour, CallTreeModel, MAX_BEHAVIOURS, ModelNode, NormalRange};
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
 
 /// Version of the serialized model. 2: initializer, finalizer and pre/post
-/// trees per thread role.
-pub const MODEL_VERSION: u32 = 2;
+/// trees per thread role. 3: each tree's behaviours (the call-path sets its
+/// units showed, and how often) and their normal ranges.
+pub const MODEL_VERSION: u32 = 3;
 
 /// Trees of one unit kind by key: thread role for initializers,
 /// finalizers and pre/post-processing, connection for handlers.
@@ -94,6 +95,20 @@ impl GroupModel {
     }
 }
 
+/// A model file's content that scoring cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("group {group}, {kind} tree '{key}': {what}")]
+pub struct InvalidModel {
+    /// Index of the process group.
+    pub group: usize,
+    /// Unit kind of the tree.
+    pub kind: &'static str,
+    /// The tree's key (thread role or connection).
+    pub key: String,
+    /// What is wrong.
+    pub what: String,
+}
+
 /// The global model: process groups of every process learned from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GlobalModel {
@@ -116,6 +131,24 @@ impl GlobalModel {
             groups: Vec::new(),
             sources: Vec::new(),
         }
+    }
+
+    /// Checks every tree (see [`CallTreeModel::validate`]): a model read
+    /// from a file is input like any other.
+    pub fn validate(&self) -> Result<(), InvalidModel> {
+        for (group, g) in self.groups.iter().enumerate() {
+            for kind in UnitKind::ALL {
+                for (key, tree) in g.trees(kind) {
+                    tree.validate().map_err(|what| InvalidModel {
+                        group,
+                        kind: kind.name(),
+                        key: key.clone(),
+                        what,
+                    })?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The group with `signature`.

@@ -5,7 +5,40 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{NodeKey, NodeTable, Unit};
+use crate::units::{DISPLAY_FRAMES, NodeKey, NodeTable, Unit};
+
+/// `nodes` of `table` ordered parents first: by depth, then by the rank of
+/// the parent, then by key. Sorting by depth and full path string gave the
+/// same kind of order in time quadratic in the depth (issue 15); this is
+/// O(n log n) however deep the stacks are.
+fn canonical_order(table: &NodeTable, nodes: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut by_depth: Vec<u32> = nodes.collect();
+    by_depth.sort_unstable_by_key(|n| table.depth(*n));
+    let mut rank: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut order = Vec::with_capacity(by_depth.len());
+    for level in by_depth.chunk_by_mut(|a, b| table.depth(*a) == table.depth(*b)) {
+        // A parent missing from `nodes` ranks last: its children are
+        // skipped by the caller anyway.
+        let parent_rank = |n: u32| {
+            let p = table.parent(n);
+            if p == NodeTable::ROOT {
+                0
+            } else {
+                rank.get(&p).map_or(usize::MAX, |r| r + 1)
+            }
+        };
+        level.sort_by(|a, b| {
+            parent_rank(*a)
+                .cmp(&parent_rank(*b))
+                .then_with(|| table.node_key(*a).cmp(table.node_key(*b)))
+        });
+        for &n in level.iter() {
+            rank.insert(n, order.len());
+            order.push(n);
+        }
+    }
+    order
+}
 
 /// A node of a call-tree model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -18,11 +51,18 @@ pub struct ModelNode {
     pub callee: String,
     /// Sum over merged process models of `p = n_g / n_f`.
     pub p_sum: f64,
+    /// Process models that had this node: a node's mean probability is
+    /// over the models that had its caller (000 §2.4: the mean of the
+    /// original nodes), not over models that never made the caller.
+    #[serde(default)]
+    pub models: u32,
 }
 
-/// The highest scores of normal units held out of the model they were
-/// scored against (cross-validation over the learned captures): a trial
-/// unit above them behaves as no normal unit did.
+/// What normal units held out of the model they were scored against did
+/// (cross-validation over the learned captures): their highest scores, how
+/// many showed call paths the other runs had not, how many never
+/// completed, and how many deviating units one process had at most. A trial
+/// unit beyond them behaves as no normal unit did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NormalRange {
     /// Highest node score (000 eq. 1–2).
@@ -31,6 +71,18 @@ pub struct NormalRange {
     pub edges: f64,
     /// Held-out units scored.
     pub units: u64,
+    /// Held-out units whose call paths no unit of the other runs had (a
+    /// new call, or a new combination): 0 means every normal unit matched
+    /// a behaviour of some other run.
+    #[serde(default)]
+    pub novel: u64,
+    /// Held-out units that never completed.
+    #[serde(default)]
+    pub open: u64,
+    /// The most deviating units (new call paths, or learned ones more
+    /// often than any learned process had them) of one held-out process.
+    #[serde(default)]
+    pub deviating_per_process: u32,
 }
 
 impl NormalRange {
@@ -42,6 +94,27 @@ impl NormalRange {
     }
 }
 
+/// One behaviour of a tree's learned units: the exact set of call paths a
+/// unit covered. Node probabilities say how often each call was made; the
+/// behaviours say which combinations occurred, so a unit can be told apart
+/// from every normal one even when each of its calls, taken alone, is
+/// common (a handler that neither handles the message nor closes the
+/// connection, where normal units do one or the other).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Behaviour {
+    /// Model nodes covered, ascending.
+    pub nodes: Vec<u32>,
+    /// Learned units that covered exactly these nodes.
+    pub units: u64,
+    /// The most units of one learned process that did.
+    pub max_per_process: u32,
+}
+
+/// Distinct behaviours kept per tree; units of further ones are counted in
+/// [`CallTreeModel::unlisted`]. A tree with that many is too varied for
+/// "never seen" to mean anything, and its JSON stays bounded.
+pub const MAX_BEHAVIOURS: usize = 256;
+
 /// A call-tree model of one unit kind or connection.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallTreeModel {
@@ -51,14 +124,40 @@ pub struct CallTreeModel {
     pub units: u64,
     /// Nodes; parents come before their children.
     pub nodes: Vec<ModelNode>,
+    /// The distinct behaviours of the learned units, most frequent first
+    /// after [`CallTreeModel::prepare`].
+    #[serde(default)]
+    pub behaviours: Vec<Behaviour>,
+    /// Learned units whose behaviour is not in `behaviours` (beyond
+    /// [`MAX_BEHAVIOURS`]): while non-zero, an unlisted behaviour may have
+    /// been seen.
+    #[serde(default)]
+    pub unlisted: u64,
     /// How high normal units score against this tree, when calibrated
     /// (`model learn` on several captures); any change to the tree drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normal: Option<NormalRange>,
+    /// Site and callee strings interned, so that a lookup hashes three
+    /// integers and allocates nothing.
     #[serde(skip)]
-    index: HashMap<(Option<u32>, String, String), u32>,
+    strings: rustc_hash::FxHashMap<String, u32>,
+    /// (parent, site id, callee id) to node.
+    #[serde(skip)]
+    index: rustc_hash::FxHashMap<(Option<u32>, u32, u32), u32>,
     #[serde(skip)]
     children: Vec<Vec<u32>>,
+    #[serde(skip)]
+    behaviour_index: HashMap<Vec<u32>, u32>,
+}
+
+/// The id of `s` in `strings`, added when new.
+fn intern(strings: &mut rustc_hash::FxHashMap<String, u32>, s: &str) -> u32 {
+    if let Some(id) = strings.get(s) {
+        return *id;
+    }
+    let id = strings.len() as u32;
+    strings.insert(s.to_string(), id);
+    id
 }
 
 impl CallTreeModel {
@@ -67,28 +166,114 @@ impl CallTreeModel {
             return;
         }
         self.index.clear();
+        self.strings.clear();
         self.children = vec![Vec::new(); self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
-            self.index
-                .insert((n.parent, n.site.clone(), n.callee.clone()), i as u32);
-            if let Some(p) = n.parent {
-                self.children[p as usize].push(i as u32);
+            let key = (
+                n.parent,
+                intern(&mut self.strings, &n.site),
+                intern(&mut self.strings, &n.callee),
+            );
+            self.index.insert(key, i as u32);
+            // Out of range only in a model that failed validation.
+            if let Some(children) = n.parent.and_then(|p| self.children.get_mut(p as usize)) {
+                children.push(i as u32);
             }
         }
     }
 
-    /// Indexes the tree for lookups (after deserializing).
+    /// Checks what scoring and merging rely on, for a tree read from a
+    /// file: every node's parent comes before it (so parents exist and
+    /// paths end: no cycle), no node is there twice, probabilities and
+    /// normal ranges are finite and not negative.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(p) = n.parent
+                && p as usize >= i
+            {
+                return Err(format!(
+                    "node {i}'s parent {p} does not come before it (parents come first)"
+                ));
+            }
+            if !(n.p_sum.is_finite() && n.p_sum >= 0.0) {
+                return Err(format!("node {i} has probability sum {}", n.p_sum));
+            }
+            if !seen.insert((n.parent, n.site.as_str(), n.callee.as_str())) {
+                return Err(format!(
+                    "node {i} ({}@{} under {:?}) is there twice",
+                    n.callee, n.site, n.parent
+                ));
+            }
+        }
+        if self.models == 0 && !self.nodes.is_empty() {
+            return Err("nodes but no process model merged (models = 0)".into());
+        }
+        if let Some(r) = &self.normal
+            && !(r.nodes.is_finite() && r.edges.is_finite() && r.nodes >= 0.0 && r.edges >= 0.0)
+        {
+            return Err(format!(
+                "normal range {} / {} is not a pair of scores",
+                r.nodes, r.edges
+            ));
+        }
+        Ok(())
+    }
+
+    /// Indexes the tree for lookups (after deserializing). Behaviours that
+    /// name nodes the tree lacks (a damaged file) are dropped.
     pub fn prepare(&mut self) {
         self.rebuild_index();
+        let n = self.nodes.len() as u32;
+        self.behaviours
+            .retain(|b| b.nodes.iter().all(|&id| id < n) && b.nodes.is_sorted());
+        self.rebuild_behaviours();
+    }
+
+    fn rebuild_behaviours(&mut self) {
+        if self.behaviour_index.len() == self.behaviours.len() {
+            return;
+        }
+        self.behaviour_index = self
+            .behaviours
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.nodes.clone(), i as u32))
+            .collect();
+    }
+
+    /// The behaviour covering exactly `nodes` (model node ids, ascending).
+    pub fn behaviour(&self, nodes: &[u32]) -> Option<u32> {
+        self.behaviour_index.get(nodes).copied()
+    }
+
+    /// Adds `units` learned units with the behaviour `nodes`, at most
+    /// `per_process` of them from one process.
+    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32) {
+        self.rebuild_behaviours();
+        match self.behaviour_index.get(&nodes) {
+            Some(&i) => {
+                let b = &mut self.behaviours[i as usize];
+                b.units += units;
+                b.max_per_process = b.max_per_process.max(per_process);
+            }
+            None if self.behaviours.len() < MAX_BEHAVIOURS => {
+                self.behaviour_index
+                    .insert(nodes.clone(), self.behaviours.len() as u32);
+                self.behaviours.push(Behaviour {
+                    nodes,
+                    units,
+                    max_per_process: per_process,
+                });
+            }
+            None => self.unlisted += units,
+        }
     }
 
     fn node_id(&mut self, parent: Option<u32>, key: &NodeKey) -> u32 {
         self.rebuild_index();
-        if let Some(id) = self
-            .index
-            .get(&(parent, key.site.clone(), key.callee.clone()))
-        {
-            return *id;
+        if let Some(id) = self.find(parent, key) {
+            return id;
         }
         let id = self.nodes.len() as u32;
         self.nodes.push(ModelNode {
@@ -96,21 +281,26 @@ impl CallTreeModel {
             site: key.site.clone(),
             callee: key.callee.clone(),
             p_sum: 0.0,
+            models: 0,
         });
-        self.index
-            .insert((parent, key.site.clone(), key.callee.clone()), id);
+        let ids = (
+            parent,
+            intern(&mut self.strings, &key.site),
+            intern(&mut self.strings, &key.callee),
+        );
+        self.index.insert(ids, id);
         self.children.push(Vec::new());
-        if let Some(p) = parent {
-            self.children[p as usize].push(id);
+        if let Some(children) = parent.and_then(|p| self.children.get_mut(p as usize)) {
+            children.push(id);
         }
         id
     }
 
     /// Looks up the child of `parent` with `key`.
     pub fn find(&self, parent: Option<u32>, key: &NodeKey) -> Option<u32> {
-        self.index
-            .get(&(parent, key.site.clone(), key.callee.clone()))
-            .copied()
+        let site = *self.strings.get(key.site.as_str())?;
+        let callee = *self.strings.get(key.callee.as_str())?;
+        self.index.get(&(parent, site, callee)).copied()
     }
 
     /// Children of `node` (top-level nodes for `None`).
@@ -123,12 +313,49 @@ impl CallTreeModel {
         }
     }
 
-    /// Mean probability of `node`.
+    /// Mean probability of `node` over the process models that had its
+    /// caller (all of them for a top-level node).
     pub fn p(&self, node: u32) -> f64 {
-        if self.models == 0 {
+        let Some(n) = self.nodes.get(node as usize) else {
+            return 0.0;
+        };
+        let callers = n
+            .parent
+            .and_then(|p| self.nodes.get(p as usize))
+            .map_or(self.models, |p| p.models);
+        // Models written without per-node counts: all of them.
+        let callers = if callers == 0 { self.models } else { callers };
+        if callers == 0 {
             return 0.0;
         }
-        self.nodes[node as usize].p_sum / f64::from(self.models)
+        (n.p_sum / f64::from(callers)).min(1.0)
+    }
+
+    /// The path of `node` for people: the frames nearest to it, as
+    /// [`NodeTable::path_display`] gives them.
+    pub fn path_display(&self, node: u32) -> String {
+        let mut parts = Vec::new();
+        let mut n = Some(node);
+        // A validated model's parents come before their children, so the
+        // walk ends; it is bounded all the same.
+        while let Some(i) = n
+            && parts.len() < DISPLAY_FRAMES
+        {
+            let Some(m) = self.nodes.get(i as usize) else {
+                break;
+            };
+            parts.push(if m.site.is_empty() {
+                m.callee.clone()
+            } else {
+                format!("{}@{}", m.callee, m.site)
+            });
+            n = m.parent;
+        }
+        if n.is_some() {
+            parts.push("…".to_string());
+        }
+        parts.reverse();
+        parts.join(" > ")
     }
 
     /// The path of `node` as text.
@@ -160,10 +387,9 @@ impl CallTreeModel {
                 *counts.entry(n).or_default() += 1;
             }
         }
-        // Map process nodes to model nodes, parents first (lower depth first),
-        // in key order so that models do not depend on hash order.
-        let mut order: Vec<u32> = counts.keys().copied().collect();
-        order.sort_by_cached_key(|n| (table.depth(*n), table.path_string(*n)));
+        // Map process nodes to model nodes, parents first, in an order that
+        // depends on the paths alone (not on hash order).
+        let order = canonical_order(table, counts.keys().copied());
         let mut mapped: rustc_hash::FxHashMap<u32, u32> = Default::default();
         let total = units.len() as f64;
         for n in order {
@@ -181,9 +407,29 @@ impl CallTreeModel {
             };
             let id = self.node_id(model_parent, table.node_key(n));
             mapped.insert(n, id);
+            self.nodes[id as usize].models += 1;
             if n_f > 0.0 {
                 self.nodes[id as usize].p_sum += f64::from(counts[&n]) / n_f;
             }
+        }
+        // Each unit's behaviour: its nodes as model nodes (every node's
+        // parent is in the unit, so every node was mapped).
+        let mut behaviours: HashMap<Vec<u32>, u32> = HashMap::new();
+        for u in units {
+            let mut ids: Vec<u32> = u
+                .nodes
+                .iter()
+                .filter_map(|n| mapped.get(n).copied())
+                .collect();
+            ids.sort_unstable();
+            *behaviours.entry(ids).or_default() += 1;
+        }
+        let mut behaviours: Vec<(Vec<u32>, u32)> = behaviours.into_iter().collect();
+        // Most frequent first, then by nodes: the kept set does not depend
+        // on hash order when the cap is reached.
+        behaviours.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        for (ids, count) in behaviours {
+            self.add_behaviour(ids, u64::from(count), count);
         }
         self.models += 1;
         self.units += units.len() as u64;
@@ -210,10 +456,138 @@ impl CallTreeModel {
                 },
             );
             self.nodes[id as usize].p_sum += n.p_sum;
+            self.nodes[id as usize].models += n.models;
             mapped.push(id);
         }
+        for b in &other.behaviours {
+            let mut ids: Vec<u32> = b
+                .nodes
+                .iter()
+                .filter_map(|&n| mapped.get(n as usize).copied())
+                .collect();
+            ids.sort_unstable();
+            self.add_behaviour(ids, b.units, b.max_per_process);
+        }
+        self.unlisted += other.unlisted;
         self.models += other.models;
         self.units += other.units;
         self.normal = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        score::{Scoring, score_tree},
+        units::UnitKind,
+    };
+
+    fn unit(nodes: Vec<u32>) -> Unit {
+        Unit {
+            kind: UnitKind::Initializer,
+            tid: 1,
+            start_ns: 0,
+            end_ns: 0,
+            first_ns: vec![0; nodes.len()],
+            nodes,
+            connection: None,
+            fd: None,
+            peer: None,
+            entries: (0, 0),
+            role: "main".into(),
+            open: Vec::new(),
+            exited: false,
+            cut: false,
+        }
+    }
+
+    /// Issue 15, item 4: a unit 100,000 calls deep (a thread that never
+    /// returns) is learned and scored with work linear in its depth. The
+    /// old ordering built every node's full path string, about 5·10⁹
+    /// characters here, and ran out of memory.
+    #[test]
+    fn issue_15_a_unit_a_hundred_thousand_calls_deep_is_learned_and_scored() {
+        const DEPTH: u32 = 100_000;
+        let mut table = NodeTable::default();
+        let keys: Vec<u32> = ["walk", "visit", "descend"]
+            .iter()
+            .map(|f| {
+                table.key(NodeKey {
+                    site: format!("caller+0x{}", f.len()),
+                    callee: (*f).to_string(),
+                })
+            })
+            .collect();
+        let mut parent = NodeTable::ROOT;
+        let mut nodes = Vec::new();
+        for i in 0..DEPTH {
+            parent = table.child(parent, keys[i as usize % 3]);
+            nodes.push(parent);
+        }
+        assert_eq!(table.depth(parent), DEPTH as usize);
+        let u = unit(nodes);
+        let mut model = CallTreeModel::default();
+        model.merge_process(&table, &[&u]);
+        assert_eq!(model.nodes.len(), DEPTH as usize);
+        // A chain, parents first, every node seen in the one unit.
+        for (i, n) in model.nodes.iter().enumerate() {
+            assert_eq!(n.parent, i.checked_sub(1).map(|p| p as u32), "node {i}");
+            assert_eq!(n.p_sum, 1.0, "node {i}");
+        }
+        let (score, diffs) = score_tree(&model, &table, &u, Scoring::Nodes);
+        assert_eq!((score, diffs.len()), (0.0, 0));
+
+        // Half the depth: the missing half is reported, its paths shortened
+        // to the frames nearest each node.
+        let half = unit(u.nodes[..DEPTH as usize / 2].to_vec());
+        let (score, diffs) = score_tree(&model, &table, &half, Scoring::Nodes);
+        assert!(score > 0.0);
+        assert_eq!(
+            diffs.len(),
+            1,
+            "only the first missing node is under a common parent"
+        );
+        let path = &diffs[0].path;
+        assert!(
+            path.starts_with("… > ") && path.split(" > ").count() == DISPLAY_FRAMES + 1,
+            "{}",
+            &path[..path.len().min(200)]
+        );
+    }
+
+    /// The order nodes enter a model depends on their paths, not on the
+    /// order the process met them.
+    #[test]
+    fn learned_node_order_does_not_depend_on_encounter_order() {
+        let learn = |paths: &[&[&str]]| {
+            let mut table = NodeTable::default();
+            let mut nodes = Vec::new();
+            for path in paths {
+                let mut parent = NodeTable::ROOT;
+                for f in *path {
+                    let key = table.key(NodeKey {
+                        site: String::new(),
+                        callee: (*f).to_string(),
+                    });
+                    parent = table.child(parent, key);
+                    nodes.push(parent);
+                }
+            }
+            nodes.sort_unstable();
+            nodes.dedup();
+            let mut model = CallTreeModel::default();
+            model.merge_process(&table, &[&unit(nodes)]);
+            model
+                .nodes
+                .iter()
+                .map(|n| (n.parent, n.callee.clone()))
+                .collect::<Vec<_>>()
+        };
+        let a = learn(&[&["main", "b", "y"], &["main", "a", "x"], &["init"]]);
+        let b = learn(&[&["init"], &["main", "a", "x"], &["main", "b", "y"]]);
+        assert_eq!(a, b);
+        let callees: Vec<&str> = a.iter().map(|(_, c)| c.as_str()).collect();
+        assert_eq!(callees, ["init", "main", "a", "b", "x", "y"]);
     }
 }

@@ -1,56 +1,84 @@
-//! The learning unit (002 §4.3): from a run without and a run with a
-//! background job, choose per processor p and typical sequence l the
-//! threshold that maximizes ILS_Int(p, l, end) − ILS_Nor(p, l, end) (eq. 5)
-//! over k = 0, 0.5, …, 10; drop (p, l) whose best difference is small
-//! (insensitive to interference).
+//! The learning unit (002 §4.3), from any number of clean runs and of runs
+//! with a background job (each a run of its own).
 //!
-//! Beyond the paper: the search also covers the relative margin R of
-//! [`Threshold`] (see [`super::signals`]), and among equally good
-//! thresholds it takes the median one (ordered by R, then K) rather than
-//! the first: the middle of the plateau leaves the most room on both sides
-//! for later runs, where the smallest would sit on the edge of the clean
-//! run's noise. (Scoring thresholds by the mean or the worst difference over
-//! grid neighbours was tried on real runs and chose worse thresholds: with
-//! two processors K ≥ 1 never fires, so K neighbours drag the choice to
-//! weak margins.)
+//! * Typical sequences per rank ([`super::typical::rank_sequences`]) and
+//!   each rank's baseline computation time per sequence, from the clean
+//!   runs.
+//! * The spread σ(p, l) of Y (see [`super::signals`]) in held-out clean
+//!   data: each clean run is judged against baselines learned from the
+//!   others (a single clean run is split into its halves).
+//! * K: with interfered runs, the value of k = 0.5, 1, …, 10 that maximizes
+//!   the mean metric of the processors an interfered run shows interference
+//!   on minus the mean metric of held-out clean runs (eq. 5, with the
+//!   metric in place of one sequence's ILS, since a processor interfered in
+//!   no training run still needs a K); sequences that gain less than
+//!   `min_gain` on the interfered processors are not used for them (§4.3).
+//!   Without interfered runs, K = 3 (three robust standard deviations).
+//! * A verdict threshold per processor: twice the highest metric its
+//!   held-out clean runs reached, at least 0.2 (a continuous hog scores
+//!   about 0.9, an on-off one 0.5). Every processor of the clean runs is
+//!   monitored; one without typical sequences or samples is named with the
+//!   reason.
+//! * Beside the paper's metric, when the runs have the recorder's CPU
+//!   readings: the mean CPU deficit of each processor ([`super::cpu`]),
+//!   with a threshold of twice its held-out clean value (at least 0.1: a
+//!   continuous hog takes half).
+//!   Ranks busy-poll inside MPI, so a hog that lands while a rank polls
+//!   leaves its computation times alone but not its CPU.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{
+    baseline::{Baseline, Relative, RunSamples, concurrent, median},
+    cpu,
     profile::Profiles,
-    signals::{Signals, Threshold},
-    typical::{TypicalConfig, TypicalSequence, typical_sequences},
+    signals::{RankSequences, ils_end, samples},
+    typical::{TypicalConfig, TypicalSequence, rank_sequences},
 };
 
 /// Version of the [`Model`] serde layout.
-pub const MODEL_VERSION: u32 = 1;
+pub const MODEL_VERSION: u32 = 2;
+
+/// K when no interfered run is given.
+pub const DEFAULT_K: f64 = 3.0;
+
+/// The lowest verdict threshold on m(p).
+pub const MIN_THRESHOLD: f64 = 0.2;
+
+/// The smallest spread σ of Y: timer and cache noise of a few percent is
+/// normal.
+pub const MIN_SPREAD: f64 = 0.02;
+
+/// The lowest verdict threshold on the mean CPU deficit.
+pub const MIN_CPU_THRESHOLD: f64 = 0.1;
 
 /// Errors learning a model.
 #[derive(Debug, thiserror::Error)]
 pub enum LearnError {
-    /// The clean run has no typical sequence.
+    /// No clean run was given.
+    #[error("no clean run: learning needs at least one run without background load")]
+    NoCleanRun,
+    /// No rank has a typical sequence.
     #[error(
-        "no typical sequence: no Sequitur rule of the reference rank occurs {min_occurrences} times on every rank"
+        "no typical sequence: no Sequitur rule of any rank occurs {min_occurrences} times in every clean run"
     )]
     NoTypicalSequences {
         /// The occurrence bound used.
         min_occurrences: usize,
     },
-    /// The runs share no rank.
-    #[error("the clean and interfered runs have no rank in common")]
-    NoCommonRank,
 }
 
 /// Learning parameters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LearnConfig {
-    /// How typical sequences are chosen (from the clean run).
+    /// How typical sequences are chosen.
     pub typical: TypicalConfig,
     /// Candidate K values (paper: 0, 0.5, …, 10).
     pub k_grid: Vec<f64>,
-    /// Candidate relative margins R ([0] gives the paper's threshold).
-    pub r_grid: Vec<f64>,
-    /// Smallest ILS difference for (p, l) to be used in detection.
+    /// Smallest ILS gain for a sequence to be used on an interfered
+    /// processor.
     pub min_gain: f64,
     /// Samples shorter than this are filtered (paper: 0.5 ms).
     pub min_sample_ns: u64,
@@ -60,38 +88,25 @@ impl Default for LearnConfig {
     fn default() -> Self {
         Self {
             typical: TypicalConfig::default(),
-            k_grid: (0..=20).map(|i| f64::from(i) * 0.5).collect(),
-            r_grid: (0..=25).map(|i| f64::from(i) * 0.02).collect(),
+            k_grid: (1..=20).map(|i| f64::from(i) * 0.5).collect(),
             min_gain: 0.1,
             min_sample_ns: 500_000,
         }
     }
 }
 
-impl LearnConfig {
-    /// The paper's threshold search only (R = 0).
-    pub fn paper() -> Self {
-        Self {
-            r_grid: vec![0.0],
-            ..Self::default()
-        }
-    }
-}
-
-/// What was learned for one typical sequence of one processor.
+/// What was learned for one typical sequence of one rank.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SequenceModel {
-    /// l (1-based, as in [`TypicalSequence::id`]).
-    pub id: usize,
-    /// The chosen threshold.
-    pub threshold: Threshold,
-    /// ILS_Int(end) − ILS_Nor(end) at the chosen threshold.
-    pub gain: f64,
-    /// ILS_Nor(p, l, end) at the chosen threshold.
-    pub ils_normal: f64,
-    /// ILS_Int(p, l, end) at the chosen threshold.
-    pub ils_interfered: f64,
-    /// False when `gain` < `min_gain`: not used in detection.
+    /// The sequence (`id` = l).
+    pub sequence: TypicalSequence,
+    /// Median clean computation time S (ns).
+    pub baseline_ns: f64,
+    /// σ(p, l): robust spread of Y in held-out clean data.
+    pub spread: f64,
+    /// ILS gain on this processor in the interfered runs that hit it, if any.
+    pub gain: Option<f64>,
+    /// False when the gain was below `min_gain`: not used.
     pub used: bool,
 }
 
@@ -100,10 +115,34 @@ pub struct SequenceModel {
 pub struct ProcessorModel {
     /// MPI rank.
     pub rank: u32,
-    /// Host of the rank in the clean run.
+    /// Host of the rank in the first clean run.
     pub host: String,
-    /// One entry per typical sequence, in order.
+    /// Its typical sequences.
     pub sequences: Vec<SequenceModel>,
+    /// Verdict threshold on m(p).
+    pub threshold: f64,
+    /// m(p) of each held-out clean run (or half run).
+    pub clean_metrics: Vec<f64>,
+    /// Why its computation cannot be monitored, if it cannot.
+    pub unmonitored: Option<String>,
+    /// Verdict threshold on its mean CPU deficit ([`cpu`]), when the clean
+    /// runs have CPU readings.
+    #[serde(default)]
+    pub cpu_threshold: Option<f64>,
+    /// Its mean CPU deficit in each held-out clean run (or half run).
+    #[serde(default)]
+    pub cpu_clean: Vec<f64>,
+}
+
+/// One interfered training run, as learning saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InterferedRun {
+    /// Position in the list given.
+    pub index: usize,
+    /// Processors (ranks) it showed interference on, at the learned K.
+    pub ranks: Vec<u32>,
+    /// Their metrics.
+    pub metrics: Vec<f64>,
 }
 
 /// A learned interference detector, applied to later runs by
@@ -114,10 +153,20 @@ pub struct Model {
     pub version: u32,
     /// Parameters used.
     pub config: LearnConfig,
-    /// The typical sequences (from the clean run).
-    pub sequences: Vec<TypicalSequence>,
+    /// K (standard deviations of Y above 1).
+    pub k: f64,
+    /// Clean runs learned from.
+    pub clean_runs: usize,
+    /// The interfered runs and what they showed.
+    pub interfered: Vec<InterferedRun>,
     /// Per processor.
     pub processors: Vec<ProcessorModel>,
+    /// Baselines over every clean run.
+    pub baseline: Baseline,
+    /// Each rank's median CPU share in the clean runs, when they have CPU
+    /// readings.
+    #[serde(default)]
+    pub cpu_baseline: Option<Baseline>,
 }
 
 impl Model {
@@ -125,97 +174,353 @@ impl Model {
     pub fn processor(&self, rank: u32) -> Option<&ProcessorModel> {
         self.processors.iter().find(|p| p.rank == rank)
     }
-}
 
-/// The grid sorted ascending, or `[0]` when empty.
-fn sorted_or_zero(grid: &[f64]) -> Vec<f64> {
-    let mut g: Vec<f64> = grid.iter().copied().filter(|x| x.is_finite()).collect();
-    g.sort_by(f64::total_cmp);
-    g.dedup();
-    if g.is_empty() {
-        g.push(0.0);
+    /// The typical sequences of every rank.
+    pub fn sequences(&self) -> RankSequences {
+        self.processors
+            .iter()
+            .map(|p| {
+                (
+                    p.rank,
+                    p.sequences.iter().map(|s| s.sequence.clone()).collect(),
+                )
+            })
+            .collect()
     }
-    g
 }
 
-/// Learns K(p, l) (and R(p, l)) from a clean and an interfered run.
+/// Per rank: (ILS(p, l, end) per sequence, samples per sequence).
+pub(crate) type RankIls = BTreeMap<u32, (Vec<f64>, Vec<usize>)>;
+
+/// ILS(p, l, end) of every rank and sequence at `k`.
+pub(crate) fn ils_at(
+    rel: &[(u32, Vec<Relative>)],
+    spreads: &BTreeMap<(u32, u32), f64>,
+    counts: &BTreeMap<u32, usize>,
+    k: f64,
+) -> RankIls {
+    rel.iter()
+        .map(|(rank, r)| {
+            let n = counts.get(rank).copied().unwrap_or(0);
+            let ils = (0..n as u32)
+                .map(|l| {
+                    let s = spreads.get(&(*rank, l)).copied().unwrap_or(MIN_SPREAD);
+                    ils_end(r, l, 1.0 + k * s)
+                })
+                .collect();
+            let samples = (0..n as u32)
+                .map(|l| r.iter().filter(|x| x.key == l).count())
+                .collect();
+            (*rank, (ils, samples))
+        })
+        .collect()
+}
+
+/// m(p) (eq. 4): ILS weighted by sequence length over the sequences used
+/// that have samples; `None` without any.
+pub(crate) fn metric(
+    ils: &[f64],
+    samples: &[usize],
+    lengths: &[usize],
+    used: &[bool],
+) -> Option<f64> {
+    let total: usize = (0..ils.len())
+        .filter(|&l| used[l] && samples[l] > 0)
+        .map(|l| lengths[l])
+        .sum();
+    (total > 0).then(|| {
+        (0..ils.len())
+            .filter(|&l| used[l] && samples[l] > 0)
+            .map(|l| ils[l] * lengths[l] as f64 / total as f64)
+            .sum()
+    })
+}
+
+/// Learns a model from clean and interfered runs.
 pub fn learn(
-    normal: &Profiles,
-    interfered: &Profiles,
+    clean: &[&Profiles],
+    interfered: &[&Profiles],
     config: &LearnConfig,
 ) -> Result<Model, LearnError> {
-    let sequences = typical_sequences(normal, &config.typical);
-    if sequences.is_empty() {
+    if clean.is_empty() {
+        return Err(LearnError::NoCleanRun);
+    }
+    let seqs = rank_sequences(clean, &config.typical);
+    if seqs.values().all(Vec::is_empty) {
         return Err(LearnError::NoTypicalSequences {
             min_occurrences: config.typical.min_occurrences,
         });
     }
-    let nor = Signals::build(normal, &sequences);
-    let int = Signals::build(interfered, &sequences);
-    let r_grid = sorted_or_zero(&config.r_grid);
-    let k_grid = sorted_or_zero(&config.k_grid);
-    let mut processors = Vec::new();
-    for (pn, rank) in normal.ranks.iter().enumerate() {
-        let Some(pi) = int.rank_index(rank.rank) else {
-            continue;
-        };
-        let mut seqs = Vec::new();
-        for (l, ts) in sequences.iter().enumerate() {
-            // (ILS_Nor, ILS_Int) at every grid point, [r][k].
-            let ils: Vec<Vec<(f64, f64)>> = r_grid
+    let counts: BTreeMap<u32, usize> = seqs.iter().map(|(r, s)| (*r, s.len())).collect();
+    let runs: Vec<RunSamples> = clean
+        .iter()
+        .map(|p| samples(p, &seqs, config.min_sample_ns))
+        .collect();
+    let folds = held_out_folds(&runs);
+    let held_out: Vec<Vec<(u32, Vec<Relative>)>> = (0..folds.len())
+        .map(|i| {
+            let others: Vec<&RunSamples> = folds
                 .iter()
-                .map(|&r| {
-                    k_grid
-                        .iter()
-                        .map(|&k| {
-                            let th = Threshold { k, r };
-                            (
-                                nor.ils_end(l, pn, th, config.min_sample_ns),
-                                int.ils_end(l, pi, th, config.min_sample_ns),
-                            )
-                        })
-                        .collect()
-                })
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, f)| f)
                 .collect();
-            let mut scored = Vec::with_capacity(r_grid.len() * k_grid.len());
-            for (ri, row) in ils.iter().enumerate() {
-                for (ki, (nor, int)) in row.iter().enumerate() {
-                    scored.push((ri, ki, int - nor));
+            concurrent(&folds[i], &Baseline::learn(&others))
+        })
+        .collect();
+    // σ(p, l): 1.4826 × MAD of held-out Y.
+    let mut ys: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
+    for fold in &held_out {
+        for (rank, rel) in fold {
+            for r in rel {
+                ys.entry((*rank, r.key)).or_default().push(r.concurrent);
+            }
+        }
+    }
+    let spreads: BTreeMap<(u32, u32), f64> = ys
+        .into_iter()
+        .map(|(k, mut v)| {
+            let m = median(&mut v);
+            let mut dev: Vec<f64> = v.iter().map(|y| (y - m).abs()).collect();
+            (k, (1.4826 * median(&mut dev)).max(MIN_SPREAD))
+        })
+        .collect();
+    let baseline = Baseline::learn(&runs.iter().collect::<Vec<_>>());
+    let lengths: BTreeMap<u32, Vec<usize>> = seqs
+        .iter()
+        .map(|(r, s)| (*r, s.iter().map(TypicalSequence::len).collect()))
+        .collect();
+    let all_used: BTreeMap<u32, Vec<bool>> = seqs
+        .iter()
+        .map(|(r, s)| (*r, vec![true; s.len()]))
+        .collect();
+    let metrics_of = |ils: &RankIls, used: &BTreeMap<u32, Vec<bool>>| -> BTreeMap<u32, f64> {
+        ils.iter()
+            .filter_map(|(rank, (v, n))| {
+                Some((*rank, metric(v, n, lengths.get(rank)?, used.get(rank)?)?))
+            })
+            .collect()
+    };
+    let clean_metrics_at = |k: f64, used: &BTreeMap<u32, Vec<bool>>| -> Vec<BTreeMap<u32, f64>> {
+        held_out
+            .iter()
+            .map(|fold| metrics_of(&ils_at(fold, &spreads, &counts, k), used))
+            .collect()
+    };
+    let thresholds = |clean_m: &[BTreeMap<u32, f64>]| -> BTreeMap<u32, f64> {
+        let mut t: BTreeMap<u32, f64> = BTreeMap::new();
+        for fold in clean_m {
+            for (rank, m) in fold {
+                let e = t.entry(*rank).or_insert(0.0);
+                *e = e.max(*m);
+            }
+        }
+        t.into_iter()
+            .map(|(r, m)| (r, (2.0 * m).max(MIN_THRESHOLD)))
+            .collect()
+    };
+    // Interfered runs against every clean run's baselines.
+    let int_rel: Vec<Vec<(u32, Vec<Relative>)>> = interfered
+        .iter()
+        .map(|p| concurrent(&samples(p, &seqs, config.min_sample_ns), &baseline))
+        .collect();
+    let hit_at = |k: f64, used: &BTreeMap<u32, Vec<bool>>| -> Vec<Vec<(u32, f64)>> {
+        let th = thresholds(&clean_metrics_at(k, used));
+        int_rel
+            .iter()
+            .map(|rel| {
+                metrics_of(&ils_at(rel, &spreads, &counts, k), used)
+                    .into_iter()
+                    .filter(|(r, m)| th.get(r).is_some_and(|t| m > t))
+                    .collect()
+            })
+            .collect()
+    };
+    let mut k = DEFAULT_K;
+    let mut used = all_used.clone();
+    let mut gains: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+    if !int_rel.is_empty() {
+        // The processors each interfered run hits at the default K.
+        let victims = hit_at(DEFAULT_K, &all_used);
+        if victims.iter().any(|v| !v.is_empty()) {
+            let mut scored = Vec::new();
+            for &kk in &config.k_grid {
+                let clean_m = clean_metrics_at(kk, &all_used);
+                let nor: Vec<f64> = clean_m.iter().flat_map(|f| f.values().copied()).collect();
+                let nor = nor.iter().sum::<f64>() / nor.len().max(1) as f64;
+                let mut int = Vec::new();
+                for (rel, hit) in int_rel.iter().zip(&victims) {
+                    let m = metrics_of(&ils_at(rel, &spreads, &counts, kk), &all_used);
+                    int.extend(hit.iter().filter_map(|(r, _)| m.get(r).copied()));
+                }
+                let int = int.iter().sum::<f64>() / int.len().max(1) as f64;
+                scored.push((kk, int - nor));
+            }
+            let best = scored.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
+            // The middle of the best plateau (as before: room on both sides).
+            let ties: Vec<f64> = scored
+                .iter()
+                .filter(|s| s.1 >= best - 1e-9)
+                .map(|s| s.0)
+                .collect();
+            k = ties.get(ties.len() / 2).copied().unwrap_or(DEFAULT_K);
+            // Sequences that do not react on the processors they should.
+            let clean_ils: Vec<RankIls> = held_out
+                .iter()
+                .map(|f| ils_at(f, &spreads, &counts, k))
+                .collect();
+            for (rel, hit) in int_rel.iter().zip(&victims) {
+                let ils = ils_at(rel, &spreads, &counts, k);
+                for (rank, _) in hit {
+                    let Some((v, n)) = ils.get(rank) else {
+                        continue;
+                    };
+                    for l in 0..v.len() {
+                        if n[l] == 0 {
+                            continue;
+                        }
+                        let nor: Vec<f64> = clean_ils
+                            .iter()
+                            .filter_map(|c| c.get(rank).map(|(cv, _)| cv[l]))
+                            .collect();
+                        let nor = nor.iter().sum::<f64>() / nor.len().max(1) as f64;
+                        let g = gains.entry((*rank, l as u32)).or_insert(f64::NEG_INFINITY);
+                        *g = g.max(v[l] - nor);
+                    }
                 }
             }
-            let best = scored.iter().map(|s| s.2).fold(f64::NEG_INFINITY, f64::max);
-            // `scored` is in (R, K) order: the median of the ties is the
-            // middle of the best plateau.
-            let ties: Vec<&(usize, usize, f64)> =
-                scored.iter().filter(|s| s.2 >= best - 1e-12).collect();
-            let (ri, ki, _) = *ties[ties.len() / 2];
-            let (ils_normal, ils_interfered) = ils[ri][ki];
-            let gain = ils_interfered - ils_normal;
-            seqs.push(SequenceModel {
-                id: ts.id,
-                threshold: Threshold {
-                    k: k_grid[ki],
-                    r: r_grid[ri],
-                },
-                gain,
-                ils_normal,
-                ils_interfered,
-                used: gain >= config.min_gain,
-            });
+            for ((rank, l), g) in &gains {
+                if let Some(u) = used.get_mut(rank)
+                    && let Some(x) = u.get_mut(*l as usize)
+                {
+                    *x = *g >= config.min_gain;
+                }
+            }
+            // A processor must keep some sequence.
+            for u in used.values_mut() {
+                if !u.iter().any(|x| *x) {
+                    u.iter_mut().for_each(|x| *x = true);
+                }
+            }
         }
-        processors.push(ProcessorModel {
-            rank: rank.rank,
-            host: rank.host.clone(),
-            sequences: seqs,
-        });
     }
-    if processors.is_empty() {
-        return Err(LearnError::NoCommonRank);
-    }
+    let clean_m = clean_metrics_at(k, &used);
+    let th = thresholds(&clean_m);
+    let hits = hit_at(k, &used);
+    let interfered_runs = hits
+        .into_iter()
+        .enumerate()
+        .map(|(index, hit)| InterferedRun {
+            index,
+            ranks: hit.iter().map(|h| h.0).collect(),
+            metrics: hit.iter().map(|h| h.1).collect(),
+        })
+        .collect();
+    // The CPU each rank received, held out the same way.
+    let cpu_runs: Vec<RunSamples> = clean
+        .iter()
+        .filter(|p| cpu::recorded(p))
+        .map(|p| cpu::samples(p))
+        .collect();
+    let (cpu_baseline, cpu_clean): (Option<Baseline>, BTreeMap<u32, Vec<f64>>) =
+        if cpu_runs.len() == clean.len() {
+            let folds = held_out_folds(&cpu_runs);
+            let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for (i, fold) in folds.iter().enumerate() {
+                let others: Vec<&RunSamples> = folds
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, f)| f)
+                    .collect();
+                let d = cpu::deficits(fold, &Baseline::learn(&others));
+                for (rank, m) in cpu::mean_deficit(&d) {
+                    per.entry(rank).or_default().push(m);
+                }
+            }
+            (
+                Some(Baseline::learn(&cpu_runs.iter().collect::<Vec<_>>())),
+                per,
+            )
+        } else {
+            (None, BTreeMap::new())
+        };
+    let first = clean[0];
+    let processors = first
+        .ranks
+        .iter()
+        .map(|r| {
+            let list = seqs.get(&r.rank).cloned().unwrap_or_default();
+            let sequences: Vec<SequenceModel> = list
+                .into_iter()
+                .enumerate()
+                .map(|(l, sequence)| SequenceModel {
+                    baseline_ns: baseline
+                        .median_ns
+                        .get(&(r.rank, l as u32))
+                        .copied()
+                        .unwrap_or(0.0),
+                    spread: spreads.get(&(r.rank, l as u32)).copied().unwrap_or(MIN_SPREAD),
+                    gain: gains.get(&(r.rank, l as u32)).copied(),
+                    used: used
+                        .get(&r.rank)
+                        .and_then(|u| u.get(l))
+                        .copied()
+                        .unwrap_or(true),
+                    sequence,
+                })
+                .collect();
+            let unmonitored = if sequences.is_empty() {
+                Some(format!(
+                    "no typical sequence: no pattern of its MPI calls occurs {} times in every clean run",
+                    config.typical.min_occurrences
+                ))
+            } else if sequences.iter().all(|s| s.baseline_ns == 0.0) {
+                Some(format!(
+                    "its typical sequences compute less than the filter ({:.1} ms) between MPI calls",
+                    config.min_sample_ns as f64 / 1e6
+                ))
+            } else {
+                None
+            };
+            ProcessorModel {
+                rank: r.rank,
+                host: r.host.clone(),
+                sequences,
+                threshold: th.get(&r.rank).copied().unwrap_or(MIN_THRESHOLD),
+                clean_metrics: clean_m.iter().filter_map(|f| f.get(&r.rank).copied()).collect(),
+                unmonitored,
+                cpu_threshold: cpu_baseline.as_ref().map(|_| {
+                    let worst = cpu_clean
+                        .get(&r.rank)
+                        .map_or(0.0, |v| v.iter().copied().fold(0.0, f64::max));
+                    (2.0 * worst).max(MIN_CPU_THRESHOLD)
+                }),
+                cpu_clean: cpu_clean.get(&r.rank).cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
     Ok(Model {
         version: MODEL_VERSION,
         config: config.clone(),
-        sequences,
+        k,
+        clean_runs: clean.len(),
+        interfered: interfered_runs,
         processors,
+        baseline,
+        cpu_baseline,
     })
+}
+
+/// Held-out folds: each run, or the halves of a single one.
+pub(crate) fn held_out_folds(runs: &[RunSamples]) -> Vec<RunSamples> {
+    if runs.len() >= 2 {
+        return runs.to_vec();
+    }
+    let Some(run) = runs.first() else {
+        return Vec::new();
+    };
+    let span = run.span().unwrap_or((0, 1));
+    let mid = span.0 + (span.1 - span.0) / 2;
+    vec![run.between(0, mid), run.between(mid, u64::MAX)]
 }

@@ -1,34 +1,35 @@
-//! The interference metric (002 eq. 4): per processor,
-//! m(p) = Σ_l w(l)·ILS(p, l, end), with weights proportional to the typical
-//! sequences' lengths (normalized over the sequences used for p, so m is in
-//! 0..1), computed with a learned [`Model`] on a later run.
+//! The interference metric (002 eq. 4) and a verdict per processor: m(p) =
+//! Σ_l w(l)·ILS(p, l, end), weights proportional to the typical sequences'
+//! lengths (normalized over the sequences used for p, so m is in 0..1),
+//! against the threshold learned for p from clean runs.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    learn::Model,
+    baseline::{concurrent, overall},
+    cpu,
+    learn::{Model, ils_at, metric},
     profile::Profiles,
-    signals::{Signals, Threshold},
-    typical::TypicalSequence,
+    signals::{ils, samples},
+    verdict::{Suspect, Unmonitored, Verdict},
 };
 
 /// Version of the [`Detection`] serde layout.
-pub const DETECTION_VERSION: u32 = 1;
+pub const DETECTION_VERSION: u32 = 2;
 
 /// One typical sequence's contribution on one processor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SequenceResult {
     /// l.
     pub id: usize,
-    /// Used in the metric (the model kept it for this processor and the
-    /// run has samples of it).
+    /// Used in the metric (the model keeps it and the run has samples).
     pub used: bool,
     /// w(l) in the metric (0 when unused).
     pub weight: f64,
-    /// The learned threshold.
-    pub threshold: Threshold,
-    /// Occurrences in this run.
-    pub samples: usize,
+    /// The per-sample threshold on Y: 1 + K·σ(p, l).
+    pub threshold: f64,
     /// Occurrences at least as long as the filter.
     pub kept: usize,
     /// ILS(p, l, end).
@@ -48,23 +49,42 @@ pub struct ProcessorResult {
     pub pid: u32,
     /// CPUs the rank ran its MPI calls on.
     pub cpus: Vec<u32>,
-    /// m(p); `None` when no typical sequence is usable for this processor.
+    /// m(p); `None` when the processor is not monitored.
     pub metric: Option<f64>,
-    /// Why `metric` is `None`.
+    /// The verdict threshold learned for it.
+    pub threshold: Option<f64>,
+    /// m(p) above the threshold.
+    pub interfered: bool,
+    /// Why it is not monitored.
     pub note: Option<String>,
+    /// Its computation over its clean baseline, median over the run.
+    pub own_slowdown: Option<f64>,
+    /// Its mean CPU deficit: the share of its usual CPU it lacked, next to
+    /// its peers (when the run has CPU readings).
+    #[serde(default)]
+    pub cpu_deficit: Option<f64>,
+    /// The threshold learned for it.
+    #[serde(default)]
+    pub cpu_threshold: Option<f64>,
     /// Per typical sequence.
     pub sequences: Vec<SequenceResult>,
 }
 
-/// Interference metrics of one run.
+/// Interference metrics of one run, and the verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Detection {
     /// [`DETECTION_VERSION`].
     pub version: u32,
-    /// The model's typical sequences.
-    pub sequences: Vec<TypicalSequence>,
+    /// K used.
+    pub k: f64,
     /// Per processor, by rank.
     pub processors: Vec<ProcessorResult>,
+    /// How much slower every processor alike computed than in the clean
+    /// runs (median over ranks): interference on every processor, or
+    /// another problem size, which this comparison cannot tell apart.
+    pub overall_slowdown: Option<f64>,
+    /// Suspect processors, or nothing abnormal, or what is not monitored.
+    pub verdict: Verdict,
 }
 
 impl Detection {
@@ -81,65 +101,178 @@ impl Detection {
 
 /// Applies `model` to a run.
 pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
-    let signals = Signals::build(profiles, &model.sequences);
-    let min = model.config.min_sample_ns;
-    let mut processors = Vec::new();
-    for (p, rank) in profiles.ranks.iter().enumerate() {
-        let learned = model.processor(rank.rank);
-        let mut sequences = Vec::new();
-        for (l, ts) in model.sequences.iter().enumerate() {
-            let params = learned.and_then(|m| m.sequences.iter().find(|s| s.id == ts.id));
-            let threshold = params.map_or(Threshold { k: 0.0, r: 0.0 }, |s| s.threshold);
-            let samples = &signals.samples[l][p];
-            let kept = samples.iter().filter(|&&x| x >= min).count();
-            let ils = signals.ils(l, p, threshold, min);
-            sequences.push(SequenceResult {
-                id: ts.id,
-                used: params.is_some_and(|s| s.used) && kept > 0,
-                weight: 0.0,
-                threshold,
-                samples: samples.len(),
-                kept,
-                ils_end: ils.last().copied().unwrap_or(0.0),
-                ils,
-            });
+    let seqs = model.sequences();
+    let run = samples(profiles, &seqs, model.config.min_sample_ns);
+    let rel = concurrent(&run, &model.baseline);
+    let spreads: BTreeMap<(u32, u32), f64> = model
+        .processors
+        .iter()
+        .flat_map(|p| {
+            p.sequences
+                .iter()
+                .enumerate()
+                .map(move |(l, s)| ((p.rank, l as u32), s.spread))
+        })
+        .collect();
+    let counts: BTreeMap<u32, usize> = seqs.iter().map(|(r, s)| (*r, s.len())).collect();
+    let ils_end = ils_at(&rel, &spreads, &counts, model.k);
+    let cpu_deficits = match &model.cpu_baseline {
+        Some(base) if cpu::recorded(profiles) => {
+            cpu::mean_deficit(&cpu::deficits(&cpu::samples(profiles), base))
         }
-        let total: usize = sequences
-            .iter()
-            .zip(&model.sequences)
-            .filter(|(s, _)| s.used)
-            .map(|(_, ts)| ts.len())
-            .sum();
-        let mut metric = None;
+        _ => BTreeMap::new(),
+    };
+    let mut processors = Vec::new();
+    let (mut suspects, mut unmonitored, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
+    for r in &profiles.ranks {
+        let learned = model.processor(r.rank);
+        let mine = rel.iter().find(|(x, _)| *x == r.rank).map(|(_, v)| v);
+        let mut sequences = Vec::new();
+        let mut metric_value = None;
         let mut note = None;
-        if learned.is_none() {
-            note = Some(format!("rank {} is not in the model", rank.rank));
-        } else if total == 0 {
-            note = Some("no typical sequence of the model is usable on this rank".into());
-        } else {
-            let mut m = 0.0;
-            for (s, ts) in sequences.iter_mut().zip(&model.sequences) {
-                if s.used {
-                    s.weight = ts.len() as f64 / total as f64;
-                    m += s.weight * s.ils_end;
+        match learned {
+            None => note = Some(format!("rank {} was not in the clean runs", r.rank)),
+            Some(p) if p.unmonitored.is_some() => note.clone_from(&p.unmonitored),
+            Some(p) => {
+                let (ils_v, kept) = ils_end.get(&r.rank).cloned().unwrap_or_default();
+                let lengths: Vec<usize> = p.sequences.iter().map(|s| s.sequence.len()).collect();
+                let used: Vec<bool> = p.sequences.iter().map(|s| s.used).collect();
+                let ils_v = if ils_v.len() == lengths.len() {
+                    ils_v
+                } else {
+                    vec![0.0; lengths.len()]
+                };
+                let kept = if kept.len() == lengths.len() {
+                    kept
+                } else {
+                    vec![0; lengths.len()]
+                };
+                metric_value = metric(&ils_v, &kept, &lengths, &used);
+                let total: usize = (0..lengths.len())
+                    .filter(|&l| used[l] && kept[l] > 0)
+                    .map(|l| lengths[l])
+                    .sum();
+                for (l, s) in p.sequences.iter().enumerate() {
+                    let threshold = 1.0 + model.k * s.spread;
+                    let active = used[l] && kept[l] > 0;
+                    sequences.push(SequenceResult {
+                        id: l + 1,
+                        used: active,
+                        weight: if active {
+                            lengths[l] as f64 / total.max(1) as f64
+                        } else {
+                            0.0
+                        },
+                        threshold,
+                        kept: kept[l],
+                        ils_end: ils_v[l],
+                        ils: mine
+                            .map(|m| ils(m, l as u32, threshold))
+                            .unwrap_or_default(),
+                    });
+                }
+                if metric_value.is_none() {
+                    note = Some(format!(
+                        "no occurrence of its typical sequences computed at least {:.1} ms in this run",
+                        model.config.min_sample_ns as f64 / 1e6
+                    ));
                 }
             }
-            metric = Some(m);
+        }
+        let threshold = learned.map(|p| p.threshold);
+        let cpu_deficit = cpu_deficits.get(&r.rank).copied();
+        let cpu_threshold = learned.and_then(|p| p.cpu_threshold);
+        let by_metric = matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
+        let by_cpu = matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
+        let interfered = by_metric || by_cpu;
+        let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
+        let judged_by_metric = note.is_none() && metric_value.is_some();
+        let judged_by_cpu = cpu_deficit.is_some() && cpu_threshold.is_some();
+        if !judged_by_metric && !judged_by_cpu {
+            unmonitored.push(Unmonitored {
+                rank: r.rank,
+                host: r.host.clone(),
+                reason: note.clone().unwrap_or_else(|| "no samples".into()),
+            });
+        } else {
+            monitored.push(r.rank);
+        }
+        // The stronger evidence (score over threshold) names the suspect.
+        let mut evidence: Vec<(f64, f64, &str, String)> = Vec::new();
+        if by_metric && let (Some(m), Some(t)) = (metric_value, threshold) {
+            evidence.push((
+                m,
+                t,
+                "interference metric",
+                format!(
+                    "computation {:.2}x its clean baseline, beyond its peers' at the same time",
+                    own_slowdown.unwrap_or(0.0)
+                ),
+            ));
+        }
+        if by_cpu && let (Some(c), Some(t)) = (cpu_deficit, cpu_threshold) {
+            evidence.push((
+                c,
+                t,
+                "CPU deficit",
+                format!(
+                    "lacked {:.0}% of the CPU it gets in clean runs, beside its peers",
+                    100.0 * c
+                ),
+            ));
+        }
+        if let Some((score, t, what, detail)) = evidence
+            .into_iter()
+            .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
+        {
+            suspects.push(Suspect {
+                rank: r.rank,
+                host: r.host.clone(),
+                pid: r.pid,
+                cpus: r.cpus.clone(),
+                score,
+                threshold: t,
+                evidence: what.into(),
+                detail,
+            });
         }
         processors.push(ProcessorResult {
-            rank: rank.rank,
-            host: rank.host.clone(),
-            pid: rank.pid,
-            cpus: rank.cpus.clone(),
-            metric,
+            rank: r.rank,
+            host: r.host.clone(),
+            pid: r.pid,
+            cpus: r.cpus.clone(),
+            metric: metric_value,
+            threshold,
+            interfered,
             note,
+            own_slowdown,
+            cpu_deficit,
+            cpu_threshold,
             sequences,
         });
     }
+    // Processors of the model that this run lacks.
+    for p in &model.processors {
+        if profiles.rank(p.rank).is_none() {
+            unmonitored.push(Unmonitored {
+                rank: p.rank,
+                host: p.host.clone(),
+                reason: "not in this run".into(),
+            });
+        }
+    }
     Detection {
         version: DETECTION_VERSION,
-        sequences: model.sequences.clone(),
+        k: model.k,
         processors,
+        overall_slowdown: overall(&rel),
+        verdict: Verdict::new(
+            "interference",
+            suspects,
+            unmonitored,
+            monitored,
+            "the interference metrics of",
+        ),
     }
 }
 
@@ -150,6 +283,7 @@ mod tests {
         learn::{LearnConfig, learn},
         profile::Peer,
         typical::tests::profile,
+        verdict::Outcome,
     };
 
     /// A 4-rank periodic program: (Isend, Irecv, Waitall, Allreduce) with
@@ -170,60 +304,89 @@ mod tests {
                 profile(r, &calls)
             })
             .collect();
-        Profiles { version: 1, ranks }
+        Profiles { version: 2, ranks }
     }
 
-    /// Deterministic ±3 % noise.
-    fn noise(r: u32, i: usize) -> u64 {
-        let h = (u64::from(r) * 7919 + i as u64 * 104_729) % 61;
+    /// Deterministic ±3 % noise, different per seed.
+    fn noise(seed: u64, r: u32, i: usize) -> u64 {
+        let h = (seed * 31 + u64::from(r) * 7919 + i as u64 * 104_729) % 61;
         1_000_000 + h * 1000 - 30_000
     }
 
-    /// Learn on clean + continuous hog on rank 2, then: clean 0, hogged
-    /// rank positive and largest, continuous > on-off, and the same model
-    /// still orders them on a run with twice the computation per step
-    /// (a different problem size).
+    /// Rank 1 computes 3x what the others do (its role): it is never
+    /// flagged for that. Learn on three clean runs and one run hogged on
+    /// rank 2, then: clean runs are "nothing abnormal" on every processor,
+    /// a hog on rank 2 or on rank 0 (never hogged in training: every
+    /// processor is monitored) is named, an on-off hog scores between, and
+    /// a run of twice the problem size (every rank alike) is clean with
+    /// its overall slowdown reported.
     #[test]
-    fn learned_model_orders_clean_on_off_and_continuous() {
-        let clean = |scale: u64| run(move |r, i| noise(r, i) * scale);
-        let full = |scale: u64| run(move |r, i| noise(r, i) * scale * if r == 2 { 2 } else { 1 });
-        let on_off = |scale: u64| {
-            run(move |r, i| noise(r, i) * scale * if r == 2 && (i / 8) % 3 == 0 { 2 } else { 1 })
+    fn verdicts_per_processor_with_roles_and_unseen_victims() {
+        let role = |r: u32| if r == 1 { 3 } else { 1 };
+        let make = |seed: u64, scale: u64, slow: Option<u32>, on_off: bool| {
+            run(move |r, i| {
+                let hog = slow == Some(r) && (!on_off || (i / 8) % 2 == 0);
+                noise(seed, r, i) * role(r) * scale * if hog { 2 } else { 1 }
+            })
         };
-        let model = learn(&clean(1), &full(1), &LearnConfig::default()).expect("learns");
-        assert!(!model.sequences.is_empty());
-        for scale in [1, 2] {
-            let m = |p: &Profiles| detect(&model, p).metric(2).expect("metric");
-            let (c, o, f) = (m(&clean(scale)), m(&on_off(scale)), m(&full(scale)));
-            assert_eq!(c, 0.0, "clean, scale {scale}");
-            assert!(o > 0.0 && f > o, "scale {scale}: on-off {o}, full {f}");
-            let d = detect(&model, &full(scale));
-            // The other ranks gained nothing from any threshold in learning
-            // (insensitive, §4.3): they are not monitored.
-            for r in [0, 1, 3] {
-                assert_eq!(d.metric(r), None, "rank {r}");
-                assert!(d.processor(r).and_then(|p| p.note.as_ref()).is_some());
-            }
+        let clean: Vec<Profiles> = (0..3).map(|s| make(s, 1, None, false)).collect();
+        let hogged = make(9, 1, Some(2), false);
+        let model = learn(
+            &clean.iter().collect::<Vec<_>>(),
+            &[&hogged],
+            &LearnConfig::default(),
+        )
+        .expect("learns");
+        assert_eq!(model.interfered[0].ranks, vec![2]);
+        assert!(model.processors.iter().all(|p| p.unmonitored.is_none()));
+        for seed in 10..13 {
+            let d = detect(&model, &make(seed, 1, None, false));
+            assert_eq!(
+                d.verdict.outcome,
+                Outcome::NothingAbnormal,
+                "{:?}",
+                d.verdict
+            );
+            assert_eq!(d.verdict.monitored, vec![0, 1, 2, 3]);
         }
+        for victim in [2, 0, 1] {
+            let d = detect(&model, &make(20, 1, Some(victim), false));
+            assert_eq!(d.verdict.suspect_ranks(), vec![victim], "{:?}", d.verdict);
+            let on_off = detect(&model, &make(21, 1, Some(victim), true));
+            assert_eq!(on_off.verdict.suspect_ranks(), vec![victim]);
+            let (m_full, m_half) = (
+                d.metric(victim).expect("metric"),
+                on_off.metric(victim).expect("metric"),
+            );
+            assert!(m_half < m_full, "{m_half} {m_full}");
+        }
+        let bigger = detect(&model, &make(30, 2, None, false));
+        assert_eq!(bigger.verdict.outcome, Outcome::NothingAbnormal);
+        let overall = bigger.overall_slowdown.expect("overall");
+        assert!((overall - 2.0).abs() < 0.1, "{overall}");
     }
 
-    /// With the paper's threshold (R = 0) and four processors the hogged
-    /// processor is still found: its samples are √3 STDEV above the mean.
+    /// Two processors (the paper's threshold cannot split them): a hog on
+    /// either one is named, clean runs are not; a single clean run is
+    /// enough (held out by halves).
     #[test]
-    fn paper_thresholds_work_with_four_processors() {
-        let clean = run(noise);
-        let full = run(|r, i| noise(r, i) * if r == 2 { 2 } else { 1 });
-        let model = learn(&clean, &full, &LearnConfig::paper()).expect("learns");
-        let d = detect(&model, &full);
-        assert_eq!(d.metric(2), Some(1.0));
-        assert!(
-            model.processors[2]
-                .sequences
-                .iter()
-                .all(|s| s.used && s.threshold.r == 0.0 && s.threshold.k >= 0.5)
+    fn two_processors_and_one_clean_run() {
+        let two = |seed: u64, slow: Option<u32>| -> Profiles {
+            let mut p = run(move |r, i| noise(seed, r, i) * if slow == Some(r) { 2 } else { 1 });
+            p.ranks.truncate(2);
+            p
+        };
+        let model = learn(&[&two(0, None)], &[], &LearnConfig::default()).expect("learns");
+        assert_eq!(model.k, crate::mpi::learn::DEFAULT_K);
+        assert_eq!(
+            detect(&model, &two(5, None)).verdict.outcome,
+            Outcome::NothingAbnormal
         );
-        // Other ranks gain nothing from any threshold: dropped (insensitive).
-        assert!(model.processors[0].sequences.iter().all(|s| !s.used));
-        assert_eq!(d.metric(0), None);
+        for v in [0, 1] {
+            assert_eq!(
+                detect(&model, &two(6, Some(v))).verdict.suspect_ranks(),
+                vec![v]
+            );
+        }
     }
 }

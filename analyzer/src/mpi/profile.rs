@@ -1,38 +1,36 @@
 //! MPI profiles (002 §2.1): per rank, one 4-tuple per MPI call, recovered
 //! from uprobes on the MPI library's `MPI_*` entry points (recorded with
-//! `tracer record -a 'libmpich.so.12:MPI_*'`, which stores the six integer
-//! argument registers of each entry).
+//! `tracer record --mpi`, which stores each entry's first ten integer
+//! arguments: six registers and four stack words).
 //!
 //! * Function: the probed symbol; MPICH's `MPI_*` are weak aliases of
 //!   `PMPI_*` at the same address, so either name maps to `MPI_*`.
-//! * Peer (§2.1): the partner rank of point-to-point calls from the call's
-//!   arguments (System V AMD64: rdi, rsi, rdx, rcx, r8, r9; MPICH handles
-//!   are `int`s); for collectives "an appropriate parameter or a fixed
-//!   number": the operation of reductions, the communicator of barriers,
-//!   the root of broadcasts, a constant for waits and everything else.
-//!   `MPI_Sendrecv`'s source is its 9th argument (on the stack, not
-//!   recorded): its peer is the destination.
+//! * Peer (§2.1) and partners: see [`super::args`].
 //! * Computation time: from the return of the rank's previous MPI call to
 //!   this call's entry (0 for the first call).
 //! * Communication time: entry to return.
+//! * Call site: the return address of the call into the MPI library. A
+//!   call made through a language binding (Fortran's `mpi_send_` in
+//!   `libmpichfort.so`, probed at entry only by the MPI preset) takes the
+//!   binding's call site, in the program, and starts when the binding was
+//!   entered; the C calls one binding call makes are one call.
 //!
 //! Only outermost MPI calls count: an `MPI_*` called from inside another
 //! (ROMIO does this) is part of the outer call's communication time.
-//! Calls still open when the capture ends are dropped and counted.
+//! Calls still open when the capture ends are kept apart
+//! ([`RankProfile::open`]): a hang analysis needs them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use tracer_common::record::{STACK_ARGS, lifecycle};
 
+use super::args::{ArgRule, c_name, wrapper_name};
+pub use super::args::{Partners, Peer};
 use crate::decode::{Capture, DecodeError, Event};
 
 /// Version of the [`Profiles`] serde layout.
-pub const PROFILE_VERSION: u32 = 1;
-
-/// MPICH's `MPI_ANY_SOURCE` (mpi.h: `#define MPI_ANY_SOURCE (-2)`).
-const MPI_ANY_SOURCE: i32 = -2;
-/// MPICH's `MPI_PROC_NULL` (mpi.h: `#define MPI_PROC_NULL (-1)`).
-const MPI_PROC_NULL: i32 = -1;
+pub const PROFILE_VERSION: u32 = 2;
 
 /// Errors building profiles.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +46,7 @@ pub enum ProfileError {
     },
     /// Two processes claim the same MPI rank.
     #[error(
-        "rank {rank} appears twice (pid {first} on {first_host} and pid {second} on {second_host})"
+        "rank {rank} appears twice (pid {first} on {first_host} and pid {second} on {second_host}): give each run's captures separately"
     )]
     DuplicateRank {
         /// The rank.
@@ -62,138 +60,6 @@ pub enum ProfileError {
         /// Its host.
         second_host: String,
     },
-}
-
-/// The peer entry of a 4-tuple (002 §2.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
-pub enum Peer {
-    /// Destination or source rank of a point-to-point call.
-    Rank(i32),
-    /// `MPI_ANY_SOURCE` as a receive's source.
-    AnySource,
-    /// `MPI_PROC_NULL` as a partner (a no-op transfer).
-    ProcNull,
-    /// Root of a rooted collective (`MPI_Bcast`).
-    Root(i32),
-    /// Reduction operation handle (`MPI_Reduce`, `MPI_Allreduce`; MPICH
-    /// `MPI_SUM` = 0x58000003).
-    Op(u32),
-    /// Communicator handle (`MPI_Barrier`; `MPI_COMM_WORLD` = 0x44000000).
-    Comm(u32),
-    /// The fixed peer of calls without one (`MPI_Wait`, `MPI_Init`, ...).
-    None,
-}
-
-impl Peer {
-    /// The peer of a call of `function` with argument registers `args`.
-    pub fn of(function: &str, args: Option<&[u64; 6]>) -> Peer {
-        PeerRule::of(function).apply(args)
-    }
-
-    /// Short text: `3`, `any`, `null`, `root 0`, `op 0x58000003`, `comm 0x44000000`, `-`.
-    pub fn label(&self) -> String {
-        match self {
-            Peer::Rank(r) => r.to_string(),
-            Peer::AnySource => "any".into(),
-            Peer::ProcNull => "null".into(),
-            Peer::Root(r) => format!("root {r}"),
-            Peer::Op(h) => format!("op {h:#x}"),
-            Peer::Comm(h) => format!("comm {h:#x}"),
-            Peer::None => "-".into(),
-        }
-    }
-
-    /// (kind, value) for flat tables.
-    pub fn columns(&self) -> (&'static str, Option<i64>) {
-        match *self {
-            Peer::Rank(r) => ("rank", Some(r.into())),
-            Peer::AnySource => ("any_source", None),
-            Peer::ProcNull => ("proc_null", None),
-            Peer::Root(r) => ("root", Some(r.into())),
-            Peer::Op(h) => ("op", Some(h.into())),
-            Peer::Comm(h) => ("comm", Some(h.into())),
-            Peer::None => ("none", None),
-        }
-    }
-}
-
-/// Where a function's peer is among its arguments: decided once per
-/// function, applied to every call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PeerRule {
-    /// (buf, count, datatype, dest|source, tag, comm, ...): argument 3.
-    Rank3,
-    /// (source, tag, comm, ...): argument 0.
-    Rank0,
-    /// (buffer, count, datatype, root, comm): the root, argument 3.
-    Root3,
-    /// (sendbuf, recvbuf, count, datatype, op, ...): the op, argument 4.
-    Op4,
-    /// (comm): argument 0.
-    Comm0,
-    /// No peer.
-    None,
-}
-
-impl PeerRule {
-    /// The rule of MPI function `function`.
-    pub(crate) fn of(function: &str) -> Self {
-        match function {
-            "MPI_Send"
-            | "MPI_Isend"
-            | "MPI_Ssend"
-            | "MPI_Issend"
-            | "MPI_Rsend"
-            | "MPI_Irsend"
-            | "MPI_Bsend"
-            | "MPI_Ibsend"
-            | "MPI_Recv"
-            | "MPI_Irecv"
-            | "MPI_Send_init"
-            | "MPI_Recv_init"
-            | "MPI_Ssend_init"
-            | "MPI_Rsend_init"
-            | "MPI_Bsend_init"
-            | "MPI_Sendrecv"
-            | "MPI_Sendrecv_replace"
-            | "MPI_Isendrecv"
-            | "MPI_Isendrecv_replace" => Self::Rank3,
-            "MPI_Probe" | "MPI_Iprobe" | "MPI_Mprobe" | "MPI_Improbe" => Self::Rank0,
-            "MPI_Bcast" | "MPI_Ibcast" => Self::Root3,
-            "MPI_Reduce"
-            | "MPI_Ireduce"
-            | "MPI_Allreduce"
-            | "MPI_Iallreduce"
-            | "MPI_Scan"
-            | "MPI_Exscan"
-            | "MPI_Reduce_scatter_block" => Self::Op4,
-            "MPI_Barrier" | "MPI_Ibarrier" => Self::Comm0,
-            _ => Self::None,
-        }
-    }
-
-    /// The peer of one call with argument registers `args`.
-    pub(crate) fn apply(self, args: Option<&[u64; 6]>) -> Peer {
-        let Some(a) = args else {
-            return Peer::None;
-        };
-        // MPICH handles and ranks are C `int`s: the low 32 bits of the register.
-        let int = |i: usize| a[i] as u32 as i32;
-        let rank = |r: i32| match r {
-            MPI_ANY_SOURCE => Peer::AnySource,
-            MPI_PROC_NULL => Peer::ProcNull,
-            r => Peer::Rank(r),
-        };
-        match self {
-            Self::Rank3 => rank(int(3)),
-            Self::Rank0 => rank(int(0)),
-            Self::Root3 => Peer::Root(int(3)),
-            Self::Op4 => Peer::Op(int(4) as u32),
-            Self::Comm0 => Peer::Comm(int(0) as u32),
-            Self::None => Peer::None,
-        }
-    }
 }
 
 /// One MPI call: the paper's 4-tuple plus where and when.
@@ -217,6 +83,26 @@ pub struct Call {
     /// address of the process; 0 when the capture does not have it).
     #[serde(default)]
     pub call_site: u64,
+    /// What the call waits for (from its arguments).
+    #[serde(default)]
+    pub partners: Partners,
+}
+
+/// A call that had not returned when the capture ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpenCall {
+    /// `MPI_*` name.
+    pub function: String,
+    /// The peer entry.
+    pub peer: Peer,
+    /// What the call waits for.
+    pub partners: Partners,
+    /// Return address of the call (see [`Call::call_site`]).
+    pub call_site: u64,
+    /// Entry time (CLOCK_MONOTONIC, ns).
+    pub start_ns: u64,
+    /// Thread.
+    pub tid: u32,
 }
 
 /// How a process's rank was found.
@@ -253,8 +139,44 @@ pub struct RankProfile {
     pub functions: Vec<String>,
     /// Outermost MPI calls in entry order.
     pub calls: Vec<Call>,
-    /// Calls with no return in the capture (dropped).
+    /// Calls with no return in the capture (not in `calls`).
     pub unfinished: u64,
+    /// The outermost call the rank was inside when the capture ended (the
+    /// earliest, when several threads were).
+    #[serde(default)]
+    pub open: Option<OpenCall>,
+    /// Last MPI transition (an entry or a return), CLOCK_MONOTONIC ns.
+    #[serde(default)]
+    pub last_ns: u64,
+    /// When the process exited, if it did while recorded.
+    #[serde(default)]
+    pub exited_ns: Option<u64>,
+    /// Its scheduler state when recording stopped (`R`, `S`, `T`, ...), if
+    /// it was still alive and the recorder wrote it.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// End of its capture: the stop time, or the last record.
+    #[serde(default)]
+    pub end_ns: u64,
+    /// Its CPU times as the recorder read them, in time order (empty when
+    /// the capture has none: `tracer record --mpi` or `--cpu-times`).
+    #[serde(default)]
+    pub cpu: Vec<CpuReading>,
+}
+
+/// A process's cumulative CPU times at one moment (see
+/// `tracer_common::record::CpuTimes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuReading {
+    /// When read (CLOCK_MONOTONIC ns).
+    pub ts_ns: u64,
+    /// Time on a CPU so far (ns).
+    pub run_ns: u64,
+    /// Time runnable but waiting for a CPU so far (ns).
+    pub wait_ns: u64,
+    /// Threads summed (a thread that exits takes its times with it).
+    #[serde(default)]
+    pub threads: u32,
 }
 
 impl RankProfile {
@@ -272,6 +194,11 @@ impl RankProfile {
             *out.entry(self.function_name(c).to_string()).or_default() += 1;
         }
         out
+    }
+
+    /// Time since the last MPI transition when the capture ended (ns).
+    pub fn idle_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.last_ns)
     }
 }
 
@@ -297,36 +224,57 @@ impl Profiles {
     }
 }
 
-/// The `MPI_*` name of a probed symbol (`PMPI_Send` → `MPI_Send`), or `None`
-/// when the probe is not an MPI entry point.
-fn mpi_name(symbol: &str, aliases: &[String]) -> Option<String> {
-    std::iter::once(symbol)
-        .chain(aliases.iter().map(String::as_str))
-        .find_map(|s| {
-            if s.starts_with("MPI_") {
-                Some(s.to_string())
-            } else {
-                s.strip_prefix('P')
-                    .filter(|s| s.starts_with("MPI_"))
-                    .map(str::to_string)
-            }
-        })
-}
-
 fn env_rank(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
     keys.iter()
         .find_map(|k| env.get(*k).and_then(|v| v.trim().parse().ok()))
+}
+
+/// What a probe is to the profile.
+enum ProbeRole {
+    /// A C binding `MPI_*`: its name and argument rule.
+    Mpi(String, ArgRule),
+    /// A language binding probed at entry only: the `MPI_*` it stands for.
+    Binding(String),
+    /// Not MPI.
+    Other,
+}
+
+/// A language-binding entry, waiting for the C calls it makes.
+#[derive(Clone, Copy)]
+struct Binding {
+    ts_ns: u64,
+    call_site: u64,
+    /// Its probe (for its `MPI_*` name).
+    func_id: u32,
+    /// Binding entries seen on the thread so far: tells one binding call
+    /// from the next.
+    seq: u64,
 }
 
 struct Open {
     function: u16,
     func_id: u32,
     peer: Peer,
+    partners: Partners,
+    /// When the call (or its binding) was entered.
     start_ns: u64,
     cpu: u32,
     call_site: u64,
+    /// The binding call it was made by, and whether it is the binding's own
+    /// function (not a helper such as `MPI_Type_free` the binding calls).
+    binding: Option<(u64, bool)>,
     /// Nesting depth of MPI calls inside this one.
     depth: u32,
+}
+
+#[derive(Default)]
+struct Thread {
+    open: Option<Open>,
+    binding: Option<Binding>,
+    seq: u64,
+    /// The thread's last call (index into `Building::calls`) and the binding
+    /// call it was made by: a further C call of that binding call extends it.
+    last: Option<(usize, u64)>,
 }
 
 #[derive(Default)]
@@ -335,10 +283,28 @@ struct Building {
     /// func_id → index into `functions`.
     by_probe: rustc_hash::FxHashMap<u32, u16>,
     calls: Vec<Call>,
-    /// (entry ns, return ns) per call, to compute computation times once all
-    /// threads' calls are in entry order.
-    open: rustc_hash::FxHashMap<u32, Open>,
-    unfinished: u64,
+    threads: rustc_hash::FxHashMap<u32, Thread>,
+    last_ns: u64,
+    exited_ns: Option<u64>,
+    cpu: Vec<CpuReading>,
+}
+
+impl Building {
+    fn function_index(&mut self, func_id: u32, name: &str) -> u16 {
+        if let Some(id) = self.by_probe.get(&func_id) {
+            return *id;
+        }
+        // Aliases in several objects share one name: one index.
+        let id = match self.functions.iter().position(|f| f == name) {
+            Some(i) => i as u16,
+            None => {
+                self.functions.push(name.to_string());
+                (self.functions.len() - 1) as u16
+            }
+        };
+        self.by_probe.insert(func_id, id);
+        id
+    }
 }
 
 /// Builds per-rank profiles from captures of one run (one capture per host
@@ -366,63 +332,130 @@ pub fn extract(captures: &[&Capture]) -> Result<Profiles, ProfileError> {
     })
 }
 
-fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, ProfileError> {
-    // func_id → MPI name and peer rule, once: entries only index this.
-    let names: Vec<Option<(String, PeerRule)>> = capture
+/// Address ranges, per process, of the objects holding language bindings:
+/// a C call made from inside one was made by a binding.
+fn binding_ranges(capture: &Capture) -> BTreeMap<u32, Vec<(u64, u64)>> {
+    let objects: BTreeSet<&str> = capture
         .probes
         .iter()
-        .map(|p| mpi_name(&p.symbol, &p.aliases).map(|n| (PeerRule::of(&n), n)))
-        .map(|o| o.map(|(rule, name)| (name, rule)))
+        .filter(|p| p.entry_only)
+        .map(|p| p.object.as_str())
         .collect();
+    let mut out: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    if objects.is_empty() {
+        return out;
+    }
+    for (pid, snaps) in &capture.processes {
+        for m in snaps.iter().flat_map(|s| &s.maps) {
+            if objects.contains(m.path.as_str()) {
+                out.entry(*pid).or_default().push((m.start, m.end));
+            }
+        }
+    }
+    out
+}
+
+fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, ProfileError> {
+    // func_id → role, once: entries only index this.
+    let roles: Vec<ProbeRole> = capture
+        .probes
+        .iter()
+        .map(|p| {
+            if p.entry_only {
+                wrapper_name(&p.symbol, &p.aliases).map_or(ProbeRole::Other, ProbeRole::Binding)
+            } else {
+                c_name(&p.symbol, &p.aliases).map_or(ProbeRole::Other, |n| {
+                    let rule = ArgRule::of(&n);
+                    ProbeRole::Mpi(n, rule)
+                })
+            }
+        })
+        .collect();
+    let ranges = binding_ranges(capture);
     let mut procs: BTreeMap<u32, Building> = BTreeMap::new();
+    let mut last_record = 0u64;
+    let mut words = [0u64; 6 + STACK_ARGS];
     for event in capture.events() {
         let event = event.map_err(|source| ProfileError::Decode {
             capture: index,
             source,
         })?;
         match event {
-            Event::Entry { rec, args } => {
-                let Some(Some((name, rule))) = names.get(rec.func_id as usize) else {
-                    continue;
+            Event::Entry { rec, args, stack } => {
+                let h = rec.header;
+                let (name, rule) = match roles.get(rec.func_id as usize) {
+                    Some(ProbeRole::Mpi(name, rule)) => (name, rule),
+                    Some(ProbeRole::Binding(_)) => {
+                        last_record = last_record.max(h.ts_ns);
+                        let b = procs.entry(h.pid).or_default();
+                        b.last_ns = b.last_ns.max(h.ts_ns);
+                        let t = b.threads.entry(h.tid).or_default();
+                        if t.open.is_none() {
+                            t.seq += 1;
+                            t.binding = Some(Binding {
+                                ts_ns: h.ts_ns,
+                                call_site: rec.call_site,
+                                func_id: rec.func_id,
+                                seq: t.seq,
+                            });
+                        }
+                        continue;
+                    }
+                    _ => continue,
                 };
-                let b = procs.entry(rec.header.pid).or_default();
-                if let Some(open) = b.open.get_mut(&rec.header.tid) {
+                last_record = last_record.max(h.ts_ns);
+                let from_binding = match ranges.get(&h.pid) {
+                    Some(r) => r
+                        .iter()
+                        .any(|(lo, hi)| rec.call_site >= *lo && rec.call_site < *hi),
+                    // No maps for the process: trust a pending binding.
+                    None => true,
+                };
+                let b = procs.entry(h.pid).or_default();
+                b.last_ns = b.last_ns.max(h.ts_ns);
+                let function = b.function_index(rec.func_id, name);
+                let t = b.threads.entry(h.tid).or_default();
+                if let Some(open) = &mut t.open {
                     open.depth += 1;
                     continue;
                 }
-                let function = match b.by_probe.get(&rec.func_id) {
-                    Some(id) => *id,
-                    None => {
-                        // Aliases in several objects share one name: one index.
-                        let id = match b.functions.iter().position(|f| f == name) {
-                            Some(i) => i as u16,
-                            None => {
-                                b.functions.push(name.clone());
-                                (b.functions.len() - 1) as u16
-                            }
-                        };
-                        b.by_probe.insert(rec.func_id, id);
-                        id
-                    }
-                };
-                b.open.insert(
-                    rec.header.tid,
-                    Open {
-                        function,
-                        func_id: rec.func_id,
-                        peer: rule.apply(args.as_ref()),
-                        start_ns: rec.header.ts_ns,
-                        cpu: rec.header.cpu,
-                        call_site: rec.call_site,
-                        depth: 0,
-                    },
-                );
+                let a = args.map(|regs| {
+                    words[..6].copy_from_slice(&regs);
+                    let n = match stack {
+                        Some(s) => {
+                            words[6..].copy_from_slice(&s);
+                            6 + STACK_ARGS
+                        }
+                        None => 6,
+                    };
+                    &words[..n]
+                });
+                let binding = t.binding.filter(|_| from_binding);
+                let own = binding.is_some_and(|bd| {
+                    matches!(roles.get(bd.func_id as usize),
+                        Some(ProbeRole::Binding(w)) if w == name)
+                });
+                t.open = Some(Open {
+                    function,
+                    func_id: rec.func_id,
+                    peer: rule.peer(a),
+                    partners: rule.partners(a),
+                    start_ns: binding.map_or(h.ts_ns, |bd| bd.ts_ns),
+                    cpu: h.cpu,
+                    call_site: binding.map_or(rec.call_site, |bd| bd.call_site),
+                    binding: binding.map(|bd| (bd.seq, own)),
+                    depth: 0,
+                });
             }
             Event::Return(rec) => {
-                let Some(b) = procs.get_mut(&rec.header.pid) else {
+                let h = rec.header;
+                let Some(b) = procs.get_mut(&h.pid) else {
                     continue;
                 };
-                let Some(open) = b.open.get_mut(&rec.header.tid) else {
+                let Some(t) = b.threads.get_mut(&h.tid) else {
+                    continue;
+                };
+                let Some(open) = &mut t.open else {
                     continue;
                 };
                 if open.depth > 0 {
@@ -433,32 +466,92 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     // A return we did not see enter (lost record): resync.
                     continue;
                 }
-                let Some(open) = b.open.remove(&rec.header.tid) else {
+                let Some(open) = t.open.take() else {
                     continue;
                 };
-                b.calls.push(Call {
-                    function: open.function,
-                    peer: open.peer,
-                    compute_ns: 0,
-                    comm_ns: rec.header.ts_ns.saturating_sub(open.start_ns),
-                    start_ns: open.start_ns,
-                    cpu: open.cpu,
-                    tid: rec.header.tid,
-                    call_site: open.call_site,
+                last_record = last_record.max(h.ts_ns);
+                b.last_ns = b.last_ns.max(h.ts_ns);
+                let prev = match (open.binding, t.last) {
+                    (Some((seq, _)), Some((i, last_seq))) if seq == last_seq => b.calls.get_mut(i),
+                    _ => None,
+                };
+                if let Some(prev) = prev {
+                    // Another C call of the same binding call: one call.
+                    prev.comm_ns = h.ts_ns.saturating_sub(prev.start_ns);
+                    if open.binding.is_some_and(|(_, own)| own) {
+                        prev.function = open.function;
+                        prev.peer = open.peer;
+                        prev.partners = open.partners;
+                    }
+                } else {
+                    b.calls.push(Call {
+                        function: open.function,
+                        peer: open.peer,
+                        compute_ns: 0,
+                        comm_ns: h.ts_ns.saturating_sub(open.start_ns),
+                        start_ns: open.start_ns,
+                        cpu: open.cpu,
+                        tid: h.tid,
+                        call_site: open.call_site,
+                        partners: open.partners,
+                    });
+                    t.last = open.binding.map(|(seq, _)| (b.calls.len() - 1, seq));
+                }
+            }
+            Event::CpuTimes(c) => {
+                procs.entry(c.header.pid).or_default().cpu.push(CpuReading {
+                    ts_ns: c.header.ts_ns,
+                    run_ns: c.run_ns,
+                    wait_ns: c.wait_ns,
+                    threads: c.threads,
                 });
+            }
+            Event::Lifecycle(l) => {
+                last_record = last_record.max(l.header.ts_ns);
+                if l.event == lifecycle::EXIT
+                    && l.group_dead != 0
+                    && let Some(b) = procs.get_mut(&l.header.pid)
+                {
+                    b.exited_ns = Some(l.header.ts_ns);
+                }
             }
             _ => {}
         }
     }
 
     let host = capture.header.host.clone();
+    let end_ns = capture
+        .end
+        .as_ref()
+        .map_or(last_record, |e| e.stop_ns.max(last_record));
+    let states: BTreeMap<u32, &str> = capture
+        .end
+        .iter()
+        .flat_map(|e| &e.processes)
+        .map(|p| (p.pid, p.state.as_str()))
+        .collect();
     let mut out = Vec::new();
     let mut by_pid_order = 0u32;
     for (pid, mut b) in procs {
-        if b.calls.is_empty() {
+        let mut open: Vec<OpenCall> = b
+            .threads
+            .iter()
+            .filter_map(|(tid, t)| {
+                let o = t.open.as_ref()?;
+                Some(OpenCall {
+                    function: b.functions.get(o.function as usize)?.clone(),
+                    peer: o.peer,
+                    partners: o.partners,
+                    call_site: o.call_site,
+                    start_ns: o.start_ns,
+                    tid: *tid,
+                })
+            })
+            .collect();
+        open.sort_by_key(|o| (o.start_ns, o.tid));
+        if b.calls.is_empty() && open.is_empty() {
             continue;
         }
-        b.unfinished += b.open.len() as u64;
         b.calls.sort_by_key(|c| c.start_ns);
         let mut prev_end: Option<u64> = None;
         for c in &mut b.calls {
@@ -486,7 +579,16 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
             cpus: cpus.into_iter().collect(),
             functions: b.functions,
             calls: b.calls,
-            unfinished: b.unfinished,
+            unfinished: open.len() as u64,
+            open: open.into_iter().next(),
+            last_ns: b.last_ns,
+            exited_ns: b.exited_ns,
+            state: states.get(&pid).map(|s| s.to_string()),
+            end_ns,
+            cpu: {
+                b.cpu.sort_by_key(|c| c.ts_ns);
+                b.cpu
+            },
         });
     }
     Ok(out)
@@ -494,53 +596,101 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::{
+        capture::{
+            CaptureHeader, CaptureWriter, End, FORMAT_VERSION, MapEntry, Meta, Probe, ProcessInfo,
+            ProcessState,
+        },
+        record::{
+            FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, Header, Lifecycle, Pod as _, kind,
+        },
+    };
+
     use super::*;
 
-    fn regs(a: [i64; 6]) -> [u64; 6] {
-        a.map(|x| x as u64)
+    /// Writes records into an in-memory capture.
+    struct Builder {
+        recs: Vec<u8>,
     }
 
-    #[test]
-    fn peers_follow_the_mpich_argument_positions() {
-        // MPI_Send(buf, count, type, dest = 3, tag, comm)
-        let send = regs([0x1000, 1, 0x4c00080b, 3, 7, 0x44000000]);
-        assert_eq!(Peer::of("MPI_Send", Some(&send)), Peer::Rank(3));
-        assert_eq!(Peer::of("MPI_Irecv", Some(&send)), Peer::Rank(3));
-        // An int -2 in a 64-bit register whose upper half is garbage.
-        let any = [0, 1, 0, 0xdead_beef_ffff_fffe, 0, 0];
-        assert_eq!(Peer::of("MPI_Recv", Some(&any)), Peer::AnySource);
-        let null = regs([0, 1, 0, -1, 0, 0]);
-        assert_eq!(Peer::of("MPI_Isend", Some(&null)), Peer::ProcNull);
-        // MPI_Bcast(buf, count, type, root = 1, comm)
-        assert_eq!(
-            Peer::of("MPI_Bcast", Some(&regs([0, 1, 0, 1, 0x44000000, 0]))),
-            Peer::Root(1)
-        );
-        // MPI_Reduce(sbuf, rbuf, count, type, op = MPI_SUM, root, comm)
-        let reduce = regs([0, 0, 1, 0, 0x58000003, 0]);
-        assert_eq!(Peer::of("MPI_Reduce", Some(&reduce)), Peer::Op(0x58000003));
-        assert_eq!(
-            Peer::of("MPI_Allreduce", Some(&reduce)),
-            Peer::Op(0x58000003)
-        );
-        assert_eq!(
-            Peer::of("MPI_Barrier", Some(&regs([0x44000000, 0, 0, 0, 0, 0]))),
-            Peer::Comm(0x44000000)
-        );
-        assert_eq!(Peer::of("MPI_Waitall", Some(&send)), Peer::None);
-        assert_eq!(Peer::of("MPI_Send", None), Peer::None);
+    impl Builder {
+        fn h(pid: u32, kind: u16, size: usize, ts: u64) -> Header {
+            Header {
+                ts_ns: ts,
+                pid,
+                tid: pid,
+                kind,
+                size: size as u16,
+                cpu: 1,
+            }
+        }
+
+        /// An entry with ten argument words (registers and stack).
+        fn entry(&mut self, pid: u32, f: u32, ts: u64, site: u64, args: [u64; 10]) {
+            let mut regs = [0; 6];
+            regs.copy_from_slice(&args[..6]);
+            let mut stack = [0; STACK_ARGS];
+            stack.copy_from_slice(&args[6..]);
+            let rec = FuncEntryStack {
+                entry: FuncEntryArgs {
+                    entry: FuncEntry {
+                        header: Self::h(
+                            pid,
+                            kind::FUNC_ENTRY_STACK,
+                            size_of::<FuncEntryStack>(),
+                            ts,
+                        ),
+                        func_id: f,
+                        call_site: site,
+                        ..Default::default()
+                    },
+                    args: regs,
+                },
+                stack,
+            };
+            self.recs.extend_from_slice(rec.as_bytes());
+        }
+
+        /// An entry of an entry-only probe (no arguments).
+        fn mark(&mut self, pid: u32, f: u32, ts: u64, site: u64) {
+            let rec = FuncEntry {
+                header: Self::h(pid, kind::FUNC_ENTRY, size_of::<FuncEntry>(), ts),
+                func_id: f,
+                call_site: site,
+                ..Default::default()
+            };
+            self.recs.extend_from_slice(rec.as_bytes());
+        }
+
+        fn ret(&mut self, pid: u32, f: u32, ts: u64) {
+            let rec = FuncReturn {
+                header: Self::h(pid, kind::FUNC_RETURN, size_of::<FuncReturn>(), ts),
+                func_id: f,
+                ..Default::default()
+            };
+            self.recs.extend_from_slice(rec.as_bytes());
+        }
+
+        fn exit(&mut self, pid: u32, ts: u64) {
+            let rec = Lifecycle {
+                header: Self::h(pid, kind::LIFECYCLE, size_of::<Lifecycle>(), ts),
+                event: lifecycle::EXIT,
+                group_dead: 1,
+                ..Default::default()
+            };
+            self.recs.extend_from_slice(rec.as_bytes());
+        }
     }
 
-    /// A capture built in memory: rank 1 (by PMI_RANK) makes an
-    /// MPI_Send with an MPI_Type_size nested inside (not a call of its own),
-    /// then an MPI_Recv; rank 0 has no environment (pid order) and an
-    /// MPI_Barrier that never returns (dropped, counted).
-    #[test]
-    fn extracts_outermost_calls_with_times_and_ranks() {
-        use tracer_common::{
-            capture::{CaptureHeader, CaptureWriter, FORMAT_VERSION, Meta, Probe, ProcessInfo},
-            record::{FuncEntry, FuncEntryArgs, FuncReturn, Header, Pod as _, kind},
-        };
+    /// A capture of `probes` ((object, symbol, entry only)), processes
+    /// (pid, PMI_RANK, maps) and the records `build` writes; `states` go
+    /// into the end item.
+    fn capture(
+        probes: &[(&str, &str, bool)],
+        procs: &[(u32, Option<u32>, Vec<MapEntry>)],
+        states: &[(u32, &str)],
+        build: impl FnOnce(&mut Builder),
+    ) -> Capture {
         let mut w = CaptureWriter::new(
             Vec::new(),
             &CaptureHeader {
@@ -550,81 +700,93 @@ mod tests {
             },
         )
         .expect("writer");
-        let names = [
-            "PMPI_Send",
-            "MPI_Type_size",
-            "MPI_Recv",
-            "MPI_Barrier",
-            "malloc",
-        ];
-        let probes = names
+        let probes = probes
             .iter()
             .enumerate()
-            .map(|(i, n)| Probe {
+            .map(|(i, (object, symbol, entry_only))| Probe {
                 func_id: i as u32,
-                object: "libmpich.so.12".into(),
-                symbol: n.to_string(),
+                object: object.to_string(),
+                symbol: symbol.to_string(),
+                args: !entry_only,
+                entry_only: *entry_only,
                 ..Default::default()
             })
             .collect();
         w.write_meta(&Meta::Probes { probes }).expect("probes");
-        let mut env = BTreeMap::new();
-        env.insert("PMI_RANK".to_string(), "1".to_string());
-        env.insert("PMI_SIZE".to_string(), "2".to_string());
-        w.write_meta(&Meta::Process(ProcessInfo {
-            pid: 20,
-            env,
+        for (pid, rank, maps) in procs {
+            let mut env = BTreeMap::new();
+            if let Some(r) = rank {
+                env.insert("PMI_RANK".to_string(), r.to_string());
+                env.insert("PMI_SIZE".to_string(), "2".to_string());
+            }
+            w.write_meta(&Meta::Process(ProcessInfo {
+                pid: *pid,
+                env,
+                maps: maps.clone(),
+                ..Default::default()
+            }))
+            .expect("process");
+        }
+        let mut b = Builder { recs: Vec::new() };
+        build(&mut b);
+        w.write_records(&b.recs).expect("records");
+        w.write_meta(&Meta::End(End {
+            stop_ns: 10_000,
+            processes: states
+                .iter()
+                .map(|(pid, s)| ProcessState {
+                    pid: *pid,
+                    state: s.to_string(),
+                })
+                .collect(),
             ..Default::default()
         }))
-        .expect("process");
-        let h = |pid: u32, kind, size: usize, ts| Header {
-            ts_ns: ts,
-            pid,
-            tid: pid,
-            kind,
-            size: size as u16,
-            cpu: 1,
-        };
-        let mut recs = Vec::new();
-        let entry = |recs: &mut Vec<u8>, pid, f: u32, ts, peer: u64| {
-            recs.extend_from_slice(
-                FuncEntryArgs {
-                    entry: FuncEntry {
-                        header: h(pid, kind::FUNC_ENTRY_ARGS, size_of::<FuncEntryArgs>(), ts),
-                        func_id: f,
-                        ..Default::default()
-                    },
-                    args: [0, 1, 0, peer, 0, 0x44000000],
-                }
-                .as_bytes(),
-            )
-        };
-        let ret = |recs: &mut Vec<u8>, pid, f: u32, ts| {
-            recs.extend_from_slice(
-                FuncReturn {
-                    header: h(pid, kind::FUNC_RETURN, size_of::<FuncReturn>(), ts),
-                    func_id: f,
-                    ..Default::default()
-                }
-                .as_bytes(),
-            )
-        };
-        entry(&mut recs, 20, 0, 1_000, 0); // MPI_Send(dest 0)
-        entry(&mut recs, 20, 1, 1_100, 0); //   MPI_Type_size (nested)
-        ret(&mut recs, 20, 1, 1_200);
-        entry(&mut recs, 20, 4, 1_300, 0); //   malloc (not MPI)
-        ret(&mut recs, 20, 4, 1_400);
-        ret(&mut recs, 20, 0, 1_500);
-        entry(&mut recs, 10, 3, 1_600, 0); // rank 0: MPI_Barrier, no return
-        entry(&mut recs, 20, 2, 4_500, u64::MAX - 1); // MPI_Recv(ANY_SOURCE)
-        ret(&mut recs, 20, 2, 5_000);
-        w.write_records(&recs).expect("records");
-        let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
-        let p = extract(&[&cap]).expect("profiles");
+        .expect("end");
+        Capture::read(w.into_inner().as_slice()).expect("capture")
+    }
 
-        // Rank 0 made no complete call: no profile.
-        assert_eq!(p.ranks.len(), 1);
-        let r = &p.ranks[0];
+    const COMM_WORLD: u64 = 0x4400_0000;
+
+    /// Rank 1 (by PMI_RANK) makes an MPI_Send with an MPI_Type_size nested
+    /// inside (not a call of its own), then an MPI_Recv; rank 0 has no
+    /// environment (pid order) and an MPI_Barrier that never returns: no
+    /// call, but the open call a hang analysis needs.
+    #[test]
+    fn extracts_outermost_calls_with_times_and_ranks() {
+        let lib = "libmpich.so.12";
+        let cap = capture(
+            &[
+                (lib, "PMPI_Send", false),
+                (lib, "MPI_Type_size", false),
+                (lib, "MPI_Recv", false),
+                (lib, "MPI_Barrier", false),
+                (lib, "malloc", false),
+            ],
+            &[(20, Some(1), Vec::new())],
+            &[(10, "S")],
+            |b| {
+                let send = [0, 1, 0, 0, 0, COMM_WORLD, 0, 0, 0, 0];
+                b.entry(20, 0, 1_000, 0x40, send); // MPI_Send(dest 0)
+                b.entry(20, 1, 1_100, 0x50, send); //   MPI_Type_size (nested)
+                b.ret(20, 1, 1_200);
+                b.entry(20, 4, 1_300, 0x60, send); //   malloc (not MPI)
+                b.ret(20, 4, 1_400);
+                b.ret(20, 0, 1_500);
+                b.entry(10, 3, 1_600, 0x70, [COMM_WORLD, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+                let any = (-2i64) as u64;
+                b.entry(
+                    20,
+                    2,
+                    4_500,
+                    0x80,
+                    [0, 1, 0, any, 0, COMM_WORLD, 0, 0, 0, 0],
+                );
+                b.ret(20, 2, 5_000);
+            },
+        );
+        let p = extract(&[&cap]).expect("profiles");
+        assert_eq!(p.ranks.len(), 2);
+        let r = &p.ranks[1];
         assert_eq!(
             (r.rank, r.rank_source, r.size),
             (1, RankSource::Environment, Some(2))
@@ -633,28 +795,140 @@ mod tests {
             (r.host.as_str(), r.pid, r.cpus.as_slice()),
             ("node7", 20, &[1][..])
         );
-        let got: Vec<(&str, Peer, u64, u64)> = r
+        let got: Vec<(&str, Peer, u64, u64, u64)> = r
             .calls
             .iter()
-            .map(|c| (r.function_name(c), c.peer, c.compute_ns, c.comm_ns))
+            .map(|c| {
+                (
+                    r.function_name(c),
+                    c.peer,
+                    c.compute_ns,
+                    c.comm_ns,
+                    c.call_site,
+                )
+            })
             .collect();
         assert_eq!(
             got,
             vec![
-                ("MPI_Send", Peer::Rank(0), 0, 500),
-                ("MPI_Recv", Peer::AnySource, 3_000, 500),
+                ("MPI_Send", Peer::Rank(0), 0, 500, 0x40),
+                ("MPI_Recv", Peer::AnySource, 3_000, 500, 0x80),
             ]
         );
+        assert_eq!((r.open.as_ref(), r.unfinished, r.last_ns), (None, 0, 5_000));
+        assert_eq!(
+            (r.end_ns, r.idle_ns(), r.state.as_deref()),
+            (10_000, 5_000, None)
+        );
+        // Rank 0 (pid order) is inside its barrier, sleeping.
+        let r0 = &p.ranks[0];
+        assert_eq!((r0.rank, r0.rank_source), (0, RankSource::PidOrder));
+        assert!(r0.calls.is_empty());
+        let open = r0.open.as_ref().expect("open barrier");
+        assert_eq!(
+            (open.function.as_str(), open.start_ns, open.call_site),
+            ("MPI_Barrier", 1_600, 0x70)
+        );
+        assert_eq!(
+            open.partners,
+            Partners::Collective {
+                comm: Some(COMM_WORLD as u32),
+                root: None,
+                request: None
+            }
+        );
+        assert_eq!((r0.unfinished, r0.state.as_deref()), (1, Some("S")));
     }
 
+    /// Fortran: `mpi_sendrecv_` (entry only, in the binding library) calls
+    /// MPI_Sendrecv and a helper. The call is one, from the binding's call
+    /// site in the program, starting at the binding's entry, with the
+    /// source read from the stack. A C call from the program itself (not
+    /// from the binding library) keeps its own site. A process that exited
+    /// says when.
     #[test]
-    fn pmpi_names_map_to_mpi() {
-        assert_eq!(mpi_name("PMPI_Send", &[]).as_deref(), Some("MPI_Send"));
-        assert_eq!(
-            mpi_name("PMPI_Send", &["MPI_Send".into()]).as_deref(),
-            Some("MPI_Send")
+    fn binding_calls_take_the_programs_call_site() {
+        let (lib, fort) = ("/lib/libmpich.so.12", "/lib/libmpichfort.so.12");
+        let maps = vec![
+            MapEntry {
+                start: 0x7000_0000,
+                end: 0x7010_0000,
+                path: fort.into(),
+                ..Default::default()
+            },
+            MapEntry {
+                start: 0x7100_0000,
+                end: 0x7110_0000,
+                path: lib.into(),
+                ..Default::default()
+            },
+        ];
+        let cap = capture(
+            &[
+                (lib, "PMPI_Sendrecv", false),
+                (lib, "PMPI_Type_free", false),
+                (fort, "mpi_sendrecv_", true),
+                (fort, "mpi_barrier_", true),
+                (lib, "MPI_Barrier", false),
+            ],
+            &[(30, Some(0), maps)],
+            &[],
+            |b| {
+                // sendrecv(dest 1, source 3) from the program at 0x401234.
+                b.mark(30, 2, 1_000, 0x40_1234);
+                let sr = [0, 1, 0, 1, 5, 0x10, 1, 0, 3, 6];
+                b.entry(30, 0, 1_100, 0x7000_0040, sr);
+                b.ret(30, 0, 1_900);
+                b.entry(30, 1, 1_950, 0x7000_0048, sr); // helper, same binding call
+                b.ret(30, 1, 2_000);
+                // The program's own C code calls MPI_Barrier directly.
+                b.entry(
+                    30,
+                    4,
+                    3_000,
+                    0x40_2000,
+                    [COMM_WORLD, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                );
+                b.ret(30, 4, 3_500);
+                // Fortran barrier, still open when the process exits.
+                b.mark(30, 3, 4_000, 0x40_1300);
+                b.entry(
+                    30,
+                    4,
+                    4_100,
+                    0x7000_0090,
+                    [COMM_WORLD, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                );
+                b.exit(30, 6_000);
+            },
         );
-        assert_eq!(mpi_name("MPIR_Foo", &[]), None);
-        assert_eq!(mpi_name("malloc", &[]), None);
+        let p = extract(&[&cap]).expect("profiles");
+        let r = &p.ranks[0];
+        let got: Vec<(&str, u64, u64, u64)> = r
+            .calls
+            .iter()
+            .map(|c| (r.function_name(c), c.start_ns, c.comm_ns, c.call_site))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("MPI_Sendrecv", 1_000, 1_000, 0x40_1234),
+                ("MPI_Barrier", 3_000, 500, 0x40_2000),
+            ]
+        );
+        assert_eq!(r.calls[0].peer, Peer::Rank(1));
+        assert_eq!(
+            r.calls[0].partners,
+            Partners::PointToPoint {
+                dest: Some(1),
+                source: Some(3)
+            }
+        );
+        let open = r.open.as_ref().expect("open barrier");
+        assert_eq!(
+            (open.function.as_str(), open.start_ns, open.call_site),
+            ("MPI_Barrier", 4_000, 0x40_1300)
+        );
+        assert_eq!((r.exited_ns, r.last_ns), (Some(6_000), 4_100));
     }
 }

@@ -1,29 +1,35 @@
-//! Reports of a [`Detection`]: a text table (metric per processor, final
-//! ILS per typical sequence, the sequences themselves) and an SVG of
+//! Reports of a [`Detection`]: the verdict and a text table (metric and
+//! threshold per processor, final ILS per typical sequence), an SVG of
 //! ILS(p, l, t) against t, one panel per processor, one line per typical
-//! sequence, like the paper's Figures 1–12.
+//! sequence, like the paper's Figures 1–12; and the hang analysis as text.
 
 use std::fmt::Write as _;
 
 use super::metric::Detection;
 use crate::report::{COLORS, escape};
 
-/// The text report.
+/// The text report: the verdict, then the metric per processor, its
+/// threshold and final ILS per typical sequence.
 pub fn text(d: &Detection) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "{}", d.verdict.summary);
+    if let Some(o) = d.overall_slowdown
+        && !(0.8..=1.25).contains(&o)
+    {
+        let _ = writeln!(
+            s,
+            "note: every processor alike computed {o:.2}x its clean time (a different problem size, or interference on all of them: this comparison cannot tell)"
+        );
+    }
     let _ = writeln!(
         s,
-        "interference metric m(p) per processor (0 = none; typical sequences weighted by length)"
+        "\ninterference metric m(p) per processor (K = {}; threshold learned from clean runs)",
+        d.k
     );
     let _ = writeln!(
         s,
-        "{:>5}  {:<14} {:>8} {:<6} {:>7}  ILS(p,l,end) for l = 1..{} (* = used)",
-        "rank",
-        "host",
-        "pid",
-        "cpus",
-        "m(p)",
-        d.sequences.len()
+        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  ILS(p,l,end) per own typical sequence (* = used)",
+        "rank", "host", "pid", "cpus", "m(p)", "thresh", "own time", "CPU deficit"
     );
     for p in &d.processors {
         let cpus = p
@@ -32,9 +38,7 @@ pub fn text(d: &Detection) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let metric = p
-            .metric
-            .map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
+        let num = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |m| format!("{m:.3}"));
         let ils = p
             .sequences
             .iter()
@@ -43,22 +47,26 @@ pub fn text(d: &Detection) -> String {
             .join(" ");
         let _ = writeln!(
             s,
-            "{:>5}  {:<14} {:>8} {:<6} {:>7}  {}{}",
+            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  {}{}{}",
             p.rank,
             p.host,
             p.pid,
             cpus,
-            metric,
+            num(p.metric),
+            num(p.threshold),
+            p.own_slowdown
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x")),
+            match (p.cpu_deficit, p.cpu_threshold) {
+                (Some(c), Some(t)) => format!("{c:.3} / {t:.3}"),
+                _ => "-".to_string(),
+            },
             ils,
+            if p.interfered { "  INTERFERED" } else { "" },
             p.note
                 .as_deref()
-                .map(|n| format!("  ({n})"))
+                .map(|n| format!("  (metric not computed: {n})"))
                 .unwrap_or_default()
         );
-    }
-    let _ = writeln!(s, "typical sequences:");
-    for ts in &d.sequences {
-        let _ = writeln!(s, "  TS{:<3} {}", ts.id, ts.summary(8));
     }
     s
 }
@@ -149,24 +157,130 @@ pub fn ils_svg(d: &Detection, title: &str) -> String {
         }
     }
     let lx = cols as f64 * (pw + ml) + 10.0;
-    for (l, ts) in d.sequences.iter().enumerate() {
+    let most = d
+        .processors
+        .iter()
+        .map(|p| p.sequences.len())
+        .max()
+        .unwrap_or(0);
+    for l in 0..most {
         let ly = 60.0 + l as f64 * 16.0;
         let _ = writeln!(
             s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">TS{} ({} calls)</text>"#,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">the rank's TS{}</text>"#,
             lx + 18.0,
             COLORS[l % COLORS.len()],
             lx + 22.0,
             ly + 4.0,
-            ts.id,
-            ts.len()
+            l + 1
         );
     }
     let _ = writeln!(
         s,
         r#"<text x="{lx}" y="{}" fill="dimgray">dashed: not used</text>"#,
-        70.0 + d.sequences.len() as f64 * 16.0
+        70.0 + most as f64 * 16.0
     );
     s.push_str("</svg>\n");
+    s
+}
+
+/// The hang analysis as text: the culprits first, then every rank's place
+/// in the wait-for graph, call sites labelled by `sites`.
+pub fn hang_text(
+    h: &super::waitfor::HangReport,
+    profiles: &super::Profiles,
+    sites: &mut super::sites::Sites<'_>,
+) -> String {
+    use super::waitfor::RankState;
+    let mut s = String::new();
+    let secs = |ns: u64| ns as f64 / 1e9;
+    if !h.hung {
+        let _ = writeln!(
+            s,
+            "not hung: no rank still running was idle for {:.1} s ({})",
+            secs(h.threshold_ns),
+            h.threshold_source
+        );
+        return s;
+    }
+    let site = |sites: &mut super::sites::Sites<'_>, rank: u32, addr: u64| {
+        profiles
+            .rank(rank)
+            .map(|p| sites.label(&p.host, p.pid, addr))
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| "an unknown site".into())
+    };
+    let _ = writeln!(
+        s,
+        "HUNG: a rank made no MPI progress for over {:.1} s ({})",
+        secs(h.threshold_ns),
+        h.threshold_source
+    );
+    if h.culprits.is_empty() {
+        let _ = writeln!(
+            s,
+            "culprit: not found (no rank the others wait for is outside MPI, and no odd collective or wait cycle)"
+        );
+    }
+    for c in &h.culprits {
+        let Some(w) = h.rank(c.rank) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "culprit: rank {} (pid {} on {}): {}",
+            c.rank, w.pid, w.host, c.reason
+        );
+        let what = if w.call.is_some() {
+            "stuck at"
+        } else {
+            "last MPI call at"
+        };
+        let _ = writeln!(s, "  {what} {}", site(sites, c.rank, w.call_site));
+        if !c.blocking.is_empty() {
+            let _ = writeln!(
+                s,
+                "  holding up ranks {}",
+                c.blocking
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let _ = writeln!(s, "\nwait-for graph when recording stopped:");
+    for w in &h.ranks {
+        let state = match &w.state {
+            RankState::Finished => "finished".to_string(),
+            RankState::Dead { .. } => "exited".to_string(),
+            RankState::Stopped => "stopped".to_string(),
+            RankState::Computing => "computing".to_string(),
+            RankState::Blocked | RankState::InMpi => {
+                format!("in {}", w.call.as_deref().unwrap_or("MPI"))
+            }
+        };
+        let waits = if w.waits_for.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  waits for {}",
+                w.waits_for
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let _ = writeln!(
+            s,
+            "  rank {:>3}  {:<22} at {}{}  (idle {:.1} s)",
+            w.rank,
+            state,
+            site(sites, w.rank, w.call_site),
+            waits,
+            secs(w.idle_ns)
+        );
+    }
     s
 }

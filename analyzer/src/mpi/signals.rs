@@ -1,198 +1,111 @@
-//! The preprocessing and detection signals of 002 §4.1–4.2.
+//! The preprocessing and detection signals of 002 §4.1–4.2, per rank.
 //!
-//! * S(p, l, t): computation time of the t-th occurrence of typical sequence
-//!   l on processor p: the sum of the computation entries of the calls in
-//!   that occurrence.
-//! * AVG(l, t), STDEV(l, t) (eq. 1): mean and population standard
-//!   deviation of S over the processors at sample index t. When processors
-//!   have different numbers of occurrences, index t averages over those that
-//!   have a t-th one.
-//! * T(p, l, t) = AVG(l, t) + K(p, l)·STDEV(l, t) (eq. 2), extended by a
-//!   relative margin R(p, l)·AVG(l, t): with P processors a sample's
-//!   distance to the mean is at most √(P−1) standard deviations, so with the
-//!   two processors of a dual-core node the paper's threshold cannot tell a
-//!   hogged processor from noise (each sample is exactly ±1 STDEV from the
-//!   mean). R = 0 is the paper's threshold.
-//! * I(p, l, t) = [S > T] (eq. 3); samples shorter than the filter (0.5 ms)
-//!   are skipped; ILS(p, l, t) is the running mean of the kept indicators.
+//! * S(p, l, t): computation time of the t-th occurrence of rank p's
+//!   typical sequence l: the sum of the computation entries of the calls in
+//!   that occurrence. Occurrences shorter than the filter (0.5 ms) are
+//!   dropped (§4.2).
+//! * The threshold. The paper's is T(p, l, t) = AVG(l, t) + K·STDEV(l, t)
+//!   over the processors at index t (eq. 2): with two processors every
+//!   sample is exactly one STDEV from the mean, and ranks whose work
+//!   differs by design (boundary ranks) exceed it in every run (issue 17).
+//!   Here each sample is compared with the rank's own clean behaviour and
+//!   with the other ranks at the same time ([`super::baseline`]):
+//!   Y(p, l, t) = S / B(p, l) / G(p, t), and the indicator (eq. 3) is
+//!   I = [Y > 1 + K·σ(p, l)], σ being the spread of Y in held-out clean
+//!   runs.
+//! * ILS(p, l, t): the running mean of the indicators (§4.2).
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use super::{
+    baseline::{Relative, RunSamples, Sample},
     profile::Profiles,
-    typical::{FunctionSeqs, TypicalSequence, find_occurrences},
+    typical::{TypicalSequence, find_occurrences},
 };
 
-/// The threshold parameters of one processor and typical sequence.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Threshold {
-    /// K(p, l): standard deviations above the mean.
-    pub k: f64,
-    /// R(p, l): fraction of the mean added on top (0 in the paper).
-    pub r: f64,
-}
+/// Each rank's typical sequences (rank → sequences, `id` = l).
+pub type RankSequences = BTreeMap<u32, Vec<TypicalSequence>>;
 
-impl Threshold {
-    /// T for one sample index.
-    #[inline]
-    pub fn at(&self, avg: f64, stdev: f64) -> f64 {
-        avg + self.k * stdev + self.r * avg
-    }
-}
-
-/// S, AVG and STDEV of every typical sequence for one run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Signals {
-    /// Ranks, in the order of the `samples` rows.
-    pub ranks: Vec<u32>,
-    /// The typical sequences, in the order of the `samples` columns.
-    pub sequences: Vec<TypicalSequence>,
-    /// `samples[l][p][t]` = S(p, l, t) in ns.
-    pub samples: Vec<Vec<Vec<u64>>>,
-    /// `starts[l][p][t]`: entry time (CLOCK_MONOTONIC ns) of the occurrence.
-    pub starts: Vec<Vec<Vec<u64>>>,
-    /// `avg[l][t]` = AVG(l, t) in ns.
-    pub avg: Vec<Vec<f64>>,
-    /// `stdev[l][t]` = STDEV(l, t) in ns.
-    pub stdev: Vec<Vec<f64>>,
-}
-
-impl Signals {
-    /// Builds the signals of `sequences` over `profiles` (a sequence whose
-    /// functions a rank never calls gives that rank no samples).
-    pub fn build(profiles: &Profiles, sequences: &[TypicalSequence]) -> Self {
-        let seqs = FunctionSeqs::of(profiles);
-        let mut samples = Vec::with_capacity(sequences.len());
-        let mut starts = Vec::with_capacity(sequences.len());
-        let mut avg = Vec::with_capacity(sequences.len());
-        let mut stdev = Vec::with_capacity(sequences.len());
-        for ts in sequences {
-            let pattern = seqs.encode(&ts.functions);
-            let mut per_rank = Vec::with_capacity(profiles.ranks.len());
-            let mut start_rank = Vec::with_capacity(profiles.ranks.len());
-            for (rank, seq) in profiles.ranks.iter().zip(&seqs.seqs) {
-                let occ = pattern
-                    .as_ref()
-                    .map(|p| find_occurrences(seq, p))
-                    .unwrap_or_default();
-                let len = ts.len();
-                per_rank.push(
-                    occ.iter()
-                        .map(|&i| rank.calls[i..i + len].iter().map(|c| c.compute_ns).sum())
-                        .collect::<Vec<u64>>(),
-                );
-                start_rank.push(occ.iter().map(|&i| rank.calls[i].start_ns).collect());
-            }
-            let (a, s) = mean_stdev(&per_rank);
-            samples.push(per_rank);
-            starts.push(start_rank);
-            avg.push(a);
-            stdev.push(s);
-        }
-        Self {
-            ranks: profiles.ranks.iter().map(|r| r.rank).collect(),
-            sequences: sequences.to_vec(),
-            samples,
-            starts,
-            avg,
-            stdev,
-        }
-    }
-
-    /// Row of `rank` in `samples`.
-    pub fn rank_index(&self, rank: u32) -> Option<usize> {
-        self.ranks.iter().position(|r| *r == rank)
-    }
-
-    /// ILS(p, l, t) for every sample index t of processor row `p` (eq. 3 and
-    /// the running mean of §4.2): filtered samples repeat the previous value.
-    pub fn ils(&self, l: usize, p: usize, th: Threshold, min_sample_ns: u64) -> Vec<f64> {
-        let s = &self.samples[l][p];
-        let mut out = Vec::with_capacity(s.len());
-        let (mut above, mut kept) = (0u64, 0u64);
-        for (t, &x) in s.iter().enumerate() {
-            if x >= min_sample_ns {
-                kept += 1;
-                if x as f64 > th.at(self.avg[l][t], self.stdev[l][t]) {
-                    above += 1;
+/// S(p, l, t) of every rank of a run, occurrences of at least
+/// `min_sample_ns` only; the sample key is l − 1.
+pub fn samples(profiles: &Profiles, sequences: &RankSequences, min_sample_ns: u64) -> RunSamples {
+    let mut ranks = Vec::new();
+    for r in &profiles.ranks {
+        let Some(seqs) = sequences.get(&r.rank) else {
+            continue;
+        };
+        // The rank's calls as indexes into its own function table.
+        let ids: Vec<u32> = r.calls.iter().map(|c| u32::from(c.function)).collect();
+        let mut out: Vec<Sample> = Vec::new();
+        for (l, ts) in seqs.iter().enumerate() {
+            let pattern: Option<Vec<u32>> = ts
+                .functions
+                .iter()
+                .map(|f| r.functions.iter().position(|x| x == f).map(|i| i as u32))
+                .collect();
+            let Some(pattern) = pattern else {
+                continue;
+            };
+            for i in find_occurrences(&ids, &pattern) {
+                let s: u64 = r.calls[i..i + pattern.len()]
+                    .iter()
+                    .map(|c| c.compute_ns)
+                    .sum();
+                if s >= min_sample_ns {
+                    out.push(Sample {
+                        key: l as u32,
+                        start_ns: r.calls[i].start_ns,
+                        value_ns: s,
+                    });
                 }
             }
-            out.push(if kept == 0 {
-                0.0
-            } else {
-                above as f64 / kept as f64
-            });
         }
-        out
+        out.sort_by_key(|s| s.start_ns);
+        ranks.push((r.rank, out));
     }
-
-    /// ILS(p, l, end) without building the series.
-    pub fn ils_end(&self, l: usize, p: usize, th: Threshold, min_sample_ns: u64) -> f64 {
-        let s = &self.samples[l][p];
-        let (mut above, mut kept) = (0u64, 0u64);
-        for (t, &x) in s.iter().enumerate() {
-            if x >= min_sample_ns {
-                kept += 1;
-                above += u64::from(x as f64 > th.at(self.avg[l][t], self.stdev[l][t]));
-            }
-        }
-        if kept == 0 {
-            0.0
-        } else {
-            above as f64 / kept as f64
-        }
-    }
+    RunSamples { ranks }
 }
 
-/// Eq. 1 per sample index over the processors that have that sample.
-fn mean_stdev(per_rank: &[Vec<u64>]) -> (Vec<f64>, Vec<f64>) {
-    let n = per_rank.iter().map(Vec::len).max().unwrap_or(0);
-    let mut avg = vec![0.0; n];
-    let mut stdev = vec![0.0; n];
-    for t in 0..n {
-        let (mut sum, mut count) = (0.0, 0usize);
-        for s in per_rank {
-            if let Some(&x) = s.get(t) {
-                sum += x as f64;
-                count += 1;
-            }
-        }
-        let mean = sum / count.max(1) as f64;
-        let var = per_rank
-            .iter()
-            .filter_map(|s| s.get(t))
-            .map(|&x| (x as f64 - mean).powi(2))
-            .sum::<f64>()
-            / count.max(1) as f64;
-        avg[t] = mean;
-        stdev[t] = var.sqrt();
+/// ILS(p, l, t) for t = 1, 2, … of one rank's sequence `l`: the running
+/// mean of [Y > `threshold`].
+pub fn ils(rel: &[Relative], l: u32, threshold: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let (mut above, mut kept) = (0u64, 0u64);
+    for r in rel.iter().filter(|r| r.key == l) {
+        kept += 1;
+        above += u64::from(r.concurrent > threshold);
+        out.push(above as f64 / kept as f64);
     }
-    (avg, stdev)
+    out
+}
+
+/// ILS(p, l, end) without the series (0 without samples).
+pub fn ils_end(rel: &[Relative], l: u32, threshold: f64) -> f64 {
+    let (mut above, mut kept) = (0u64, 0u64);
+    for r in rel.iter().filter(|r| r.key == l) {
+        kept += 1;
+        above += u64::from(r.concurrent > threshold);
+    }
+    if kept == 0 {
+        0.0
+    } else {
+        above as f64 / kept as f64
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mpi::{
+        baseline::{Baseline, concurrent},
         profile::Peer,
-        typical::{TypicalConfig, tests::profile, typical_sequences},
+        typical::{TypicalConfig, rank_sequences, tests::profile},
     };
 
-    fn paper() -> Threshold {
-        Threshold { k: 0.0, r: 0.0 }
-    }
-
-    #[test]
-    fn eq1_mean_and_population_stdev() {
-        let (a, s) = mean_stdev(&[vec![2, 10], vec![4], vec![6, 20]]);
-        assert_eq!(a, vec![4.0, 15.0]);
-        assert!((s[0] - (8.0f64 / 3.0).sqrt()).abs() < 1e-12);
-        assert_eq!(s[1], 5.0);
-    }
-
-    /// Four processors, one slower on every occurrence: its ILS is 1 with
-    /// K = 1 (it is √3 STDEV above the mean), the others' 0; samples under
-    /// the filter do not count.
+    /// Four processors, one slower on every occurrence: its samples are
+    /// twice its own baseline and its peers', so every one is above a
+    /// threshold of 1.5 and none of the others'; samples under the filter
+    /// do not count.
     #[test]
     fn ils_counts_samples_above_the_threshold() {
         let body = |compute: u64| -> Vec<(&'static str, Peer, u64)> {
@@ -205,68 +118,30 @@ mod tests {
                 })
                 .collect()
         };
-        let ranks = vec![
-            profile(0, &body(1_000_000)),
-            profile(1, &body(1_000_000)),
-            profile(2, &body(1_000_000)),
-            profile(3, &body(3_000_000)),
-        ];
-        let profiles = Profiles { version: 1, ranks };
-        let ts = typical_sequences(&profiles, &TypicalConfig::default());
-        let sig = Signals::build(&profiles, &ts);
-        let k1 = Threshold { k: 1.0, r: 0.0 };
-        for l in 0..ts.len() {
-            assert_eq!(sig.ils_end(l, 3, k1, 500_000), 1.0);
-            for p in 0..3 {
-                assert_eq!(sig.ils_end(l, p, k1, 500_000), 0.0);
-            }
-            // √3 ≈ 1.73 STDEV: K = 2 is never reached.
-            assert_eq!(
-                sig.ils_end(l, 3, Threshold { k: 2.0, r: 0.0 }, 500_000),
-                0.0
-            );
-            // A filter above every sample leaves nothing: ILS stays 0.
-            assert_eq!(sig.ils_end(l, 3, k1, u64::MAX), 0.0);
-            let series = sig.ils(l, 3, paper(), 0);
-            assert_eq!(series.len(), sig.samples[l][3].len());
-            assert!(series.iter().all(|v| *v == 1.0));
-        }
-    }
-
-    /// With two processors each sample is exactly one STDEV from the mean,
-    /// so K alone cannot separate them; the relative margin can.
-    #[test]
-    fn two_processors_need_the_relative_margin() {
-        let alternating = |slow_first: bool| -> Vec<(&'static str, Peer, u64)> {
-            (0..16)
-                .flat_map(|i| {
-                    let slow = (i % 2 == 0) == slow_first;
-                    [
-                        (
-                            "MPI_Send",
-                            Peer::Rank(1),
-                            if slow { 1_050_000 } else { 1_000_000 },
-                        ),
-                        ("MPI_Recv", Peer::Rank(1), 0),
-                    ]
-                })
-                .collect()
+        let run = |slow: u64| Profiles {
+            version: 2,
+            ranks: (0..4)
+                .map(|r| profile(r, &body(if r == 3 { slow } else { 1_000_000 })))
+                .collect(),
         };
-        let ranks = vec![
-            profile(0, &alternating(true)),
-            profile(1, &alternating(false)),
-        ];
-        let profiles = Profiles { version: 1, ranks };
-        let one = vec![TypicalSequence {
-            id: 1,
-            functions: vec!["MPI_Send".into(), "MPI_Recv".into()],
-        }];
-        let sig = Signals::build(&profiles, &one);
-        // 5 % noise: the paper's K = 0 flags half the samples of a clean run.
-        assert_eq!(sig.ils_end(0, 0, paper(), 0), 0.5);
-        assert_eq!(sig.ils_end(0, 0, Threshold { k: 0.9, r: 0.0 }, 0), 0.5);
-        assert_eq!(sig.ils_end(0, 0, Threshold { k: 1.0, r: 0.0 }, 0), 0.0);
-        // A 10 % margin ignores the noise.
-        assert_eq!(sig.ils_end(0, 0, Threshold { k: 0.0, r: 0.1 }, 0), 0.0);
+        let clean = run(1_000_000);
+        let seqs = rank_sequences(&[&clean], &TypicalConfig::default());
+        let base = Baseline::learn(&[&samples(&clean, &seqs, 500_000)]);
+        let rel = concurrent(&samples(&run(2_000_000), &seqs, 500_000), &base);
+        for (rank, r) in &rel {
+            for l in 0..seqs[rank].len() as u32 {
+                let want = if *rank == 3 { 1.0 } else { 0.0 };
+                assert_eq!(ils_end(r, l, 1.5), want, "rank {rank} l {l}");
+                let series = ils(r, l, 1.5);
+                assert!(series.iter().all(|v| *v == want));
+            }
+        }
+        // A filter above every sample leaves nothing.
+        assert!(
+            samples(&run(2_000_000), &seqs, u64::MAX)
+                .ranks
+                .iter()
+                .all(|(_, s)| s.is_empty())
+        );
     }
 }

@@ -96,18 +96,13 @@ impl FunctionSeqs {
                         *names.entry(f.clone()).or_insert(next)
                     })
                     .collect();
-                r.calls.iter().map(|c| ids[c.function as usize]).collect()
+                r.calls
+                    .iter()
+                    .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
+                    .collect()
             })
             .collect();
         Self { names, seqs }
-    }
-
-    /// `functions` as ids; `None` if one never occurs in these profiles.
-    pub(crate) fn encode(&self, functions: &[String]) -> Option<Vec<u32>> {
-        functions
-            .iter()
-            .map(|f| self.names.get(f).copied())
-            .collect()
     }
 }
 
@@ -191,9 +186,109 @@ pub fn typical_sequences(profiles: &Profiles, config: &TypicalConfig) -> Vec<Typ
                 id: out.len() + 1,
                 functions: functions
                     .iter()
-                    .map(|f| by_id[*f as usize].clone())
+                    .map(|f| by_id.get(*f as usize).cloned().unwrap_or_default())
                     .collect(),
             });
+        }
+    }
+    out
+}
+
+/// Each rank's own typical sequences, for comparing a rank with its own
+/// clean behaviour (ranks differ by design: the ends of a line of ranks,
+/// a master). Ranks whose call sequences (functions only) are the same in
+/// the first run share one Sequitur grammar, over the lowest such rank's
+/// (function, peer) sequence, as the paper takes one processor's; each
+/// rule, longest first, is kept for a rank when it occurs at least
+/// `min_occurrences` times (by function) in that rank's sequence of every
+/// run. Ranks missing from a run get none.
+pub fn rank_sequences(
+    runs: &[&Profiles],
+    config: &TypicalConfig,
+) -> std::collections::BTreeMap<u32, Vec<TypicalSequence>> {
+    use std::collections::BTreeMap;
+    let mut out: BTreeMap<u32, Vec<TypicalSequence>> = BTreeMap::new();
+    let Some(first) = runs.first() else {
+        return out;
+    };
+    // One name table for every run.
+    let mut names: HashMap<String, u32> = HashMap::new();
+    let mut encode = |r: &super::profile::RankProfile| -> Vec<u32> {
+        let ids: Vec<u32> = r
+            .functions
+            .iter()
+            .map(|f| {
+                let next = names.len() as u32;
+                *names.entry(f.clone()).or_insert(next)
+            })
+            .collect();
+        r.calls
+            .iter()
+            .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
+            .collect()
+    };
+    // seqs[run][rank]
+    let seqs: Vec<BTreeMap<u32, Vec<u32>>> = runs
+        .iter()
+        .map(|p| p.ranks.iter().map(|r| (r.rank, encode(r))).collect())
+        .collect();
+    let mut by_id = vec![String::new(); names.len()];
+    for (name, id) in &names {
+        by_id[*id as usize] = name.clone();
+    }
+    // Groups of ranks with the same function sequence in the first run.
+    let mut groups: BTreeMap<&[u32], Vec<u32>> = BTreeMap::new();
+    for r in &first.ranks {
+        if let Some(s) = seqs[0].get(&r.rank) {
+            groups.entry(s.as_slice()).or_default().push(r.rank);
+        }
+    }
+    for members in groups.values() {
+        let reference = members[0];
+        let Some(profile) = first.rank(reference) else {
+            continue;
+        };
+        let mut sequitur: Sequitur<(u32, Peer)> = Sequitur::new();
+        for (call, f) in profile.calls.iter().zip(&seqs[0][&reference]) {
+            sequitur.push((*f, call.peer));
+        }
+        let grammar = sequitur.grammar();
+        let mut rules: Vec<usize> = (1..grammar.rules().len())
+            .filter(|&i| grammar.len(RuleId(i)) >= config.min_length.max(1))
+            .collect();
+        rules.sort_by_key(|&i| (std::cmp::Reverse(grammar.len(RuleId(i))), i));
+        let mut seen: HashSet<Vec<u32>> = HashSet::new();
+        for &rule in rules.iter().take(config.max_candidates) {
+            let functions: Vec<u32> = grammar.expand(RuleId(rule)).iter().map(|t| t.0).collect();
+            if !seen.insert(functions.clone()) {
+                continue;
+            }
+            for &rank in members {
+                let list = out.entry(rank).or_default();
+                if list.len() >= config.max_sequences {
+                    continue;
+                }
+                let frequent = seqs.iter().all(|run| {
+                    run.get(&rank).is_some_and(|s| {
+                        find_occurrences(s, &functions).len() >= config.min_occurrences
+                    })
+                });
+                if frequent {
+                    list.push(TypicalSequence {
+                        id: list.len() + 1,
+                        functions: functions
+                            .iter()
+                            .map(|f| by_id.get(*f as usize).cloned().unwrap_or_default())
+                            .collect(),
+                    });
+                }
+            }
+            if members
+                .iter()
+                .all(|r| out.get(r).is_some_and(|l| l.len() >= config.max_sequences))
+            {
+                break;
+            }
         }
     }
     out
@@ -226,6 +321,7 @@ pub(crate) mod tests {
                 cpu: rank,
                 tid: rank,
                 call_site: 0,
+                partners: Default::default(),
             });
             t += 1000;
         }
@@ -240,6 +336,12 @@ pub(crate) mod tests {
             functions,
             calls: out,
             unfinished: 0,
+            open: None,
+            last_ns: 0,
+            exited_ns: None,
+            state: None,
+            end_ns: 0,
+            cpu: Vec::new(),
         }
     }
 
@@ -289,6 +391,45 @@ pub(crate) mod tests {
         assert_eq!(
             ts.iter().map(|t| t.id).collect::<Vec<_>>(),
             vec![1, 2, 3, 4]
+        );
+    }
+
+    /// A pipeline: rank 0 only sends, the last rank only receives, the
+    /// middle ones do both. Each rank gets sequences of its own calls.
+    #[test]
+    fn each_rank_gets_its_own_sequences() {
+        let steps = |r: u32| -> Vec<(&'static str, Peer, u64)> {
+            (0..16)
+                .flat_map(|_| {
+                    let mut v = Vec::new();
+                    if r > 0 {
+                        v.push(("MPI_Recv", Peer::Rank(r as i32 - 1), 5));
+                    }
+                    if r < 2 {
+                        v.push(("MPI_Send", Peer::Rank(r as i32 + 1), 5));
+                    }
+                    v.push(("MPI_Allreduce", Peer::Op(1), 5));
+                    v
+                })
+                .collect()
+        };
+        let run = Profiles {
+            version: 2,
+            ranks: (0..3).map(|r| profile(r, &steps(r))).collect(),
+        };
+        let per = rank_sequences(&[&run, &run], &TypicalConfig::default());
+        assert_eq!(per.len(), 3);
+        for (rank, seqs) in &per {
+            assert!(!seqs.is_empty(), "rank {rank}");
+            let own = |f: &str| seqs.iter().all(|s| s.functions.iter().any(|x| x == f));
+            assert_eq!(own("MPI_Recv"), *rank > 0, "rank {rank}: {seqs:?}");
+            assert_eq!(own("MPI_Send"), *rank < 2, "rank {rank}: {seqs:?}");
+        }
+        // The common sequences of the paper find nothing on all three.
+        assert!(
+            typical_sequences(&run, &TypicalConfig::default())
+                .iter()
+                .all(|s| s.functions.iter().all(|f| f == "MPI_Allreduce"))
         );
     }
 

@@ -10,8 +10,8 @@ use super::{
     Scored,
     distance::{median, median_vector, term},
     types::{
-        Cell, Culprit, Metric, REPORT_VERSION, Report, RootCause, ServerVerdict, ServerWindow,
-        Thresholds, WindowReport,
+        Cell, Culprit, FaultyServer, Metric, Outcome, REPORT_VERSION, Report, RootCause,
+        ServerVerdict, ServerWindow, SilentMetric, Thresholds, Verdict, WindowReport,
     },
 };
 
@@ -108,13 +108,24 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
         .collect();
     let mut root_causes = Vec::new();
     let mut dimensions = BTreeMap::new();
+    let mut no_data = Vec::new();
     for (mi, mv) in run.windowed.metrics.iter().enumerate() {
         let metric = mv.metric;
         if !thresholds.metrics.contains_key(&metric) {
-            notes.push(format!(
-                "metric {} was not trained (no data in the training runs): skipped",
-                metric.name()
-            ));
+            let reason = match &mv.empty {
+                Some(why) => format!("not trained (no data in the training runs); here: {why}"),
+                None => "not trained (no data in the training runs)".to_string(),
+            };
+            no_data.push(SilentMetric { metric, reason });
+            continue;
+        }
+        // A metric with no dimension has nothing to compare: every score
+        // would be 0, which reads as "alike" where nothing was seen.
+        if let Some(why) = &mv.empty {
+            no_data.push(SilentMetric {
+                metric,
+                reason: why.clone(),
+            });
             continue;
         }
         metrics.push(metric);
@@ -213,8 +224,10 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             (*m, servers)
         })
         .collect();
+    let verdict = verdict_of(&verdicts, &metrics, no_data, &run.windowed.starts);
     Report {
         version: REPORT_VERSION,
+        verdict,
         faulty: verdicts
             .iter()
             .filter(|v| v.faulty)
@@ -236,6 +249,58 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
         root_causes,
         dimensions,
         notes,
+    }
+}
+
+/// The verdict from the per-server verdicts: faulty servers, or none
+/// stands out over the metrics compared, or no data at all.
+fn verdict_of(
+    servers: &[ServerVerdict],
+    compared: &[Metric],
+    no_data: Vec<SilentMetric>,
+    starts: &[u64],
+) -> Verdict {
+    let first = starts.first().copied().unwrap_or(0);
+    let faulty: Vec<FaultyServer> = servers
+        .iter()
+        .filter(|v| v.faulty)
+        .map(|v| FaultyServer {
+            server: v.server.clone(),
+            metrics: v.metrics.clone(),
+            from_s: v
+                .first_faulty_window
+                .and_then(|w| starts.get(w))
+                .map_or(0.0, |s| (s - first) as f64 / 1e9),
+        })
+        .collect();
+    let names = |m: &[Metric]| m.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+    let (outcome, mut summary) = if compared.is_empty() {
+        (
+            Outcome::NoData,
+            "no verdict: no metric had data to compare".to_string(),
+        )
+    } else if faulty.is_empty() {
+        (
+            Outcome::NoneStandsOut,
+            format!("no server stands out (compared by {})", names(compared)),
+        )
+    } else {
+        let list: Vec<String> = faulty
+            .iter()
+            .map(|f| format!("{} (by {})", f.server, names(&f.metrics)))
+            .collect();
+        (Outcome::Faulty, format!("faulty: {}", list.join("; ")))
+    };
+    if !no_data.is_empty() {
+        let silent: Vec<Metric> = no_data.iter().map(|s| s.metric).collect();
+        summary.push_str(&format!("; no data for {}", names(&silent)));
+    }
+    Verdict {
+        outcome,
+        faulty,
+        compared: compared.to_vec(),
+        no_data,
+        summary,
     }
 }
 

@@ -57,7 +57,7 @@ use tracer_common::{
     syscall::{self, nr},
 };
 
-use super::types::{Metric, PeersConfig, PeersError, ServerSplit};
+use super::types::{Metric, PAPER_SAMPLE_HZ, PeersConfig, PeersError, ServerSplit};
 use crate::decode::{Capture, Event, Symbolizer, ip_addr, nul_padded, syscall_name};
 
 /// Components of [`Metric::Retransmits`].
@@ -138,6 +138,9 @@ pub struct Features {
     pub series: Vec<[HashMap<u32, Vec<f64>>; Metric::MEASURED]>,
     /// Retransmissions per server and remote address, over the whole run.
     pub retransmit_peers: Vec<HashMap<String, u64>>,
+    /// CPU sampling rate of the captures the samples came from, Hz per CPU
+    /// (the highest, when they differ; 0 when none sampled).
+    pub sample_hz: u64,
     /// Records read.
     pub events: u64,
     /// Things worth knowing (unattributed records).
@@ -153,6 +156,9 @@ pub struct MetricVectors {
     pub components: Vec<String>,
     /// `vectors[window][server][component]`.
     pub vectors: Vec<Vec<Vec<f64>>>,
+    /// Why the metric has no component, when it has none (nothing of its
+    /// kind was recorded, or nothing reached the dimensionality rule).
+    pub empty: Option<String>,
 }
 
 /// Windows of a run with their feature vectors.
@@ -957,7 +963,7 @@ pub fn extract(
                     }
                 }
                 Event::Sample(smp) => samples[ci].push(smp),
-                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
+                Event::Usdt(_) | Event::UsdtString(_) | Event::CpuTimes(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap
@@ -996,6 +1002,7 @@ pub fn extract(
     interners[Metric::SyscallTime.index()] = syscall_names;
 
     // Pass 2, per host: samples from the host's sample source(s).
+    let mut sample_hz = 0;
     for (host, _) in hosts.iter().enumerate() {
         let on_host: Vec<usize> = (0..sources.len()).filter(|c| host_of[*c] == host).collect();
         let host_servers: Vec<usize> = (0..servers.len())
@@ -1015,6 +1022,7 @@ pub fn extract(
         };
         for c in sample_sources {
             let cap = sources[c].capture;
+            sample_hz = sample_hz.max(cap.header.settings.sample_hz);
             let off = offset(cap);
             let sym = Symbolizer::new(cap);
             let mut cache: HashMap<(u32, u64), u32> = HashMap::new();
@@ -1256,6 +1264,7 @@ pub fn extract(
         components: interners.map(|i| i.names),
         series: bins.series,
         retransmit_peers,
+        sample_hz,
         events,
         notes,
     })
@@ -1336,6 +1345,96 @@ impl Features {
             Metric::FileLatency => &self.components[Metric::FileTime.index()],
             Metric::BlockLatency => &self.components[Metric::BlockTime.index()],
             m => &self.components[m.index()],
+        }
+    }
+
+    /// Why `metric` kept no component: nothing of its kind was recorded, or
+    /// nothing reached the dimensionality rule (with the bar and the most any
+    /// component reached, so the user sees how far off it was).
+    fn why_empty(
+        &self,
+        metric: Metric,
+        cfg: &PeersConfig,
+        peak: &dyn Fn(Metric, u32) -> f64,
+    ) -> String {
+        let n = self.names(metric).len() as u32;
+        if n == 0 {
+            return match metric {
+                Metric::Samples if self.sample_hz == 0 => {
+                    "the captures hold no CPU samples (recorded with --sample-hz 0)".into()
+                }
+                Metric::Samples => "the servers were never sampled on a CPU".into(),
+                Metric::Count | Metric::Time | Metric::Latency => {
+                    "the captures hold no function calls (recorded without function probes)".into()
+                }
+                Metric::FileIo | Metric::FileTime | Metric::FileLatency => {
+                    "the captures hold no file I/O counts (recorded with --no-file-io, or the servers did no file I/O)".into()
+                }
+                Metric::BlockRequests | Metric::BlockBytes | Metric::BlockTime | Metric::BlockLatency => {
+                    "the captures hold no block requests on the servers' devices (recorded with --no-block-io, or none reached a disk)".into()
+                }
+                Metric::NetBytes | Metric::NetErrors => {
+                    "the captures hold no network interface counters (recorded with --no-net-stats)".into()
+                }
+                _ => "the captures hold no system calls of the servers".into(),
+            };
+        }
+        let most = |m: Metric| (0..n).map(|c| peak(m, c)).fold(0.0, f64::max);
+        let window_s = cfg.window_ns as f64 / 1e9;
+        match metric {
+            Metric::Samples => format!(
+                "no function reached {:.2} samples in one {window_s} s window on one server (--min-samples {} per minute at the paper's {} Hz, scaled to {} Hz; the most was {})",
+                cfg.samples_bar(self.sample_hz),
+                cfg.min_samples,
+                PAPER_SAMPLE_HZ,
+                self.sample_hz,
+                most(Metric::Samples)
+            ),
+            Metric::Time | Metric::SyscallTime => format!(
+                "nothing reached {:.0} ms in one {window_s} s window on one server (--min-time; the most was {:.0} ms)",
+                cfg.scaled(cfg.min_time_ms),
+                most(metric)
+            ),
+            Metric::Count | Metric::Syscalls | Metric::Latency | Metric::SyscallLatency => {
+                let (time, calls) = match metric {
+                    Metric::Count | Metric::Latency => (Metric::Time, Metric::Count),
+                    _ => (Metric::SyscallTime, Metric::Syscalls),
+                };
+                format!(
+                    "nothing reached {:.0} calls or {:.0} ms in one {window_s} s window on one server (--min-calls, --min-time; the most was {:.0} calls, {:.0} ms){}",
+                    cfg.scaled(cfg.min_calls),
+                    cfg.scaled(cfg.min_time_ms),
+                    most(calls),
+                    most(time),
+                    if metric == Metric::SyscallLatency {
+                        "; waits (epoll, poll, select) are never compared by latency"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Metric::FileLatency | Metric::BlockLatency => {
+                let calls = if metric == Metric::FileLatency {
+                    Metric::FileIo
+                } else {
+                    Metric::BlockRequests
+                };
+                format!(
+                    "no class reached {:.0} calls in one {window_s} s window on one server \
+                     (--min-calls; the most was {:.0}), too few for a mean",
+                    cfg.scaled(cfg.min_calls.max(1.0)),
+                    most(calls)
+                )
+            }
+            Metric::Retransmits
+            | Metric::SocketBytes
+            | Metric::FileIo
+            | Metric::FileTime
+            | Metric::BlockRequests
+            | Metric::BlockBytes
+            | Metric::BlockTime
+            | Metric::NetBytes
+            | Metric::NetErrors => "no components".into(),
         }
     }
 
@@ -1442,12 +1541,11 @@ impl Features {
                 per_server.iter().flatten().copied().fold(0.0, f64::max)
             })
         };
+        let samples_bar = cfg.samples_bar(self.sample_hz);
         let kept = |m: Metric| -> Vec<u32> {
             let n = self.names(m).len() as u32;
             let mut ids: Vec<u32> = match m {
-                Metric::Samples => (0..n)
-                    .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_samples))
-                    .collect(),
+                Metric::Samples => (0..n).filter(|c| peak(m, *c) >= samples_bar).collect(),
                 Metric::Time => (0..n)
                     .filter(|c| peak(m, *c) >= cfg.scaled(cfg.min_time_ms))
                     .collect(),
@@ -1519,7 +1617,7 @@ impl Features {
                     .map(|c| column(*m).get(c).unwrap_or(&zero))
                     .collect();
                 let floor = match m {
-                    Metric::Samples => Some(cfg.scaled(cfg.min_samples)),
+                    Metric::Samples => Some(samples_bar.max(1.0)),
                     Metric::Time | Metric::SyscallTime | Metric::FileTime | Metric::BlockTime => {
                         Some(cfg.scaled(cfg.min_time_ms))
                     }
@@ -1548,6 +1646,7 @@ impl Features {
                         .map(|c| self.names(*m)[*c as usize].clone())
                         .collect(),
                     vectors,
+                    empty: ids.is_empty().then(|| self.why_empty(*m, cfg, &peak)),
                 }
             })
             .collect();

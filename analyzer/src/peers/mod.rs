@@ -30,11 +30,12 @@ pub use distance::{KL_EPSILON, distance, median, median_vector, scores, term};
 pub use features::{
     CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,
 };
-pub use train::{minimal_threshold, train};
+pub use train::{minimal_threshold, quantile, train};
 pub use types::{
-    Cell, Culprit, Distance, Metric, PeersConfig, PeersError, REPORT_VERSION, Report, RootCause,
-    ServerEndpoint, ServerSplit, ServerThreshold, ServerVerdict, ServerWindow, THRESHOLDS_VERSION,
-    Thresholds, TrainingRun, WindowReport,
+    Calibration, Cell, Culprit, Distance, FaultyServer, Metric, Outcome, PAPER_SAMPLE_HZ,
+    PeersConfig, PeersError, REPORT_VERSION, Report, RootCause, ServerEndpoint, ServerSplit,
+    ServerThreshold, ServerVerdict, ServerWindow, SilentMetric, THRESHOLDS_VERSION, Thresholds,
+    TrainingRun, Verdict, WindowReport,
 };
 
 /// A run cut into windows and scored: every server's score per metric and

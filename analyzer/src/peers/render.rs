@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::types::{Report, Thresholds};
+use super::types::{Outcome, Report, Thresholds};
 use crate::report::{COLORS, escape};
 
 /// The diagnosis as text: verdict, per-metric score tables (`*` anomalous,
@@ -43,8 +43,24 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
                 .join(", ")
         );
     }
-    if report.faulty.is_empty() {
-        let _ = writeln!(s, "verdict: no server is faulty");
+    match report.verdict.outcome {
+        Outcome::NoData => {
+            let _ = writeln!(s, "verdict: NO VERDICT: no metric had data to compare");
+        }
+        Outcome::NoneStandsOut => {
+            let _ = writeln!(
+                s,
+                "verdict: no server stands out (compared by {})",
+                report
+                    .verdict
+                    .compared
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Outcome::Faulty => {}
     }
     for v in report.servers.iter().filter(|v| v.faulty) {
         let first = v.first_faulty_window.and_then(|w| report.windows.get(w));
@@ -62,6 +78,9 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
                 w.index, w.t_s, w.wall
             ))
         );
+    }
+    for silent in &report.verdict.no_data {
+        let _ = writeln!(s, "no data for {}: {}", silent.metric.name(), silent.reason);
     }
     for metric in &report.metrics {
         let _ = writeln!(
@@ -217,12 +236,13 @@ pub fn thresholds_text(t: &Thresholds) -> String {
     let _ = writeln!(
         s,
         "thresholds from {} fault-free run(s), {} windows of {} s every {} s, {} distance; \
-         threshold = 2 × the smallest that removes every training anomaly (at least {})",
+         threshold = {} (at least {})",
         t.runs.len(),
         t.runs.iter().map(|r| r.windows).sum::<usize>(),
         c.window_ns as f64 / 1e9,
         c.shift_ns as f64 / 1e9,
         distance_name(c.distance),
+        c.calibration.describe(),
         number(c.min_threshold)
     );
     for (metric, servers) in &t.metrics {
@@ -267,8 +287,9 @@ fn distance_name(d: super::Distance) -> &'static str {
     }
 }
 
-/// A number with as many decimals as it needs to read well.
+/// A number with as many decimals as it needs to read well (never `-0`).
 fn number(x: f64) -> String {
+    let x = if x == 0.0 { 0.0 } else { x };
     let a = x.abs();
     if a >= 1000.0 || a == a.trunc() {
         format!("{x:.0}")

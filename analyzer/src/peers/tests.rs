@@ -411,6 +411,7 @@ fn run(
             w.write_meta(&Meta::End(End {
                 stop_ns: shift + seconds * SEC,
                 reason: "duration".into(),
+                ..Default::default()
             }))
             .expect("end");
             let name = if together {
@@ -581,6 +582,7 @@ fn exclusive_time_is_spread_over_the_bins_a_call_spans() {
     w.write_meta(&Meta::End(End {
         stop_ns: 12 * MS,
         reason: String::new(),
+        ..Default::default()
     }))
     .expect("end");
     let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
@@ -634,12 +636,113 @@ fn symmetric_servers_are_not_indicted() {
     // A hog on the shared host is sampled too: node samples land on every
     // server alike and cancel.
     let r = diagnosed(&cfg, &t, &[], true, false);
-    assert!(
-        r.faulty.is_empty(),
-        "{}",
-        render::report_text(&r, cfg.distance)
-    );
+    let text = render::report_text(&r, cfg.distance);
+    assert!(r.faulty.is_empty(), "{text}");
     assert!(r.root_causes.is_empty());
+    assert_eq!(r.verdict.outcome, Outcome::NoneStandsOut, "{text}");
+    assert!(r.verdict.faulty.is_empty());
+    assert!(
+        text.contains("verdict: no server stands out (compared by samples, count"),
+        "{text}"
+    );
+    // syscall-time had nothing to train on: said, with why.
+    assert_eq!(r.verdict.no_data.len(), 1, "{:?}", r.verdict.no_data);
+    assert_eq!(r.verdict.no_data[0].metric, Metric::SyscallTime);
+    assert!(
+        r.verdict.no_data[0].reason.starts_with("not trained"),
+        "{:?}",
+        r.verdict.no_data
+    );
+    assert!(
+        text.contains("no data for syscall-time: not trained"),
+        "{text}"
+    );
+    assert!(!r.metrics.contains(&Metric::SyscallTime));
+}
+
+/// A metric that keeps no component (here: a samples bar no function
+/// reaches; function metrics of captures without function probes) is
+/// named with why, in the verdict and the text, never shown as scores of 0;
+/// with no metric left there is no verdict at all.
+#[test]
+fn a_metric_with_no_dimension_says_so() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::Samples, Metric::Retransmits],
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    // The same bar in training and diagnosis would leave samples untrained:
+    // raise it for the trial only, as a capture sampled at a lower rate would.
+    let strict = PeersConfig {
+        min_samples: 1e9,
+        ..cfg.clone()
+    };
+    let s = scored("trial", &run(99, 40, &[], true, false), &strict).expect("trial");
+    let samples = &s.windowed.metrics[s.metric_index(Metric::Samples).expect("samples")];
+    assert!(samples.components.is_empty());
+    let why = samples.empty.as_deref().expect("a reason");
+    assert!(
+        why.starts_with("no function reached ") && why.contains("scaled to 100 Hz"),
+        "{why}"
+    );
+    let r = diagnose(&s, &t, cfg.k, 10);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.verdict.outcome, Outcome::NoneStandsOut, "{text}");
+    assert_eq!(r.verdict.compared, vec![Metric::Retransmits]);
+    assert_eq!(r.verdict.no_data[0].metric, Metric::Samples);
+    assert!(
+        text.contains("no data for samples: no function reached"),
+        "{text}"
+    );
+    assert!(
+        r.verdict.summary.ends_with("; no data for samples"),
+        "{}",
+        r.verdict.summary
+    );
+    assert!(!text.contains("-0"), "{text}");
+    assert!(
+        !text.contains("\nsamples ("),
+        "no score table for samples: {text}"
+    );
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["version"], REPORT_VERSION);
+    assert_eq!(json["verdict"]["outcome"], "none_stands_out");
+    assert_eq!(json["verdict"]["no_data"][0]["metric"], "samples");
+
+    // Function metrics of captures that hold no function calls.
+    let fcfg = PeersConfig {
+        metrics: vec![Metric::Count, Metric::Time],
+        ..config(ServerSplit::PerCapture)
+    };
+    let ft = trained(&fcfg, false);
+    let mut none = fcfg.clone();
+    none.min_time_ms = 1e12;
+    none.min_calls = 1e12;
+    let s = scored("trial", &run(99, 40, &[], false, false), &none).expect("trial");
+    let r = diagnose(&s, &ft, fcfg.k, 10);
+    assert_eq!(r.verdict.outcome, Outcome::NoData);
+    assert!(r.verdict.compared.is_empty());
+    let text = render::report_text(&r, fcfg.distance);
+    assert!(text.contains("verdict: NO VERDICT"), "{text}");
+    assert!(
+        text.contains("no data for count: nothing reached"),
+        "{text}"
+    );
+}
+
+/// The samples bar is the paper's 100 samples a minute at its sampling
+/// rate: the same CPU time at any rate and window.
+#[test]
+fn the_samples_bar_scales_with_window_and_rate() {
+    let mut cfg = PeersConfig {
+        window_ns: 60 * SEC,
+        ..PeersConfig::default()
+    };
+    assert!((cfg.samples_bar(28_000) - 100.0).abs() < 1e-9);
+    assert!((cfg.samples_bar(280) - 1.0).abs() < 1e-9);
+    cfg.window_ns = 6 * SEC;
+    assert!((cfg.samples_bar(28_000) - 10.0).abs() < 1e-9);
+    assert_eq!(cfg.samples_bar(0), 0.0);
 }
 
 #[test]
@@ -661,6 +764,16 @@ fn a_slower_function_indicts_its_server_and_tops_the_root_cause() {
     );
     let text = render::report_text(&r, cfg.distance);
     assert_eq!(r.faulty, vec!["server2"], "{text}");
+    assert_eq!(r.verdict.outcome, Outcome::Faulty);
+    assert_eq!(r.verdict.faulty.len(), 1);
+    assert_eq!(r.verdict.faulty[0].server, "server2");
+    assert!(r.verdict.faulty[0].metrics.contains(&Metric::Time));
+    assert!(r.verdict.faulty[0].from_s >= 8.0, "{:?}", r.verdict);
+    assert!(
+        r.verdict.summary.starts_with("faulty: server2 (by "),
+        "{}",
+        r.verdict.summary
+    );
     let v = &r.servers[2];
     assert!(v.metrics.contains(&Metric::Time), "{text}");
     // Indicted after the fault began: the first faulty window starts after 12 s.
@@ -1170,6 +1283,7 @@ fn everyone_then_one() -> Scored {
                 metric: Metric::Time,
                 components: (0..5).map(|c| format!("f{c}")).collect(),
                 vectors,
+                empty: None,
             }],
             common_span: (T0, T0 + 20 * SEC),
         },
@@ -1645,4 +1759,109 @@ fn a_port_shared_by_namespaced_servers_is_told_apart_by_their_addresses() {
             .any(|n| n.starts_with("20 TCP retransmissions matched no server")),
         "{notes:?}"
     );
+}
+
+/// Calibrations read and print the same way; thresholds files without one
+/// load as the paper's rule; out-of-range parameters are refused.
+#[test]
+fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
+    for text in ["paper:2", "paper:1.5", "quantile:0.95:1.5", "quantile:1:1"] {
+        let c: Calibration = text.parse().expect(text);
+        assert_eq!(c.to_string(), text);
+        assert_eq!(c.to_string().parse::<Calibration>(), Ok(c));
+    }
+    assert_eq!("paper".parse(), Ok(Calibration::Paper { factor: 2.0 }));
+    assert_eq!(
+        "quantile:0.9".parse(),
+        Ok(Calibration::Quantile {
+            q: 0.9,
+            margin: 1.0
+        })
+    );
+    for bad in ["quantile", "quantile:x", "paper:2:3", "median"] {
+        assert!(bad.parse::<Calibration>().is_err(), "{bad}");
+    }
+    for (c, ok) in [
+        (
+            Calibration::Quantile {
+                q: 0.0,
+                margin: 1.0,
+            },
+            false,
+        ),
+        (
+            Calibration::Quantile {
+                q: 0.9,
+                margin: 0.5,
+            },
+            false,
+        ),
+        (Calibration::Paper { factor: 0.9 }, false),
+        (
+            Calibration::Quantile {
+                q: 0.9,
+                margin: 2.0,
+            },
+            true,
+        ),
+    ] {
+        let cfg = PeersConfig {
+            calibration: c,
+            ..PeersConfig::default()
+        };
+        assert_eq!(cfg.validate().is_ok(), ok, "{c:?}");
+    }
+    let t = hand_thresholds(None);
+    let mut json: serde_json::Value = serde_json::to_value(&t).expect("json");
+    json["config"]
+        .as_object_mut()
+        .and_then(|c| c.remove("calibration"))
+        .expect("written");
+    let old: Thresholds = serde_json::from_value(json).expect("old thresholds");
+    assert_eq!(old.config.calibration, Calibration::paper());
+}
+
+/// The quantile calibration gives each server the margin times the
+/// quantile of its own training scores; the paper's, twice its largest.
+#[test]
+fn quantile_and_paper_thresholds_per_server() {
+    let paper = config(ServerSplit::PerCapture);
+    let runs: Vec<Scored> = [11, 22]
+        .iter()
+        .map(|seed| {
+            scored(
+                &format!("clean{seed}"),
+                &run(*seed, 40, &[], false, false),
+                &paper,
+            )
+            .expect("clean run")
+        })
+        .collect();
+    let t = train(&runs, &paper).expect("paper");
+    for th in t.metrics[&Metric::Time].values() {
+        assert_eq!(th.threshold, (2.0 * th.minimal).max(paper.min_threshold));
+        assert!(th.minimal >= th.max_score);
+    }
+    let q = PeersConfig {
+        calibration: Calibration::Quantile {
+            q: 0.5,
+            margin: 3.0,
+        },
+        ..paper.clone()
+    };
+    let t = train(&runs, &q).expect("quantile");
+    let time = &t.metrics[&Metric::Time];
+    assert_eq!(time.len(), 4);
+    for (s, server) in runs[0].servers.iter().enumerate() {
+        let mut own: Vec<f64> = Vec::new();
+        for r in &runs {
+            let mi = r.metric_index(Metric::Time).expect("time");
+            own.extend(r.scores[mi].iter().map(|w| w[s]));
+        }
+        let median = quantile(&mut own, 0.5);
+        let th = &time[&server.label];
+        assert_eq!(th.minimal, median, "{}", server.label);
+        assert_eq!(th.threshold, (3.0 * median).max(q.min_threshold));
+        assert!(th.minimal < th.max_score, "the median is below the largest");
+    }
 }

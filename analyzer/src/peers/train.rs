@@ -1,15 +1,17 @@
-//! Thresholds by training on fault-free runs (Kasick et al. §5.1, "Threshold
-//! selection"): per server and metric, the smallest threshold (a multiple of
-//! the resolution; the paper uses integers) that leaves no training window
-//! anomalous, found by binary search, then doubled as a cushion.
+//! Thresholds by training on fault-free runs. The paper's rule (Kasick et
+//! al. §5.1, "Threshold selection"): per server and metric, the smallest
+//! threshold (a multiple of the resolution; the paper uses integers) that
+//! leaves no training window anomalous, found by binary search, then doubled
+//! as a cushion. Or per server and metric, a quantile of the training scores
+//! times a margin ([`Calibration`]).
 
 use std::collections::BTreeMap;
 
 use super::{
     Scored,
     types::{
-        Metric, PeersConfig, PeersError, ServerThreshold, THRESHOLDS_VERSION, Thresholds,
-        TrainingRun,
+        Calibration, Metric, PeersConfig, PeersError, ServerThreshold, THRESHOLDS_VERSION,
+        Thresholds, TrainingRun,
     },
 };
 
@@ -33,6 +35,18 @@ pub fn minimal_threshold(scores: &[f64], resolution: f64) -> f64 {
         }
     }
     lo as f64 * resolution
+}
+
+/// The `q`-quantile of `values` by nearest rank: the smallest value at
+/// least a share `q` of them do not exceed (`q` = 1: the largest); 0 for
+/// none. NaNs sort last.
+pub fn quantile(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = (q.clamp(0.0, 1.0) * values.len() as f64).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
 }
 
 /// Learns thresholds from scored fault-free runs. Each run must have at least
@@ -86,10 +100,15 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         }
         let thresholds = per_server
             .into_iter()
-            .map(|(label, scores)| {
-                let minimal = minimal_threshold(&scores, resolution);
+            .map(|(label, mut scores)| {
+                let (minimal, factor) = match cfg.calibration {
+                    Calibration::Paper { factor } => {
+                        (minimal_threshold(&scores, resolution), factor)
+                    }
+                    Calibration::Quantile { q, margin } => (quantile(&mut scores, q), margin),
+                };
                 let t = ServerThreshold {
-                    threshold: (2.0 * minimal).max(cfg.min_threshold),
+                    threshold: (factor * minimal).max(cfg.min_threshold),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),
@@ -148,6 +167,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let mut v: Vec<f64> = (1..=20).map(f64::from).rev().collect();
+        assert_eq!(quantile(&mut v, 0.95), 19.0);
+        assert_eq!(quantile(&mut v, 1.0), 20.0);
+        assert_eq!(quantile(&mut v, 0.5), 10.0);
+        assert_eq!(quantile(&mut v, 0.0), 1.0);
+        assert_eq!(quantile(&mut [], 0.9), 0.0);
+        assert_eq!(quantile(&mut [3.0], 0.9), 3.0);
     }
 
     /// Paper: the minimum integer threshold; scores 3.2, 7 and 0 need 7.

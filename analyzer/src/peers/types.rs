@@ -10,8 +10,12 @@ use crate::decode::DecodeError;
 
 /// Version of the [`Thresholds`] model format.
 pub const THRESHOLDS_VERSION: u32 = 1;
-/// Version of the [`Report`] format.
-pub const REPORT_VERSION: u32 = 1;
+/// Version of the [`Report`] format (2: the explicit [`Verdict`]).
+pub const REPORT_VERSION: u32 = 2;
+
+/// The paper's sampling rate per CPU: OProfile's default of one sample per
+/// 100,000 unhalted cycles, on its 2.8 GHz Opteron 1220s (Kasick et al. §4).
+pub const PAPER_SAMPLE_HZ: f64 = 28_000.0;
 
 /// One behaviour metric compared across servers (Kasick et al. §5.1 compare
 /// one metric at a time). Beyond the paper's three (`samples`, `count`,
@@ -218,6 +222,91 @@ pub enum Distance {
     SymmetricKl,
 }
 
+/// How a threshold is learned from fault-free training scores.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum Calibration {
+    /// Kasick et al. §5.1: per server, `factor` times the smallest threshold
+    /// (a multiple of the resolution) that leaves no training window
+    /// anomalous (paper: 2). One burst in training sets it, so a bursty
+    /// workload's thresholds end far above its usual scores.
+    Paper {
+        /// The cushion (paper: 2).
+        factor: f64,
+    },
+    /// Per server, like the paper: `margin` times the `q`-quantile of the
+    /// server's training scores. The k-of-2k−1 rule bounds what the quantile
+    /// lets through: a window above it is anomalous with probability about
+    /// 1−q, a server faulty only after k of them in 2k−1 windows. (Pooling
+    /// the servers' scores per metric indicted wrong servers: peers are not
+    /// quite alike, GlusterFS's first node also serves the client's volume
+    /// file.)
+    Quantile {
+        /// The quantile, in (0, 1].
+        q: f64,
+        /// Factor on it, at least 1.
+        margin: f64,
+    },
+}
+
+impl Calibration {
+    /// The paper's rule.
+    pub fn paper() -> Self {
+        Self::Paper { factor: 2.0 }
+    }
+
+    /// Short description for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Paper { factor } => format!(
+                "{factor} × the smallest threshold that removes every training anomaly, per server"
+            ),
+            Self::Quantile { q, margin } => format!(
+                "{margin} × the {}th percentile of the server's training scores",
+                q * 100.0
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Calibration {
+    /// The form [`Calibration::from_str`] reads.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Paper { factor } => write!(f, "paper:{factor}"),
+            Self::Quantile { q, margin } => write!(f, "quantile:{q}:{margin}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Calibration {
+    type Err = String;
+
+    /// `paper`, `paper:F`, `quantile:Q` (margin 1) or `quantile:Q:M`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad =
+            || format!("`{text}` is not paper, paper:FACTOR, quantile:Q or quantile:Q:MARGIN");
+        let mut parts = text.split(':');
+        let num = |p: Option<&str>, default: f64| -> Result<f64, String> {
+            p.map_or(Ok(default), |x| x.parse::<f64>().map_err(|_| bad()))
+        };
+        let c = match parts.next() {
+            Some("paper") => Self::Paper {
+                factor: num(parts.next(), 2.0)?,
+            },
+            Some("quantile") => Self::Quantile {
+                q: num(Some(parts.next().ok_or_else(bad)?), 0.0)?,
+                margin: num(parts.next(), 1.0)?,
+            },
+            _ => return Err(bad()),
+        };
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(c)
+    }
+}
+
 /// How captures map to servers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "mode")]
@@ -246,8 +335,12 @@ pub struct PeersConfig {
     /// Distance measure (paper: Manhattan).
     pub distance: Distance,
     /// Dimensionality reduction: keep a samples component that reaches this
-    /// many samples in one window on one server, per 60 s of window (paper:
-    /// 100 in its 60 s windows); scaled linearly to `window_ns`.
+    /// many samples in one window on one server, per 60 s of window, at the
+    /// paper's sampling rate ([`PAPER_SAMPLE_HZ`]; paper: 100). Scaled to
+    /// `window_ns` and to the captures' own sampling rate, so the bar is the
+    /// same CPU time whatever the rate: the paper's 100 samples are 3.6 ms of
+    /// CPU a minute, a fraction of one sample at 99 Hz, where the unscaled
+    /// bar left servers at 5% CPU with no component at all.
     pub min_samples: f64,
     /// Keep a time (and count) component that reaches this many ms in one
     /// window on one server, per 60 s of window (paper: 1 s); scaled.
@@ -289,6 +382,11 @@ pub struct PeersConfig {
     /// threshold alone. Default: 1.5.
     #[serde(default)]
     pub outlier: Option<f64>,
+    /// How thresholds are learned from the training scores
+    /// ([`Calibration`]); thresholds files written before there was a choice
+    /// load as the paper's rule.
+    #[serde(default = "Calibration::paper")]
+    pub calibration: Calibration,
     /// k: a server is faulty when anomalous in at least k of the last 2k−1
     /// windows (paper: 3). Training runs need 2k−1 windows.
     pub k: usize,
@@ -362,6 +460,7 @@ impl Default for PeersConfig {
             // did; 1.5 sits in the middle).
             normalize: vec![Metric::Syscalls, Metric::Time],
             outlier: Some(1.5),
+            calibration: Calibration::paper(),
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
@@ -402,10 +501,54 @@ impl PeersConfig {
         if self.metrics.is_empty() {
             return bad("no metric selected");
         }
+        match self.calibration {
+            Calibration::Paper { factor } if !(factor.is_finite() && factor >= 1.0) => {
+                return bad("the paper calibration's factor must be a number of at least 1");
+            }
+            Calibration::Quantile { q, margin }
+                if !(q > 0.0 && q <= 1.0 && margin.is_finite() && margin >= 1.0) =>
+            {
+                return bad(
+                    "the quantile calibration needs a quantile in (0, 1] and a margin of at least 1",
+                );
+            }
+            _ => {}
+        }
         if self.outlier.is_some_and(|f| !(f.is_finite() && f >= 1.0)) {
             return bad(
                 "the outlier factor must be a number of at least 1 (the CLI takes 0 for off)",
             );
+        }
+        // Bounds on what sizes memory: a thresholds file read from
+        // elsewhere carries these parameters (issue 15). Series are kept in
+        // bins of gcd(window, shift), and 2k-1 windows of history.
+        let (mut a, mut b) = (self.window_ns, self.shift_ns);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        if a < 1_000_000 {
+            return bad("window and shift must be whole milliseconds");
+        }
+        if self.window_ns > 86_400_000_000_000 {
+            return bad("the window must not be longer than a day");
+        }
+        if self.k > 1000 {
+            return bad("k must be at most 1000");
+        }
+        for (what, v) in [
+            ("min_samples", self.min_samples),
+            ("min_time_ms", self.min_time_ms),
+            ("min_calls", self.min_calls),
+            ("min_threshold", self.min_threshold),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PeersError::BadConfig {
+                    what: format!("{what} must be a number of at least 0"),
+                });
+            }
+        }
+        if !self.resolution().is_finite() {
+            return bad("the threshold resolution must be finite");
         }
         Ok(())
     }
@@ -414,15 +557,23 @@ impl PeersConfig {
     pub(crate) fn scaled(&self, per_minute: f64) -> f64 {
         per_minute * self.window_ns as f64 / 60e9
     }
+
+    /// The samples bar of one window for captures sampled at `sample_hz`
+    /// per CPU ([`PeersConfig::min_samples`]).
+    pub fn samples_bar(&self, sample_hz: u64) -> f64 {
+        self.scaled(self.min_samples) * sample_hz as f64 / PAPER_SAMPLE_HZ
+    }
 }
 
 /// A threshold learned for one server and metric.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerThreshold {
-    /// The threshold used in diagnosis: `2 × minimal`, at least the floor.
+    /// The threshold used in diagnosis: the calibration's factor or margin
+    /// times `minimal`, at least the floor.
     pub threshold: f64,
-    /// The minimal threshold (a multiple of the resolution) that leaves no
-    /// training window anomalous, found by binary search.
+    /// What the calibration multiplies: the smallest threshold (a multiple
+    /// of the resolution) that leaves no training window of the server
+    /// anomalous (paper), or the metric's quantile of training scores.
     pub minimal: f64,
     /// Largest score seen in training.
     pub max_score: f64,
@@ -557,11 +708,65 @@ pub struct ServerVerdict {
     pub retransmit_peers: BTreeMap<String, u64>,
 }
 
+/// What a peer comparison concludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// One or more servers are faulty.
+    Faulty,
+    /// Metrics were compared and no server stands out from its peers.
+    NoneStandsOut,
+    /// No metric could be compared: there is no verdict.
+    NoData,
+}
+
+/// A metric that could not be compared, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SilentMetric {
+    /// The metric.
+    pub metric: Metric,
+    /// Why (nothing recorded, nothing reached the dimensionality rule, not
+    /// trained).
+    pub reason: String,
+}
+
+/// The verdict of a peer comparison, for people and for tools that combine
+/// analyses (`analyzer diagnose`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What the comparison concludes.
+    pub outcome: Outcome,
+    /// The faulty servers (empty unless `outcome` is `faulty`), with the
+    /// metrics that found each.
+    pub faulty: Vec<FaultyServer>,
+    /// Metrics compared.
+    pub compared: Vec<Metric>,
+    /// Metrics that were asked for but had no data, and why: a verdict of
+    /// "no server stands out" says nothing about what these would show.
+    pub no_data: Vec<SilentMetric>,
+    /// The verdict in one line.
+    pub summary: String,
+}
+
+/// A server found faulty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultyServer {
+    /// Label.
+    pub server: String,
+    /// Metrics that found it.
+    pub metrics: Vec<Metric>,
+    /// Start of the first window it was faulty in, s since the first window.
+    pub from_s: f64,
+}
+
 /// The result of `analyzer peers diagnose`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// [`REPORT_VERSION`].
     pub version: u32,
+    /// The verdict: faulty servers, or none stands out, or no data; and
+    /// which metrics had no data.
+    pub verdict: Verdict,
     /// Labels of the servers found faulty (combined over metrics).
     pub faulty: Vec<String>,
     /// Labels of the servers found faulty by each metric alone (every

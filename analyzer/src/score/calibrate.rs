@@ -17,7 +17,11 @@ use crate::{
     units::{ProcessUnits, UnitKind},
 };
 
-use super::{Scoring, score_tree};
+use super::{Scoring, score_tree, suspect::match_behaviour};
+
+/// A held-out process's units of one tree: how many had each learned
+/// behaviour, and how many had none.
+type Deviations = (HashMap<u32, u32>, u32);
 
 /// Folds at most: beyond this each fold learns most of the runs anyway.
 const MAX_FOLDS: usize = 5;
@@ -67,9 +71,19 @@ pub fn calibrate(
             }
             for p in run {
                 let group = learned.group(&p.signature);
-                for u in &p.units {
+                // Per tree: this process's units by learned behaviour, and
+                // its units no learned one matched.
+                let mut per_tree: HashMap<(UnitKind, &str), Deviations> = HashMap::new();
+                // A unit cut by the end of its thread's trace is judged
+                // only by its calls: it widens no range.
+                for u in p.units.iter().filter(|u| !u.cut) {
+                    let key = (u.kind, u.model_key());
+                    let tree = group.and_then(|g| g.tree(u.kind, u.model_key()));
+                    let range = ranges
+                        .entry((&p.signature, u.kind, u.model_key()))
+                        .or_default();
                     // No group or tree: the trial would score 1 (000 §3.1).
-                    let (nodes, edges) = match group.and_then(|g| g.tree(u.kind, u.model_key())) {
+                    let (nodes, edges) = match tree {
                         Some(tree) => (
                             score_tree(tree, &p.nodes, u, Scoring::Nodes).0,
                             score_tree(tree, &p.nodes, u, Scoring::Edges).0,
@@ -77,10 +91,32 @@ pub fn calibrate(
                         None => (1.0, 1.0),
                     };
                     units += 1;
-                    ranges
-                        .entry((&p.signature, u.kind, u.model_key()))
-                        .or_default()
-                        .add(nodes, edges);
+                    range.add(nodes, edges);
+                    if !u.open.is_empty() {
+                        range.open += 1;
+                    }
+                    let entry = per_tree.entry(key).or_default();
+                    match tree.map(|t| (t, match_behaviour(t, &p.nodes, u).id)) {
+                        Some((_, Some(id))) => *entry.0.entry(id).or_default() += 1,
+                        _ => {
+                            range.novel += 1;
+                            entry.1 += 1;
+                        }
+                    }
+                }
+                for ((kind, key), (by_behaviour, novel)) in per_tree {
+                    let tree = group.and_then(|g| g.tree(kind, key));
+                    let excess: u32 = by_behaviour
+                        .iter()
+                        .map(|(id, n)| {
+                            let max = tree
+                                .and_then(|t| t.behaviours.get(*id as usize))
+                                .map_or(0, |b| b.max_per_process);
+                            if *n > max { *n } else { 0 }
+                        })
+                        .sum();
+                    let range = ranges.entry((&p.signature, kind, key)).or_default();
+                    range.deviating_per_process = range.deviating_per_process.max(novel + excess);
                 }
             }
         }
@@ -135,6 +171,7 @@ mod tests {
                 nodes.sort_unstable();
                 nodes.dedup();
                 Unit {
+                    first_ns: vec![i as u64 * 10; nodes.len()],
                     kind: UnitKind::Handler,
                     tid: pid,
                     start_ns: i as u64 * 10,
@@ -145,6 +182,9 @@ mod tests {
                     peer: None,
                     entries: (0, 0),
                     role: "main".into(),
+                    open: Vec::new(),
+                    exited: false,
+                    cut: false,
                 }
             })
             .collect();
@@ -303,5 +343,139 @@ mod tests {
 
         model.merge(&base);
         assert!(model.groups[0].handlers["listen"].normal.is_none());
+    }
+
+    /// A call that every learned unit made whenever it made the caller is
+    /// missed: anomalous whatever the score (the paper's Δ = p = 1), even
+    /// uncalibrated; but not in a unit that never completed, whose missing
+    /// calls are the truncation's.
+    #[test]
+    fn a_call_every_normal_unit_made_and_this_one_skipped_is_anomalous() {
+        use crate::score::Evidence;
+        let runs: Vec<Vec<ProcessUnits>> = (0..3)
+            .map(|i| vec![process(10 + i, &[GET, PUT, GET, PUT])])
+            .collect();
+        let model = learned(&runs);
+        const PUT_UNLOGGED: &[&[&str]] = &[&["serve", "recv"], &["serve", "put"]];
+        let s = scores(&model, &process(20, &[PUT_UNLOGGED]));
+        let skipped = s[0].evidence.iter().find_map(|e| match e {
+            Evidence::Skipped { paths, learned } => Some((paths.clone(), *learned)),
+            _ => None,
+        });
+        assert_eq!(
+            skipped,
+            Some((
+                vec!["serve@site_of_serve > put@site_of_put > write@site_of_write".to_string()],
+                6
+            )),
+            "{:#?}",
+            s[0]
+        );
+        assert!(s[0].anomalous && s[0].score < 0.5);
+
+        let mut open = process(21, &[PUT_UNLOGGED]);
+        open.units[0].open = vec![open.units[0].nodes[0]];
+        let s = scores(&model, &open);
+        assert!(
+            !s[0]
+                .evidence
+                .iter()
+                .any(|e| matches!(e, Evidence::Skipped { .. })),
+            "{:#?}",
+            s[0]
+        );
+    }
+
+    /// Normal units either receive and handle, or close: each call has
+    /// p < 1, so a unit that does neither skips nothing the model says is
+    /// certain, but no learned unit had its call paths together, and
+    /// held-out normal units always matched a behaviour of another run: it
+    /// is a new behaviour, with the nearest normal one named.
+    #[test]
+    fn a_combination_no_normal_unit_had_is_anomalous_where_held_out_units_always_matched() {
+        use crate::score::Evidence;
+        const HANDLED: &[&[&str]] = &[&["serve", "recv"], &["serve", "handle"]];
+        const CLOSED: &[&[&str]] = &[&["serve", "close"]];
+        const NEITHER: &[&[&str]] = &[&["serve", "recv"]];
+        let runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &[HANDLED, HANDLED, HANDLED, CLOSED])])
+            .collect();
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        let range = model.groups[0].handlers["listen"]
+            .normal
+            .expect("calibrated");
+        assert_eq!((range.novel, range.deviating_per_process), (0, 0));
+        let s = scores(&model, &process(20, &[HANDLED, NEITHER]));
+        let neither = s.iter().find(|u| u.start_ns == 10).expect("unit 2");
+        assert_eq!(neither.evidence, [Evidence::NewBehaviour { learned: 16 }]);
+        let near = neither
+            .behaviour
+            .as_ref()
+            .and_then(|b| b.nearest.clone())
+            .expect("the nearest behaviour");
+        assert_eq!(near.units, 12);
+        assert_eq!(
+            near.missing,
+            ["serve@site_of_serve > handle@site_of_handle"]
+        );
+        assert!(
+            s.iter()
+                .find(|u| u.start_ns == 0)
+                .is_some_and(|u| !u.anomalous)
+        );
+    }
+
+    /// A node's probability is the mean over the process models that made
+    /// its caller: a process of the group that never made the caller does
+    /// not pull it down (000 §2.4, the mean of the original nodes); learned
+    /// in two parts and merged, the tree, its probabilities and its
+    /// behaviours are those learned at once.
+    #[test]
+    fn probabilities_are_over_the_processes_that_made_the_caller_and_merge() {
+        let a = process(1, &[PUT, PUT]);
+        let b = process(2, &[CLOSE]);
+        let whole = learned(&[vec![a.clone(), b.clone()]]);
+        let tree = &whole.groups[0].handlers["listen"];
+        let write = tree
+            .canonical()
+            .into_iter()
+            .find(|(path, _)| path.ends_with("write@site_of_write"))
+            .expect("write");
+        assert_eq!(write.1, 1.0, "{:?}", tree.canonical());
+        let recv = tree
+            .canonical()
+            .into_iter()
+            .find(|(path, _)| path.ends_with("recv@site_of_recv"))
+            .expect("recv");
+        assert_eq!(recv.1, 1.0);
+
+        let mut merged = learned(&[vec![a]]);
+        merged.merge(&learned(&[vec![b]]));
+        let m = &merged.groups[0].handlers["listen"];
+        assert_eq!(m.canonical(), tree.canonical());
+        let behaviours = |t: &crate::model::CallTreeModel| {
+            let mut out: Vec<(Vec<String>, u64, u32)> = t
+                .behaviours
+                .iter()
+                .map(|b| {
+                    let mut paths: Vec<String> =
+                        b.nodes.iter().map(|n| t.path_string(*n)).collect();
+                    paths.sort();
+                    (paths, b.units, b.max_per_process)
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        assert_eq!(behaviours(m), behaviours(tree));
+        assert_eq!(
+            behaviours(tree)
+                .iter()
+                .map(|b| (b.1, b.2))
+                .collect::<Vec<_>>()
+                .len(),
+            2
+        );
     }
 }

@@ -6,8 +6,10 @@ mod report;
 mod suspect;
 
 pub use calibrate::{Calibration, calibrate};
-pub use report::{Earliest, SCORE_REPORT_VERSION, ScoreReport};
+pub use report::{
+    Earliest, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
+};
 pub use suspect::{
-    Difference, DifferenceKind, NORMAL_MARGIN, Scoring, UnitScore, rank, score_processes,
-    score_tree,
+    Difference, DifferenceKind, Evidence, NORMAL_MARGIN, Nearest, Scoring, Seen, UnitScore, rank,
+    score_processes, score_tree,
 };

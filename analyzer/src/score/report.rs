@@ -1,20 +1,80 @@
-//! What `analyzer model score` reports: every unit ranked by suspect score,
-//! and where the fault first showed.
+//! What `analyzer model score` reports: every unit ranked, the processes
+//! that deviated, where the fault first showed, why, and a verdict.
 //!
 //! A fault spreads: the units it disturbs later often deviate more than the
 //! one where it began (000 §4: "the earlier a deviant behavior occurs, the
-//! more likely it would be correlated with the failure"). So besides the
-//! ranking, the report names the earliest anomalous unit of each capture
-//! (by its monotonic clock) and of all captures together (by wall clock, as
-//! far as the hosts' clocks agree).
+//! more likely it would be correlated with the failure"). So the report
+//! names the earliest anomalous unit of each capture (by its monotonic
+//! clock) and of all captures together (by wall clock, as far as the hosts'
+//! clocks agree), and ranks the anomalous units process by process, the
+//! process that deviated first first.
+//!
+//! Processes of one group run the same code (000 §2.4). A process that
+//! deviates in one tree again and again while the other processes of its
+//! group do not is evidence against it even when each deviation alone is
+//! within what normal runs show ([`Evidence::Repeated`]).
+
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Scoring, UnitScore};
-use crate::units::Variant;
+use super::{Evidence, Scoring, UnitScore};
+use crate::units::{ConnectionKey, UnitKind, Variant};
 
-/// Version of [`ScoreReport`]'s JSON form.
-pub const SCORE_REPORT_VERSION: u32 = 1;
+/// Version of [`ScoreReport`]'s JSON form. 2: verdict, summary, suspects,
+/// explanation; units carry their evidence and behaviour.
+pub const SCORE_REPORT_VERSION: u32 = 2;
+
+/// Deviating units a process needs in one tree before repetition counts
+/// as evidence: fewer could be chance (with 4 processes, 3 deviations all
+/// landing in one of them by chance: 1 in 16).
+pub const REPEAT_MIN: u32 = 3;
+
+/// How the units are ordered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Ranking {
+    /// Anomalous units first, process by process (the process whose first
+    /// anomaly came earliest first), each process's strongest evidence
+    /// first, then in time order; then the other units by suspect score.
+    #[default]
+    Evidence,
+    /// The papers' ranking: by suspect score alone.
+    Score,
+}
+
+/// What the report concludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Some units behave as no normal run did: `first_anomaly` is where it
+    /// began, `suspects` the processes.
+    Anomalous,
+    /// Every unit behaves like units of the normal runs.
+    NothingStandsOut,
+    /// Nothing to judge: no execution unit in the captures (no traced call,
+    /// or no process of them).
+    NoUnits,
+}
+
+/// A process with anomalous units.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Suspect {
+    /// Capture it came from.
+    pub capture: String,
+    /// Host.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Its anomalous units.
+    pub anomalous: u32,
+    /// Its units.
+    pub units: u32,
+    /// Its earliest anomalous unit (index into [`ScoreReport::units`]).
+    pub first: usize,
+}
 
 /// The scores of one or more captures against one model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,13 +85,27 @@ pub struct ScoreReport {
     pub variant: Variant,
     /// How units were scored.
     pub scoring: Scoring,
-    /// Every unit, most suspect first (ties: earliest first).
+    /// How `units` are ordered.
+    pub ranking: Ranking,
+    /// The conclusion.
+    pub verdict: Verdict,
+    /// The conclusion in one sentence.
+    pub summary: String,
+    /// Whether the model had normal ranges (`model learn` of several
+    /// captures): without them only calls no learned unit made, and units
+    /// with no model, count as anomalous.
+    pub calibrated: bool,
+    /// Every unit, ranked.
     pub units: Vec<UnitScore>,
+    /// Processes with anomalous units, the first to deviate first.
+    pub suspects: Vec<Suspect>,
     /// Per capture, in the order given: its earliest anomalous unit.
     pub earliest: Vec<Earliest>,
     /// The earliest anomalous unit of all captures by wall clock (index
     /// into `units`); `None` when no unit is anomalous.
     pub first_anomaly: Option<usize>,
+    /// Why `first_anomaly` is anomalous, in sentences.
+    pub explanation: Vec<String>,
 }
 
 /// Where the fault first showed in one capture.
@@ -44,38 +118,131 @@ pub struct Earliest {
     pub unit: Option<usize>,
 }
 
+/// A process across captures: (capture, host, pid).
+type ProcessKey = (String, String, u32);
+
+fn process_of(u: &UnitScore) -> ProcessKey {
+    (u.capture.clone(), u.host.clone(), u.pid)
+}
+
+/// The tree a unit was scored against: its group, kind, and connection
+/// (handlers) or thread role.
+fn tree_of(u: &UnitScore) -> Option<(u32, UnitKind, String)> {
+    let key = match u.kind {
+        UnitKind::Handler => u
+            .connection
+            .clone()
+            .unwrap_or_else(|| ConnectionKey::UNKNOWN.to_string()),
+        _ => u.role.clone(),
+    };
+    Some((u.group?, u.kind, key))
+}
+
 impl ScoreReport {
-    /// Ranks `units` and finds the earliest anomalies. `captures` names the
-    /// captures in the order they were given (a capture without units still
-    /// gets its line).
+    /// Judges repeated deviations, ranks `units` by `ranking` and finds
+    /// the suspects, the earliest anomalies and the verdict. `captures`
+    /// names the captures in the order they were given (a capture without
+    /// units still gets its line).
     pub fn new(
         variant: Variant,
         scoring: Scoring,
+        ranking: Ranking,
         captures: &[String],
         mut units: Vec<UnitScore>,
     ) -> Self {
-        super::rank(&mut units);
-        let anomalous = || units.iter().enumerate().filter(|(_, u)| u.anomalous);
+        repeated(&mut units);
+        shared(&mut units);
+        let calibrated = units
+            .iter()
+            .any(|u| u.behaviour.as_ref().is_some_and(|b| b.normal.is_some()));
+        order(&mut units, ranking);
+        // Where the fault began: the earliest anomaly that is not secondary
+        // (see `secondary`), or, when every anomaly is, the earliest.
+        let lead = units.iter().any(|u| u.anomalous && !secondary(u));
+        let anomalous = || {
+            units
+                .iter()
+                .enumerate()
+                .filter(move |(_, u)| u.anomalous && (!lead || !secondary(u)))
+        };
         let earliest = captures
             .iter()
             .map(|c| Earliest {
                 capture: c.clone(),
                 unit: anomalous()
                     .filter(|(_, u)| &u.capture == c)
-                    .min_by_key(|(i, u)| (u.start_ns, *i))
+                    .min_by_key(|(i, u)| (u.deviated_wall_ns, *i))
                     .map(|(i, _)| i),
             })
             .collect();
         let first_anomaly = anomalous()
-            .min_by_key(|(i, u)| (u.wall_ns, *i))
+            .min_by_key(|(i, u)| (u.deviated_wall_ns, *i))
             .map(|(i, _)| i);
+        let suspects = suspects(&units);
+        let verdict = if units.is_empty() {
+            Verdict::NoUnits
+        } else if first_anomaly.is_some() {
+            Verdict::Anomalous
+        } else {
+            Verdict::NothingStandsOut
+        };
+        let summary = match (verdict, first_anomaly) {
+            (Verdict::Anomalous, Some(i)) if !lead => {
+                let u = &units[i];
+                format!(
+                    "{} of {} units behave as no normal run did, but each most likely as a consequence (alike in most processes of their group, or waiting for a peer): no single process stands out; it began in {}[{}]@{}, {} unit at {:.3} s",
+                    units.iter().filter(|u| u.anomalous).count(),
+                    units.len(),
+                    u.comm,
+                    u.pid,
+                    u.host,
+                    u.kind.name(),
+                    u.deviated_s
+                )
+            }
+            (Verdict::Anomalous, Some(i)) => {
+                let u = &units[i];
+                format!(
+                    "{} of {} units behave as no normal run did, in {} process(es); it began in {}[{}]@{}, {} unit at {:.3} s",
+                    units.iter().filter(|u| u.anomalous).count(),
+                    units.len(),
+                    suspects.len(),
+                    u.comm,
+                    u.pid,
+                    u.host,
+                    u.kind.name(),
+                    u.deviated_s
+                )
+            }
+            (Verdict::NoUnits, _) => {
+                "no execution units: the captures hold no traced call of any process".to_string()
+            }
+            _ => format!(
+                "nothing stands out: each of the {} units behaves like units of the normal runs{}",
+                units.len(),
+                if calibrated {
+                    ""
+                } else {
+                    " (uncalibrated model: only calls no learned unit made, and units with no model, would count)"
+                }
+            ),
+        };
+        let explanation = first_anomaly
+            .map(|i| explain(&units[i]))
+            .unwrap_or_default();
         Self {
             version: SCORE_REPORT_VERSION,
             variant,
             scoring,
+            ranking,
+            verdict,
+            summary,
+            calibrated,
             units,
+            suspects,
             earliest,
             first_anomaly,
+            explanation,
         }
     }
 
@@ -94,10 +261,419 @@ impl ScoreReport {
     }
 }
 
+/// Marks the deviating units of processes that deviate in one tree again
+/// and again: more often than any held-out normal process did (twice its
+/// count, plus one), at least [`REPEAT_MIN`] times, and at least four
+/// times as often as the median other process of its group (plus
+/// [`REPEAT_MIN`]): a deviation all processes share is the workload's, not
+/// one process's fault. A unit deviates when no learned unit had its call
+/// paths; a process also deviates by as many units as it had learned call
+/// paths beyond the most any learned process had. Needs a calibrated tree.
+fn repeated(units: &mut [UnitScore]) {
+    // Processes of each group.
+    let mut members: HashMap<u32, Vec<ProcessKey>> = HashMap::new();
+    for u in units.iter() {
+        if let Some(g) = u.group {
+            let p = process_of(u);
+            let list = members.entry(g).or_default();
+            if !list.contains(&p) {
+                list.push(p);
+            }
+        }
+    }
+    // Per tree and process: units by learned behaviour, and novel units.
+    type PerProcess = HashMap<ProcessKey, (HashMap<u32, Vec<usize>>, Vec<usize>)>;
+    let mut trees: HashMap<(u32, UnitKind, String), PerProcess> = HashMap::new();
+    for (i, u) in units.iter().enumerate() {
+        let (Some(tree), Some(seen)) = (tree_of(u), u.behaviour.as_ref()) else {
+            continue;
+        };
+        // Uncalibrated, or cut by the end of its thread's trace.
+        if seen.normal.is_none() || u.cut {
+            continue;
+        }
+        let entry = trees
+            .entry(tree)
+            .or_default()
+            .entry(process_of(u))
+            .or_default();
+        match seen.id {
+            Some(id) => entry.0.entry(id).or_default().push(i),
+            None => entry.1.push(i),
+        }
+    }
+    for ((group, _, _), per_process) in trees {
+        // Per process: how many units deviate (new ones, and those beyond
+        // a behaviour's per-process maximum), and the units involved (all
+        // of a behaviour that exceeded its maximum: they are alike).
+        let mut deviating: BTreeMap<ProcessKey, (u32, Vec<usize>)> = BTreeMap::new();
+        let mut allowance = 0;
+        for (p, (by_behaviour, novel)) in per_process {
+            let mut count = novel.len() as u32;
+            let mut d = novel;
+            for (_, list) in by_behaviour {
+                let seen = units[list[0]].behaviour.as_ref();
+                allowance = allowance.max(
+                    seen.and_then(|s| s.normal)
+                        .map_or(0, |n| n.deviating_per_process),
+                );
+                let max = seen.map_or(0, |s| s.max_per_process);
+                if list.len() as u32 > max {
+                    count += list.len() as u32 - max;
+                    d.extend(list);
+                }
+            }
+            if let Some(n) = d.first().and_then(|i| units[*i].behaviour.as_ref()?.normal) {
+                allowance = allowance.max(n.deviating_per_process);
+            }
+            deviating.insert(p, (count, d));
+        }
+        let group_members = members.get(&group).map(Vec::as_slice).unwrap_or_default();
+        for (p, (count, list)) in &deviating {
+            let count = *count;
+            if count < REPEAT_MIN || count <= 2 * allowance + 1 {
+                continue;
+            }
+            let mut peers: Vec<u32> = group_members
+                .iter()
+                .filter(|q| *q != p)
+                .map(|q| deviating.get(q).map_or(0, |d| d.0))
+                .collect();
+            peers.sort_unstable();
+            let median = peers.get(peers.len() / 2).copied().unwrap_or(0);
+            if count < 4 * median + REPEAT_MIN {
+                continue;
+            }
+            for &i in list {
+                let u = &mut units[i];
+                u.evidence.push(Evidence::Repeated {
+                    units: count,
+                    normal: allowance,
+                    peers: peers.clone(),
+                });
+                u.evidence.sort_by_key(|e| std::cmp::Reverse(e.strength()));
+                u.anomalous = true;
+            }
+        }
+    }
+}
+
+/// What a unit's evidence says, for telling whether processes deviate
+/// alike: its tree and each piece of evidence with its call paths.
+fn deviation(u: &UnitScore) -> Option<String> {
+    let (group, kind, key) = tree_of(u)?;
+    let mut out = format!("{group}|{}|{key}", kind.name());
+    for e in &u.evidence {
+        let part = match e {
+            Evidence::NoGroup => "no-group".to_string(),
+            Evidence::NoModel { .. } => "no-model".to_string(),
+            Evidence::NewCall { paths, .. } => format!("new:{}", paths.join(";")),
+            Evidence::Skipped { paths, .. } => format!("skipped:{}", paths.join(";")),
+            Evidence::NewBehaviour { .. } => {
+                let near = u.behaviour.as_ref().and_then(|b| b.nearest.as_ref());
+                format!(
+                    "behaviour:{}",
+                    near.map(|n| format!("-{}+{}", n.missing.join(";"), n.extra.join(";")))
+                        .unwrap_or_default()
+                )
+            }
+            Evidence::Open { frames, .. } => format!("open:{}", frames.join(";")),
+            Evidence::AboveRange { .. } => "above".to_string(),
+            Evidence::Repeated { .. } => "repeated".to_string(),
+        };
+        out.push('|');
+        out.push_str(&part);
+    }
+    Some(out)
+}
+
+/// Marks anomalous units whose deviation (see [`deviation`]) at least 3
+/// processes of their group show, more than half of them: a stall or the
+/// end of a run makes every process deviate alike, and that points at none
+/// of them.
+fn shared(units: &mut [UnitScore]) {
+    let mut members: HashMap<u32, Vec<ProcessKey>> = HashMap::new();
+    for u in units.iter() {
+        if let Some(g) = u.group {
+            let p = process_of(u);
+            let list = members.entry(g).or_default();
+            if !list.contains(&p) {
+                list.push(p);
+            }
+        }
+    }
+    let mut alike: HashMap<String, (Vec<ProcessKey>, Vec<usize>)> = HashMap::new();
+    for (i, u) in units.iter().enumerate().filter(|(_, u)| u.anomalous) {
+        let Some(key) = deviation(u) else { continue };
+        let entry = alike.entry(key).or_default();
+        let p = process_of(u);
+        if !entry.0.contains(&p) {
+            entry.0.push(p);
+        }
+        entry.1.push(i);
+    }
+    for (processes, list) in alike.into_values() {
+        let Some(group) = units[list[0]].group else {
+            continue;
+        };
+        let size = members.get(&group).map_or(0, Vec::len);
+        if processes.len() >= 3 && processes.len() * 2 > size {
+            for i in list {
+                units[i].shared = true;
+            }
+        }
+    }
+}
+
+/// Whether an anomaly is secondary, most likely a consequence of another:
+/// most of its group's processes deviate alike, or its only evidence is
+/// a thread that never completed a call where it waits for a peer.
+fn secondary(u: &UnitScore) -> bool {
+    u.shared
+        || (!u.evidence.is_empty()
+            && u.evidence
+                .iter()
+                .all(|e| matches!(e, Evidence::Open { waiting: true, .. })))
+}
+
+/// Orders units by `ranking`.
+fn order(units: &mut [UnitScore], ranking: Ranking) {
+    match ranking {
+        Ranking::Score => super::rank(units),
+        Ranking::Evidence => {
+            // Each process's earliest anomaly of its own (wall clock), and
+            // how many; anomalies most of its group share come after.
+            let mut first: HashMap<ProcessKey, (u64, usize)> = HashMap::new();
+            for u in units.iter().filter(|u| u.anomalous && !secondary(u)) {
+                let e = first.entry(process_of(u)).or_insert((u64::MAX, 0));
+                e.0 = e.0.min(u.deviated_wall_ns);
+                e.1 += 1;
+            }
+            let strength = |u: &UnitScore| u.evidence.iter().map(Evidence::strength).max();
+            let class = |u: &UnitScore| match (u.anomalous, secondary(u)) {
+                (true, false) => 0,
+                (true, true) => 1,
+                _ => 2,
+            };
+            units.sort_by(|a, b| {
+                class(a).cmp(&class(b)).then_with(|| {
+                    if !a.anomalous {
+                        return b
+                            .score
+                            .total_cmp(&a.score)
+                            .then(a.start_ns.cmp(&b.start_ns));
+                    }
+                    let (pa, pb) = (process_of(a), process_of(b));
+                    let (fa, fb) = if secondary(a) {
+                        // Shared: in time order, whoever showed it.
+                        ((a.deviated_wall_ns, 0), (b.deviated_wall_ns, 0))
+                    } else {
+                        (first[&pa], first[&pb])
+                    };
+                    // Within a process, strongest evidence first, then in
+                    // the order it happened.
+                    fa.0.cmp(&fb.0)
+                        .then(fb.1.cmp(&fa.1))
+                        .then_with(|| pa.cmp(&pb))
+                        .then_with(|| strength(b).cmp(&strength(a)))
+                        .then(a.deviated_wall_ns.cmp(&b.deviated_wall_ns))
+                        .then_with(|| b.score.total_cmp(&a.score))
+                })
+            });
+        }
+    }
+}
+
+/// The processes with anomalous units, the first to deviate first.
+fn suspects(units: &[UnitScore]) -> Vec<Suspect> {
+    let mut by_process: HashMap<ProcessKey, Suspect> = HashMap::new();
+    for (i, u) in units.iter().enumerate() {
+        let s = by_process.entry(process_of(u)).or_insert_with(|| Suspect {
+            capture: u.capture.clone(),
+            host: u.host.clone(),
+            pid: u.pid,
+            comm: u.comm.clone(),
+            anomalous: 0,
+            units: 0,
+            first: usize::MAX,
+        });
+        s.units += 1;
+        if u.anomalous {
+            s.anomalous += 1;
+            // Its own anomalies before those most of its group share.
+            let key = |j: usize| (secondary(&units[j]), units[j].deviated_wall_ns);
+            if s.first == usize::MAX || key(i) < key(s.first) {
+                s.first = i;
+            }
+        }
+    }
+    let mut out: Vec<Suspect> = by_process
+        .into_values()
+        .filter(|s| s.anomalous > 0)
+        .collect();
+    out.sort_by_key(|s| {
+        (
+            secondary(&units[s.first]),
+            units[s.first].deviated_wall_ns,
+            s.first,
+        )
+    });
+    out
+}
+
+/// `1312` as `1,312`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Why `u` is anomalous, in sentences: where it is, then each piece of
+/// evidence, with how often normal runs showed what it did.
+pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
+    let mut out = vec![format!(
+        "{}[{}]@{} thread {}: {} unit at {:.3} s ({} UTC){}{}{}",
+        u.comm,
+        u.pid,
+        u.host,
+        u.tid,
+        u.kind.name(),
+        u.t_s,
+        u.wall,
+        if u.deviated_s - u.t_s > 5e-4 {
+            format!(", deviating at {:.3} s", u.deviated_s)
+        } else {
+            String::new()
+        },
+        u.peer
+            .as_deref()
+            .map(|p| format!(", peer {p}"))
+            .unwrap_or_default(),
+        u.connection
+            .as_deref()
+            .map(|c| format!(", connection established by {c}"))
+            .unwrap_or_default()
+    )];
+    let seen = u.behaviour.as_ref();
+    for e in &u.evidence {
+        out.push(match e {
+            Evidence::NoGroup => {
+                "its process signature (the call stacks that established its connections) matches no learned process group".to_string()
+            }
+            Evidence::NoModel { learned } => format!(
+                "{}: never in {} learned units of its process group",
+                if u.kind == UnitKind::Handler {
+                    "no learned unit came from this connection".to_string()
+                } else {
+                    format!("no learned {} unit came from threads of role '{}'", u.kind.name(), u.role)
+                },
+                thousands(*learned)
+            ),
+            Evidence::NewCall { paths, learned } => format!(
+                "called {} where none of the {} learned units of its tree did",
+                paths.join("; "),
+                thousands(*learned)
+            ),
+            Evidence::Skipped { paths, learned } => format!(
+                "did not call {}, which each of the {} learned units that made its caller made",
+                paths.join("; "),
+                thousands(*learned)
+            ),
+            Evidence::NewBehaviour { learned } => format!(
+                "its call paths together: never in {} learned units of its tree (held-out normal units always matched one of another run)",
+                thousands(*learned)
+            ),
+            Evidence::Open {
+                frames,
+                exited,
+                waiting,
+            } => format!(
+                "never completed: {} inside {}{}",
+                if *exited {
+                    "its thread ended"
+                } else {
+                    "the capture ended while it was still"
+                },
+                frames.last().map_or("?", String::as_str),
+                if *waiting {
+                    " (where normal units receive from a peer: most likely waiting for another process)"
+                } else {
+                    ""
+                }
+            ),
+            Evidence::AboveRange { score, normal } => format!(
+                "suspect score {score:.3}, above the highest of held-out normal units ({normal:.3})"
+            ),
+            Evidence::Repeated {
+                units,
+                normal,
+                peers,
+            } => format!(
+                "its process deviated in this tree {units} times (held-out normal processes: at most {normal}; the other processes of its group: {})",
+                if peers.is_empty() {
+                    "none".to_string()
+                } else {
+                    peers.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                }
+            ),
+        });
+    }
+    // Paths the evidence already named need no second mention.
+    let said: Vec<&String> = u
+        .evidence
+        .iter()
+        .flat_map(|e| match e {
+            Evidence::NewCall { paths, .. } | Evidence::Skipped { paths, .. } => paths.iter(),
+            _ => [].iter(),
+        })
+        .collect();
+    let new_to_say = |paths: &[String]| paths.iter().any(|p| !said.contains(&p));
+    if let Some(near) = seen
+        .and_then(|s| s.nearest.as_ref())
+        .filter(|n| new_to_say(&n.missing) || new_to_say(&n.extra))
+    {
+        let mut what = Vec::new();
+        if !near.missing.is_empty() {
+            what.push(format!(
+                "called {} and this unit did not",
+                near.missing.join("; ")
+            ));
+        }
+        if !near.extra.is_empty() {
+            what.push(format!("did not call {}", near.extra.join("; ")));
+        }
+        if !what.is_empty() {
+            out.push(format!(
+                "the nearest normal behaviour ({} learned units) {}",
+                thousands(near.units),
+                what.join(", and ")
+            ));
+        }
+    } else if let Some(s) = seen.filter(|s| s.id.is_some()) {
+        out.push(format!(
+            "its call paths: {} of {} learned units (at most {} in one learned process)",
+            thousands(s.units),
+            thousands(s.learned),
+            s.max_per_process
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::UnitKind;
+    use crate::{
+        model::NormalRange,
+        score::{Evidence, Seen},
+        units::UnitKind,
+    };
 
     fn unit(capture: &str, score: f64, start_ns: u64, wall_ns: u64, anomalous: bool) -> UnitScore {
         UnitScore {
@@ -111,6 +687,8 @@ mod tests {
             t_s: 0.0,
             wall: String::new(),
             wall_ns,
+            deviated_wall_ns: wall_ns,
+            deviated_s: 0.0,
             capture: capture.into(),
             role: "main".into(),
             connection: None,
@@ -120,19 +698,63 @@ mod tests {
             anomalous,
             reason: String::new(),
             differences: Vec::new(),
+            evidence: if anomalous {
+                vec![Evidence::NewCall {
+                    paths: vec!["serve > close".into()],
+                    learned: 10,
+                }]
+            } else {
+                Vec::new()
+            },
+            behaviour: None,
+            open: Vec::new(),
+            exited: false,
+            cut: false,
+            shared: false,
+            group: Some(0),
         }
     }
 
-    /// The ranking is by score; the earliest anomaly is by time, per capture
-    /// by its own clock and overall by wall clock; units inside their normal
-    /// range never count, however early or high.
+    /// A unit of process `pid` (group 0, one handler tree) at time `t`
+    /// with learned behaviour `id` (`None`: never learned), from a
+    /// calibrated tree where a held-out process deviated at most
+    /// `allowance` times and each behaviour occurred at most once per
+    /// learned process.
+    fn seen(pid: u32, t: u64, id: Option<u32>, allowance: u32) -> UnitScore {
+        let mut u = unit("c", 0.1, t, t, false);
+        u.pid = pid;
+        u.connection = Some("listen".into());
+        u.behaviour = Some(Seen {
+            id,
+            units: if id.is_some() { 100 } else { 0 },
+            learned: 400,
+            max_per_process: 1,
+            exhaustive: true,
+            nearest: None,
+            normal: Some(NormalRange {
+                units: 400,
+                novel: 3,
+                deviating_per_process: allowance,
+                ..NormalRange::default()
+            }),
+        });
+        u
+    }
+
+    fn report(ranking: Ranking, names: &[&str], units: Vec<UnitScore>) -> ScoreReport {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        ScoreReport::new(Variant::Paper000, Scoring::Nodes, ranking, &names, units)
+    }
+
+    /// With the papers' ranking, units are in score order; the earliest
+    /// anomaly is by time, per capture by its own clock and overall by
+    /// wall clock; units inside their normal range never count, however
+    /// early or high.
     #[test]
     fn earliest_anomaly_is_by_time_not_by_rank() {
-        let names = ["a".to_string(), "b".to_string(), "quiet".to_string()];
-        let report = ScoreReport::new(
-            Variant::Paper000,
-            Scoring::Nodes,
-            &names,
+        let report = report(
+            Ranking::Score,
+            &["a", "b", "quiet"],
             vec![
                 unit("a", 0.9, 500, 5_500, true),
                 unit("a", 0.4, 300, 5_300, true),
@@ -153,22 +775,234 @@ mod tests {
         assert_eq!(report.earliest.len(), 3, "every capture gets its line");
         assert_eq!(report.first().map(|u| u.score), Some(0.4));
         assert_eq!(report.first_anomaly, Some(3), "an index into units");
+        assert_eq!(report.verdict, Verdict::Anomalous);
 
         let json = serde_json::to_string(&report).expect("serializes");
         let back: ScoreReport = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, report);
     }
 
+    /// The evidence ranking puts anomalous units first, process by
+    /// process, the process that deviated first first (a fault spreads: its
+    /// neighbour's symptom may score higher), each process's strongest
+    /// evidence first; normal units follow by score, however high.
+    #[test]
+    fn the_process_that_deviated_first_ranks_first() {
+        let mut cause = unit("c", 0.2, 100, 100, true);
+        cause.pid = 2;
+        let mut later_in_cause = unit("c", 0.3, 400, 400, true);
+        later_in_cause.pid = 2;
+        later_in_cause.evidence = vec![Evidence::AboveRange {
+            score: 0.3,
+            normal: 0.2,
+        }];
+        let mut strongest_in_cause = unit("c", 0.25, 500, 500, true);
+        strongest_in_cause.pid = 2;
+        strongest_in_cause.evidence = vec![Evidence::Open {
+            frames: vec!["serve > handle".into()],
+            exited: true,
+            waiting: false,
+        }];
+        let mut symptom = unit("c", 1.0, 200, 200, true);
+        symptom.pid = 1;
+        symptom.evidence = vec![Evidence::NoModel { learned: 50 }];
+        let rare_but_normal = unit("c", 0.9, 50, 50, false);
+        let report = report(
+            Ranking::Evidence,
+            &["c"],
+            vec![
+                rare_but_normal,
+                symptom,
+                later_in_cause,
+                cause,
+                strongest_in_cause,
+            ],
+        );
+        let order: Vec<(u32, u64)> = report.units.iter().map(|u| (u.pid, u.start_ns)).collect();
+        assert_eq!(order, [(2, 500), (2, 100), (2, 400), (1, 200), (1, 50)]);
+        let suspects: Vec<(u32, u32, usize)> = report
+            .suspects
+            .iter()
+            .map(|s| (s.pid, s.anomalous, s.first))
+            .collect();
+        assert_eq!(suspects, [(2, 3, 1), (1, 1, 3)]);
+        assert_eq!(report.first().map(|u| (u.pid, u.start_ns)), Some((2, 100)));
+        assert!(
+            report.summary.contains("4 of 5 units") && report.summary.contains("d[2]@h"),
+            "{}",
+            report.summary
+        );
+        assert!(
+            report.explanation[1].contains("called serve > close where none of the 10"),
+            "{:?}",
+            report.explanation
+        );
+    }
+
+    /// A process whose units deviate in one tree again and again, where its
+    /// peers do not, is anomalous for it; the same deviations spread over
+    /// every peer (the workload's) are not, nor are a few, nor as many as a
+    /// held-out normal process had.
+    #[test]
+    fn repeated_deviation_against_quiet_peers_is_evidence() {
+        let run = |deviations: &[(u32, usize)], allowance: u32| {
+            let mut units = Vec::new();
+            let mut t = 0;
+            for pid in 1..=4u32 {
+                let d = deviations
+                    .iter()
+                    .find(|(p, _)| *p == pid)
+                    .map_or(0, |(_, n)| *n);
+                for i in 0..10 {
+                    t += 1;
+                    // Deviating: never learned, or a learned behaviour
+                    // more often than its per-process maximum (1).
+                    let id = if i >= d {
+                        Some(i as u32)
+                    } else if i % 2 == 0 {
+                        None
+                    } else {
+                        Some(99)
+                    };
+                    units.push(seen(pid, t, id, allowance));
+                }
+            }
+            report(Ranking::Evidence, &["c"], units)
+        };
+        let flagged = |r: &ScoreReport| {
+            let mut pids: Vec<u32> = r
+                .units
+                .iter()
+                .filter(|u| u.anomalous)
+                .map(|u| u.pid)
+                .collect();
+            pids.dedup();
+            pids
+        };
+
+        let one = run(&[(3, 6)], 1);
+        assert_eq!(flagged(&one), [3]);
+        let u = &one.units[0];
+        // 3 new, and 3 alike where a learned process had 1: 2 beyond.
+        assert_eq!(
+            u.evidence,
+            [Evidence::Repeated {
+                units: 5,
+                normal: 1,
+                peers: vec![0, 0, 0]
+            }]
+        );
+        assert_eq!(one.units.iter().filter(|u| u.anomalous).count(), 6);
+        assert_eq!(one.verdict, Verdict::Anomalous);
+
+        assert!(
+            flagged(&run(&[(1, 6), (2, 6), (3, 6), (4, 6)], 1)).is_empty(),
+            "shared"
+        );
+        assert!(flagged(&run(&[(3, 2)], 0)).is_empty(), "too few");
+        assert!(
+            flagged(&run(&[(3, 6)], 3)).is_empty(),
+            "within what normal processes did"
+        );
+        let quiet = run(&[], 0);
+        assert_eq!(quiet.verdict, Verdict::NothingStandsOut);
+        assert!(
+            quiet
+                .summary
+                .starts_with("nothing stands out: each of the 40 units"),
+            "{}",
+            quiet.summary
+        );
+        assert!(quiet.explanation.is_empty() && quiet.suspects.is_empty());
+    }
+
     #[test]
     fn no_anomaly_no_earliest() {
-        let report = ScoreReport::new(
-            Variant::Paper001,
-            Scoring::Edges,
-            &["a".to_string()],
-            vec![unit("a", 0.3, 1, 1, false)],
-        );
+        let report = report(Ranking::Evidence, &["a"], vec![unit("a", 0.3, 1, 1, false)]);
         assert_eq!(report.first(), None);
         assert_eq!(report.earliest_in("a"), None);
         assert_eq!(report.earliest[0].unit, None);
+        assert_eq!(report.verdict, Verdict::NothingStandsOut);
+        assert!(!report.calibrated);
+        assert!(
+            report.summary.contains("uncalibrated"),
+            "{}",
+            report.summary
+        );
+
+        let empty = ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            Ranking::Evidence,
+            &["a".to_string()],
+            Vec::new(),
+        );
+        assert_eq!(empty.verdict, Verdict::NoUnits);
+    }
+
+    #[test]
+    fn counts_have_thousands_separators() {
+        let shown: Vec<String> = [0, 999, 1000, 1312, 1_234_567].map(thousands).to_vec();
+        assert_eq!(shown, ["0", "999", "1,000", "1,312", "1,234,567"]);
+    }
+
+    /// A deviation that most processes of a group show alike (a stall, the
+    /// end of a run) and a thread that never completed a call where it
+    /// waits for a peer are secondary: the earliest anomaly and the first
+    /// ranks go to the process that deviated on its own, even later; and
+    /// a unit is dated by when it deviated, not when it started.
+    #[test]
+    fn secondary_anomalies_come_after_a_process_that_deviated_on_its_own() {
+        let mut units = Vec::new();
+        for pid in 1..=4u32 {
+            let mut u = unit("c", 0.5, 10 + u64::from(pid), 10 + u64::from(pid), true);
+            u.pid = pid;
+            u.connection = Some("listen".into());
+            u.evidence = vec![Evidence::Skipped {
+                paths: vec!["serve > select > key".into()],
+                learned: 100,
+            }];
+            if pid < 4 {
+                units.push(u);
+            }
+        }
+        let mut waiting = unit("c", 0.3, 5, 5, true);
+        waiting.pid = 5;
+        waiting.group = Some(1);
+        waiting.evidence = vec![Evidence::Open {
+            frames: vec!["main > recv_reply".into()],
+            exited: true,
+            waiting: true,
+        }];
+        units.push(waiting);
+        // Started first, deviated last but one: dated by its new call.
+        let mut own = unit("c", 0.2, 1, 1, true);
+        own.pid = 4;
+        own.connection = Some("listen".into());
+        own.deviated_wall_ns = 50;
+        units.push(own);
+        let mut quiet = unit("c", 0.1, 2, 2, false);
+        quiet.pid = 4;
+        units.push(quiet);
+        let r = report(Ranking::Evidence, &["c"], units);
+        let shared: Vec<u32> = r.units.iter().filter(|u| u.shared).map(|u| u.pid).collect();
+        assert_eq!(shared.len(), 3, "{shared:?}");
+        assert_eq!(r.first().map(|u| u.pid), Some(4));
+        assert_eq!(r.units[0].pid, 4);
+        assert_eq!(r.suspects[0].pid, 4);
+        assert_eq!(r.verdict, Verdict::Anomalous);
+        // Only secondary anomalies: still anomalous, said to be so.
+        let mut only: Vec<UnitScore> = r.units.iter().filter(|u| u.pid != 4).cloned().collect();
+        for u in &mut only {
+            u.shared = false;
+        }
+        let r = report(Ranking::Evidence, &["c"], only);
+        assert_eq!(r.verdict, Verdict::Anomalous);
+        assert!(
+            r.summary.contains("no single process stands out"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.first().map(|u| u.pid), Some(5), "the earliest of them");
     }
 }

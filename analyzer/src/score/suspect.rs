@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::Capture,
-    model::{CallTreeModel, GlobalModel},
+    model::{CallTreeModel, GlobalModel, NormalRange},
     units::{NodeTable, ProcessUnits, Unit, UnitKind},
 };
 
@@ -71,6 +71,15 @@ pub struct UnitScore {
     /// taken on different hosts (as far as their clocks agree).
     #[serde(default)]
     pub wall_ns: u64,
+    /// When it deviated, wall-clock ns since the epoch: its first call no
+    /// normal unit made, or its outermost call that never returned (a
+    /// unit of a thread without an event loop runs for the whole run);
+    /// its start otherwise.
+    #[serde(default)]
+    pub deviated_wall_ns: u64,
+    /// When it deviated, in seconds since the capture began.
+    #[serde(default)]
+    pub deviated_s: f64,
     /// The capture the unit came from.
     pub capture: String,
     /// The role of its thread (the function its first traced call was made
@@ -87,16 +96,162 @@ pub struct UnitScore {
     /// model is calibrated (see [`super::calibrate`]).
     #[serde(default)]
     pub normal: Option<f64>,
-    /// Behaviour no normal run showed: no model to match at all, a call
-    /// never made at that place in any learned unit (an unexpected node),
-    /// or a score above the tree's normal range by more than
-    /// [`NORMAL_MARGIN`] (calibrated trees only).
+    /// Behaviour no normal run showed: `evidence` says which.
     #[serde(default)]
     pub anomalous: bool,
     /// Why: no group for the process, no model for the unit, or the nodes.
     pub reason: String,
     /// Contributions, largest Δ first (non-zero only).
     pub differences: Vec<Difference>,
+    /// Why the unit is anomalous, strongest first; empty when it is not.
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// How the unit's call paths compare with the learned units of its
+    /// tree (`None` when there is no tree to compare with).
+    #[serde(default)]
+    pub behaviour: Option<Seen>,
+    /// The call paths the unit still had open when its thread's trace
+    /// ended: it never completed. Empty for a completed unit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open: Vec<String>,
+    /// With `open`: the thread exited inside the unit (else the capture
+    /// ended while it was inside).
+    #[serde(default)]
+    pub exited: bool,
+    /// Its thread's trace ended inside it while it waited in its event
+    /// loop: only the calls it made count, not those missing at its end.
+    #[serde(default)]
+    pub cut: bool,
+    /// Anomalous alike (the same tree, the same evidence) in most processes
+    /// of its group: a condition they share (a stalled peer, the end of the
+    /// run) more than a fault of this one. Set by [`super::ScoreReport`].
+    #[serde(default)]
+    pub shared: bool,
+    /// The process group of the model the process matched (an index into
+    /// its groups): processes of one group run the same code, so the report
+    /// compares them with each other.
+    #[serde(default)]
+    pub group: Option<u32>,
+}
+
+/// How a unit's call paths compare with the learned units of its tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Seen {
+    /// The learned behaviour with exactly this unit's call paths (an index
+    /// into the tree's behaviours); `None` when no learned unit had them.
+    pub id: Option<u32>,
+    /// Learned units with exactly these call paths (0: never).
+    pub units: u64,
+    /// Learned units of the tree.
+    pub learned: u64,
+    /// The most units of one learned process with these call paths.
+    pub max_per_process: u32,
+    /// False when the tree kept only its most frequent behaviours: then a
+    /// behaviour not listed may have been seen.
+    pub exhaustive: bool,
+    /// For call paths no learned unit had: the learned behaviour that
+    /// differs least, and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<Nearest>,
+    /// What held-out normal units of the tree did (calibrated models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal: Option<NormalRange>,
+}
+
+/// The learned behaviour nearest to a unit's, and what differs (minimum
+/// differences: a call whose caller differs too is not listed again).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nearest {
+    /// Learned units with that behaviour.
+    pub units: u64,
+    /// Calls it made that this unit did not.
+    pub missing: Vec<String>,
+    /// Calls this unit made that it did not.
+    pub extra: Vec<String>,
+}
+
+/// Why a unit is anomalous: behaviour no normal run showed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Evidence {
+    /// The process's signature matches no learned process group.
+    NoGroup,
+    /// No learned unit of the group came from this connection (handlers)
+    /// or from threads of this role (other units).
+    NoModel {
+        /// Learned units of the group.
+        learned: u64,
+    },
+    /// Calls made where no learned unit of the tree made them.
+    NewCall {
+        /// Their call paths.
+        paths: Vec<String>,
+        /// Learned units of the tree.
+        learned: u64,
+    },
+    /// Calls not made that every learned unit of the tree made when it
+    /// made their caller (p = 1: the missing-call twin of `new_call`).
+    Skipped {
+        /// Their call paths.
+        paths: Vec<String>,
+        /// Learned units that made their callers (the fewest of them).
+        learned: u64,
+    },
+    /// Call paths no learned unit of the tree had together, in a tree
+    /// whose held-out normal units always had those of some other run.
+    NewBehaviour {
+        /// Learned units of the tree.
+        learned: u64,
+    },
+    /// The unit never completed, where held-out normal units always did.
+    Open {
+        /// Call paths still open.
+        frames: Vec<String>,
+        /// The thread exited inside it (else the capture ended first).
+        exited: bool,
+        /// The innermost open call is one that receives from a peer in
+        /// normal units: the thread most likely waits for another process
+        /// (a consequence of that one, not a fault of its own).
+        #[serde(default)]
+        waiting: bool,
+    },
+    /// Its suspect score is above the tree's normal range by more than
+    /// [`NORMAL_MARGIN`].
+    AboveRange {
+        /// The score.
+        score: f64,
+        /// The highest held-out normal score.
+        normal: f64,
+    },
+    /// Its process deviated (call paths never learned, or learned ones more
+    /// often than any learned process) in this tree again and again, more
+    /// than held-out normal processes did, while the other processes of
+    /// its group did not.
+    Repeated {
+        /// Deviating units of this process in the tree.
+        units: u32,
+        /// The most deviating units of one held-out normal process.
+        normal: u32,
+        /// Deviating units of each other process of the group, ascending.
+        peers: Vec<u32>,
+    },
+}
+
+impl Evidence {
+    /// How strong the evidence is, for ordering a process's units: what
+    /// no learned unit did at all first, then what none did together,
+    /// then a score or a count above its normal range.
+    pub fn strength(&self) -> u8 {
+        match self {
+            Self::NoGroup | Self::NoModel { .. } => 5,
+            Self::Open { waiting: false, .. } => 4,
+            Self::Open { waiting: true, .. } => 1,
+            Self::NewCall { .. } | Self::Skipped { .. } => 3,
+            Self::NewBehaviour { .. } => 2,
+            Self::Repeated { .. } => 1,
+            Self::AboveRange { .. } => 0,
+        }
+    }
 }
 
 /// How far above its tree's normal range a unit must score to be anomalous.
@@ -117,7 +272,6 @@ pub fn score_tree(
     // Map trial nodes onto model nodes, parents first.
     let mut order = unit.nodes.clone();
     order.sort_by_key(|n| table.depth(*n));
-    let trial: HashSet<u32> = unit.nodes.iter().copied().collect();
     let mut mapped: HashMap<u32, Option<u32>> = HashMap::new();
     for &n in &order {
         let parent = table.parent(n);
@@ -133,16 +287,22 @@ pub fn score_tree(
     let mut diffs = Vec::new();
     let mut terms = 0usize;
     let mut sum = 0.0;
-    let mut add = |diffs: &mut Vec<Difference>, path: String, kind, p: f64, delta: f64| {
-        terms += 1;
-        sum += delta;
-        diffs.push(Difference {
-            path,
-            kind,
-            p,
-            delta,
-        });
-    };
+    // Paths are written only for the differences kept (delta > 0), and at
+    // most DISPLAY_FRAMES deep: a unit a million calls deep costs linear
+    // time, not one path per node.
+    let mut add =
+        |diffs: &mut Vec<Difference>, path: &dyn Fn() -> String, kind, p: f64, delta: f64| {
+            terms += 1;
+            sum += delta;
+            if delta > 0.0 {
+                diffs.push(Difference {
+                    path: path(),
+                    kind,
+                    p,
+                    delta,
+                });
+            }
+        };
     // Trial nodes: common or unexpected.
     for &n in &order {
         let parent = table.parent(n);
@@ -159,7 +319,7 @@ pub fn score_tree(
                 if counted {
                     add(
                         &mut diffs,
-                        table.path_string(n),
+                        &|| table.path_display(n),
                         DifferenceKind::Common,
                         p,
                         1.0 - p,
@@ -169,7 +329,7 @@ pub fn score_tree(
             // Minimum difference: only where the parent is common.
             None if parent_common => add(
                 &mut diffs,
-                table.path_string(n),
+                &|| table.path_display(n),
                 DifferenceKind::Unexpected,
                 0.0,
                 1.0,
@@ -186,7 +346,7 @@ pub fn score_tree(
                 let p = model.p(child);
                 add(
                     &mut diffs,
-                    model.path_string(child),
+                    &|| model.path_display(child),
                     DifferenceKind::Missing,
                     p,
                     p,
@@ -194,7 +354,6 @@ pub fn score_tree(
             }
         }
     }
-    let _ = trial;
     diffs.retain(|d| d.delta > 0.0);
     diffs.sort_by(|a, b| {
         b.delta
@@ -205,9 +364,136 @@ pub fn score_tree(
     (score, diffs)
 }
 
+/// A trial unit's nodes as the tree `model` knows them: the model nodes it
+/// covered (ascending), and its nodes the model lacks whose caller it has
+/// (the minimum difference: their callees are not listed).
+pub(crate) fn model_nodes(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    unit: &Unit,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut order = unit.nodes.clone();
+    order.sort_by_key(|n| table.depth(*n));
+    let mut mapped: HashMap<u32, Option<u32>> = HashMap::with_capacity(order.len());
+    let mut ids = Vec::with_capacity(order.len());
+    let mut unexpected = Vec::new();
+    for &n in &order {
+        let parent = table.parent(n);
+        let model_parent = if parent == NodeTable::ROOT {
+            Some(None)
+        } else {
+            mapped.get(&parent).copied().flatten().map(Some)
+        };
+        let m = model_parent.and_then(|mp| model.find(mp, table.node_key(n)));
+        match m {
+            Some(id) => ids.push(id),
+            None if model_parent.is_some() => unexpected.push(n),
+            None => {}
+        }
+        mapped.insert(n, m);
+    }
+    ids.sort_unstable();
+    (ids, unexpected)
+}
+
+/// The learned behaviour of `model` nearest to a unit with model nodes
+/// `ids` and unexpected nodes `unexpected` (of `table`): fewest minimum
+/// differences, then the most frequent.
+fn nearest(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    ids: &[u32],
+    unexpected: &[u32],
+) -> Option<Nearest> {
+    // Sorted node lists: membership by binary search.
+    let has = |set: &[u32], n: u32| set.binary_search(&n).is_ok();
+    let parent_in = |set: &[u32], n: u32| {
+        model
+            .nodes
+            .get(n as usize)
+            .and_then(|m| m.parent)
+            .is_none_or(|p| has(set, p))
+    };
+    // An unexpected node's caller, as a model node (`None`: top-level).
+    let callers: Vec<(u32, Option<u32>)> = unexpected
+        .iter()
+        .filter_map(|&n| {
+            let parent = table.parent(n);
+            if parent == NodeTable::ROOT {
+                return Some((n, None));
+            }
+            model_node(model, table, parent).map(|m| (n, Some(m)))
+        })
+        .collect();
+    let differences = |b: &[u32]| {
+        let missing = b
+            .iter()
+            .filter(|&&n| !has(ids, n) && parent_in(ids, n))
+            .count();
+        let extra = ids
+            .iter()
+            .filter(|&&n| !has(b, n) && parent_in(b, n))
+            .count();
+        let new = callers
+            .iter()
+            .filter(|(_, c)| c.is_none_or(|c| has(b, c)))
+            .count();
+        missing + extra + new
+    };
+    let (_, _, i) = model
+        .behaviours
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (differences(&b.nodes), std::cmp::Reverse(b.units), i))
+        .min()?;
+    let b = &model.behaviours[i];
+    let mut extra: Vec<String> = ids
+        .iter()
+        .filter(|&&n| !has(&b.nodes, n) && parent_in(&b.nodes, n))
+        .map(|&n| model.path_string(n))
+        .collect();
+    extra.extend(
+        callers
+            .iter()
+            .filter(|(_, c)| c.is_none_or(|c| has(&b.nodes, c)))
+            .map(|(n, _)| table.path_string(*n)),
+    );
+    Some(Nearest {
+        units: b.units,
+        missing: b
+            .nodes
+            .iter()
+            .filter(|&&n| !has(ids, n) && parent_in(ids, n))
+            .map(|&n| model.path_string(n))
+            .collect(),
+        extra,
+    })
+}
+
+/// The model node of trial node `node` (of `table`), if the model has
+/// its whole path.
+fn model_node(model: &CallTreeModel, table: &NodeTable, node: u32) -> Option<u32> {
+    // Walk the path from the root: short (call depth).
+    let mut path = vec![node];
+    let mut at = table.parent(node);
+    while at != NodeTable::ROOT {
+        path.push(at);
+        at = table.parent(at);
+    }
+    let mut parent = None;
+    for n in path.into_iter().rev() {
+        parent = Some(model.find(parent, table.node_key(n))?);
+    }
+    parent
+}
+
 /// Scores every unit of `processes` (decomposed from `capture`) against
 /// `model`: 1 for a process with no matching group and for a unit with no
-/// matching tree (000 §3.1). Ranked by [`rank`].
+/// matching tree (000 §3.1). Each unit is also matched against the learned
+/// behaviours of its tree, and marked anomalous with the evidence for it
+/// (see [`Evidence`]; a process's repeated deviations are judged by
+/// [`super::ScoreReport`], which sees every process of a group). Ranked by
+/// [`rank`].
 pub fn score_processes(
     model: &GlobalModel,
     capture: &Capture,
@@ -217,42 +503,63 @@ pub fn score_processes(
 ) -> Vec<UnitScore> {
     let mut out = Vec::new();
     for p in processes {
-        let group = model.group(&p.signature);
+        let group_index = model.groups.iter().position(|g| g.signature == p.signature);
+        let group = group_index.map(|i| &model.groups[i]);
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
+            let mut evidence = Vec::new();
+            let mut behaviour = None;
             let (score, normal, reason, differences) = match group {
-                None => (
-                    1.0,
-                    None,
-                    "no process group with this signature in the model".to_string(),
-                    Vec::new(),
-                ),
-                Some(g) => match g.tree(u.kind, u.model_key()) {
-                    None => (
+                None => {
+                    evidence.push(Evidence::NoGroup);
+                    (
                         1.0,
                         None,
-                        if u.kind == UnitKind::Handler {
-                            "no handler model for this connection".to_string()
-                        } else {
-                            format!(
-                                "no {} model for threads of role '{}'",
-                                u.kind.name(),
-                                u.role
-                            )
-                        },
+                        "no process group with this signature in the model".to_string(),
                         Vec::new(),
-                    ),
+                    )
+                }
+                Some(g) => match g.tree(u.kind, u.model_key()) {
+                    None => {
+                        evidence.push(Evidence::NoModel {
+                            learned: UnitKind::ALL
+                                .iter()
+                                .flat_map(|k| g.trees(*k).values())
+                                .map(|t| t.units)
+                                .sum(),
+                        });
+                        (
+                            1.0,
+                            None,
+                            if u.kind == UnitKind::Handler {
+                                "no handler model for this connection".to_string()
+                            } else {
+                                format!(
+                                    "no {} model for threads of role '{}'",
+                                    u.kind.name(),
+                                    u.role
+                                )
+                            },
+                            Vec::new(),
+                        )
+                    }
                     Some(tree) => {
                         let (s, d) = score_tree(tree, &p.nodes, u, scoring);
                         let normal = tree.normal.map(|n| match scoring {
                             Scoring::Nodes => n.nodes,
                             Scoring::Edges => n.edges,
                         });
+                        let seen = match_behaviour(tree, &p.nodes, u);
+                        evidence = unit_evidence(tree, &seen, &d, s, normal, u, &p.nodes);
+                        behaviour = Some(seen);
                         (s, normal, String::new(), d)
                     }
                 },
             };
             let wall_ns = capture.header.clock.to_realtime(u.start_ns);
+            let deviated_ns = group
+                .and_then(|g| g.tree(u.kind, u.model_key()))
+                .map_or(u.start_ns, |tree| deviated(tree, &p.nodes, u, &evidence));
             out.push(UnitScore {
                 host: p.host.clone(),
                 pid: p.pid,
@@ -264,28 +571,216 @@ pub fn score_processes(
                 t_s: (u.start_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
                 wall: wall_clock(wall_ns),
                 wall_ns,
+                deviated_wall_ns: capture.header.clock.to_realtime(deviated_ns),
+                deviated_s: (deviated_ns as f64 - capture.header.clock.monotonic_ns as f64) / 1e9,
                 capture: name.to_string(),
                 role: u.role.to_string(),
                 connection,
                 peer: u.peer.as_deref().map(str::to_string),
                 score,
                 normal,
-                // An unexpected call counts whatever the score: in a tree
-                // that mixes many requests (a ring daemon's left-hand
-                // handler, normal up to 0.375) a unit that closes the
-                // connection instead scores only 0.259.
-                anomalous: !reason.is_empty()
-                    || differences
-                        .iter()
-                        .any(|d| d.kind == DifferenceKind::Unexpected)
-                    || normal.is_some_and(|n| score > n + NORMAL_MARGIN),
+                anomalous: !evidence.is_empty(),
                 reason,
                 differences,
+                evidence,
+                behaviour,
+                open: u.open.iter().map(|n| p.nodes.path_string(*n)).collect(),
+                exited: u.exited,
+                cut: u.cut,
+                shared: false,
+                group: group_index.map(|i| i as u32),
             });
         }
     }
     rank(&mut out);
     out
+}
+
+/// The calls `u` did not make that every learned unit of `tree` made
+/// whose caller it made (p = 1, minimum differences), with the fewest
+/// learned units that made one of those callers; `None` when there are
+/// none.
+fn skipped(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Option<(Vec<String>, u64)> {
+    let (ids, _) = model_nodes(tree, table, u);
+    let covered: HashSet<u32> = ids.iter().copied().collect();
+    let mut parents: Vec<Option<u32>> = vec![None];
+    parents.extend(ids.iter().map(|&m| Some(m)));
+    let mut paths = Vec::new();
+    let mut learned = u64::MAX;
+    for parent in parents {
+        let missing: Vec<u32> = tree
+            .children(parent)
+            .into_iter()
+            .filter(|c| !covered.contains(c) && tree.p(*c) >= 1.0 - 1e-9)
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        // How many learned units made the caller: every unit for a
+        // top-level call.
+        let callers = match parent {
+            None => tree.units,
+            Some(p) => tree
+                .behaviours
+                .iter()
+                .filter(|b| b.nodes.binary_search(&p).is_ok())
+                .map(|b| b.units)
+                .sum::<u64>()
+                .max(1),
+        };
+        learned = learned.min(callers);
+        paths.extend(missing.into_iter().map(|c| tree.path_string(c)));
+    }
+    (!paths.is_empty()).then_some((paths, learned))
+}
+
+/// Whether trial node `node` (of `table`), as `tree` knows it, receives
+/// from a peer in normal units: it makes a receive system call itself.
+fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) -> bool {
+    let Some(m) = model_node(tree, table, node) else {
+        return false;
+    };
+    tree.children(Some(m)).into_iter().any(|c| {
+        matches!(
+            tree.nodes[c as usize].callee.as_str(),
+            "sys:recvfrom" | "sys:recvmsg" | "sys:recvmmsg" | "sys:read" | "sys:readv"
+        )
+    })
+}
+
+/// When unit `u` deviated as `evidence` says: its first call that no
+/// learned unit made there, the outermost call it never returned from, the
+/// caller of a call it skipped, whichever came first; for evidence without
+/// a moment (a new combination, a score, a count), that or its start.
+fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evidence]) -> u64 {
+    let mut at: Option<u64> = None;
+    let mut earlier = |t: Option<u64>| {
+        if let Some(t) = t {
+            at = Some(at.map_or(t, |a| a.min(t)));
+        }
+    };
+    for e in evidence {
+        match e {
+            Evidence::NewCall { .. } => {
+                let (_, unexpected) = model_nodes(tree, table, u);
+                for n in unexpected {
+                    earlier(u.first_time(n));
+                }
+            }
+            Evidence::Open { .. } => earlier(u.open.first().and_then(|n| u.first_time(*n))),
+            Evidence::Skipped { paths, .. } => {
+                for path in paths {
+                    let caller = path.rsplit_once(" > ").and_then(|(caller, _)| {
+                        u.nodes
+                            .iter()
+                            .find(|n| table.path_string(**n) == caller)
+                            .and_then(|n| u.first_time(*n))
+                    });
+                    earlier(caller);
+                }
+            }
+            Evidence::NoGroup | Evidence::NoModel { .. } => earlier(Some(u.start_ns)),
+            _ => {}
+        }
+    }
+    at.unwrap_or(u.start_ns)
+}
+
+/// How unit `u` (nodes of `table`) compares with the behaviours of `tree`.
+pub(crate) fn match_behaviour(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> Seen {
+    let (ids, unexpected) = model_nodes(tree, table, u);
+    let id = if unexpected.is_empty() {
+        tree.behaviour(&ids)
+    } else {
+        None
+    };
+    let learned = id.and_then(|i| tree.behaviours.get(i as usize));
+    Seen {
+        id,
+        units: learned.map_or(0, |b| b.units),
+        learned: tree.units,
+        max_per_process: learned.map_or(0, |b| b.max_per_process),
+        exhaustive: tree.unlisted == 0,
+        nearest: if id.is_none() {
+            nearest(tree, table, &ids, &unexpected)
+        } else {
+            None
+        },
+        normal: tree.normal,
+    }
+}
+
+/// The evidence a unit gives by itself against its tree: calls no learned
+/// unit made there (an unexpected node counts whatever the score: in a
+/// tree that mixes many requests, a unit that closes the connection
+/// instead scores only 0.259 against a normal range of 0.375); with a
+/// calibrated tree, call paths no learned unit had together where held-out
+/// normal units always matched a learned one, a unit that never completed
+/// where they all did, and a score above the tree's normal range.
+fn unit_evidence(
+    tree: &CallTreeModel,
+    seen: &Seen,
+    differences: &[Difference],
+    score: f64,
+    normal: Option<f64>,
+    u: &Unit,
+    table: &NodeTable,
+) -> Vec<Evidence> {
+    let mut evidence = Vec::new();
+    if !u.open.is_empty() && tree.normal.is_some_and(|n| n.open == 0) {
+        evidence.push(Evidence::Open {
+            frames: u.open.iter().map(|n| table.path_string(*n)).collect(),
+            exited: u.exited,
+            waiting: u
+                .open
+                .last()
+                .is_some_and(|&n| receives_in_normal_units(tree, table, n)),
+        });
+    }
+    let new: Vec<String> = differences
+        .iter()
+        .filter(|d| d.kind == DifferenceKind::Unexpected)
+        .map(|d| d.path.clone())
+        .collect();
+    // A unit cut by the end of its thread's trace, or that never
+    // completed, lacks what would have followed: only what it called
+    // counts (and, for one that never completed, that it did not).
+    let truncated = u.cut || !u.open.is_empty();
+    let skipped = if truncated {
+        None
+    } else {
+        skipped(tree, table, u)
+    };
+    if !new.is_empty() {
+        evidence.push(Evidence::NewCall {
+            paths: new,
+            learned: tree.units,
+        });
+    }
+    if let Some((paths, learned)) = skipped {
+        evidence.push(Evidence::Skipped { paths, learned });
+    }
+    if evidence
+        .iter()
+        .any(|e| matches!(e, Evidence::NewCall { .. } | Evidence::Skipped { .. }))
+    {
+        // Already says what is new.
+    } else if seen.id.is_none()
+        && !truncated
+        && seen.exhaustive
+        && tree.normal.is_some_and(|n| n.novel == 0)
+    {
+        evidence.push(Evidence::NewBehaviour {
+            learned: tree.units,
+        });
+    }
+    if let Some(n) = normal
+        && !truncated
+        && score > n + NORMAL_MARGIN
+    {
+        evidence.push(Evidence::AboveRange { score, normal: n });
+    }
+    evidence
 }
 
 /// Orders units most suspect first; on a tie, the earlier first.
@@ -332,6 +827,7 @@ mod tests {
         let mut nodes: Vec<u32> = nodes.into_iter().collect();
         nodes.sort_unstable();
         Unit {
+            first_ns: vec![0; nodes.len()],
             kind: UnitKind::Handler,
             tid: 1,
             start_ns: 0,
@@ -342,6 +838,9 @@ mod tests {
             peer: None,
             entries: (0, 0),
             role: "main".into(),
+            open: Vec::new(),
+            exited: false,
+            cut: false,
         }
     }
 

@@ -52,7 +52,11 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
         for (tid, entries) in &traces.threads {
             let none = Receives::default();
             let thread_receives = receives.get(tid).unwrap_or(&none);
-            let thread_units = decompose(&traces.nodes, *tid, entries, thread_receives, variant);
+            let mut thread_units =
+                decompose(&traces.nodes, *tid, entries, thread_receives, variant);
+            if let Some(last) = thread_units.last_mut().filter(|u| !u.open.is_empty()) {
+                last.exited = traces.exited.contains_key(tid);
+            }
             for u in thread_units
                 .iter()
                 .filter(|u| u.kind == UnitKind::Initializer)
@@ -125,11 +129,14 @@ pub(crate) fn decompose(
         mark: vec![0; nodes.len()],
         stamp: 0,
         scratch: Vec::new(),
+        loop_wait: None,
     };
     let Some((loop_node, wrappers)) = find_loop(nodes, entries, receives) else {
         b.push(UnitKind::Initializer, 0, n, None);
+        b.mark_open(None, &[]);
         return b.units;
     };
+    b.loop_wait = Some(LoopWait::new(nodes, loop_node, &wrappers));
     let waits: Vec<usize> = (0..n)
         .filter(|&i| {
             is_wait(entries[i].kind) && {
@@ -146,6 +153,7 @@ pub(crate) fn decompose(
     // input all the same, so no waits means no loop, not a panic.
     let (Some(&first_wait), Some(&last_wait)) = (waits.first(), waits.last()) else {
         b.push(UnitKind::Initializer, 0, n, None);
+        b.mark_open(None, &[]);
         return b.units;
     };
     let loop_end = if loop_node == NodeTable::ROOT {
@@ -254,6 +262,7 @@ pub(crate) fn decompose(
         }
     }
     b.push(UnitKind::Finalizer, loop_end, n, None);
+    b.mark_open(Some(loop_node), &wrappers);
     b.units
 }
 
@@ -387,10 +396,112 @@ struct Builder<'a> {
     /// `mark[node] == stamp`: node already counted in the unit being built.
     mark: Vec<u32>,
     stamp: u32,
-    scratch: Vec<u32>,
+    scratch: Vec<(u32, u64)>,
+    /// The loop's own waits, left out of handler units.
+    loop_wait: Option<LoopWait>,
+}
+
+/// What belongs to the event loop's waiting rather than to a handler: the
+/// loop's wait calls and its wait wrappers with what they call. A 000
+/// handler unit runs to the next receive, across the wait for it; whether
+/// the loop waits again after the last event of a run (or twice before
+/// the next) is timing, not behaviour, so handler units leave it out.
+struct LoopWait {
+    loop_node: u32,
+    wrappers: Vec<u32>,
+    /// Per node: inside a wrapper (the wrapper itself included).
+    wrapped: Vec<bool>,
+}
+
+impl LoopWait {
+    fn new(nodes: &NodeTable, loop_node: u32, wrappers: &[u32]) -> Self {
+        let wrapped = if wrappers.is_empty() {
+            Vec::new()
+        } else {
+            (0..nodes.len() as u32)
+                .map(|mut n| {
+                    loop {
+                        if wrappers.contains(&n) {
+                            break true;
+                        }
+                        if n == NodeTable::ROOT {
+                            break false;
+                        }
+                        n = nodes.parent(n);
+                    }
+                })
+                .collect()
+        };
+        Self {
+            loop_node,
+            wrappers: wrappers.to_vec(),
+            wrapped,
+        }
+    }
+
+    /// Whether entry `e` is the loop waiting.
+    fn contains(&self, nodes: &NodeTable, e: &TraceEntry) -> bool {
+        if self.wrapped.get(e.node as usize).copied().unwrap_or(false) {
+            return true;
+        }
+        is_wait(e.kind) && {
+            let p = nodes.parent(e.node);
+            p == self.loop_node || self.wrappers.contains(&p)
+        }
+    }
 }
 
 impl Builder<'_> {
+    /// Marks the last unit open when the thread's trace ended with frames
+    /// open that a thread idling in its event loop `loop_node` (with the
+    /// wait wrappers `wrappers`) does not have: the loop frame, the frames
+    /// around it, and a wrapper waiting (with what it called) are expected;
+    /// anything else never returned. Without a loop, every open frame counts.
+    /// Marks it cut when the trace ended with only those open, inside the
+    /// loop.
+    fn mark_open(&mut self, loop_node: Option<u32>, wrappers: &[u32]) {
+        // The stack at the end, replayed from the entries' depths.
+        let mut stack: Vec<u32> = Vec::new();
+        for e in self.entries {
+            match e.kind {
+                TraceEntryKind::Call => {
+                    stack.truncate(e.depth.saturating_sub(1) as usize);
+                    stack.push(e.node);
+                }
+                TraceEntryKind::Return => stack.truncate(e.depth as usize),
+                TraceEntryKind::Syscall { .. } => {}
+            }
+        }
+        let around_loop = |node: u32| {
+            let Some(mut at) = loop_node else {
+                return false;
+            };
+            loop {
+                if at == node {
+                    return true;
+                }
+                if at == NodeTable::ROOT {
+                    return false;
+                }
+                at = self.nodes.parent(at);
+            }
+        };
+        let in_loop = loop_node.is_some_and(|l| l == NodeTable::ROOT || stack.contains(&l));
+        let mut open = Vec::new();
+        for node in stack {
+            if wrappers.contains(&node) {
+                break;
+            }
+            if !around_loop(node) {
+                open.push(node);
+            }
+        }
+        if let Some(last) = self.units.last_mut() {
+            last.cut = open.is_empty() && in_loop;
+            last.open = open;
+        }
+    }
+
     /// A handler unit over `start..end` whose receive is entry `receive`.
     fn push_handler(&mut self, start: usize, end: usize, receive: usize, receives: &Receives) {
         let recv = receives.get(receive);
@@ -420,22 +531,31 @@ impl Builder<'_> {
         // one allocation per unit, not one per doubling.
         let scratch = &mut self.scratch;
         scratch.clear();
+        let skip = self
+            .loop_wait
+            .as_ref()
+            .filter(|_| kind == UnitKind::Handler);
         for e in &self.entries[start..end] {
+            if skip.is_some_and(|w| w.contains(self.nodes, e)) {
+                continue;
+            }
             let mut node = e.node;
             while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
                 self.mark[node as usize] = self.stamp;
-                scratch.push(node);
+                scratch.push((node, e.ts_ns));
                 node = self.nodes.parent(node);
             }
         }
         scratch.sort_unstable();
-        let nodes = scratch.as_slice().to_vec();
+        let nodes = scratch.iter().map(|(n, _)| *n).collect();
+        let first_ns = scratch.iter().map(|(_, t)| *t).collect();
         self.units.push(Unit {
             kind,
             tid: self.tid,
             start_ns: self.entries[start].ts_ns,
             end_ns: self.entries[end - 1].ts_ns,
             nodes,
+            first_ns,
             connection: recv
                 .map(|r| r.key.clone())
                 .or_else(|| (kind == UnitKind::Handler).then(ConnectionKey::unknown)),
@@ -443,6 +563,9 @@ impl Builder<'_> {
             peer: recv.and_then(|r| r.peer.clone()),
             entries: (start, end),
             role: self.role.clone(),
+            open: Vec::new(),
+            exited: false,
+            cut: false,
         });
     }
 }
@@ -848,5 +971,104 @@ mod tests {
         assert_eq!(kinds, [UnitKind::Initializer, UnitKind::Finalizer]);
         let busy = decompose(&t, 1, &e, &r, Variant::Paper000);
         assert_eq!(quiet.last(), busy.last());
+    }
+
+    /// `serve` loops waiting in `wait` (a wrapper, as Python's `selectors`)
+    /// and handles each receive in `handle`; `tail` says how the trace
+    /// ends after two handled messages: `Return` (serve returns), `Hang`
+    /// (a third handler never returns), `Idle` (it dies inside `wait`).
+    fn wrapped_loop(tail: &str) -> (NodeTable, Vec<TraceEntry>, Receives, [u32; 4]) {
+        let mut t = NodeTable::default();
+        let serve = node(&mut t, NodeTable::ROOT, "", "serve");
+        let wait = node(&mut t, serve, "serve+0x8", "wait");
+        let handle = node(&mut t, serve, "serve+0x20", "handle");
+        let poll = sys_node(&mut t, wait, nr::POLL);
+        let recv = sys_node(&mut t, handle, nr::RECVFROM);
+        let mut e = vec![at(Call, serve, 1)];
+        let mut received = Vec::new();
+        let mut one = |e: &mut Vec<TraceEntry>, returns: bool| {
+            e.extend([
+                at(Call, wait, 2),
+                sys(nr::POLL, 4, poll, 2),
+                at(Return, wait, 1),
+                at(Call, handle, 2),
+            ]);
+            received.push(e.len());
+            e.push(sys(nr::RECVFROM, 4, recv, 2));
+            if returns {
+                e.push(at(Return, handle, 1));
+            }
+        };
+        one(&mut e, true);
+        one(&mut e, true);
+        match tail {
+            "Return" => e.push(at(Return, serve, 0)),
+            "Hang" => one(&mut e, false),
+            _ => e.push(at(Call, wait, 2)),
+        }
+        let receives = receive_at(e.len(), &received, "conn");
+        (t, timed(e), receives, [serve, wait, handle, poll])
+    }
+
+    /// A handler whose frame never returned before the trace ended is
+    /// open, with that frame; a thread that ends while waiting in its loop
+    /// (inside the wrapper) leaves its last unit cut, not open; one whose
+    /// loop returned leaves neither.
+    #[test]
+    fn units_that_never_completed_are_open_and_idle_ends_are_cut() {
+        let (t, e, r, [_, _, handle, _]) = wrapped_loop("Hang");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let last = units.last().expect("units");
+        assert_eq!(last.kind, UnitKind::Handler);
+        assert_eq!(last.open, [handle]);
+        assert!(!last.cut);
+        assert!(
+            units[..units.len() - 1]
+                .iter()
+                .all(|u| u.open.is_empty() && !u.cut)
+        );
+
+        let (t, e, r, _) = wrapped_loop("Idle");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let last = units.last().expect("units");
+        assert!(last.open.is_empty(), "{last:?}");
+        assert!(last.cut);
+
+        let (t, e, r, _) = wrapped_loop("Return");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        assert!(
+            units.iter().all(|u| u.open.is_empty() && !u.cut),
+            "{units:?}"
+        );
+    }
+
+    /// A 000 handler unit runs to the next receive, across the wait for
+    /// it; the wait (and what its wrapper calls) is the loop's: handler
+    /// units leave it out, so the last handler of a run (after which the
+    /// loop may or may not wait again) covers what the others cover. Each
+    /// node carries the time it first came.
+    #[test]
+    fn handler_units_leave_the_loops_waits_out() {
+        let (t, e, r, [serve, wait, handle, poll]) = wrapped_loop("Return");
+        let units = decompose(&t, 1, &e, &r, Variant::Paper000);
+        let handlers: Vec<&Unit> = units
+            .iter()
+            .filter(|u| u.kind == UnitKind::Handler)
+            .collect();
+        assert_eq!(handlers.len(), 2);
+        for h in &handlers {
+            assert!(
+                !h.nodes.contains(&wait) && !h.nodes.contains(&poll),
+                "{h:?}"
+            );
+            assert!(h.nodes.contains(&serve) && h.nodes.contains(&handle));
+        }
+        assert_eq!(handlers[0].nodes, handlers[1].nodes);
+        // The initializer keeps the first wait.
+        assert!(units[0].nodes.contains(&wait));
+        let h = handlers[1];
+        assert_eq!(h.first_ns.len(), h.nodes.len());
+        assert_eq!(h.first_time(handle), Some(h.start_ns));
+        assert_eq!(h.first_time(wait), None);
     }
 }

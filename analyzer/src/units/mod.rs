@@ -18,5 +18,7 @@ mod types;
 
 pub use connections::ConnectionKey;
 pub use decompose::{Variant, decompose_capture, thread_role};
-pub use trace::{NodeKey, NodeTable, ThreadTraces, TraceEntry, TraceEntryKind, thread_traces};
+pub use trace::{
+    DISPLAY_FRAMES, NodeKey, NodeTable, ThreadTraces, TraceEntry, TraceEntryKind, thread_traces,
+};
 pub use types::{ProcessUnits, Unit, UnitKind};

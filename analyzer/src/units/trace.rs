@@ -19,7 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use rustc_hash::FxHashMap;
 use tracer_common::{
     capture::RawRecords,
-    record::{FuncEntry, FuncReturn, Header, Pod as _, Syscall, UsdtHit, UsdtString, kind},
+    record::{
+        FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit, UsdtString, kind,
+        lifecycle,
+    },
     syscall::nr,
 };
 
@@ -34,6 +37,9 @@ pub struct NodeKey {
     pub callee: String,
 }
 
+/// Frames of a path shown in reports ([`NodeTable::path_display`]).
+pub const DISPLAY_FRAMES: usize = 64;
+
 /// The call-tree nodes of one process: a trie of [`NodeKey`] paths.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTable {
@@ -41,11 +47,21 @@ pub struct NodeTable {
     key_ids: FxHashMap<NodeKey, u32>,
     /// (parent node or [`NodeTable::ROOT`], key id) per node.
     nodes: Vec<(u32, u32)>,
+    /// Depth per node (top-level nodes have depth 1): kept, not walked, so
+    /// that work per node stays constant on stacks a million calls deep.
+    depths: Vec<u32>,
     /// (key id, child) per node, and of the root: fan-out is small, so a
     /// scan beats hashing on every trace entry.
     children: Vec<Vec<(u32, u32)>>,
     root_children: Vec<(u32, u32)>,
+    /// (parent, key id) to child, for the children of nodes with more than
+    /// [`SCAN_CHILDREN`] of them: a scan per entry would make a node with a
+    /// million distinct callees (a damaged or crafted capture) quadratic.
+    wide: FxHashMap<(u32, u32), u32>,
 }
+
+/// Children of a node searched by scanning; beyond, by hash.
+const SCAN_CHILDREN: usize = 32;
 
 impl NodeTable {
     /// The virtual root every path starts from.
@@ -70,14 +86,38 @@ impl NodeTable {
         } else {
             &mut self.children[parent as usize]
         };
-        if let Some(&(_, id)) = list.iter().find(|(k, _)| *k == key_id) {
-            return id;
+        if list.len() <= SCAN_CHILDREN {
+            if let Some(&(_, id)) = list.iter().find(|(k, _)| *k == key_id) {
+                return id;
+            }
+        } else if let Some(id) = self.wide.get(&(parent, key_id)) {
+            return *id;
         }
         let id = self.nodes.len() as u32;
         list.push((key_id, id));
+        if list.len() > SCAN_CHILDREN {
+            if list.len() == SCAN_CHILDREN + 1 {
+                for &(k, c) in list.iter() {
+                    self.wide.insert((parent, k), c);
+                }
+            } else {
+                self.wide.insert((parent, key_id), id);
+            }
+        }
         self.nodes.push((parent, key_id));
+        let depth = if parent == Self::ROOT {
+            1
+        } else {
+            self.depths[parent as usize].saturating_add(1)
+        };
+        self.depths.push(depth);
         self.children.push(Vec::new());
         id
+    }
+
+    /// The key id of `node` (see [`NodeTable::key`]).
+    pub fn key_id(&self, node: u32) -> u32 {
+        self.nodes[node as usize].1
     }
 
     /// Parent of `node` ([`NodeTable::ROOT`] for top-level nodes).
@@ -91,13 +131,8 @@ impl NodeTable {
     }
 
     /// Depth of `node` (top-level nodes have depth 1).
-    pub fn depth(&self, mut node: u32) -> usize {
-        let mut d = 0;
-        while node != Self::ROOT {
-            d += 1;
-            node = self.parent(node);
-        }
-        d
+    pub fn depth(&self, node: u32) -> usize {
+        self.depths[node as usize] as usize
     }
 
     /// The keys from the root to `node`.
@@ -124,6 +159,36 @@ impl NodeTable {
             })
             .collect::<Vec<_>>()
             .join(" > ")
+    }
+
+    /// The path of `node` for people: [`NodeTable::path_string`], but of
+    /// a node deeper than [`DISPLAY_FRAMES`] only the frames nearest to it,
+    /// after the number left out (`… 999936 frames > walk@visit+0x10 > …`),
+    /// so that reporting a node costs at most that many steps.
+    pub fn path_display(&self, node: u32) -> String {
+        let mut keys = Vec::new();
+        let mut n = node;
+        while n != Self::ROOT && keys.len() < DISPLAY_FRAMES {
+            keys.push(self.node_key(n));
+            n = self.parent(n);
+        }
+        keys.reverse();
+        let steps = keys.iter().map(|k| {
+            if k.site.is_empty() {
+                k.callee.clone()
+            } else {
+                format!("{}@{}", k.callee, k.site)
+            }
+        });
+        let left_out = self.depth(node) - keys.len();
+        if left_out == 0 {
+            steps.collect::<Vec<_>>().join(" > ")
+        } else {
+            std::iter::once(format!("… {left_out} frames"))
+                .chain(steps)
+                .collect::<Vec<_>>()
+                .join(" > ")
+        }
     }
 
     /// Number of nodes.
@@ -183,6 +248,12 @@ pub struct ThreadTraces {
     pub pairs: HashMap<(u32, usize), (i32, i32)>,
     /// Peer addresses of connect/accept entries, by (tid, index).
     pub peers: HashMap<(u32, usize), String>,
+    /// Threads whose exit was recorded, with its time.
+    pub exited: BTreeMap<u32, u64>,
+    /// The call site (return address, as the process saw it) of each
+    /// native call's node key, by key id ([`NodeTable::key_id`]): where
+    /// exports look up the caller's file and line.
+    pub call_sites: FxHashMap<u32, u64>,
 }
 
 /// What [`thread_traces`] takes from one event.
@@ -317,6 +388,8 @@ struct PythonKeys {
 struct ProcessBuilder {
     nodes: NodeTable,
     site_keys: FxHashMap<(u64, u32), u32>,
+    /// Raw call site of each native call key (the first seen).
+    call_sites: FxHashMap<u32, u64>,
     sys_keys: FxHashMap<u32, u32>,
     /// Key caches of Python frames, boxed: processes without them stay small.
     python: Box<PythonKeys>,
@@ -324,6 +397,7 @@ struct ProcessBuilder {
     pairs: HashMap<(u32, usize), (i32, i32)>,
     threads: Vec<(u32, ThreadBuilder)>,
     thread_index: FxHashMap<u32, usize>,
+    exited: BTreeMap<u32, u64>,
     /// (tid, index into `threads`) of the last record: runs of one thread's
     /// records skip the lookup.
     last_thread: Option<(u32, usize)>,
@@ -369,15 +443,18 @@ impl ProcessBuilder {
                 } else {
                     site
                 };
+                let call_sites = &mut self.call_sites;
                 let key = *self.site_keys.entry((site, func_id)).or_insert_with(|| {
                     let site_name = sym
                         .user(pid, site)
                         .map(|l| l.to_string())
                         .unwrap_or_default();
-                    nodes.key(NodeKey {
+                    let key = nodes.key(NodeKey {
                         site: site_name,
                         callee: capture.function_name(func_id),
-                    })
+                    });
+                    call_sites.entry(key).or_insert(site);
+                    key
                 });
                 let node = nodes.child(parent, key);
                 thread.stack.push((node, func_id, site));
@@ -551,6 +628,8 @@ impl ProcessBuilder {
                 .collect(),
             peers: self.peers,
             pairs: self.pairs,
+            exited: self.exited,
+            call_sites: self.call_sites,
         }
     }
 }
@@ -562,7 +641,7 @@ impl ProcessBuilder {
 fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<String>)> {
     let (pid, tid) = (header.pid, header.tid);
     Some(match header.kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS => {
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
             let rec = FuncEntry::read_from(bytes)?;
             (
                 pid,
@@ -610,6 +689,12 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
         }
         _ => return None,
     })
+}
+
+/// The thread of an exit lifecycle record.
+fn exit_of(header: &Header, bytes: &[u8]) -> Option<u32> {
+    let rec = Lifecycle::read_from(bytes)?;
+    (rec.event == lifecycle::EXIT).then_some(header.tid)
 }
 
 /// Every record of `capture` as (header, bytes); damaged chunks end early
@@ -671,6 +756,12 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 in_order = false;
                 break;
             }
+        } else if header.kind == kind::LIFECYCLE {
+            if let Some(tid) = exit_of(&header, bytes) {
+                builder(&mut current, &mut processes, header.pid)
+                    .exited
+                    .insert(tid, header.ts_ns);
+            }
         } else if roles.is_empty() {
             // No USDT probes: nothing else builds traces.
         } else if header.kind == kind::USDT {
@@ -692,6 +783,7 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
+        let mut exits: Vec<(u32, u32, u64)> = Vec::new();
         // Strings resolve in ring order, before the per-thread sort: a
         // pointer's text is sent once per process, by whichever thread.
         strings = UsdtStrings::default();
@@ -704,7 +796,14 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 }
             } else if header.kind == kind::USDT_STRING {
                 strings.record(bytes);
+            } else if header.kind == kind::LIFECYCLE
+                && let Some(tid) = exit_of(&header, bytes)
+            {
+                exits.push((header.pid, tid, header.ts_ns));
             }
+        }
+        for (pid, tid, t) in exits {
+            processes.entry(pid).or_default().exited.insert(tid, t);
         }
         let mut raw: Vec<_> = raw.into_iter().collect();
         raw.sort_unstable_by_key(|(k, _)| *k);
@@ -724,6 +823,8 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
     }
     processes
         .into_iter()
+        // A process seen only exiting made no traced call.
+        .filter(|(_, p)| !p.threads.is_empty())
         .map(|(pid, p)| (pid, p.finish()))
         .collect()
 }

@@ -56,6 +56,10 @@ pub struct Unit {
     /// Call-tree nodes that appear in the unit (ids of the process's
     /// [`super::NodeTable`]), sorted, each once (coverage, not frequency).
     pub nodes: Vec<u32>,
+    /// When each of `nodes` first appeared in the unit, `CLOCK_MONOTONIC`
+    /// ns: when a unit that runs long (a thread without an event loop)
+    /// made a call no normal unit made.
+    pub first_ns: Vec<u64>,
     /// For handler units: the connection the event came from.
     pub connection: Option<ConnectionKey>,
     /// For handler units: the descriptor.
@@ -68,9 +72,28 @@ pub struct Unit {
     /// The role of its thread (see [`thread_role`](super::thread_role)):
     /// threads of one role share initializer, finalizer and pre/post models.
     pub role: std::sync::Arc<str>,
+    /// The frames (call-tree nodes, outermost first) this unit had open
+    /// when its thread's trace ended, beyond those a thread waiting in its
+    /// event loop has open: the unit never completed (a handler that hung,
+    /// or a thread that died inside it). Empty for a completed unit.
+    pub open: Vec<u32>,
+    /// With `open`: whether the thread's exit was recorded (it ended inside
+    /// the unit), rather than the capture ending while it was inside.
+    pub exited: bool,
+    /// The thread's trace ended inside this unit while it waited in its
+    /// event loop (killed while idle, or the capture ended): the calls that
+    /// would have followed never came, so what is missing at its end says
+    /// nothing; what it called still does.
+    pub cut: bool,
 }
 
 impl Unit {
+    /// When `node` first appeared in the unit (`None`: it did not).
+    pub fn first_time(&self, node: u32) -> Option<u64> {
+        let i = self.nodes.binary_search(&node).ok()?;
+        self.first_ns.get(i).copied()
+    }
+
     /// What picks its tree in a process model: the connection for a handler
     /// (000 §2.3), the thread role for every other kind (beyond the papers,
     /// whose daemons had one thread: a multi-threaded daemon's threads

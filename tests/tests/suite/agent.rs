@@ -1,5 +1,6 @@
 //! `tracer agent` end to end: the flight recorder, snapshots, the control
-//! socket, configuration errors and load shedding, on real processes (the
+//! socket, configuration errors, load shedding, and what it trusts (issue
+//! 15: decoy targets, pid files, its state directory), on real processes (the
 //! `calls` fixture, each test under its own executable name so agents of
 //! tests running side by side never see each other's processes).
 
@@ -578,7 +579,9 @@ fn load_shedding_is_visible() {
         s["state"] == "recording"
     });
     assert_eq!(status["shed"]["sampling"], true, "{status:#}");
-    let mut child = flood(&exe, 6000);
+    // Long enough to outlast two steps and the re-arm between them on a
+    // loaded machine (where the flood runs barely over the budget).
+    let mut child = flood(&exe, 12_000);
     let status = agent.wait_for("two shedding steps", Duration::from_secs(15), |s| {
         s["shed"]["actions"]
             .as_array()
@@ -711,4 +714,386 @@ fn targets_by_name_and_pidfile_are_found_when_they_start() {
         .chain(run_counts(pids[1], 7))
         .collect();
     assert_eq!(counts, expected, "{status:#}");
+}
+
+/// Starts `exe wait N`: it waits for a line on stdin, then runs.
+fn waiting(exe: &Path, n: &str) -> Child {
+    Command::new(exe)
+        .args(["wait", n])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("fixture starts")
+}
+
+/// Lets a `waiting` fixture run; it must succeed. Returns its pid.
+fn go(mut child: Child) -> u32 {
+    let pid = child.id();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("fixture runs");
+    assert!(out.status.success(), "{}", out.status);
+    pid
+}
+
+/// A program run by nobody: killed when dropped.
+struct Decoy(Child);
+
+impl Decoy {
+    fn start(program: &Path, args: &[&str]) -> Self {
+        Self(
+            Command::new(program)
+                .args(args)
+                .uid(65534)
+                .gid(65534)
+                .spawn()
+                .unwrap_or_else(|e| panic!("{} runs as nobody: {e}", program.display())),
+        )
+    }
+}
+
+impl Drop for Decoy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The notes of the status's target `name`.
+fn target_state(status: &Value, name: &str) -> (String, Vec<String>) {
+    let t = status["targets"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["target"] == name))
+        .unwrap_or_else(|| panic!("no target {name}: {status:#}"));
+    (
+        t["state"].as_str().unwrap_or_default().to_string(),
+        t["notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// Issue 15, item 1: an unprivileged user cannot blind the agent with a
+/// process named like its target. Two decoys run as nobody: a copy of
+/// sleep it owns, and root's sleep through a link (so its comm is the
+/// target's name). Both are refused and said so; the real daemon is
+/// recorded exactly; and a target the session cannot probe (no traced
+/// function in /usr/bin/true) is skipped, not fatal for the others.
+/// Before, the first decoy made every session fail ("pattern matches no
+/// function in .../hv_victimd").
+#[test]
+fn issue_15_decoys_named_like_a_target_do_not_blind_the_agent() {
+    if !privileged() {
+        return;
+    }
+    let exe = fixture("calls", Some("hv_victimd"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A directory nobody owns, reachable by nobody.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let theirs = dir.path().join("nobody");
+    for sub in ["copy", "link"] {
+        std::fs::create_dir_all(theirs.join(sub)).expect("mkdir");
+    }
+    for p in [theirs.clone(), theirs.join("copy"), theirs.join("link")] {
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).expect("chown");
+    }
+    let copy = theirs.join("copy/hv_victimd");
+    std::fs::copy("/usr/bin/sleep", &copy).expect("copy sleep");
+    std::os::unix::fs::chown(&copy, Some(65534), Some(65534)).expect("chown");
+    let link = theirs.join("link/hv_victimd");
+    std::os::unix::fs::symlink("/usr/bin/sleep", &link).expect("symlink");
+    let decoys = [Decoy::start(&copy, &["120"]), Decoy::start(&link, &["120"])];
+
+    let agent = Agent::start(
+        dir.path(),
+        &format!(
+            "[[target]]\nname = \"hv_victimd\"\n[[target]]\nexe = \"/usr/bin/true\"\n\n[trace]\nfunctions = [\"leaf\", \"site_*\"]\nsyscalls = false\nring_size = \"256KiB\"\n{SMALL_RECORDER}"
+        ),
+    );
+    let real = waiting(&exe, "5");
+    let real_exe = exe.canonicalize().expect("exe");
+    let status = agent.wait_for("the real daemon recorded", Duration::from_secs(20), |s| {
+        s["state"] == "recording"
+            && s["session"]["executables"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| path_of(e) == real_exe))
+    });
+    let (state, notes) = target_state(&status, "name=hv_victimd");
+    assert_eq!(state, "recording", "{status:#}");
+    for d in &decoys {
+        let pid = d.0.id();
+        assert!(
+            notes.iter().any(|n| n.starts_with(&format!(
+                "refused process {pid}: it runs as uid 65534, not as root"
+            ))),
+            "decoy {pid} not refused: {notes:#?}"
+        );
+    }
+    assert_eq!(
+        status["session"]["executables"],
+        serde_json::json!([real_exe]),
+        "only the real daemon's executable: {status:#}"
+    );
+    let status = agent.wait_for(
+        "the unprobeable target skipped",
+        Duration::from_secs(10),
+        |s| target_state(s, "exe=/usr/bin/true").0 == "skipped",
+    );
+    let (_, notes) = target_state(&status, "exe=/usr/bin/true");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("not probed") && n.contains("matches no function")),
+        "{notes:#?}"
+    );
+
+    let pid = go(real);
+    let snap = agent.snapshot("60s");
+    assert_eq!(
+        entries_by_function(&capture(&path_of(&snap["path"]))),
+        run_counts(pid, 5).into_iter().collect()
+    );
+    drop(decoys);
+}
+
+/// Issue 15, item 1: the agent's owner rule, without the uid rule: root
+/// runs a copy of the daemon that nobody owns (as a user tricked into it
+/// would): refused, until the target names that owner.
+#[test]
+fn issue_15_an_executable_another_user_owns_is_refused_unless_named() {
+    if !privileged() {
+        return;
+    }
+    let exe = fixture("calls", Some("hv_owned"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let theirs = dir.path().join("bin");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    let copy = theirs.join("hv_owned");
+    std::fs::copy(&exe, &copy).expect("copy");
+    std::os::unix::fs::chown(&copy, Some(65534), Some(65534)).expect("chown");
+    let body = |owner: &str| {
+        format!(
+            "[[target]]\nname = \"hv_owned\"\n{owner}\n[trace]\nfunctions = [\"leaf\", \"site_*\"]\nsyscalls = false\nring_size = \"256KiB\"\n{SMALL_RECORDER}"
+        )
+    };
+    let mut agent = Agent::start(dir.path(), &body(""));
+    let daemon = waiting(&copy, "3");
+    let status = agent.wait_for("the refusal", Duration::from_secs(20), |s| {
+        target_state(s, "name=hv_owned").0 == "refused"
+    });
+    let (_, notes) = target_state(&status, "name=hv_owned");
+    assert!(
+        notes.iter().any(|n| n.contains(&format!(
+            "{} is owned by uid 65534, not by root",
+            copy.display()
+        ))),
+        "{notes:#?}"
+    );
+    assert!(status["session"].is_null(), "{status:#}");
+    agent.stop("TERM");
+    let agent = Agent::start(dir.path(), &body("owner = \"nobody\""));
+    agent.wait_for("the owned copy recorded", Duration::from_secs(20), |s| {
+        s["state"] == "recording"
+    });
+    let pid = go(daemon);
+    let snap = agent.snapshot("60s");
+    assert_eq!(
+        entries_by_function(&capture(&path_of(&snap["path"]))),
+        run_counts(pid, 3).into_iter().collect()
+    );
+}
+
+/// Issue 15, item 1: a pid file is believed only when it is not older
+/// than its process (a stale file names whatever got the pid since) and
+/// nobody else can write it.
+#[test]
+fn issue_15_a_stale_or_writable_pid_file_is_not_believed() {
+    if !privileged() {
+        return;
+    }
+    let exe = fixture("calls", Some("hv_pidfile"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pidfile = dir.path().join("daemon.pid");
+    let daemon = waiting(&exe, "2");
+    std::fs::write(&pidfile, format!("{}\n", daemon.id())).expect("pid file");
+    // Written an hour before the process started: stale.
+    std::fs::File::options()
+        .write(true)
+        .open(&pidfile)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .expect("mtime");
+    let name = format!("pidfile={}", pidfile.display());
+    let agent = Agent::start(
+        dir.path(),
+        &format!(
+            "[[target]]\npidfile = \"{}\"\n\n[trace]\nfunctions = [\"leaf\", \"site_*\"]\nsyscalls = false\nring_size = \"256KiB\"\n{SMALL_RECORDER}",
+            pidfile.display()
+        ),
+    );
+    let status = agent.wait_for("the stale pid file refused", Duration::from_secs(10), |s| {
+        target_state(s, &name).0 == "refused"
+    });
+    let (_, notes) = target_state(&status, &name);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("a stale pid file whose pid was reused")),
+        "{notes:#?}"
+    );
+    assert!(status["session"].is_null(), "{status:#}");
+
+    // Fresh, but anyone may write it.
+    std::fs::write(&pidfile, format!("{}\n", daemon.id())).expect("pid file");
+    std::fs::set_permissions(&pidfile, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let status = agent.wait_for(
+        "the writable pid file refused",
+        Duration::from_secs(10),
+        |s| {
+            target_state(s, &name)
+                .1
+                .iter()
+                .any(|n| n.contains("can be changed by everyone"))
+        },
+    );
+    assert!(status["session"].is_null(), "{status:#}");
+
+    std::fs::set_permissions(&pidfile, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    agent.wait_for("the pid file believed", Duration::from_secs(20), |s| {
+        s["state"] == "recording" && target_state(s, &name).0 == "recording"
+    });
+    let pid = go(daemon);
+    let snap = agent.snapshot("60s");
+    assert_eq!(
+        entries_by_function(&capture(&path_of(&snap["path"]))),
+        run_counts(pid, 2).into_iter().collect()
+    );
+}
+
+/// Issue 15, item 5: a state directory others can write is refused (root
+/// would write captures where they choose); a symbolic link planted as
+/// `rings` is refused, not followed (setting its mode changed the
+/// target's); a directory of root's that others may read is made 0700.
+#[test]
+fn issue_15_the_state_directory_must_be_roots_alone() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("agent.toml");
+    let body = "[[target]]\nexe = \"/nonexistent/hv_state\"\n[trace]\nfunctions = [\"leaf\"]\n";
+    std::fs::write(&config, Agent::config_text(dir.path(), body)).expect("config");
+    let state = dir.path().join("state");
+    let start = || tracer(&["agent", "--config", utf8(&config)]);
+
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let run = start();
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("refusing the state directory")
+            && run.stderr.contains("can be changed by everyone"),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::os::unix::fs::symlink(&elsewhere, state.join("rings")).expect("symlink");
+    let run = start();
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("symbolic link"), "{}", run.stderr);
+    let mode = std::fs::metadata(&elsewhere)
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755, "the link's target was left alone");
+
+    std::fs::remove_file(state.join("rings")).expect("unlink");
+    let agent = Agent::start(dir.path(), body);
+    let status = agent.status();
+    assert!(
+        status["state"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("waiting")
+    );
+    for d in [state.clone(), state.join("rings"), state.join("snapshots")] {
+        let meta = std::fs::symlink_metadata(&d).expect("exists");
+        assert!(meta.is_dir(), "{}", d.display());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{}", d.display());
+    }
+}
+
+/// Issue 15, item 6: snapshots count against `max_snapshots_disk`; the
+/// oldest go first, the count is in the status, and a new agent adopts
+/// what is left.
+#[test]
+fn issue_15_snapshots_stay_within_their_budget() {
+    if !privileged() {
+        return;
+    }
+    let exe = fixture("calls", Some("hv_snapshots"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    const BUDGET: u64 = 1 << 20;
+    let body = format!(
+        "{}{SMALL_RECORDER}max_snapshots_disk = \"1MiB\"\n",
+        traced(&exe, "ring_size = \"256KiB\"")
+    );
+    let mut agent = Agent::start(dir.path(), &body);
+    agent.wait_for("recording", Duration::from_secs(20), |s| {
+        s["state"] == "recording"
+    });
+    // About 8,000 records: some 400 KB per snapshot.
+    run_fixture(&exe, &["run", "4000"]);
+    let mut taken = Vec::new();
+    for i in 0..5 {
+        let snap = agent.request(&["snapshot", "--window", "60s", "--reason", &format!("s{i}")]);
+        let bytes = snap["bytes"].as_u64().unwrap_or(0);
+        assert!(bytes > 200_000 && bytes < BUDGET / 2, "{snap:#}");
+        taken.push(path_of(&snap["path"]));
+        // Distinct names (they carry the time in ms).
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let on_disk = |dir: &Path| -> (usize, u64) {
+        std::fs::read_dir(dir)
+            .expect("snapshots dir")
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
+    };
+    let snapshots = agent.state_dir.join("snapshots");
+    let (files, bytes) = on_disk(&snapshots);
+    assert!(
+        bytes <= BUDGET,
+        "{bytes} bytes of snapshots over the 1 MiB budget"
+    );
+    let status = agent.status();
+    let s = &status["snapshots_disk"];
+    assert_eq!(s["files"].as_u64(), Some(files as u64), "{s:#}");
+    assert_eq!(s["bytes"].as_u64(), Some(bytes), "{s:#}");
+    assert_eq!(s["max_bytes"].as_u64(), Some(BUDGET));
+    assert_eq!(
+        s["removed"]["files"].as_u64(),
+        Some((5 - files) as u64),
+        "{s:#}"
+    );
+    assert!((1..5).contains(&files), "{files}");
+    // Oldest first: the ones kept are the last taken.
+    for (i, p) in taken.iter().enumerate() {
+        assert_eq!(p.exists(), i >= 5 - files, "{}", p.display());
+    }
+    agent.stop("TERM");
+    let agent = Agent::start(dir.path(), &body);
+    let s = &agent.status()["snapshots_disk"];
+    assert_eq!(s["files"].as_u64(), Some(files as u64), "adopted: {s:#}");
 }

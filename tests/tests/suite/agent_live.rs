@@ -26,32 +26,30 @@ fn unit_alerts(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[test]
-fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
-    if !privileged() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    // Its own copy: the agent traces every process of the executable.
-    let ring = fixture("ring", Some("ring_agent"));
-    let base = tests::port_block(25);
+/// Learns a model of `ring` from three recorded normal runs (ports from
+/// `base`), written to `DIR/model.json`.
+fn learn_ring_model(dir: &Path, ring: &Path, base: u16) -> (GlobalModel, PathBuf) {
     let mut model = GlobalModel::new(Variant::Paper000);
     for i in 0..3 {
-        let out = dir.path().join(format!("normal{i}.capture"));
-        tests::record_ring(&ring, &out, base + i * 5, None);
+        let out = dir.join(format!("normal{i}.capture"));
+        tests::record_ring(ring, &out, base + i * 5, None);
         for p in decompose_capture(&capture(&out), Variant::Paper000) {
             model.learn(&p);
         }
     }
-    let model_path = dir.path().join("model.json");
+    let model_path = dir.join("model.json");
     std::fs::write(&model_path, serde_json::to_vec(&model).expect("model json")).expect("model");
+    (model, model_path)
+}
 
+/// An agent tracing `ring` and scoring it live against `model_path`.
+fn ring_agent(dir: &Path, ring: &Path, model_path: &Path) -> Agent {
     let functions: Vec<String> = tests::RING_FUNCTIONS
         .iter()
         .map(|f| format!("{f:?}"))
         .collect();
-    let agent = Agent::start(
-        dir.path(),
+    Agent::start(
+        dir,
         &format!(
             r#"
 [[target]]
@@ -74,7 +72,52 @@ snapshot_window = "30s"
             functions = functions.join(", "),
             model = model_path.display(),
         ),
-    );
+    )
+}
+
+/// Waits (at most 20 s) for a unit alert about the handler of `peer`.
+fn alert_for_peer(agent: &Agent, peer: &str) -> serde_json::Value {
+    let alerts = agent.state_dir.join("alerts.jsonl");
+    let started = Instant::now();
+    loop {
+        if let Some(a) = unit_alerts(&alerts)
+            .into_iter()
+            .find(|a| a["detail"]["peer"] == peer)
+        {
+            return a;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no alert for the handler of {peer}: {:#?}\n{:#}\n{}",
+            unit_alerts(&alerts),
+            agent.status(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A `/proc/PID/status` field.
+fn proc_status(pid: u64, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn live_scores_raise_an_alert_for_the_partial_receive_fault_only() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Its own copy: the agent traces every process of the executable.
+    let ring = fixture("ring", Some("ring_agent"));
+    let base = tests::port_block(25);
+    let (model, model_path) = learn_ring_model(dir.path(), &ring, base);
+    let agent = ring_agent(dir.path(), &ring, &model_path);
     let alerts = agent.state_dir.join("alerts.jsonl");
 
     // A normal run under the agent: scored, and nothing to report.
@@ -102,23 +145,8 @@ snapshot_window = "30s"
         .args(["4", "10", &faulty_base.to_string(), "2"])
         .status()
         .expect("faulty ring runs");
-    let started = Instant::now();
     let peer = format!("127.0.0.1:{}", faulty_base + 3);
-    let alert = loop {
-        if let Some(a) = unit_alerts(&alerts)
-            .into_iter()
-            .find(|a| a["detail"]["peer"] == peer.as_str())
-        {
-            break a;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no alert for the handler of {peer}: {:#?}\n{}",
-            unit_alerts(&alerts),
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let alert = alert_for_peer(&agent, &peer);
     assert_eq!(alert["detail"]["score"], 1.0, "{alert:#}");
     assert_eq!(alert["detail"]["kind"], "handler", "{alert:#}");
     assert_eq!(alert["version"], 1);
@@ -326,4 +354,93 @@ peers_thresholds = "{thresholds}"
         all.iter().all(|a| a.starts_with("s2 ")),
         "a server alike its peers was indicted: {all:?}"
     );
+}
+
+/// Least privilege (issue 15): the live analysis runs in its own process,
+/// as nobody, with no capability, no way to gain one, no supplementary
+/// group and none of the agent's descriptors. Killed, it does not stop the
+/// recording: a ring run meanwhile is recorded whole; it is started again,
+/// the restart is counted, and the fault still raises its alert.
+#[test]
+fn the_analysis_process_is_unprivileged_and_restarted() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ring = fixture("ring", Some("ring_lp"));
+    let base = tests::port_block(25);
+    let (_, model_path) = learn_ring_model(dir.path(), &ring, base);
+    // The model is root's alone: the process gets its bytes, not the file.
+    std::fs::set_permissions(
+        &model_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let agent = ring_agent(dir.path(), &ring, &model_path);
+    let status = agent.wait_for("the analysis process", Duration::from_secs(20), |s| {
+        s["analysis"]["process"]["state"] == "idle"
+    });
+    let p = &status["analysis"]["process"];
+    let pid = p["pid"].as_u64().expect("pid");
+    assert_eq!(
+        (p["user"].as_str(), p["uid"].as_u64()),
+        (Some("nobody"), Some(65534))
+    );
+    assert_eq!(proc_status(pid, "Uid:"), "65534\t65534\t65534\t65534");
+    assert_eq!(proc_status(pid, "Gid:"), "65534\t65534\t65534\t65534");
+    assert_eq!(proc_status(pid, "Groups:"), "", "no supplementary group");
+    for caps in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+        assert_eq!(proc_status(pid, caps), "0000000000000000", "{caps}");
+    }
+    assert_eq!(proc_status(pid, "NoNewPrivs:"), "1");
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("its descriptors")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, ["0", "1", "2"], "none of the agent's descriptors");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("its executable");
+    assert_eq!(exe, tests::analyzer_bin().canonicalize().expect("analyzer"));
+
+    // Killed: the agent goes on recording a normal run meanwhile.
+    let before = agent.status()["records_total"].as_u64().unwrap_or(0);
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let normal = Command::new(&ring)
+        .args(["4", "10", &tests::port_block(5).to_string()])
+        .status()
+        .expect("ring runs");
+    assert!(normal.success());
+    let status = agent.wait_for(
+        "a restarted analysis process",
+        Duration::from_secs(20),
+        |s| {
+            s["analysis"]["restarts"] == 1
+                && s["analysis"]["process"]["state"] == "idle"
+                && s["analysis"]["process"]["pid"].as_u64() != Some(pid)
+        },
+    );
+    assert_eq!(status["state"], "recording", "{status:#}");
+    assert_eq!(
+        status["sessions"], 1,
+        "recording was never re-armed: {status:#}"
+    );
+    assert!(
+        status["records_total"].as_u64() > Some(before),
+        "records while the analysis was down: {status:#}"
+    );
+    let exit = status["analysis"]["last_exit"].as_str().unwrap_or_default();
+    assert_eq!(exit, "was killed by signal 9", "{status:#}");
+
+    // The fault raises its alert through the new process.
+    let faulty_base = tests::port_block(5);
+    let _ = Command::new(&ring)
+        .args(["4", "10", &faulty_base.to_string(), "2"])
+        .status()
+        .expect("faulty ring runs");
+    let alert = alert_for_peer(&agent, &format!("127.0.0.1:{}", faulty_base + 3));
+    assert_eq!(alert["detail"]["score"], 1.0, "{alert:#}");
 }

@@ -22,7 +22,7 @@ use std::{
 
 use analyzer::{
     model::GlobalModel,
-    score::{DifferenceKind, ScoreReport, Scoring, UnitScore, score_processes},
+    score::{DifferenceKind, Ranking, ScoreReport, Scoring, UnitScore, score_processes},
     units::{UnitKind, Variant, decompose_capture},
 };
 use tests::{Background, capture, hydra_bin, privileged};
@@ -281,11 +281,13 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         "a normal run's PMI handler is outside its normal range: {outside:#?}"
     );
 
+    let killed_scores = score(&killed, "killed");
     let report = ScoreReport::new(
         variant,
         Scoring::Nodes,
+        Ranking::Score,
         &["killed".to_string()],
-        score(&killed, "killed"),
+        killed_scores.clone(),
     );
     let scores = &report.units;
     eprintln!("killed rank of proxy {owner}, top 10:\n{}", table(scores));
@@ -309,4 +311,17 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
     );
     // The abort cascade still makes the most suspect unit of the run.
     assert!(scores[0].score > THRESHOLD, "{:?}", scores[0]);
+    // Ranked by evidence, the affected proxy, which deviated first, leads.
+    let by_evidence = ScoreReport::new(
+        variant,
+        Scoring::Nodes,
+        Ranking::Evidence,
+        &["killed".to_string()],
+        killed_scores,
+    );
+    assert_eq!(
+        by_evidence.units[0].pid, owner,
+        "{:#?}",
+        by_evidence.units[0]
+    );
 }

@@ -187,12 +187,14 @@ fn models_learned_in_parts_merge_to_the_whole() {
 
 /// The CLI a user runs (and the demo): `analyzer model learn` writes a
 /// calibrated model of one role, `model score --json` a versioned report
-/// whose first unit is the reset handler and whose earliest anomaly is the
-/// closing unit, the text table says the same, `--svg` writes the plot, and
-/// a file that is not a model is refused with its name.
+/// whose verdict is anomalous, whose earliest anomaly is the closing unit
+/// (explained: the call no learned unit made there) and, ranked by
+/// evidence, first; `--rank score` (the papers' order) puts the reset
+/// handler first; the text table says the same, `--svg` writes the plot,
+/// and a file that is not a model is refused with its name.
 #[test]
 fn the_analyzer_cli_learns_scores_and_names_the_earliest_anomaly() {
-    use analyzer::score::{DifferenceKind, SCORE_REPORT_VERSION, ScoreReport};
+    use analyzer::score::{DifferenceKind, SCORE_REPORT_VERSION, ScoreReport, Verdict};
     use tests::analyzer;
 
     if !privileged() {
@@ -235,13 +237,28 @@ fn the_analyzer_cli_learns_scores_and_names_the_earliest_anomaly() {
     assert!(run.status.success(), "{}", run.stderr);
     let report: ScoreReport = serde_json::from_str(&run.stdout).expect("a score report");
     assert_eq!(report.version, SCORE_REPORT_VERSION);
-    let first = &report.units[0];
+    assert_eq!(report.verdict, Verdict::Anomalous, "{}", report.summary);
+    let by_score = analyzer(&[
+        "model", "score", "--model", &model, &faulty, "--json", "--rank", "score",
+    ]);
+    assert!(by_score.status.success(), "{}", by_score.stderr);
+    let by_score: ScoreReport = serde_json::from_str(&by_score.stdout).expect("a score report");
+    let first = &by_score.units[0];
     assert_eq!(
         (first.peer.as_deref(), first.score),
         (Some(format!("127.0.0.1:{}", faulty_base + 3).as_str()), 1.0),
         "{first:#?}"
     );
     let earliest = report.earliest_in(&faulty).expect("an earliest anomaly");
+    assert_eq!(report.first_anomaly, Some(0), "ranked by evidence: first");
+    assert!(
+        report
+            .explanation
+            .iter()
+            .any(|l| l.contains("close_connection@") && l.contains("where none of the")),
+        "{:#?}",
+        report.explanation
+    );
     assert!(
         earliest
             .differences
@@ -272,6 +289,12 @@ fn the_analyzer_cli_learns_scores_and_names_the_earliest_anomaly() {
         "{}",
         run.stdout
     );
+    assert_eq!(rank, 1, "ranked by evidence, the earliest anomaly leads");
+    assert!(run.stdout.contains("verdict: "), "{}", run.stdout);
+    let run = analyzer(&[
+        "model", "score", "--model", &model, &faulty, "--top", "5", "--rank", "score",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
     let top_row = run.stdout.lines().nth(1).expect("a first row");
     assert!(top_row.contains(" 1.000!"), "{top_row}");
 

@@ -306,10 +306,15 @@ fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
             )
         })
         .rank;
-    let model = mpi::learn(&clean, &hogged, &LearnConfig::default()).expect("learns");
-    assert!(model.sequences.len() >= 3, "{:?}", model.sequences);
-    // The stencil's period is 6 calls: every typical sequence is whole periods.
-    assert!(model.sequences.iter().all(|s| s.len() % 6 == 0));
+    let model = mpi::learn(&[&clean], &[&hogged], &LearnConfig::default()).expect("learns");
+    for (rank, seqs) in model.sequences() {
+        assert!(seqs.len() >= 3, "rank {rank}: {seqs:?}");
+        // The stencil's period is 6 calls: every typical sequence is whole periods.
+        assert!(
+            seqs.iter().all(|s| s.len() % 6 == 0),
+            "rank {rank}: {seqs:?}"
+        );
+    }
     let learned = model.processor(victim).expect("victim in the model");
     assert!(learned.sequences.iter().any(|s| s.used), "{learned:?}");
 

@@ -4,19 +4,14 @@
 //! normal runs learned, the partial-receive fault localized as on the C ring
 //! (`model.rs`).
 
-use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::path::{Path, PathBuf};
 
 use analyzer::{
     model::GlobalModel,
     score::Scoring,
     units::{Variant, decompose_capture},
 };
-use tests::{Background, PYTHON, capture, privileged};
+use tests::{PYTHON, capture, privileged, tracer};
 
 /// Normal runs of the same ring score below this.
 const NORMAL_THRESHOLD: f64 = 0.5;
@@ -25,61 +20,32 @@ fn pyring() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pyring.py")
 }
 
-/// Records one ring run (4 daemons, 10 rounds): the daemons are held until
-/// the tracer is attached to each (`-p`), since a pid's uprobe_multi link
-/// does not follow forks. Returns the capture path.
+/// Records one ring run (4 daemons, 10 rounds) as a user would, the
+/// launcher as the command (`tracer record --python -- python3.11 pyring.py
+/// ...`): the USDT probes follow the daemons it forks. Returns the capture
+/// path.
 fn ring_run(dir: &Path, name: &str, port: u16, fault: Option<u16>) -> PathBuf {
     let out = dir.join(format!("{name}.capture"));
-    let mut cmd = Command::new(PYTHON);
-    cmd.arg(pyring())
-        .args(["--hold", "4", "10", &port.to_string()]);
-    if let Some(node) = fault {
-        cmd.arg(node.to_string());
-    }
-    let mut ring = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3.11 starts");
-    let mut stdout = BufReader::new(ring.stdout.take().expect("piped"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read the ring's pids");
-    let pids: Vec<String> = line
-        .strip_prefix("daemons ")
-        .unwrap_or_else(|| panic!("expected the daemons' pids, got {line:?}"))
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
-    assert_eq!(pids.len(), 4, "{line}");
-    let mut args = vec!["record", "--python", "--sample-hz", "0"];
-    for pid in &pids {
-        args.extend(["-p", pid]);
-    }
-    args.extend(["-o", out.to_str().expect("utf8")]);
-    let mut bg = Background::start(&args);
-    let stdin = ring.stdin.as_mut().expect("piped");
-    stdin.write_all(b"\n").expect("release the daemons");
-    stdin.flush().expect("flush");
-    let status = ring.wait().expect("the ring ends");
-    // 0: completed; 3: hung (the fault), stopped by the launcher.
-    assert_eq!(
-        status.code(),
-        Some(if fault.is_some() { 3 } else { 0 }),
-        "{name}"
-    );
-    // The tracer stops by itself once every traced daemon exited.
-    let started = Instant::now();
-    let traced = loop {
-        if let Some(s) = bg.child.try_wait().expect("tracer status") {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the tracer did not stop after the ring ended"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(traced.success(), "tracer: {:?}", bg.stderr_lines);
+    let script = pyring();
+    let port = port.to_string();
+    let fault = fault.map(|n| n.to_string());
+    let mut args = vec![
+        "record",
+        "--python",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        PYTHON,
+        script.to_str().expect("utf8"),
+        "4",
+        "10",
+        &port,
+    ];
+    args.extend(fault.as_deref());
+    let run = tracer(&args);
+    assert!(run.status.success(), "{name}: {}", run.stderr);
     out
 }
 
@@ -112,10 +78,12 @@ fn the_partial_receive_fault_of_the_python_ring_is_localized() {
         let mut model = GlobalModel::new(variant);
         for path in &normal {
             let processes = decompose_capture(&capture(path), variant);
-            assert_eq!(processes.len(), 4, "one traced process per daemon");
-            for p in processes {
+            assert_eq!(processes.len(), 5, "the launcher and each daemon it forked");
+            let daemons = processes.iter().filter(|p| !p.signature.is_empty());
+            for p in daemons {
                 // Python frames are nodes: the establishing calls' stacks
-                // name the Python functions that made them.
+                // name the Python functions that made them, from the
+                // daemon's first call after the fork.
                 assert!(
                     p.signature
                         .iter()
@@ -123,10 +91,27 @@ fn the_partial_receive_fault_of_the_python_ring_is_localized() {
                     "{:?}",
                     p.signature
                 );
-                model.learn(&p);
+                let first = p.units.first().expect("units");
+                assert!(
+                    p.nodes
+                        .path_string(first.nodes[0])
+                        .contains("pyring.py:__init__:")
+                        || first
+                            .nodes
+                            .iter()
+                            .any(|n| p.nodes.path_string(*n).contains(":__init__:")),
+                    "the daemon's first call (Daemon.__init__) is recorded"
+                );
+            }
+            for p in &processes {
+                model.learn(p);
             }
         }
-        assert_eq!(model.groups.len(), 1, "all daemons share one role");
+        assert_eq!(
+            model.groups.len(),
+            2,
+            "the daemons share one role, the launcher (no connection) is another"
+        );
 
         let (worst_normal, top) = tests::assert_ring_fault_localized(
             &model,

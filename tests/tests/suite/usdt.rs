@@ -54,6 +54,11 @@ type Calls = BTreeMap<String, (usize, usize)>;
 /// Entries and returns of the functions of `file`, per function name:
 /// (entries, returns), counted from the USDT hits with their string args.
 fn python_calls(cap: &Capture, file: &Path) -> Calls {
+    python_calls_of(cap, file, None)
+}
+
+/// [`python_calls`] of process `pid` only (`None`: of every process).
+fn python_calls_of(cap: &Capture, file: &Path, pid: Option<u32>) -> Calls {
     let file = file.to_str().expect("utf8");
     let mut strings: BTreeMap<(u32, u64), String> = BTreeMap::new();
     let mut out = Calls::new();
@@ -63,6 +68,9 @@ fn python_calls(cap: &Capture, file: &Path) -> Calls {
             continue;
         }
         let Event::Usdt(hit) = e else { continue };
+        if pid.is_some_and(|p| p != hit.header.pid) {
+            continue;
+        }
         let probe = cap.usdt_probe(hit.probe_id).expect("probe in the table");
         let entry = match probe.name.as_str() {
             "function__entry" => true,
@@ -402,4 +410,148 @@ fn killed_tracer_leaves_semaphores_at_zero() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// A daemon that forks a worker when told to: the worker's first Python
+/// call is `work`, which calls `leaf` N times; it then waits for a line on
+/// stdin before it exits, as the parent does for the worker.
+const FORKING: &str = r#"import os, sys
+
+def leaf(x):
+    return x + 1
+
+def work(n):
+    s = 0
+    for _ in range(n):
+        s = leaf(s)
+    return s
+
+print("ready", flush=True)
+sys.stdin.readline()
+pid = os.fork()
+if pid == 0:
+    work(int(sys.argv[1]))
+    print("worker", os.getpid(), flush=True)
+    sys.stdin.readline()
+    os._exit(0)
+os.waitpid(pid, 0)
+"#;
+
+/// Attached to a running daemon (`-p`), the USDT probes follow the worker
+/// it forks from the worker's first instruction (exact counts of its
+/// calls, the first one included), and its semaphores go back to 0 when
+/// the tracer exits while the worker still runs; with `--no-follow` the
+/// worker's calls are not recorded, and its semaphores (inherited raised
+/// from its parent's memory) go back to 0 all the same.
+#[test]
+fn usdt_probes_follow_forked_processes_unless_no_follow() {
+    if !privileged() || python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("forking.py");
+    std::fs::write(&script, FORKING).expect("write script");
+    for follow in [true, false] {
+        let out = dir.path().join(format!("fork-{follow}.capture"));
+        let mut py = Interpreter::start(&script, 17);
+        let parent = py.pid();
+        let mut args = vec![
+            "record".to_string(),
+            "-p".into(),
+            parent.to_string(),
+            "--python".into(),
+            "--sample-hz".into(),
+            "0".into(),
+            "-o".into(),
+            out.display().to_string(),
+        ];
+        if !follow {
+            args.push("--no-follow".into());
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let bg = Background::start(&refs);
+        py.release();
+        let mut line = String::new();
+        py.stdout.read_line(&mut line).expect("read python");
+        let worker: u32 = line
+            .strip_prefix("worker ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("expected the worker's pid, got {line:?}"));
+        assert!(bg.stop("INT").success());
+        for name in ["function__entry", "function__return", "line"] {
+            assert_eq!(
+                semaphore(worker, name),
+                0,
+                "follow {follow}: the worker's {name} after the tracer exited"
+            );
+        }
+        // The worker reads the next line, exits, and so does the parent.
+        py.release();
+        assert!(py.child.wait().expect("python exits").success());
+        let cap = capture(&out);
+        assert_eq!(cap.lost_records(), 0);
+        let calls = python_calls_of(&cap, &script, Some(worker));
+        if follow {
+            let want: Calls = [("leaf".to_string(), (17, 17)), ("work".to_string(), (1, 1))]
+                .into_iter()
+                .collect();
+            assert_eq!(calls, want, "the worker's calls, its first included");
+        } else {
+            assert!(calls.is_empty(), "--no-follow: {calls:?}");
+        }
+        // The parent's own calls: nothing of the worker's.
+        assert!(
+            !python_calls_of(&cap, &script, Some(parent)).contains_key("work"),
+            "follow {follow}"
+        );
+    }
+}
+
+/// Following forks probes the function sites for every process without
+/// their semaphores; the kernel allows one semaphore per site, so while
+/// another probe holds a site with its semaphore (here a tracer run with
+/// `--no-follow`) the recording is refused with what to do.
+#[test]
+fn a_site_held_with_its_semaphore_refuses_following_and_says_what_to_do() {
+    if !privileged() || python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = script(dir.path());
+    let py = Interpreter::start(&script, 1);
+    let pid = py.pid().to_string();
+    let held = dir.path().join("held.capture");
+    let bg = Background::start(&[
+        "record",
+        "-p",
+        &pid,
+        "--python",
+        "--no-follow",
+        "--sample-hz",
+        "0",
+        "-o",
+        held.to_str().expect("utf8"),
+    ]);
+    let out = dir.path().join("refused.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid,
+        "--python",
+        "--sample-hz",
+        "0",
+        "--duration",
+        "1s",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("another probe holds one of them with its semaphore")
+            && run.stderr.contains("record with --no-follow"),
+        "{}",
+        run.stderr
+    );
+    assert!(bg.stop("INT").success());
 }

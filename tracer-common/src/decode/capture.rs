@@ -33,6 +33,22 @@ pub enum DecodeError {
     /// The capture has no header item.
     #[error("capture has no header chunk")]
     NoHeader,
+    /// A probe table gives an id beyond the probes the capture declares
+    /// (ids index a table in memory: one from a damaged or crafted file
+    /// must not size it).
+    #[error(
+        "bad metadata in the chunk at byte offset {offset}: {what} id {id} is out of range ({declared} declared so far)"
+    )]
+    IdOutOfRange {
+        /// Offset of the metadata chunk.
+        offset: u64,
+        /// `probe` or `USDT probe`.
+        what: &'static str,
+        /// The id.
+        id: u32,
+        /// Entries of that table the capture declared up to this chunk.
+        declared: usize,
+    },
     /// A record inside a chunk is malformed.
     #[error("in the records chunk at byte offset {chunk_offset}")]
     Record {
@@ -96,31 +112,46 @@ impl Capture {
             chunks: Vec::new(),
             truncated: None,
         };
+        // Probe entries declared so far: recorders number probes densely
+        // from 0, so an id is below the count of entries written.
+        let (mut declared_probes, mut declared_usdt) = (0usize, 0usize);
         loop {
             match reader.next_chunk() {
                 Ok(Some(Chunk::Records { offset, bytes })) => capture.chunks.push((offset, bytes)),
-                Ok(Some(Chunk::Meta { meta, .. })) => match *meta {
+                Ok(Some(Chunk::Meta { meta, offset })) => match *meta {
                     Meta::Header(h) => header = Some(h),
                     Meta::Process(p) => capture.processes.entry(p.pid).or_default().push(p),
                     Meta::Object(o) => {
                         capture.objects.insert(o.path.clone(), o);
                     }
                     Meta::Probes { probes } => {
+                        declared_probes += probes.len();
                         for p in probes {
-                            let id = p.func_id as usize;
-                            if capture.probes.len() <= id {
-                                capture.probes.resize(id + 1, Probe::default());
-                            }
-                            capture.probes[id] = p;
+                            let id = p.func_id;
+                            let slot = slot(&mut capture.probes, id, declared_probes).ok_or(
+                                DecodeError::IdOutOfRange {
+                                    offset,
+                                    what: "probe",
+                                    id,
+                                    declared: declared_probes,
+                                },
+                            )?;
+                            *slot = p;
                         }
                     }
                     Meta::UsdtProbes { probes } => {
+                        declared_usdt += probes.len();
                         for p in probes {
-                            let id = p.probe_id as usize;
-                            if capture.usdt_probes.len() <= id {
-                                capture.usdt_probes.resize(id + 1, UsdtProbe::default());
-                            }
-                            capture.usdt_probes[id] = p;
+                            let id = p.probe_id;
+                            let slot = slot(&mut capture.usdt_probes, id, declared_usdt).ok_or(
+                                DecodeError::IdOutOfRange {
+                                    offset,
+                                    what: "USDT probe",
+                                    id,
+                                    declared: declared_usdt,
+                                },
+                            )?;
+                            *slot = p;
                         }
                     }
                     Meta::KernelSymbols { symbols } => capture.kernel_symbols.extend(symbols),
@@ -176,6 +207,17 @@ impl Capture {
             .unwrap_or_else(|| format!("usdt#{probe_id}"))
     }
 
+    /// Record chunks holding a malformed record. Every reader follows one
+    /// rule: a chunk is decoded up to its first malformed record, the rest
+    /// of it is skipped, and the skipped chunks are counted and reported
+    /// (`tracer replay`, `analyzer events` and `summary` alike).
+    pub fn malformed_chunks(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|(_, bytes)| RawRecords::new(bytes).any(|r| r.is_err()))
+            .count()
+    }
+
     /// Records lost by the eBPF side (ring full), from the last counters.
     pub fn lost_records(&self) -> u64 {
         self.stats
@@ -191,6 +233,17 @@ impl Capture {
             .and_then(|v| v.last())
             .map(|p| p.comm.as_str())
     }
+}
+
+/// The slot of `id` in `table`, grown to hold it when `id` is below
+/// `declared` (the entries the file declared, which bounds the table by
+/// what the file holds); `None` beyond.
+fn slot<T: Default + Clone>(table: &mut Vec<T>, id: u32, declared: usize) -> Option<&mut T> {
+    let id = usize::try_from(id).ok().filter(|id| *id < declared)?;
+    if table.len() <= id {
+        table.resize(id + 1, T::default());
+    }
+    table.get_mut(id)
 }
 
 /// Decodes the records of one records chunk (the one decoding path for

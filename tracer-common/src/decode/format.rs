@@ -110,7 +110,7 @@ impl<'a> Formatter<'a> {
             event.kind_name()
         );
         match event {
-            Event::Entry { rec, args } => {
+            Event::Entry { rec, args, stack } => {
                 let _ = write!(
                     line,
                     "{} from {}",
@@ -120,9 +120,13 @@ impl<'a> Formatter<'a> {
                 if let Some(a) = args {
                     let _ = write!(
                         line,
-                        " args=({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x})",
+                        " args=({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}",
                         a[0], a[1], a[2], a[3], a[4], a[5]
                     );
+                    for w in stack.iter().flatten() {
+                        let _ = write!(line, ", {w:#x}");
+                    }
+                    line.push(')');
                 }
             }
             Event::Return(r) => {
@@ -324,6 +328,16 @@ impl<'a> Formatter<'a> {
                     let _ = write!(line, "{ptr:#x} = {text:?}");
                 }
             }
+            Event::CpuTimes(c) => {
+                let _ = write!(
+                    line,
+                    "run {:.3} s, waiting {:.3} s, {} slices, {} threads",
+                    c.run_ns as f64 / 1e9,
+                    c.wait_ns as f64 / 1e9,
+                    c.slices,
+                    c.threads
+                );
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -345,7 +359,7 @@ impl<'a> Formatter<'a> {
         });
         let obj = v.as_object_mut().expect("constructed as an object");
         match event {
-            Event::Entry { rec, args } => {
+            Event::Entry { rec, args, stack } => {
                 obj.insert(
                     "function".into(),
                     json!(self.capture.function_name(rec.func_id)),
@@ -358,7 +372,8 @@ impl<'a> Formatter<'a> {
                     json!(self.user(h.pid, rec.call_site)),
                 );
                 if let Some(a) = args {
-                    obj.insert("args".into(), json!(a));
+                    let all: Vec<u64> = a.iter().chain(stack.iter().flatten()).copied().collect();
+                    obj.insert("args".into(), json!(all));
                 }
             }
             Event::Return(r) => {
@@ -501,6 +516,12 @@ impl<'a> Formatter<'a> {
                     obj.insert("text".into(), json!(text));
                 }
             }
+            Event::CpuTimes(c) => {
+                obj.insert("run_ns".into(), json!(c.run_ns));
+                obj.insert("wait_ns".into(), json!(c.wait_ns));
+                obj.insert("slices".into(), json!(c.slices));
+                obj.insert("threads".into(), json!(c.threads));
+            }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));
             }
@@ -579,8 +600,9 @@ pub struct Summary {
     pub calls: BTreeMap<String, u64>,
     /// System calls by name.
     pub syscalls: BTreeMap<String, u64>,
-    /// Events by process, keyed "comm[pid]" (records of a device or a
-    /// network namespace, not of a process, are left out).
+    /// Events by process, keyed "comm[pid]". TCP retransmissions are not
+    /// among them (they fire in whatever process the CPU was running; see
+    /// `events`).
     pub processes: BTreeMap<String, u64>,
     /// File I/O system calls by class (`read`, `write`, `sync`,
     /// `metadata`, `async`), every traced process together.
@@ -592,13 +614,17 @@ pub struct Summary {
     /// first), keyed `netns N IFACE`, in the order of
     /// [`crate::kernel::NET_DEV_COUNTERS`].
     pub interfaces: BTreeMap<String, [u64; 8]>,
-    /// eBPF-side loss counters (non-zero ones).
+    /// eBPF-side counters of events lost (non-zero ones).
     pub losses: BTreeMap<String, u64>,
+    /// eBPF-side counters of records kept with a field unknown (non-zero
+    /// ones; see [`crate::stats::STAT_INFO`]).
+    pub kept: BTreeMap<String, u64>,
     /// Whether the recorder closed the file.
     pub complete: bool,
     /// The truncation, when the file ends inside a chunk.
     pub truncated: Option<String>,
-    /// Malformed records skipped.
+    /// Records chunks with a malformed record (each decoded up to it, the
+    /// rest skipped; see [`Capture::malformed_chunks`]).
     pub malformed: u64,
 }
 
@@ -617,6 +643,9 @@ impl Summary {
         let mut devices: HashMap<u32, String> = HashMap::new();
         let mut block: BTreeMap<(u32, u32), IoTotals> = BTreeMap::new();
         let mut ifaces: BTreeMap<(u64, String), ([u64; 8], [u64; 8])> = BTreeMap::new();
+        // Names of sampled processes the capture has no snapshot of
+        // (`--sample-all`): the sample carries the thread's name.
+        let mut sampled: BTreeMap<u32, String> = BTreeMap::new();
         for event in capture.events() {
             let Ok(event) = event else {
                 s.malformed += 1;
@@ -626,15 +655,23 @@ impl Summary {
             first = first.min(h.ts_ns);
             last = last.max(h.ts_ns);
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
-            if !matches!(
-                event,
+            match &event {
+                // A retransmission fires in softirq or timer context: its pid
+                // is whichever process the CPU was running, not an owner.
+                Event::TcpRetransmit(_) => {}
+                // Records of a device or a network namespace, not of a process.
                 Event::BlockIo(_)
-                    | Event::NetDev(_)
-                    | Event::NetSnmp(_)
-                    | Event::NetAddr(_)
-                    | Event::DeviceName(_)
-            ) {
-                *per_pid.entry(h.pid).or_default() += 1;
+                | Event::NetDev(_)
+                | Event::NetSnmp(_)
+                | Event::NetAddr(_)
+                | Event::DeviceName(_) => {}
+                Event::Sample(smp) if capture.comm(h.pid).is_none() => {
+                    *per_pid.entry(h.pid).or_default() += 1;
+                    sampled
+                        .entry(h.pid)
+                        .or_insert_with(|| comm_string(&smp.comm));
+                }
+                _ => *per_pid.entry(h.pid).or_default() += 1,
             }
             match &event {
                 Event::Entry { rec, .. } => *per_func.entry(rec.func_id).or_default() += 1,
@@ -691,15 +728,21 @@ impl Summary {
             .collect();
         s.processes = per_pid
             .into_iter()
-            .map(|(pid, n)| (format!("{}[{pid}]", capture.comm(pid).unwrap_or("?")), n))
+            .map(|(pid, n)| {
+                let comm = capture
+                    .comm(pid)
+                    .or_else(|| sampled.get(&pid).map(String::as_str))
+                    .unwrap_or("?");
+                (format!("{comm}[{pid}]"), n)
+            })
             .collect();
         if let Some(stats) = &capture.stats {
-            s.losses = stats
-                .counters
-                .iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
+            for (k, v) in stats.counters.iter().filter(|(_, v)| **v > 0) {
+                let kept =
+                    crate::stats::info(k).is_some_and(|i| i.effect == crate::stats::Effect::Kept);
+                let into = if kept { &mut s.kept } else { &mut s.losses };
+                into.insert(k.clone(), *v);
+            }
         }
         s
     }
@@ -765,8 +808,10 @@ impl std::fmt::Display for Summary {
         }
         if self.losses.is_empty() {
             writeln!(f, "  losses:    none")?;
-        } else {
-            writeln!(f, "  LOSSES:    {}", list(&self.losses))?;
+        }
+        let counters = self.losses.iter().chain(&self.kept);
+        for l in crate::stats::summary_lines(counters.map(|(k, v)| (k.as_str(), *v))) {
+            writeln!(f, "  {l}")?;
         }
         if let Some(t) = &self.truncated {
             writeln!(
@@ -782,7 +827,7 @@ impl std::fmt::Display for Summary {
         if self.malformed > 0 {
             writeln!(
                 f,
-                "  WARNING:   {} malformed record chunks skipped",
+                "  WARNING:   {} records chunks hold a malformed record: each was read up to it and the rest skipped",
                 self.malformed
             )?;
         }
@@ -819,6 +864,77 @@ mod tests {
         };
         rec.text[..text.len().min(USDT_STRING_MAX)].copy_from_slice(text.as_bytes());
         rec.as_bytes().to_vec()
+    }
+
+    /// The summary names processes by their snapshot, or by their samples'
+    /// thread name; retransmissions (kernel context, any pid) belong to no
+    /// process; samples without a user frame are kept, not lost.
+    #[test]
+    fn summary_lists_processes_not_retransmission_contexts() {
+        use crate::{
+            capture::{ProcessInfo, Stats},
+            record::{Sample, Syscall, TcpRetransmit},
+        };
+        let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        w.write_meta(&Meta::Process(ProcessInfo {
+            pid: 7,
+            traced: true,
+            comm: "server".into(),
+            ..Default::default()
+        }))
+        .expect("meta");
+        let at = |h: Header, pid: u32| Header { pid, tid: pid, ..h };
+        let call = Syscall {
+            header: header(1, kind::SYSCALL, size_of::<Syscall>()),
+            ..Default::default()
+        };
+        let retransmit = TcpRetransmit {
+            header: at(
+                header(2, kind::TCP_RETRANSMIT, size_of::<TcpRetransmit>()),
+                4242,
+            ),
+            ..Default::default()
+        };
+        let mut comm = [0u8; 16];
+        comm[..3].copy_from_slice(b"hog");
+        let sample = Sample {
+            header: at(header(3, kind::SAMPLE, size_of::<Sample>()), 99),
+            user_ip: 0x1000,
+            kernel_ip: 0,
+            comm,
+        };
+        let bytes = [
+            call.as_bytes().to_vec(),
+            retransmit.as_bytes().to_vec(),
+            sample.as_bytes().to_vec(),
+        ]
+        .concat();
+        w.write_records(&bytes).expect("records");
+        w.write_meta(&Meta::Stats(Stats {
+            counters: [
+                ("user_ip_unreadable".to_string(), 5),
+                ("ring_full".to_string(), 0),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        }))
+        .expect("stats");
+        let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+        let s = Summary::of(&cap);
+        let procs: Vec<&str> = s.processes.keys().map(String::as_str).collect();
+        assert_eq!(procs, ["hog[99]", "server[7]"]);
+        assert_eq!(s.events.get("tcp_retransmit"), Some(&1));
+        assert!(s.losses.is_empty(), "{:?}", s.losses);
+        assert_eq!(s.kept.get("user_ip_unreadable"), Some(&5));
+        let text = s.to_string();
+        assert!(text.contains("losses:    none"), "{text}");
+        assert!(
+            text.contains("kept: user_ip_unreadable 5: CPU samples"),
+            "{text}"
+        );
+        assert!(!text.contains("ring-size"), "{text}");
+        assert!(!text.contains("?["), "{text}");
     }
 
     /// USDT hits decode as `Event::Usdt`, their string arguments resolve to

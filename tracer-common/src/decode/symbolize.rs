@@ -33,6 +33,35 @@ impl std::fmt::Display for Location<'_> {
     }
 }
 
+/// A user address placed in its object (see [`Symbolizer::user_object`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectAddress<'a> {
+    /// Object path, as mapped.
+    pub object: &'a str,
+    /// The object's symbol table from the capture, when it has one.
+    pub table: Option<&'a ObjectSymbols>,
+    /// Address in the object as its ELF file numbers it (what DWARF and
+    /// symbol tables use), when the object's segments are known.
+    pub vaddr: Option<u64>,
+    /// Offset in the object's file, when known.
+    pub file_offset: Option<u64>,
+}
+
+/// The function of `table` containing object address `vaddr`, or the bare
+/// address when none does.
+pub fn locate_in(table: &ObjectSymbols, vaddr: u64) -> Location<'_> {
+    locate(&table.path, table, vaddr)
+}
+
+/// File offset of object address `vaddr`, from the object's segments.
+fn segment_offset(table: &ObjectSymbols, vaddr: u64) -> Option<u64> {
+    table
+        .segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
+}
+
 struct Mapping {
     start: u64,
     end: u64,
@@ -58,6 +87,9 @@ pub struct Symbolizer<'a> {
     objects: Vec<(&'a str, Option<&'a ObjectSymbols>)>,
     maps: HashMap<u32, Vec<Mapping>>,
     anchors: OnceLock<HashMap<u32, Vec<Anchor<'a>>>>,
+    /// Processes forked by a process with maps, that never exec'd and have
+    /// none of their own: their parent's pid (built on first need).
+    forked: OnceLock<HashMap<u32, u32>>,
     kernel: &'a [Symbol],
 }
 
@@ -93,6 +125,7 @@ impl<'a> Symbolizer<'a> {
             objects,
             maps,
             anchors: OnceLock::new(),
+            forked: OnceLock::new(),
             kernel: &capture.kernel_symbols,
         }
     }
@@ -112,9 +145,12 @@ impl<'a> Symbolizer<'a> {
             let entries = capture.chunks.iter().flat_map(|(_, bytes)| {
                 RawRecords::new(bytes).filter_map(|r| {
                     let (header, bytes) = r.ok()?;
-                    matches!(header.kind, kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS)
-                        .then(|| FuncEntry::read_from(bytes))
-                        .flatten()
+                    matches!(
+                        header.kind,
+                        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK
+                    )
+                    .then(|| FuncEntry::read_from(bytes))
+                    .flatten()
                 })
             });
             for rec in entries {
@@ -155,6 +191,61 @@ impl<'a> Symbolizer<'a> {
         })
     }
 
+    /// A forked child shares its parent's address space until it execs, so
+    /// a child gone before the recorder read its maps (a short-lived
+    /// helper) is placed with its parent's. One pass over the lifecycle
+    /// records, on first need.
+    fn forked(&self) -> &HashMap<u32, u32> {
+        self.forked.get_or_init(|| {
+            let mut parent: HashMap<u32, u32> = HashMap::new();
+            let mut exec: std::collections::HashSet<u32> = Default::default();
+            for (_, bytes) in &self.capture.chunks {
+                for (header, rec) in RawRecords::new(bytes).map_while(Result::ok) {
+                    if header.kind != kind::LIFECYCLE {
+                        continue;
+                    }
+                    let Some(l) = crate::record::Lifecycle::read_from(rec) else {
+                        continue;
+                    };
+                    match l.event {
+                        crate::record::lifecycle::FORK if l.child_tid != header.pid => {
+                            parent.entry(l.child_tid).or_insert(header.pid);
+                        }
+                        crate::record::lifecycle::EXEC => {
+                            exec.insert(header.pid);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            parent.retain(|child, _| {
+                !exec.contains(child) && self.maps.get(child).is_none_or(Vec::is_empty)
+            });
+            parent
+        })
+    }
+
+    /// The mapping holding `addr` in `pid`, or in the parent it was forked
+    /// from when it has no maps of its own (see [`Symbolizer::forked`]).
+    fn mapping(&self, pid: u32, addr: u64) -> Option<&Mapping> {
+        let find = |pid: u32| {
+            self.maps
+                .get(&pid)
+                .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end))
+        };
+        find(pid).or_else(|| {
+            let mut at = pid;
+            // Up the fork chain, a bounded number of steps (ids come from records).
+            for _ in 0..8 {
+                at = *self.forked().get(&at)?;
+                if let Some(m) = find(at) {
+                    return Some(m);
+                }
+            }
+            None
+        })
+    }
+
     /// The location of user address `addr` in process `pid`.
     pub fn user(&self, pid: u32, addr: u64) -> Option<Location<'a>> {
         if is_uretprobe_trampoline(addr) {
@@ -164,11 +255,7 @@ impl<'a> Symbolizer<'a> {
                 offset: 0,
             });
         }
-        let map = self
-            .maps
-            .get(&pid)
-            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end));
-        let Some(map) = map else {
+        let Some(map) = self.mapping(pid, addr) else {
             let anchor = self
                 .anchors()
                 .get(&pid)?
@@ -192,6 +279,69 @@ impl<'a> Symbolizer<'a> {
             .map(|s| file_offset - s.offset + s.vaddr)
             .unwrap_or(file_offset);
         Some(locate(object, table, vaddr))
+    }
+
+    /// The object and file offset of user address `addr` in process `pid`
+    /// (for a debug-information lookup), when its mapping is known.
+    pub fn file_offset(&self, pid: u32, addr: u64) -> Option<(&'a str, u64)> {
+        if let Some(map) = self
+            .maps
+            .get(&pid)
+            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end))
+        {
+            return Some((self.objects[map.object].0, addr - map.start + map.offset));
+        }
+        let anchor = self
+            .anchors()
+            .get(&pid)?
+            .iter()
+            .find(|a| addr >= a.start && addr < a.end)?;
+        let vaddr = addr - anchor.bias;
+        let offset = anchor
+            .table
+            .segments
+            .iter()
+            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
+            .map(|s| vaddr - s.vaddr + s.offset)?;
+        Some((anchor.object, offset))
+    }
+
+    /// The object user address `addr` of process `pid` is in, and where in
+    /// it: what a DWARF lookup needs (the analyzer's `debuginfo`). `None`
+    /// for addresses outside every known mapping and for the uretprobe
+    /// trampoline. Same placement rules as [`Symbolizer::user`].
+    pub fn user_object(&self, pid: u32, addr: u64) -> Option<ObjectAddress<'a>> {
+        if is_uretprobe_trampoline(addr) {
+            return None;
+        }
+        let Some(map) = self.mapping(pid, addr) else {
+            let anchor = self
+                .anchors()
+                .get(&pid)?
+                .iter()
+                .find(|a| addr >= a.start && addr < a.end)?;
+            let vaddr = addr.wrapping_sub(anchor.bias);
+            return Some(ObjectAddress {
+                object: anchor.object,
+                table: Some(anchor.table),
+                vaddr: Some(vaddr),
+                file_offset: segment_offset(anchor.table, vaddr),
+            });
+        };
+        let (object, table) = self.objects[map.object];
+        let file_offset = (addr - map.start).checked_add(map.offset)?;
+        let vaddr = table.and_then(|t| {
+            t.segments
+                .iter()
+                .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
+                .map(|s| file_offset - s.offset + s.vaddr)
+        });
+        Some(ObjectAddress {
+            object,
+            table,
+            vaddr,
+            file_offset: Some(file_offset),
+        })
     }
 
     /// The location of kernel address `addr`.
@@ -300,6 +450,7 @@ mod tests {
                 filesz: 0x2000,
             }],
             symbols: syms(),
+            ..Default::default()
         };
         let bias = 0x5555_0000_0000;
         let entry = FuncEntry {
@@ -338,7 +489,94 @@ mod tests {
         let sym = Symbolizer::new(&capture);
         let site = sym.user(42, bias + 0x1004).expect("placed");
         assert_eq!((site.symbol, site.offset), (Some("a"), 4));
+        let placed = sym.user_object(42, bias + 0x1004).expect("placed");
+        assert_eq!(
+            (placed.object, placed.vaddr, placed.file_offset),
+            ("/bin/app", Some(0x1004), Some(0x1004))
+        );
+        assert_eq!(sym.user_object(42, 0x7fff_ffff_e010), None, "trampoline");
         assert_eq!(sym.user(42, bias + 0x9000), None, "outside the object");
         assert_eq!(sym.user(43, bias + 0x1004), None, "another process");
+        assert_eq!(
+            sym.file_offset(42, bias + 0x1004),
+            Some(("/bin/app", 0x1004))
+        );
+        assert_eq!(sym.file_offset(42, bias + 0x9000), None);
+    }
+
+    /// A child forked by a process with maps and gone before its own were
+    /// read is placed with its parent's, until it execs.
+    #[test]
+    fn forked_children_use_their_parents_maps() {
+        use crate::{
+            capture::{MapEntry, ProcessInfo, Segment},
+            record::{Header, Lifecycle, Pod, kind, lifecycle},
+        };
+        let object = "/bin/app".to_string();
+        let table = ObjectSymbols {
+            path: object.clone(),
+            segments: vec![Segment {
+                vaddr: 0x1000,
+                offset: 0x1000,
+                filesz: 0x2000,
+            }],
+            symbols: syms(),
+            ..Default::default()
+        };
+        let base = 0x5555_0000_0000;
+        let parent = ProcessInfo {
+            pid: 10,
+            maps: vec![MapEntry {
+                start: base,
+                end: base + 0x2000,
+                offset: 0x1000,
+                perms: "r-xp".into(),
+                path: object.clone(),
+            }],
+            ..Default::default()
+        };
+        let lc = |pid: u32, event: u32, child: u32| Lifecycle {
+            header: Header {
+                ts_ns: 1,
+                pid,
+                tid: pid,
+                kind: kind::LIFECYCLE,
+                size: size_of::<Lifecycle>() as u16,
+                cpu: 0,
+            },
+            event,
+            child_tid: child,
+            group_dead: 0,
+            _pad: 0,
+            comm: [0; 16],
+        };
+        let records = [
+            lc(10, lifecycle::FORK, 11).as_bytes().to_vec(),
+            lc(11, lifecycle::FORK, 12).as_bytes().to_vec(),
+            lc(10, lifecycle::FORK, 13).as_bytes().to_vec(),
+            lc(13, lifecycle::EXEC, 0).as_bytes().to_vec(),
+        ]
+        .concat();
+        let capture = Capture {
+            header: Default::default(),
+            processes: [(10, vec![parent])].into_iter().collect(),
+            objects: [(object.clone(), table)].into_iter().collect(),
+            probes: Vec::new(),
+            usdt_probes: Vec::new(),
+            kernel_symbols: Vec::new(),
+            stats: None,
+            end: None,
+            chunks: vec![(0, records)],
+            truncated: None,
+        };
+        let sym = Symbolizer::new(&capture);
+        let at = base + 0x14;
+        let name = |pid| sym.user(pid, at).and_then(|l| l.symbol);
+        assert_eq!(name(10), Some("b"));
+        assert_eq!(name(11), Some("b"), "a child");
+        assert_eq!(name(12), Some("b"), "a grandchild");
+        assert_eq!(name(13), None, "exec'd: another image");
+        assert_eq!(name(14), None, "not forked here");
+        assert_eq!(sym.user_object(11, at).and_then(|o| o.vaddr), Some(0x1014));
     }
 }

@@ -5,8 +5,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::{
     kernel::{BlockIo, DeviceName, FileIo, NetAddr, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
-        FuncEntry, FuncReturn, Header, Lifecycle, Pod, Sample, SockAddr, Syscall, TcpRetransmit,
-        UsdtHit, UsdtString, kind,
+        CpuTimes, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr,
+        Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -14,12 +14,15 @@ use crate::{
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Function entry; `args` when the probe recorded argument registers.
+    /// Function entry; `args` when the probe recorded argument registers,
+    /// `stack` when it read the stack-passed ones too.
     Entry {
         /// The record.
         rec: FuncEntry,
         /// rdi, rsi, rdx, rcx, r8, r9.
         args: Option<[u64; 6]>,
+        /// Arguments 7 to 10 (absent in records of older recorders).
+        stack: Option<[u64; STACK_ARGS]>,
     },
     /// Function return.
     Return(FuncReturn),
@@ -49,6 +52,8 @@ pub enum Event {
     DeviceName(DeviceName),
     /// A local address of a network namespace.
     NetAddr(NetAddr),
+    /// A traced process's CPU times, read by the recorder.
+    CpuTimes(CpuTimes),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -61,12 +66,22 @@ impl Event {
             kind::FUNC_ENTRY => Self::Entry {
                 rec: FuncEntry::read_from(bytes)?,
                 args: None,
+                stack: None,
             },
             kind::FUNC_ENTRY_ARGS => {
                 let full = crate::record::FuncEntryArgs::read_from(bytes)?;
                 Self::Entry {
                     rec: full.entry,
                     args: Some(full.args),
+                    stack: None,
+                }
+            }
+            kind::FUNC_ENTRY_STACK => {
+                let full = crate::record::FuncEntryStack::read_from(bytes)?;
+                Self::Entry {
+                    rec: full.entry.entry,
+                    args: Some(full.entry.args),
+                    stack: Some(full.stack),
                 }
             }
             kind::FUNC_RETURN => Self::Return(FuncReturn::read_from(bytes)?),
@@ -86,6 +101,7 @@ impl Event {
             kind::NET_SNMP => Self::NetSnmp(NetSnmp::read_from(bytes)?),
             kind::DEVICE_NAME => Self::DeviceName(DeviceName::read_from(bytes)?),
             kind::NET_ADDR => Self::NetAddr(NetAddr::read_from(bytes)?),
+            kind::CPU_TIMES => Self::CpuTimes(CpuTimes::read_from(bytes)?),
             _ => Self::Unknown(*header),
         })
     }
@@ -107,6 +123,7 @@ impl Event {
             Self::NetSnmp(r) => &r.header,
             Self::DeviceName(r) => &r.header,
             Self::NetAddr(r) => &r.header,
+            Self::CpuTimes(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -132,6 +149,7 @@ impl Event {
             Self::NetSnmp(_) => "net_snmp",
             Self::DeviceName(_) => "device_name",
             Self::NetAddr(_) => "net_addr",
+            Self::CpuTimes(_) => "cpu_times",
             Self::Unknown(_) => "unknown",
         }
     }

@@ -66,10 +66,12 @@ impl AlertLog {
             if let Some(dir) = self.path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
+            // Not through a symbolic link planted at the path.
             match OpenOptions::new()
                 .create(true)
                 .append(true)
                 .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&self.path)
             {
                 Ok(f) => self.file = Some(f),

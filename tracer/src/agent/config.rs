@@ -9,6 +9,8 @@ use std::{
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use tracer_common::live::Scoring;
+
 use crate::{
     quantity::{format_size, parse_duration, parse_size},
     record::{ProbeChoice, RecordConfig, RecordError, Target},
@@ -18,6 +20,9 @@ use crate::{
 
 /// Version of the configuration format this agent reads.
 pub const CONFIG_VERSION: u32 = 1;
+
+/// Largest model or thresholds file the agent hands to its analysis process.
+pub const MAX_ANALYSIS_FILE: u64 = 256 << 20;
 
 /// An example configuration, printed by `tracer agent --example-config`.
 pub const EXAMPLE: &str = include_str!("../../../packaging/agent.toml");
@@ -156,7 +161,48 @@ impl Default for AgentSection {
     }
 }
 
+/// A user, written as a name (`gluster`) or a uid (`998`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct User(pub String);
+
+impl From<User> for String {
+    fn from(u: User) -> Self {
+        u.0
+    }
+}
+
+impl<'de> Deserialize<'de> for User {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u32),
+            S(String),
+        }
+        Ok(User(match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        }))
+    }
+}
+
+impl User {
+    /// (uid, primary gid), `None` when there is no such user.
+    pub fn ids(&self) -> Option<(u32, u32)> {
+        crate::trust::uid_of(&self.0)
+    }
+}
+
 /// One `[[target]]`: exactly one of `exe`, `name`, `pidfile`.
+///
+/// Targets must be trusted, since the agent runs as root and records into
+/// the disk budget and live analysis whatever they match: the executable
+/// (and the directories above it) must be owned by root or `owner` and
+/// writable by nobody else; a process found by `name` or `pidfile` must run
+/// as root or `user`; a pid file must be owned by one of them, not
+/// writable by others, and not older than its process (a stale pid file
+/// whose pid was reused names another program).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TargetSpec {
@@ -167,6 +213,10 @@ pub struct TargetSpec {
     pub name: Option<String>,
     /// The process whose pid this file holds; traced through its executable.
     pub pidfile: Option<PathBuf>,
+    /// Who may own the executable besides root.
+    pub owner: Option<User>,
+    /// Who a process found by `name` or `pidfile` may run as besides root.
+    pub user: Option<User>,
 }
 
 impl TargetSpec {
@@ -242,6 +292,9 @@ pub struct RecorderSection {
     pub preamble: Size,
     /// Memory for all preambles and USDT strings together.
     pub preamble_total: Size,
+    /// Disk the snapshots may use together (those taken on alerts and on
+    /// request); the oldest are removed first, the newest always kept.
+    pub max_snapshots_disk: Size,
 }
 
 impl Default for RecorderSection {
@@ -253,6 +306,7 @@ impl Default for RecorderSection {
             file_age: Span(Duration::from_secs(60)),
             preamble: Size(256 << 10),
             preamble_total: Size(16 << 20),
+            max_snapshots_disk: Size(256 << 20),
         }
     }
 }
@@ -301,7 +355,7 @@ pub struct AnalysisSection {
     /// A model learned with `analyzer model learn`: suspect scores of units.
     pub model: Option<PathBuf>,
     /// `nodes` (paper 000) or `edges` (paper 001).
-    pub scoring: analyzer::score::Scoring,
+    pub scoring: Scoring,
     /// Units scoring at least this raise an alert.
     pub alert_score: f64,
     /// Thresholds trained with `analyzer peers train`: faulty servers among
@@ -314,6 +368,18 @@ pub struct AnalysisSection {
     /// Most bytes of records one evaluation reads: above it the window is
     /// shortened (an evaluation holds a few times its window in memory).
     pub max_window_bytes: Size,
+    /// The `analyzer` binary run as the analysis process (default: the one
+    /// beside this `tracer`, else on PATH). Owned by root, like targets.
+    pub analyzer: Option<PathBuf>,
+    /// The user the analysis process runs as: never root. A user of its
+    /// own is better than `nobody`, which other daemons share.
+    pub user: User,
+    /// Address space the analysis process may use; beyond it, it fails and
+    /// is started again.
+    pub max_memory: Size,
+    /// An evaluation not answered within this is taken as hung: the
+    /// process is killed and started again.
+    pub timeout: Span,
 }
 
 impl Default for AnalysisSection {
@@ -322,12 +388,16 @@ impl Default for AnalysisSection {
             interval: Span(Duration::from_secs(10)),
             window: Span(Duration::from_secs(30)),
             model: None,
-            scoring: analyzer::score::Scoring::Nodes,
+            scoring: Scoring::Nodes,
             alert_score: 0.9,
             peers_thresholds: None,
             snapshot_on_alert: true,
             snapshot_window: Span(Duration::from_secs(120)),
             max_window_bytes: Size(8 << 20),
+            analyzer: None,
+            user: User("nobody".into()),
+            max_memory: Size(4 << 30),
+            timeout: Span(Duration::from_secs(60)),
         }
     }
 }
@@ -390,6 +460,22 @@ impl AgentConfig {
                 return Err(invalid(
                     &format!("target[{i}].exe"),
                     format!("{} is not an absolute path", exe.display()),
+                ));
+            }
+            for (key, user) in [("owner", &t.owner), ("user", &t.user)] {
+                if let Some(u) = user
+                    && u.ids().is_none()
+                {
+                    return Err(invalid(
+                        &format!("target[{i}].{key}"),
+                        format!("no user {} (a name or a uid)", u.0),
+                    ));
+                }
+            }
+            if t.user.is_some() && t.exe.is_some() {
+                return Err(invalid(
+                    &format!("target[{i}].user"),
+                    "applies to name and pidfile targets (an exe target traces every process of the executable)".into(),
                 ));
             }
         }
@@ -468,6 +554,12 @@ impl AgentConfig {
                 "larger than recorder.preamble_total".into(),
             ));
         }
+        if rec.max_snapshots_disk.0 < 1 << 20 {
+            return Err(invalid(
+                "recorder.max_snapshots_disk",
+                "below 1 MiB no snapshot fits".into(),
+            ));
+        }
         if !(0.0..=100.0 * 1024.0).contains(&self.budget.max_cpu_percent) {
             return Err(invalid(
                 "budget.max_cpu_percent",
@@ -503,13 +595,73 @@ impl AgentConfig {
             ("analysis.model", &a.model),
             ("analysis.peers_thresholds", &a.peers_thresholds),
         ] {
-            if let Some(f) = file
-                && !f.is_file()
-            {
-                return Err(invalid(key, format!("{} does not exist", f.display())));
+            if let Some(f) = file {
+                match std::fs::metadata(f) {
+                    Ok(m) if m.is_file() && m.len() <= MAX_ANALYSIS_FILE => {}
+                    Ok(m) if m.is_file() => {
+                        return Err(invalid(
+                            key,
+                            format!(
+                                "{} is larger than {}",
+                                f.display(),
+                                format_size(MAX_ANALYSIS_FILE)
+                            ),
+                        ));
+                    }
+                    _ => return Err(invalid(key, format!("{} does not exist", f.display()))),
+                }
+            }
+        }
+        if a.model.is_some() || a.peers_thresholds.is_some() {
+            match a.user.ids() {
+                None => {
+                    return Err(invalid(
+                        "analysis.user",
+                        format!("no user {} (a name or a uid)", a.user.0),
+                    ));
+                }
+                Some((0, _)) => {
+                    return Err(invalid(
+                        "analysis.user",
+                        "the analysis process parses what traced programs wrote: never as root"
+                            .into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+            self.analyzer_path()
+                .map_err(|message| invalid("analysis.analyzer", message))?;
+            if a.max_memory.0 < 64 << 20 {
+                return Err(invalid("analysis.max_memory", "at least 64 MiB".into()));
+            }
+            if a.timeout.0 < Duration::from_secs(1) {
+                return Err(invalid("analysis.timeout", "at least 1s".into()));
             }
         }
         Ok(())
+    }
+
+    /// The `analyzer` binary to run for live analysis: `analysis.analyzer`,
+    /// else the one beside this executable, else on PATH; owned by root and
+    /// writable by nobody else. The error says what to set.
+    pub fn analyzer_path(&self) -> Result<PathBuf, String> {
+        let candidate = match &self.analysis.analyzer {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.join("analyzer")))
+                .filter(|p| p.is_file())
+                .or_else(|| {
+                    std::env::var_os("PATH").and_then(|paths| {
+                        std::env::split_paths(&paths)
+                            .map(|d| d.join("analyzer"))
+                            .find(|p| p.is_file())
+                    })
+                })
+                .ok_or("no analyzer binary beside tracer or on PATH: set analysis.analyzer")?,
+        };
+        crate::trust::check(&candidate, crate::trust::Kind::File, &[])
+            .map_err(|e| format!("the analyzer binary is not trusted: {e}"))
     }
 
     /// The recording settings for these targets, given the executables they
@@ -525,6 +677,7 @@ impl AgentConfig {
         let (functions, usdt, usdt_semaphores) = ProbeChoice {
             functions: &t.functions,
             args: &t.args,
+            entries: &[],
             mpi: t.mpi,
             usdt: &t.usdt,
             usdt_semaphores: &[],
@@ -538,6 +691,7 @@ impl AgentConfig {
             usdt,
             usdt_semaphores,
             syscalls: t.syscalls,
+            cpu_times: t.mpi,
             sample_hz: if sampling { t.sample_hz } else { 0 },
             sample_all: t.sample_all,
             follow: t.follow_children,
@@ -545,6 +699,7 @@ impl AgentConfig {
             flush_interval: Duration::from_millis(250),
             output,
             argv: std::env::args().collect(),
+            skip_unusable: true,
             ..RecordConfig::default()
         })
     }

@@ -4,7 +4,8 @@
 //! alert, evaluates it live with the analyzer's replay code, sheds load when
 //! over its budget, and answers `tracer ctl` on a root-only Unix socket.
 //!
-//! - [`config`]: the TOML file; [`recorder`]: the files and their limits;
+//! - [`config`]: the TOML file; [`targets`]: which processes and
+//!   executables are trusted; [`recorder`]: the files and their limits;
 //!   [`window`]: joins files into one capture (windows, snapshots);
 //!   [`budget`]: self-measurement and load shedding; [`alerts`]: JSON lines;
 //!   [`ctl`]: the control socket and its client.
@@ -15,6 +16,8 @@ pub mod config;
 pub mod ctl;
 pub mod live;
 pub mod recorder;
+pub mod snapshots;
+pub mod targets;
 pub mod window;
 
 use std::{
@@ -37,11 +40,12 @@ use self::{
     config::{AgentConfig, ConfigError},
     ctl::{CtlError, CtlServer, Request, Response},
     live::{Live, LiveStatus},
-    recorder::{FileEntry, FlightRecorder, Limits, RecorderError, Removed},
+    recorder::{FileEntry, FlightRecorder, Limits, RecorderError, Removed, private_dir},
+    snapshots::{Snapshots, SnapshotsStatus},
+    targets::TargetState,
     window::{Joined, WindowError},
 };
 use crate::{
-    procfs,
     record::{RecordError, kind_name, monotonic_ns},
     session::{Session, Taps},
 };
@@ -64,9 +68,10 @@ pub enum AgentError {
     /// The control socket could not be created.
     #[error(transparent)]
     Ctl(#[from] CtlError),
-    /// A model or thresholds file named by `analysis` cannot be used.
+    /// Live analysis cannot be set up (a model that does not load, no
+    /// analyzer binary).
     #[error(transparent)]
-    Load(#[from] analyzer::load::LoadError),
+    Live(#[from] live::LiveError),
     /// Signals or the runtime failed.
     #[error("agent i/o")]
     Io(#[from] std::io::Error),
@@ -88,14 +93,19 @@ pub struct Agent {
     config_path: PathBuf,
     config: AgentConfig,
     recorder: FlightRecorder,
-    snapshots_dir: PathBuf,
+    snapshot_store: Snapshots,
     running: Option<Running>,
     sessions: u64,
     shed: Shed,
     meter: Meter,
     alerts: AlertLog,
     started: Instant,
-    waiting: Vec<String>,
+    /// The targets as last resolved.
+    targets: Vec<TargetState>,
+    /// Executables a session could not probe (no function matched...),
+    /// with their (device, inode) then and why: not tried again until the
+    /// file changes or the configuration is reloaded.
+    unprobed: BTreeMap<PathBuf, (Option<(u64, u64)>, String)>,
     last_error: Option<String>,
     /// Losses of finished sessions.
     lost_before: BTreeMap<String, u64>,
@@ -122,6 +132,9 @@ pub struct Status {
     pub config: PathBuf,
     /// `recording`, or what it waits for.
     pub state: String,
+    /// Each target: what it resolves to, and what was refused or could not
+    /// be probed, and why.
+    pub targets: Vec<TargetState>,
     /// The last error (a session that could not start).
     pub last_error: Option<String>,
     /// The recording session.
@@ -146,8 +159,11 @@ pub struct Status {
     pub alerts: u64,
     /// The alert file.
     pub alerts_file: PathBuf,
-    /// Snapshots written (latest last, at most 20).
+    /// Snapshots written (latest last, at most 20; an older one may have
+    /// been removed for the budget since).
     pub snapshots: Vec<PathBuf>,
+    /// The snapshots directory against its budget (`max_snapshots_disk`).
+    pub snapshots_disk: SnapshotsStatus,
     /// Live analysis, when a model or thresholds are configured.
     pub analysis: Option<LiveStatus>,
 }
@@ -233,30 +249,43 @@ impl Agent {
             return Err(AgentError::NotRoot);
         }
         let config = AgentConfig::load(config_path)?;
-        let recorder =
-            FlightRecorder::open(&config.agent.state_dir.join("rings"), limits(&config))?;
-        let snapshots_dir = config.agent.state_dir.join("snapshots");
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&snapshots_dir)
-            .map_err(|source| RecorderError::Dir {
-                path: snapshots_dir.clone(),
-                source,
-            })?;
-        let live = Live::load(&config)?;
+        let state_dir = &config.agent.state_dir;
+        if !state_dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(state_dir)
+                .map_err(|source| RecorderError::Dir {
+                    path: state_dir.clone(),
+                    source,
+                })?;
+        }
+        // Root writes its captures, snapshots and alerts there: nobody else
+        // may be able to change it (or a directory above it).
+        // (Judged where it leads, should the administrator have made it a
+        // link; the directories the agent makes in it are never links.)
+        let state_dir = crate::trust::check(state_dir, crate::trust::Kind::Dir, &[])
+            .map_err(RecorderError::Untrusted)?;
+        private_dir(&state_dir)?;
+        let recorder = FlightRecorder::open(&state_dir.join("rings"), limits(&config))?;
+        let snapshot_store = Snapshots::open(
+            &state_dir.join("snapshots"),
+            config.recorder.max_snapshots_disk.0,
+        )?;
+        let live = Live::new(&config)?;
         Ok(Self {
             config_path: config_path.to_path_buf(),
             alerts: AlertLog::new(&config.alerts_path()),
             config,
             recorder,
-            snapshots_dir,
+            snapshot_store,
             running: None,
             sessions: 0,
             shed: Shed::new(),
             meter: Meter::new(0),
             started: Instant::now(),
-            waiting: Vec::new(),
+            targets: Vec::new(),
+            unprobed: BTreeMap::new(),
             last_error: None,
             lost_before: BTreeMap::new(),
             records_before: 0,
@@ -270,6 +299,15 @@ impl Agent {
 
     /// Runs until SIGTERM or SIGINT; SIGHUP reloads the configuration.
     pub async fn run(mut self) -> Result<(), AgentError> {
+        if let Some(live) = &mut self.live {
+            live.start(SETUP_TIMEOUT).await?;
+            if let Some(p) = &live.status.process {
+                eprintln!(
+                    "tracer agent: live analysis in process {} as {} (uid {})",
+                    p.pid, p.user, p.uid
+                );
+            }
+        }
         let ctl = CtlServer::bind(&self.config.agent.socket)?;
         log::info!("control socket {}", ctl.path().display());
         eprintln!(
@@ -304,6 +342,7 @@ impl Agent {
                 _ = second.tick() => self.on_second().await,
                 _ = poll.tick() => self.poll_targets().await,
                 _ = analysis.tick() => self.analyze(),
+                event = next_live_event(&mut self.live) => self.on_live_event(event),
                 Some((request, reply)) = requests.recv() => {
                     let response = self.handle(request).await;
                     let _ = reply.send(response);
@@ -329,8 +368,12 @@ impl Agent {
     /// Resolves the targets; starts or re-arms the session when executables
     /// appeared that it does not trace.
     async fn poll_targets(&mut self) {
-        let (exes, waiting) = resolve_targets(&self.config);
-        self.waiting = waiting;
+        let (mut exes, states) = targets::resolve(&self.config);
+        self.targets = states;
+        // Not again what could not be probed, unless the file changed.
+        self.unprobed
+            .retain(|exe, (ino, _)| exe.is_file() && inode(exe) == *ino);
+        exes.retain(|e| !self.unprobed.contains_key(e));
         let mut wanted: Vec<PathBuf> = self
             .running
             .as_ref()
@@ -377,6 +420,28 @@ impl Agent {
         ) {
             Ok(config) => Session::start(&config, &mut progress).await,
             Err(e) => Err(e),
+        };
+        let exes = match &started {
+            Ok(session) => {
+                for (target, why) in session.skipped() {
+                    if let crate::record::Target::Exe(exe) = target {
+                        self.unprobed.insert(exe.clone(), (inode(exe), why.clone()));
+                    }
+                }
+                exes.into_iter()
+                    .filter(|e| !self.unprobed.contains_key(e))
+                    .collect()
+            }
+            // Every executable failed to resolve: none is tried again
+            // until it changes.
+            Err(RecordError::NothingUsable { reasons }) => {
+                for exe in &exes {
+                    self.unprobed
+                        .insert(exe.clone(), (inode(exe), reasons.clone()));
+                }
+                exes
+            }
+            Err(_) => exes,
         };
         match started {
             Ok(mut session) => {
@@ -481,16 +546,20 @@ impl Agent {
             return;
         };
         let (_, bytes, _) = r.session.current_file();
+        // A file's size counts its records: the metadata it starts with
+        // (every object's symbols, a few hundred KB with libc's) must not
+        // make a small file_size rotate again at once.
+        let records = bytes.saturating_sub(r.session.rotation_bytes());
         let due = if by_age {
-            self.recorder.should_rotate(bytes)
+            self.recorder.should_rotate(records)
         } else {
-            bytes >= self.recorder.limits().file_bytes
+            records >= self.recorder.limits().file_bytes
         };
         if due {
-            // Rotating drains once more into the old file: make room for
-            // that drain first, so that one drain at most comes between
-            // two checks of the limit.
-            self.recorder.enforce(bytes);
+            // Rotating drains once more into the old file and starts the
+            // new one with every process's and object's metadata again:
+            // make room for both first, so that the limit holds throughout.
+            self.recorder.enforce(bytes + r.session.rotation_bytes());
             let next = self.recorder.next_path(r.id);
             match r.session.rotate(&next) {
                 Ok(closed) => self.recorder.closed(closed, r.id),
@@ -513,6 +582,9 @@ impl Agent {
     }
 
     async fn on_second(&mut self) {
+        if let Some(live) = &mut self.live {
+            live.tick();
+        }
         let total = self.records_now();
         let usage = self.meter.measure(total);
         let Some(r) = &mut self.running else {
@@ -562,12 +634,14 @@ impl Agent {
         }
     }
 
-    /// Evaluates the recent past with the loaded model and thresholds and
-    /// raises what they find, with a snapshot of it when configured.
+    /// Hands the recent past to the analysis process (when it is idle).
     fn analyze(&mut self) {
         let (Some(live), Some(r)) = (&mut self.live, &mut self.running) else {
             return;
         };
+        if !live.ready() {
+            return;
+        }
         if let Err(e) = r.session.tick() {
             live.status.last_error = Some(format!("flushing: {}", error_chain(&e)));
             return;
@@ -598,12 +672,31 @@ impl Agent {
             live.status.last_error = Some(format!("joining the window: {}", error_chain(&e)));
             return;
         }
-        let mut alerts = live.evaluate(&buf, since, now, &self.host);
-        drop(buf);
-        // Give the evaluation's memory back to the system now (glibc keeps
-        // freed heap otherwise, and the resident size would stay at its peak).
-        // SAFETY: no preconditions.
-        unsafe { libc::malloc_trim(0) };
+        live.send_window(buf, since, now, &self.host);
+    }
+
+    /// Raises what the analysis process found in a window, with a snapshot
+    /// of it when configured.
+    fn on_live_event(&mut self, event: live::Event) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        let Some(answer) = live.on_event(event) else {
+            return;
+        };
+        let mut alerts: Vec<alerts::Alert> = answer
+            .findings
+            .into_iter()
+            .map(|f| alerts::Alert {
+                version: alerts::ALERT_VERSION,
+                at: alerts::now_rfc3339(),
+                host: self.host.clone(),
+                kind: f.kind,
+                summary: f.summary,
+                snapshot: None,
+                detail: f.detail,
+            })
+            .collect();
         let quiet_for = self.config.analysis.snapshot_window.0 / 2;
         let wanted = !alerts.is_empty()
             && self.config.analysis.snapshot_on_alert
@@ -676,7 +769,7 @@ impl Agent {
                  restart the agent; keeping the running configuration",
             );
         }
-        let live = match Live::load(&new) {
+        let mut live = match Live::new(&new) {
             Ok(l) => l,
             Err(e) => {
                 return Response::error(format!(
@@ -685,14 +778,28 @@ impl Agent {
                 ));
             }
         };
+        // The new analysis process must accept the new model before the
+        // old one goes.
+        if let Some(l) = &mut live
+            && let Err(e) = l.start(SETUP_TIMEOUT).await
+        {
+            return Response::error(format!(
+                "{}; keeping the running configuration",
+                error_chain(&e)
+            ));
+        }
         let rearm = new.targets != self.config.targets || new.trace != self.config.trace;
         self.config = new;
         self.live = live;
         self.recorder.set_limits(limits(&self.config));
+        self.snapshot_store
+            .set_budget(self.config.recorder.max_snapshots_disk.0);
         // A new budget starts from nothing shed.
         self.shed = Shed::new();
         if rearm || self.running.is_some() {
-            let exes = resolve_targets(&self.config).0;
+            self.unprobed.clear();
+            let (exes, states) = targets::resolve(&self.config);
+            self.targets = states;
             self.rearm(exes, "configuration reloaded").await;
         }
         Response::ok(serde_json::json!({"reloaded": self.config_path}))
@@ -724,7 +831,10 @@ impl Agent {
             .take(40)
             .collect();
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
-        let path = self.snapshots_dir.join(format!("{stamp}-{slug}.capture"));
+        let path = self
+            .snapshot_store
+            .dir()
+            .join(format!("{stamp}-{slug}.capture"));
         let file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -748,6 +858,7 @@ impl Agent {
             joined.records + joined.preamble_records,
             bytes
         );
+        self.snapshot_store.added(path.clone(), bytes);
         self.snapshots.push(path.clone());
         if self.snapshots.len() > 20 {
             self.snapshots.remove(0);
@@ -801,10 +912,37 @@ impl Agent {
                 };
             }
         }
+        let traced: &[PathBuf] = self.running.as_ref().map_or(&[], |r| &r.exes);
+        let targets: Vec<TargetState> = self
+            .targets
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                for exe in &t.executables {
+                    if let Some((_, why)) = self.unprobed.get(exe) {
+                        t.notes
+                            .push(format!("not probed: {}: {why}", exe.display()));
+                    }
+                }
+                if t.executables.iter().any(|e| traced.contains(e)) {
+                    t.state = "recording";
+                } else if !t.executables.is_empty()
+                    && t.executables.iter().all(|e| self.unprobed.contains_key(e))
+                {
+                    t.state = "skipped";
+                }
+                t
+            })
+            .collect();
+        let waiting: Vec<&str> = targets
+            .iter()
+            .filter(|t| t.state != "recording")
+            .flat_map(|t| t.notes.iter().map(String::as_str))
+            .collect();
         let state = if self.running.is_some() {
             "recording".to_string()
-        } else if !self.waiting.is_empty() {
-            format!("waiting for targets: {}", self.waiting.join("; "))
+        } else if !waiting.is_empty() {
+            format!("waiting for targets: {}", waiting.join("; "))
         } else {
             "starting".to_string()
         };
@@ -814,6 +952,7 @@ impl Agent {
             uptime_s: self.started.elapsed().as_secs_f64(),
             config: self.config_path.clone(),
             state,
+            targets,
             last_error: self.last_error.clone(),
             session,
             sessions: self.sessions,
@@ -839,6 +978,7 @@ impl Agent {
             alerts: self.alerts.count,
             alerts_file: self.alerts.path().to_path_buf(),
             snapshots: self.snapshots.clone(),
+            snapshots_disk: self.snapshot_store.status(),
             analysis: self.live.as_ref().map(|l| l.status.clone()),
         }
     }
@@ -887,6 +1027,16 @@ fn recent_byte_rate(
     (first > 0 && now > first).then(|| bytes as f64 / (now - first) as f64)
 }
 
+async fn next_live_event(live: &mut Option<Live>) -> live::Event {
+    match live {
+        Some(l) => l.next_event().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a new analysis process may take to accept its setup.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 async fn next_activity(
     running: &mut Option<Running>,
 ) -> Result<crate::session::Activity, RecordError> {
@@ -909,63 +1059,6 @@ fn limits(config: &AgentConfig) -> Limits {
         file_age: config.recorder.file_age.0,
         headroom: config.trace.ring_size.0,
     }
-}
-
-/// The executables the targets stand for now, and what is not found yet.
-pub fn resolve_targets(config: &AgentConfig) -> (Vec<PathBuf>, Vec<String>) {
-    let mut exes: Vec<PathBuf> = Vec::new();
-    let mut waiting = Vec::new();
-    let mut add = |p: PathBuf| {
-        if !exes.contains(&p) {
-            exes.push(p);
-        }
-    };
-    for t in &config.targets {
-        if let Some(exe) = &t.exe {
-            match exe.canonicalize() {
-                Ok(p) if p.is_file() => add(p),
-                _ => waiting.push(format!("{} does not exist", exe.display())),
-            }
-        } else if let Some(name) = &t.name {
-            let found = processes_named(name);
-            if found.is_empty() {
-                waiting.push(format!("no process named {name}"));
-            }
-            for p in found {
-                add(p);
-            }
-        } else if let Some(pidfile) = &t.pidfile {
-            let exe = fs::read_to_string(pidfile)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok())
-                .and_then(|pid| procfs::exe(pid).ok());
-            match exe {
-                Some(p) => add(p),
-                None => waiting.push(format!(
-                    "no running process in pid file {}",
-                    pidfile.display()
-                )),
-            }
-        }
-    }
-    (exes, waiting)
-}
-
-fn processes_named(name: &str) -> Vec<PathBuf> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut exes = Vec::new();
-    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim_end() == name
-            && let Ok(exe) = procfs::exe(pid)
-            && !exes.contains(&exe)
-        {
-            exes.push(exe);
-        }
-    }
-    exes
 }
 
 fn humanize(d: Duration) -> String {

@@ -6,7 +6,9 @@
 use std::{
     collections::VecDeque,
     fs,
-    os::unix::fs::{DirBuilderExt as _, PermissionsExt as _},
+    os::unix::fs::{
+        DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+    },
     path::{Path, PathBuf},
     time::{Duration, Instant, SystemTime},
 };
@@ -19,7 +21,7 @@ use crate::session::ClosedFile;
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
     /// The directory could not be created or read.
-    #[error("cannot use the flight-recorder directory {path}")]
+    #[error("cannot use the directory {path}")]
     Dir {
         /// The directory.
         path: PathBuf,
@@ -27,6 +29,55 @@ pub enum RecorderError {
         #[source]
         source: std::io::Error,
     },
+    /// The state directory is not root's alone.
+    #[error(
+        "refusing the state directory: {0} (it holds what the agent records; make it root's, mode 0700)"
+    )]
+    Untrusted(#[from] crate::trust::TrustError),
+}
+
+/// Makes `path` a directory only root uses: created mode 0700 when missing;
+/// an existing one must be a directory, not a symbolic link (never
+/// followed), owned by root, and is set to mode 0700 through its own
+/// descriptor.
+pub fn private_dir(path: &Path) -> Result<(), RecorderError> {
+    let err = |source| RecorderError::Dir {
+        path: path.to_path_buf(),
+        source,
+    };
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e)),
+    }
+    // O_NOFOLLOW: a symbolic link planted here fails (ELOOP) instead of
+    // leading the chmod, and the files after it, elsewhere.
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
+        .open(path)
+        .map_err(|e| {
+            let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            if link || e.raw_os_error() == Some(libc::ELOOP) {
+                err(std::io::Error::other(
+                    "it is a symbolic link; the agent does not follow one here",
+                ))
+            } else {
+                err(e)
+            }
+        })?;
+    let meta = dir.metadata().map_err(err)?;
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(err(std::io::Error::other(format!(
+            "owned by uid {}, not by the agent (uid {me})",
+            meta.uid()
+        ))));
+    }
+    dir.set_permissions(fs::Permissions::from_mode(0o700))
+        .map_err(err)?;
+    Ok(())
 }
 
 /// The limits.
@@ -100,12 +151,7 @@ impl FlightRecorder {
             path: dir.to_path_buf(),
             source,
         };
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(err)?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(err)?;
+        private_dir(dir)?;
         let mut old: Vec<FileEntry> = fs::read_dir(dir)
             .map_err(err)?
             .filter_map(|e| {
@@ -114,7 +160,8 @@ impl FlightRecorder {
                 if path.extension()? != "capture" {
                     return None;
                 }
-                let meta = e.metadata().ok()?;
+                // Not through links: only files the agent wrote.
+                let meta = e.metadata().ok().filter(fs::Metadata::is_file)?;
                 Some(FileEntry {
                     path,
                     session: None,

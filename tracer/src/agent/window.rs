@@ -167,6 +167,7 @@ pub fn join(
     writer.write_meta(&Meta::End(End {
         stop_ns: joined.last_ns,
         reason: reason.to_string(),
+        ..Default::default()
     }))?;
     writer.flush()?;
     Ok(joined)
@@ -227,6 +228,7 @@ mod tests {
             w.write_meta(&Meta::End(End {
                 stop_ns: 0,
                 reason: "rotated".into(),
+                ..Default::default()
             }))
             .expect("end");
         }

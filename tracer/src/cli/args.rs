@@ -19,6 +19,10 @@ pub struct Args {
     /// More log output (-v: info, -vv: debug, includes eBPF-side logs).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Print only errors, warnings and lost records: no attach steps, no
+    /// live line, no summary unless records were lost.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -36,8 +40,10 @@ pub enum Command {
     ///
     /// Stops on Ctrl-C / SIGTERM, after --duration, or when every traced
     /// process has exited, then prints a summary with any records lost.
+    /// On a terminal, a live line shows events/s, losses and processes while
+    /// recording -p/--exe targets (not a command, whose output shares it).
     #[command(verbatim_doc_comment)]
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Print a capture's events, symbolized, and a summary.
     #[command(alias = "dump")]
     Replay(ReplayArgs),
@@ -71,6 +77,24 @@ pub enum Command {
     ///   tracer ctl reload
     #[command(verbatim_doc_comment)]
     Ctl(CtlArgs),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   tracer completions bash > /usr/local/share/bash-completion/completions/tracer
+    ///   tracer completions zsh > /usr/local/share/zsh/site-functions/_tracer
+    /// `cargo xtask man --install` installs them with the man pages.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (used by `cargo xtask man`).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory.
+        dir: PathBuf,
+    },
 }
 
 /// `tracer agent`.
@@ -156,19 +180,40 @@ pub struct RecordArgs {
     #[arg(long = "exe", value_name = "PATH")]
     pub exes: Vec<PathBuf>,
     /// Trace calls of functions matching [OBJECT:]GLOB, searched in .symtab and
-    /// .dynsym. Without OBJECT, the target's executable; OBJECT names a loaded
+    /// .dynsym (and in the .symtab of a stripped object's separate debug
+    /// file, see --debug-dir). Without OBJECT, the target's executable; OBJECT names a loaded
     /// shared object by file name or prefix (libc, libmpich.so.12). Repeatable.
     #[arg(short, long = "functions", value_name = "PATTERN")]
     pub functions: Vec<String>,
-    /// Like --functions, and also record the first six integer arguments of each call.
+    /// Also look for the separate debug files of stripped objects in DIR
+    /// (by build id, `DIR/.build-id/xx/yyyy.debug`, and by .gnu_debuglink
+    /// name), before $EFTRACE_DEBUG_DIRS and /usr/lib/debug. A stripped
+    /// object's functions can be named with --functions when its debug file
+    /// is found; captures keep the symbols either way. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
+    /// Like --functions, and also record the first ten integer arguments of
+    /// each call (six registers, four from the stack).
     #[arg(short = 'a', long = "args", value_name = "PATTERN")]
     pub args: Vec<String>,
+    /// Like --functions, but probe only the entries (no return probe: half
+    /// the cost, no durations): where calls came from, e.g. a language
+    /// binding's callers.
+    #[arg(long = "entries", value_name = "PATTERN")]
+    pub entries: Vec<String>,
     /// Trace the MPI library's MPI_* functions with their arguments (peers,
-    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40.
+    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40;
+    /// and the entries of its Fortran bindings, when installed, so calls
+    /// from Fortran are placed in the program, not in the binding.
     /// Works through a launcher that does not load the library itself, e.g.
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
     pub mpi: bool,
+    /// Record each traced process's CPU times (running, waiting for a CPU)
+    /// every flush interval, from /proc/PID/task/*/schedstat: what a CPU
+    /// hog, a pause or a CPU cap take from a process. On with --mpi.
+    #[arg(long)]
+    pub cpu_times: bool,
     /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
     /// target's executable and shared objects, e.g. 'python:function__entry'
     /// or 'python:*', and record their arguments; probe semaphores are
@@ -247,9 +292,14 @@ pub struct RecordArgs {
     /// Stop after this long (e.g. 30s, 500ms, 2m).
     #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Capture file to write (created with mode 0600).
+    /// Capture file to write: a new file, mode 0600. It is checked before
+    /// anything is attached; an existing file is refused unless --force.
     #[arg(short, long, value_name = "FILE", default_value = "trace.capture")]
     pub output: PathBuf,
+    /// Replace the output file if it exists (a new file in its place: a
+    /// symbolic link there is removed, never followed).
+    #[arg(long)]
+    pub force: bool,
     /// Command to start and trace from its first instruction.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -280,6 +330,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
         let (functions, usdt, usdt_semaphores) = ProbeChoice {
             functions: &a.functions,
             args: &a.args,
+            entries: &a.entries,
             mpi: a.mpi,
             usdt: &a.usdt,
             usdt_semaphores: &a.usdt_semaphores,
@@ -310,13 +361,16 @@ impl TryFrom<RecordArgs> for RecordConfig {
             block_io: !a.no_block_io,
             net_stats: !a.no_net_stats,
             stats_interval: a.stats_interval,
+            cpu_times: a.cpu_times || a.mpi,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
             ring_bytes: a.ring_size,
             duration: a.duration,
             output: a.output,
+            overwrite: a.force,
             argv: std::env::args().collect(),
+            debug_dirs: a.debug_dirs,
             ..RecordConfig::default()
         })
     }
@@ -338,6 +392,32 @@ mod tests {
         Args::command().debug_assert();
     }
 
+    /// Man pages and completions come from the same definitions as `--help`.
+    #[test]
+    fn man_pages_and_completions_cover_record() {
+        let mut page = Vec::new();
+        let record = Args::command()
+            .find_subcommand("record")
+            .cloned()
+            .expect("record");
+        clap_mangen::Man::new(record)
+            .render(&mut page)
+            .expect("renders");
+        let page = String::from_utf8(page).expect("utf8");
+        for option in ["\\-\\-debug\\-dir", "\\-\\-sample\\-hz", "\\-\\-functions"] {
+            assert!(page.contains(option), "{option}");
+        }
+        let mut zsh = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Zsh,
+            &mut Args::command(),
+            "tracer",
+            &mut zsh,
+        );
+        let zsh = String::from_utf8(zsh).expect("utf8");
+        assert!(zsh.contains("--debug-dir") && zsh.contains("list-usdt"));
+    }
+
     #[test]
     fn parses_sizes_and_durations() {
         assert_eq!(parse_ring_size("8M"), Ok(8 << 20));
@@ -350,7 +430,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         assert_eq!(
             config.targets,
             vec![Target::Command(vec!["/bin/true".into(), "x".into()])]
@@ -364,7 +444,7 @@ mod tests {
         let Command::Record(rec) = args.command else {
             panic!("record expected")
         };
-        let config = RecordConfig::try_from(rec).expect("valid");
+        let config = RecordConfig::try_from(*rec).expect("valid");
         let usdt: Vec<&str> = config.usdt.iter().map(|p| p.as_str()).collect();
         assert_eq!(usdt, tracer::usdt::PYTHON_PROBES);
         let semaphores: Vec<&str> = config.usdt_semaphores.iter().map(|p| p.as_str()).collect();
@@ -373,6 +453,6 @@ mod tests {
         let Command::Record(rec) = bad.command else {
             panic!("record expected")
         };
-        assert!(RecordConfig::try_from(rec).is_err(), "string arg index 9");
+        assert!(RecordConfig::try_from(*rec).is_err(), "string arg index 9");
     }
 }

@@ -6,7 +6,7 @@ use std::{io::Write as _, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use tracer::record::{RecordConfig, record};
+use tracer::record::{Progress, RecordConfig, record};
 use tracer_common::decode::{
     Capture,
     format::{Formatter, Summary},
@@ -25,20 +25,82 @@ fn init_logging(verbose: u8) {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
 }
 
-fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
+/// `1234567` as `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The live line of a recording.
+fn live_line(p: &Progress) -> String {
+    let lost = if p.lost + p.other_losses == 0 {
+        "nothing lost".to_string()
+    } else {
+        format!(
+            "LOST {} records{}",
+            grouped(p.lost),
+            if p.other_losses > 0 {
+                format!(" (+{} other losses)", grouped(p.other_losses))
+            } else {
+                String::new()
+            }
+        )
+    };
+    format!(
+        "{:>5.0} s  {} events ({}/s)  {lost}  {} process{}  {}",
+        p.elapsed.as_secs_f64(),
+        grouped(p.records),
+        grouped(p.rate.round() as u64),
+        p.processes,
+        if p.processes == 1 { "" } else { "es" },
+        tracer::quantity::format_size(p.bytes)
+    )
+}
+
+fn run_record(args: RecordArgs, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode> {
     let config = RecordConfig::try_from(args)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    // The live line: on a terminal only (indicatif draws nothing
+    // elsewhere), not with --quiet, nor beside -v's log lines, nor over a
+    // command target's own output on the same terminal.
+    let command = config
+        .targets
+        .iter()
+        .any(|t| matches!(t, tracer::record::Target::Command(_)));
+    let bar = if quiet || verbose || command {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        if let Ok(style) = indicatif::ProgressStyle::with_template("tracer: recording {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
     let mut progress = |msg: &str| {
         if msg.contains('\n') {
-            eprint!("{msg}"); // the summary
-        } else {
-            eprintln!("tracer: {msg}");
+            // The summary: always when records were lost.
+            if !quiet || msg.contains("LOSSES") {
+                bar.finish_and_clear();
+                eprint!("{msg}");
+            }
+        } else if !quiet {
+            bar.suspend(|| eprintln!("tracer: {msg}"));
         }
     };
-    runtime.block_on(record(config, &mut progress))?;
+    let mut live = |p: &Progress| bar.set_message(live_line(p));
+    runtime.block_on(record(config, &mut progress, &mut live))?;
+    bar.finish_and_clear();
     Ok(ExitCode::SUCCESS)
 }
 
@@ -50,7 +112,9 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.summary {
         let fmt = Formatter::new(&capture);
         for event in capture.events() {
-            let event = event.with_context(|| format!("decoding {}", args.capture.display()))?;
+            // A malformed record ends its chunk: the rest of the chunk is
+            // skipped, and the summary below counts and reports it.
+            let Ok(event) = event else { continue };
             if args.json {
                 writeln!(out, "{}", fmt.json(&event))?;
             } else {
@@ -158,13 +222,15 @@ fn run_agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     }
     if args.check {
         let config = AgentConfig::load(&args.config)?;
-        let (exes, waiting) = tracer::agent::resolve_targets(&config);
+        let (_, targets) = tracer::agent::targets::resolve(&config);
         println!("{}: valid", args.config.display());
-        for exe in exes {
-            println!("  traces {}", exe.display());
-        }
-        for w in waiting {
-            println!("  waits: {w}");
+        for t in targets {
+            for exe in &t.executables {
+                println!("  {}: traces {}", t.target, exe.display());
+            }
+            for note in &t.notes {
+                println!("  {}: {note}", t.target);
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -223,6 +289,28 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
             );
             if let Some(e) = r["last_error"].as_str() {
                 let _ = writeln!(out, "  last error: {e}");
+            }
+            for t in r["targets"].as_array().into_iter().flatten() {
+                let exes: Vec<&str> = t["executables"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.as_str())
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  target {}: {}{}",
+                    t["target"].as_str().unwrap_or("?"),
+                    t["state"].as_str().unwrap_or("?"),
+                    if exes.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", exes.join(", "))
+                    }
+                );
+                for n in t["notes"].as_array().into_iter().flatten() {
+                    let _ = writeln!(out, "    {}", n.as_str().unwrap_or(""));
+                }
             }
             if let Some(s) = r["session"].as_object() {
                 let procs: Vec<String> = s["processes"]
@@ -302,6 +390,17 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                 r["alerts"],
                 r["alerts_file"].as_str().unwrap_or("")
             );
+            let snaps = &r["snapshots_disk"];
+            let _ = writeln!(
+                out,
+                "  snapshots {}: {} files, {} of {}; removed {} ({}) for the budget",
+                snaps["dir"].as_str().unwrap_or(""),
+                snaps["files"],
+                size(&snaps["bytes"]),
+                size(&snaps["max_bytes"]),
+                snaps["removed"]["files"],
+                size(&snaps["removed"]["bytes"]),
+            );
             if let Some(a) = r["analysis"].as_object() {
                 let _ = writeln!(
                     out,
@@ -315,6 +414,29 @@ fn ctl_text(command: &CtlCommand, r: &serde_json::Value) -> String {
                         .as_str()
                         .map(|e| format!("; last error: {e}"))
                         .unwrap_or_default()
+                );
+                let p = &a["process"];
+                let _ = writeln!(
+                    out,
+                    "    analysis process: {}; {} restarts{}; {} intervals skipped",
+                    if p.is_object() {
+                        format!(
+                            "pid {} as {} (uid {}), {}, {}",
+                            p["pid"],
+                            p["user"].as_str().unwrap_or("?"),
+                            p["uid"],
+                            p["state"].as_str().unwrap_or("?"),
+                            size(&p["rss_bytes"])
+                        )
+                    } else {
+                        "not running".to_string()
+                    },
+                    a["restarts"],
+                    a["last_exit"]
+                        .as_str()
+                        .map(|e| format!(" (the last {e})"))
+                        .unwrap_or_default(),
+                    a["skipped"]
                 );
             }
         }
@@ -355,7 +477,18 @@ fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.verbose);
     let result = match args.command {
-        Command::Record(a) => run_record(a),
+        Command::Record(a) => run_record(*a, args.quiet, args.verbose > 0),
+        Command::Completions { shell } => {
+            let mut cmd = <Args as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "tracer", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpages { dir } => std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                clap_mangen::generate_to(<Args as clap::CommandFactory>::command(), &dir)
+            })
+            .with_context(|| format!("writing man pages into {}", dir.display()))
+            .map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => run_replay(a),
         Command::ListUsdt(a) => run_list_usdt(a),
         Command::Agent(a) => run_agent(a),
@@ -373,5 +506,41 @@ fn main() -> ExitCode {
             eprintln!("tracer: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_live_line_says_rate_losses_and_processes() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        let mut p = Progress {
+            elapsed: Duration::from_secs(12),
+            records: 45_678,
+            rate: 3210.4,
+            lost: 0,
+            other_losses: 0,
+            processes: 3,
+            bytes: 2 << 20,
+        };
+        let line = live_line(&p);
+        assert!(
+            line.contains("12 s  45,678 events (3,210/s)  nothing lost  3 processes"),
+            "{line}"
+        );
+        p.lost = 1200;
+        p.other_losses = 4;
+        p.processes = 1;
+        let line = live_line(&p);
+        assert!(
+            line.contains("LOST 1,200 records (+4 other losses)  1 process "),
+            "{line}"
+        );
     }
 }

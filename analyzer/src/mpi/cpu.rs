@@ -1,0 +1,189 @@
+//! The CPU a rank received, against its own clean habit and its peers at
+//! the same moment: what a CPU hog, a pause or a CPU cap take from a rank,
+//! whatever its split between computation and communication.
+//!
+//! Paper 002 reads interference from computation times only. But MPI ranks
+//! busy-poll inside MPI calls, so when the computation between calls is
+//! short a hog takes its CPU mostly while the rank polls: the computation
+//! times barely move and the waits of every rank grow alike (issue 17). The
+//! kernel says it directly: the recorder reads each process's CPU times
+//! every flush interval (`tracer_common::record::CpuTimes`). Per interval,
+//! a rank's share of the wall time on a CPU, over its own clean median
+//! share and over the other ranks' at the same time
+//! ([`super::baseline::concurrent`]), is 1 when it got what it usually gets;
+//! its deficit, max(0, 1 − that), is the share of its usual CPU it lacked.
+//! (A rank waiting for a slowed one keeps polling: its share does not
+//! drop.)
+
+use std::collections::BTreeMap;
+
+use super::{
+    baseline::{Baseline, Relative, RunSamples, Sample, concurrent},
+    profile::Profiles,
+};
+
+/// Shares are stored in samples as parts per million.
+const PPM: f64 = 1e6;
+
+/// Each rank's CPU share per recorder interval: a sample per interval,
+/// key 0, value = share of the interval's wall time on a CPU (ppm), start
+/// = the interval's start. Only intervals between the return of the
+/// rank's first MPI call and the entry of its last (or the end, when it
+/// is still inside one) count: start-up (MPI_Init waits for the launcher)
+/// and the tail differ between ranks by nature. Intervals in which a
+/// thread came or went are left out (its times come and go with it).
+/// Ranks without readings have no samples.
+pub fn samples(profiles: &Profiles) -> RunSamples {
+    RunSamples {
+        ranks: profiles
+            .ranks
+            .iter()
+            .filter(|r| r.cpu.len() >= 2)
+            .map(|r| {
+                let from = r.calls.first().map_or(0, |c| c.start_ns + c.comm_ns);
+                let to = match (&r.open, r.calls.last()) {
+                    (Some(_), _) => u64::MAX,
+                    (None, Some(c)) if r.calls.len() >= 2 => c.start_ns,
+                    _ => u64::MAX,
+                };
+                let s = r
+                    .cpu
+                    .windows(2)
+                    .filter_map(|w| {
+                        let wall = w[1].ts_ns.checked_sub(w[0].ts_ns)?;
+                        // Intervals under 20 ms are too short to share.
+                        if wall < 20_000_000
+                            || w[0].ts_ns < from
+                            || w[1].ts_ns > to
+                            || w[0].threads != w[1].threads
+                            || w[1].run_ns < w[0].run_ns
+                        {
+                            return None;
+                        }
+                        let run = (w[1].run_ns - w[0].run_ns) as f64;
+                        Some(Sample {
+                            key: 0,
+                            start_ns: w[0].ts_ns,
+                            value_ns: ((run / wall as f64).min(4.0) * PPM) as u64,
+                        })
+                    })
+                    .collect();
+                (r.rank, s)
+            })
+            .collect(),
+    }
+}
+
+/// Whether the profiles have CPU readings at all.
+pub fn recorded(profiles: &Profiles) -> bool {
+    profiles.ranks.iter().any(|r| r.cpu.len() >= 2)
+}
+
+/// Each rank's deficits: (interval start, max(0, 1 − Y)).
+pub fn deficits(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<(u64, f64)>)> {
+    concurrent(run, base)
+        .into_iter()
+        .map(|(rank, rel)| {
+            (
+                rank,
+                rel.iter()
+                    .map(|r: &Relative| (r.start_ns, (1.0 - r.concurrent).max(0.0)))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The mean deficit of each rank over the run: the share of its usual CPU
+/// it lacked.
+pub fn mean_deficit(d: &[(u32, Vec<(u64, f64)>)]) -> BTreeMap<u32, f64> {
+    d.iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(r, v)| (*r, v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64))
+        .collect()
+}
+
+/// The worst phase of each rank: the largest mean deficit over `phase_ns`
+/// of consecutive intervals, with the phase's start.
+pub fn worst_phase(d: &[(u32, Vec<(u64, f64)>)], phase_ns: u64) -> BTreeMap<u32, (f64, u64)> {
+    d.iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(r, v)| {
+            let mut best = (0.0, v[0].0);
+            let mut lo = 0;
+            let mut sum = 0.0;
+            for hi in 0..v.len() {
+                sum += v[hi].1;
+                while v[hi].0 - v[lo].0 >= phase_ns {
+                    sum -= v[lo].1;
+                    lo += 1;
+                }
+                let mean = sum / (hi - lo + 1) as f64;
+                // Count a phase only once it spans what it should (or the
+                // whole run is shorter).
+                let full = v[hi].0 - v[lo].0 + phase_ns / 4 >= phase_ns * 3 / 4
+                    || v[v.len() - 1].0 - v[0].0 < phase_ns;
+                if full && mean > best.0 {
+                    best = (mean, v[lo].0);
+                }
+            }
+            (*r, best)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpi::{CpuReading, typical::tests::profile as rank_profile};
+
+    /// Ranks reading `share(rank, interval)` of each 100 ms interval.
+    fn run(share: impl Fn(u32, u64) -> f64) -> Profiles {
+        let ranks = (0..4)
+            .map(|r| {
+                let mut p = rank_profile(r, &[]);
+                let mut run_ns = 0.0;
+                p.cpu = (0..40u64)
+                    .map(|i| {
+                        let c = CpuReading {
+                            ts_ns: i * 100_000_000,
+                            run_ns: run_ns as u64,
+                            wait_ns: 0,
+                            threads: 1,
+                        };
+                        run_ns += share(r, i) * 1e8;
+                        c
+                    })
+                    .collect();
+                p
+            })
+            .collect();
+        Profiles { version: 2, ranks }
+    }
+
+    /// Four oversubscribed ranks get half a CPU each. Rank 2 stopped for a
+    /// second (the others get more then), or capped to a quarter: its
+    /// deficit shows, and only its.
+    #[test]
+    fn a_paused_or_capped_rank_lacks_cpu() {
+        let clean = run(|_, _| 0.5);
+        let base = Baseline::learn(&[&samples(&clean)]);
+        let paused = run(|r, i| match (r, (10..20).contains(&i)) {
+            (2, true) => 0.0,
+            (_, true) => 0.66,
+            _ => 0.5,
+        });
+        let d = deficits(&samples(&paused), &base);
+        let worst = worst_phase(&d, 300_000_000);
+        assert!((worst[&2].0 - 1.0).abs() < 1e-9, "{worst:?}");
+        assert_eq!(worst[&2].1, 1_000_000_000);
+        for r in [0, 1, 3] {
+            assert_eq!(worst[&r].0, 0.0);
+        }
+        let capped = run(|r, _| if r == 2 { 0.25 } else { 0.55 });
+        let m = mean_deficit(&deficits(&samples(&capped), &base));
+        assert!((m[&2] - (1.0 - 0.5 / 1.1)).abs() < 0.01, "{m:?}");
+        assert_eq!(m[&0], 0.0);
+        assert!(recorded(&clean));
+    }
+}

@@ -1,0 +1,441 @@
+//! The bug-class suite of model-based localization (issue 20): daemon
+//! programs of different shapes, each with a fault switch, recorded as a
+//! user would, and each run scored against a model of normal runs.
+//!
+//! | program | shape | traced with |
+//! | --- | --- | --- |
+//! | `statusring` (C) | a ring of single-threaded poll() daemons | function probes |
+//! | `kvcluster` (C) | multi-threaded epoll servers and their clients | function probes |
+//! | `pyjobs` (Python) | a job manager and the workers it forks (MPD-like) | `--python` |
+//! | `treeagg` (C, held out of tuning) | a tree of select() aggregators | function probes |
+//!
+//! Each program forks its daemons and prints `daemon K pid P` for each; a
+//! fault switch (`--fault CLASS --fault-node K --fault-at N`) makes daemon K
+//! misbehave from its N-th message on, in one of the six [`FaultClass`]es,
+//! and it prints `fault fired` when it does.
+//! `cargo xtask model-matrix` runs every class on every program; the
+//! integration tests keep a fast subset.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+    str::FromStr,
+};
+
+use analyzer::{
+    model::GlobalModel,
+    score::{Ranking, ScoreReport, Scoring, calibrate, score_processes},
+    units::{ProcessUnits, Variant, decompose_capture},
+};
+use serde::{Deserialize, Serialize};
+
+/// Normal runs learned per program (the matrix's default and the tests'):
+/// enough that interleavings a normal run shows now and then were seen
+/// (calibration holds each run out in turn).
+pub const LEARN: usize = 8;
+
+/// The classes of bugs injected (issue 20).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultClass {
+    /// A handler silently not called for some messages.
+    Skip,
+    /// An extra call: a retry or error path taken.
+    Extra,
+    /// A different callee on the same path (a wrong branch).
+    Branch,
+    /// A partial message read as broken; the connection closed early.
+    Partial,
+    /// A handler that hangs (the unit never completes).
+    Hang,
+    /// A daemon that exits or crashes mid-run.
+    Crash,
+}
+
+impl FaultClass {
+    /// Every class.
+    pub const ALL: [FaultClass; 6] = [
+        Self::Skip,
+        Self::Extra,
+        Self::Branch,
+        Self::Partial,
+        Self::Hang,
+        Self::Crash,
+    ];
+
+    /// The name the programs take (`--fault NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Extra => "extra",
+            Self::Branch => "branch",
+            Self::Partial => "partial",
+            Self::Hang => "hang",
+            Self::Crash => "crash",
+        }
+    }
+}
+
+impl fmt::Display for FaultClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultClass {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!("unknown fault class '{s}' (skip, extra, branch, partial, hang, crash)")
+            })
+    }
+}
+
+/// The programs of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Program {
+    /// `fixtures/statusring.c`: a ring of poll() daemons, token right,
+    /// STATUS left.
+    StatusRing,
+    /// `fixtures/kvcluster.c`: multi-threaded epoll servers and clients.
+    KvCluster,
+    /// `fixtures/pyjobs.py`: a Python job manager forking its workers.
+    PyJobs,
+    /// `fixtures/treeagg.c`: a tree of select() aggregators, kept out of
+    /// tuning the defaults.
+    TreeAgg,
+}
+
+impl Program {
+    /// Every program.
+    pub const ALL: [Program; 4] = [
+        Self::StatusRing,
+        Self::KvCluster,
+        Self::PyJobs,
+        Self::TreeAgg,
+    ];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::StatusRing => "statusring",
+            Self::KvCluster => "kvcluster",
+            Self::PyJobs => "pyjobs",
+            Self::TreeAgg => "treeagg",
+        }
+    }
+
+    /// Kept out of tuning: its results are reported apart.
+    pub fn held_out(self) -> bool {
+        self == Self::TreeAgg
+    }
+
+    /// How many daemons a fault may be injected into.
+    pub fn daemons(self) -> u32 {
+        match self {
+            Self::StatusRing | Self::PyJobs => 4,
+            Self::KvCluster => 3,
+            Self::TreeAgg => 6,
+        }
+    }
+
+    /// The range of the message number a fault starts at: late enough that
+    /// the run has settled, early enough that its daemon gets there.
+    pub fn fault_at(self) -> std::ops::RangeInclusive<u32> {
+        match self {
+            Self::StatusRing => 3..=30,
+            Self::KvCluster => 5..=70,
+            Self::PyJobs => 2..=10,
+            Self::TreeAgg => 3..=20,
+        }
+    }
+
+    /// Ways the crash class ends a daemon.
+    pub fn crash_modes(self) -> &'static [&'static str] {
+        match self {
+            Self::PyJobs => &["exit", "abort", "raise"],
+            _ => &["exit", "abort", "segv"],
+        }
+    }
+
+    /// Ports a run uses from its base.
+    pub fn ports(self) -> u16 {
+        match self {
+            Self::StatusRing | Self::PyJobs => 4,
+            Self::KvCluster => 3,
+            Self::TreeAgg => 7,
+        }
+    }
+
+    /// The functions traced, chosen as a user would by name (handlers,
+    /// dispatch, send and receive, the loops); empty for Python (`--python`).
+    pub fn functions(self) -> &'static [&'static str] {
+        match self {
+            Self::StatusRing => &[
+                "handle_*",
+                "*_msg",
+                "dispatch",
+                "close_connection",
+                "main_loop",
+                "connect_rhs",
+                "listen_port",
+                "finish",
+                "record_status",
+                "retry_send",
+            ],
+            Self::KvCluster => &[
+                "handle_*",
+                "dispatch",
+                "*_request",
+                "*_reply",
+                "store_put",
+                "retry_store",
+                "update_stats",
+                "*_loop",
+                "close_client",
+                "listen_port",
+                "connect_server",
+                "server_lost",
+                "finish_server",
+            ],
+            Self::PyJobs => &[],
+            Self::TreeAgg => &[
+                "handle_*",
+                "*_msg",
+                "forward_*",
+                "merge_*",
+                "serve",
+                "connect_parent",
+                "listen_port",
+                "finish",
+            ],
+        }
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Program {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                format!("unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg)")
+            })
+    }
+}
+
+/// A fault to inject.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Injection {
+    /// Its class.
+    pub class: FaultClass,
+    /// The daemon (0-based) it is injected into.
+    pub node: u32,
+    /// The message number it starts at.
+    pub at: u32,
+    /// For [`FaultClass::Crash`]: how the daemon ends.
+    pub crash: String,
+}
+
+/// One recorded run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RecordedRun {
+    /// The program.
+    pub program: Program,
+    /// The capture.
+    pub capture: PathBuf,
+    /// The fault injected, if any.
+    pub injection: Option<Injection>,
+    /// Pid of each daemon, by index.
+    pub daemons: BTreeMap<u32, u32>,
+    /// What the program printed last (completed, hung, ...).
+    pub outcome: String,
+    /// The faulty daemon said it injected the fault (a fault at a message
+    /// its daemon never got is not injected).
+    #[serde(default = "yes")]
+    pub fired: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl RecordedRun {
+    /// The pid of the daemon the fault was injected into.
+    pub fn faulty_pid(&self) -> Option<u32> {
+        self.injection
+            .as_ref()
+            .and_then(|i| self.daemons.get(&i.node).copied())
+    }
+}
+
+/// The command line of `program` run with ports from `port` and `fault`.
+pub fn command(program: Program, exe: &Path, port: u16, fault: Option<&Injection>) -> Vec<String> {
+    let mut args: Vec<String> = match program {
+        Program::StatusRing => vec![exe.display().to_string(), "4".into(), "40".into()],
+        Program::KvCluster => vec![
+            exe.display().to_string(),
+            "3".into(),
+            "3".into(),
+            "30".into(),
+        ],
+        Program::PyJobs => vec![
+            crate::PYTHON.into(),
+            exe.display().to_string(),
+            "4".into(),
+            "60".into(),
+        ],
+        Program::TreeAgg => vec![exe.display().to_string(), "6".into(), "30".into()],
+    };
+    args.push(port.to_string());
+    if let Some(f) = fault {
+        args.extend([
+            "--fault".into(),
+            f.class.name().into(),
+            "--fault-node".into(),
+            f.node.to_string(),
+            "--fault-at".into(),
+            f.at.to_string(),
+            "--crash".into(),
+            f.crash.clone(),
+        ]);
+    }
+    args
+}
+
+/// The program's executable: the C fixtures compiled once (see
+/// [`crate::fixture`]), the Python script as it is.
+pub fn executable(program: Program) -> PathBuf {
+    match program {
+        Program::PyJobs => Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pyjobs.py"),
+        p => crate::fixture(p.name(), None),
+    }
+}
+
+/// Records one run of `program` (ports from `port`) into `out` with
+/// `tracer record` of the binary `tracer`, the launcher as the command and
+/// its daemons followed.
+pub fn record(
+    tracer: &Path,
+    program: Program,
+    exe: &Path,
+    out: &Path,
+    port: u16,
+    fault: Option<&Injection>,
+) -> Result<RecordedRun, String> {
+    let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
+    if program == Program::PyJobs {
+        args.push("--python".into());
+    }
+    for f in program.functions() {
+        args.extend(["-f".to_string(), f.to_string()]);
+    }
+    args.extend(["-o".into(), out.display().to_string(), "--".into()]);
+    args.extend(command(program, exe, port, fault));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = crate::run_bounded(tracer, &refs);
+    if !run.status.success() {
+        return Err(format!("{program}: tracer record failed: {}", run.stderr));
+    }
+    let mut daemons = BTreeMap::new();
+    let mut outcome = String::new();
+    let fired = run.stdout.lines().any(|l| l == "fault fired");
+    for line in run.stdout.lines() {
+        if let Some(rest) = line.strip_prefix("daemon ") {
+            let mut parts = rest.split_whitespace();
+            if let (Some(k), Some("pid"), Some(pid)) = (parts.next(), parts.next(), parts.next())
+                && let (Ok(k), Ok(pid)) = (k.parse(), pid.parse())
+            {
+                daemons.insert(k, pid);
+            }
+        } else if line.starts_with(&format!("{}:", program.name())) {
+            outcome = line.to_string();
+        }
+    }
+    if daemons.len() != program.daemons() as usize {
+        return Err(format!(
+            "{program}: expected {} daemon pids, got {daemons:?}: {}",
+            program.daemons(),
+            run.stdout
+        ));
+    }
+    Ok(RecordedRun {
+        program,
+        capture: out.to_path_buf(),
+        injection: fault.cloned(),
+        daemons,
+        outcome,
+        fired,
+    })
+}
+
+/// Learns a calibrated model (000 decomposition) from normal runs.
+pub fn learn(runs: &[PathBuf]) -> GlobalModel {
+    let mut model = GlobalModel::new(Variant::Paper000);
+    let decomposed: Vec<Vec<ProcessUnits>> = runs
+        .iter()
+        .map(|p| decompose_capture(&crate::capture(p), Variant::Paper000))
+        .collect();
+    for p in decomposed.iter().flatten() {
+        model.learn(p);
+    }
+    calibrate(&mut model, None, &decomposed);
+    model
+}
+
+/// Scores one capture against `model`: the report `model score` prints.
+pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
+    let cap = crate::capture(capture);
+    let name = capture.display().to_string();
+    let units = score_processes(
+        model,
+        &cap,
+        &name,
+        &decompose_capture(&cap, model.variant),
+        Scoring::Nodes,
+    );
+    ScoreReport::new(
+        model.variant,
+        Scoring::Nodes,
+        Ranking::Evidence,
+        &[name],
+        units,
+    )
+}
+
+/// What a scored run says about its fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The earliest anomaly is in the faulty process.
+    pub detected: bool,
+    /// The highest-ranked unit is in the faulty process.
+    pub top1: bool,
+    /// Any unit was anomalous (a false alarm for a normal run).
+    pub alarm: bool,
+    /// The report's summary.
+    pub summary: String,
+}
+
+/// Judges `report` of `run`: detection and top-1 against the faulty pid.
+pub fn judge(run: &RecordedRun, report: &ScoreReport) -> Outcome {
+    let faulty = run.faulty_pid();
+    Outcome {
+        detected: faulty.is_some() && report.first().map(|u| u.pid) == faulty,
+        top1: faulty.is_some()
+            && report.units.first().filter(|u| u.anomalous).map(|u| u.pid) == faulty,
+        alarm: report.first_anomaly.is_some(),
+        summary: report.summary.clone(),
+    }
+}

@@ -1,0 +1,460 @@
+//! MPI runs with faults, recorded with `tracer record --mpi`: the harness
+//! of the MPI diagnosis tests and of `cargo xtask mpi-matrix` (issue 17).
+//!
+//! Faults from outside the program: a CPU hog on a core (continuous or on
+//! and off), a rank paused (`SIGSTOP`, then `SIGCONT`), a rank capped
+//! (cgroup v1 `cpu.cfs_quota_us`). Faults inside it (the fixtures'
+//! `FAULT` switch, see `fixtures/mpi_fault.h`): a rank hung in computation,
+//! a rank that exits (a dead peer), an extra collective.
+//!
+//! Every cgroup, hog and job is named after this process and removed or
+//! killed on drop, also when a test fails.
+
+use std::{
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::Background;
+
+/// A fault to inject into one run.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// A clean run.
+    None,
+    /// `stress-ng --cpu 1` on `cpu`, at the ranks' priority, for the whole
+    /// run or (`on_off`) 0.4 s on, 0.4 s off.
+    Hog {
+        /// The core.
+        cpu: u32,
+        /// On and off instead of continuous.
+        on_off: bool,
+    },
+    /// `SIGSTOP` to `rank` after `at`, `SIGCONT` after `length` more.
+    Pause {
+        /// The rank.
+        rank: u32,
+        /// When, after every rank started.
+        at: Duration,
+        /// How long.
+        length: Duration,
+    },
+    /// `rank` limited to `percent` of a core (cgroup v1 cpu quota) from
+    /// `at` on.
+    Cap {
+        /// The rank.
+        rank: u32,
+        /// Share of one core, in percent.
+        percent: u32,
+        /// When, after every rank started.
+        at: Duration,
+    },
+    /// `rank` computes forever from iteration `iter` on (`FAULT=hang`).
+    Hang {
+        /// The rank.
+        rank: u32,
+        /// Iteration.
+        iter: u32,
+    },
+    /// `rank` exits at iteration `iter` (`FAULT=exit`): a dead peer.
+    Exit {
+        /// The rank.
+        rank: u32,
+        /// Iteration.
+        iter: u32,
+    },
+    /// `rank` makes one extra `MPI_Barrier` at iteration `iter`
+    /// (`FAULT=collective`).
+    Collective {
+        /// The rank.
+        rank: u32,
+        /// Iteration.
+        iter: u32,
+    },
+}
+
+impl Fault {
+    /// Short name: `clean`, `hog`, `on-off`, `pause`, `cap`, `hang`,
+    /// `dead-peer`, `extra-collective`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::None => "clean",
+            Fault::Hog { on_off: false, .. } => "hog",
+            Fault::Hog { on_off: true, .. } => "on-off-hog",
+            Fault::Pause { .. } => "pause",
+            Fault::Cap { .. } => "cap",
+            Fault::Hang { .. } => "hang",
+            Fault::Exit { .. } => "dead-peer",
+            Fault::Collective { .. } => "extra-collective",
+        }
+    }
+
+    /// The faulty rank, for faults made on a rank.
+    pub fn rank(&self) -> Option<u32> {
+        match *self {
+            Fault::Pause { rank, .. }
+            | Fault::Cap { rank, .. }
+            | Fault::Hang { rank, .. }
+            | Fault::Exit { rank, .. }
+            | Fault::Collective { rank, .. } => Some(rank),
+            Fault::None | Fault::Hog { .. } => None,
+        }
+    }
+
+    /// Whether the job never ends by itself.
+    pub fn hangs(&self) -> bool {
+        matches!(
+            self,
+            Fault::Hang { .. } | Fault::Exit { .. } | Fault::Collective { .. }
+        )
+    }
+}
+
+/// One MPI job.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The program.
+    pub exe: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Ranks.
+    pub ranks: u32,
+    /// A job that hangs is stopped this long after its ranks started; one
+    /// that does not is killed after it (and the run fails).
+    pub limit: Duration,
+}
+
+/// A recorded run.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The capture.
+    pub capture: PathBuf,
+    /// The job's exit status; `None` when it was stopped (hung).
+    pub status: Option<ExitStatus>,
+    /// The job's wall time, from mpiexec's start to its end (or stop).
+    pub elapsed: Duration,
+    /// The ranks' pids: (rank, pid).
+    pub ranks: Vec<(u32, u32)>,
+    /// The tracer's summary lines.
+    pub summary: String,
+}
+
+/// Processes running `exe`, with their `PMI_RANK`.
+pub fn rank_pids(exe: &Path) -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .as_deref()
+            != Some(exe)
+        {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let rank = env
+            .split(|b| *b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok())
+            .find_map(|kv| kv.strip_prefix("PMI_RANK="))
+            .and_then(|v| v.parse().ok());
+        if let Some(rank) = rank {
+            out.push((rank, pid));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A CPU hog, killed (its process group) on drop.
+struct Hog(Option<Child>);
+
+impl Hog {
+    fn start(cpu: u32, on_off: bool) -> Self {
+        let script = if on_off {
+            "while :; do timeout 0.4 stress-ng --cpu 1 -q; sleep 0.4; done"
+        } else {
+            "exec stress-ng --cpu 1 -q --timeout 300"
+        };
+        // The ranks' priority (see `record`), so the hog takes its fair half
+        // of the core whatever else runs on this shared machine.
+        let child = Command::new("nice")
+            .args([
+                "-n",
+                "-19",
+                "taskset",
+                "-c",
+                &cpu.to_string(),
+                "sh",
+                "-c",
+                script,
+            ])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        // Let stress-ng reach its busy loop before the ranks start.
+        std::thread::sleep(Duration::from_millis(200));
+        Self(child)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A cgroup v1 cpu group with a quota, removed on drop (its tasks moved
+/// back to the root group first).
+struct CpuCap {
+    dir: PathBuf,
+}
+
+impl CpuCap {
+    const ROOT: &'static str = "/sys/fs/cgroup/cpu";
+
+    fn new(percent: u32) -> std::io::Result<Self> {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = Path::new(Self::ROOT).join(format!("eftrace-mpi-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir)?;
+        let cap = Self { dir };
+        std::fs::write(cap.dir.join("cpu.cfs_period_us"), "100000")?;
+        std::fs::write(
+            cap.dir.join("cpu.cfs_quota_us"),
+            (percent.clamp(1, 100) * 1000).to_string(),
+        )?;
+        Ok(cap)
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        if let Ok(tasks) = std::fs::read_to_string(self.dir.join("tasks")) {
+            for t in tasks.lines() {
+                let _ = std::fs::write(Path::new(Self::ROOT).join("tasks"), t);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The launched job, killed (with every rank) on drop.
+struct Launched {
+    child: Child,
+    exe: PathBuf,
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Ranks a proxy left behind.
+        for (_, pid) in rank_pids(&self.exe) {
+            signal(pid, "KILL");
+        }
+    }
+}
+
+/// Starts a tracer on every process of `exe` with the `--mpi` preset
+/// (functions with arguments, Fortran bindings at entry), without system
+/// calls or samples.
+pub fn tracer_for(exe: &Path, out: &Path) -> Background {
+    let (exe, out) = (exe.display().to_string(), out.display().to_string());
+    let tracer = Background::start(&[
+        "record",
+        "--mpi",
+        "--sample-hz",
+        "0",
+        "--no-syscalls",
+        "--exe",
+        &exe,
+        "-o",
+        &out,
+    ]);
+    // The ranks' priority (see `record`): at a lower one, ranks and a hog
+    // that busy-poll both cores starve the recorder of its ticks.
+    let _ = Command::new("renice")
+        .args(["-n", "-19", "-p", &tracer.child.id().to_string()])
+        .stdout(Stdio::null())
+        .status();
+    tracer
+}
+
+/// Records one run of `job` with `fault` into `out`.
+pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
+    let tracer = tracer_for(&job.exe, out);
+    let _hog = match fault {
+        Fault::Hog { cpu, on_off } => Some(Hog::start(cpu, on_off)),
+        _ => None,
+    };
+    // Ranks at nice -19: other work on this shared machine barely touches
+    // their computation times. Two ranks are pinned to the two cores
+    // (oversubscribed ranks busy-poll each other's cores).
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL"])
+        .arg(format!("{}", job.limit.as_secs() + 30))
+        .args(["nice", "-n", "-19", "mpiexec"]);
+    if matches!(fault, Fault::Exit { .. }) {
+        // Hydra would otherwise kill every rank when one exits.
+        cmd.arg("-disable-auto-cleanup");
+    }
+    if job.ranks <= 2 {
+        cmd.args(["-bind-to", "core"]);
+    }
+    cmd.args(["-n", &job.ranks.to_string()])
+        .arg(&job.exe)
+        .args(&job.args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    match fault {
+        Fault::Hang { rank, iter }
+        | Fault::Exit { rank, iter }
+        | Fault::Collective { rank, iter } => {
+            let kind = match fault {
+                Fault::Hang { .. } => "hang",
+                Fault::Exit { .. } => "exit",
+                _ => "collective",
+            };
+            cmd.env("FAULT", kind)
+                .env("FAULT_RANK", rank.to_string())
+                .env("FAULT_ITER", iter.to_string());
+        }
+        _ => {}
+    }
+    let start = Instant::now();
+    let mut launched = Launched {
+        child: cmd.spawn().expect("mpiexec starts"),
+        exe: job.exe.clone(),
+    };
+    // Wait for every rank to exist (faults need their pids).
+    let mut ranks = Vec::new();
+    let seen = Instant::now();
+    while seen.elapsed() < Duration::from_secs(20) {
+        ranks = rank_pids(&job.exe);
+        if ranks.len() as u32 >= job.ranks {
+            break;
+        }
+        if launched.child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    let pid_of = |r: u32| ranks.iter().find(|(rank, _)| *rank == r).map(|(_, p)| *p);
+    let mut pending: Option<(Duration, Box<dyn FnMut()>)> = None;
+    let mut _cap: Option<CpuCap> = None;
+    match fault {
+        Fault::Pause { rank, at, length } => {
+            if let Some(pid) = pid_of(rank) {
+                pending = Some((
+                    at,
+                    Box::new(move || {
+                        signal(pid, "STOP");
+                        std::thread::sleep(length);
+                        signal(pid, "CONT");
+                    }),
+                ));
+            }
+        }
+        Fault::Cap { rank, percent, at } => {
+            if let Some(pid) = pid_of(rank) {
+                let cap = CpuCap::new(percent).expect("cgroup v1 cpu group (run as root)");
+                let dir = cap.dir.clone();
+                _cap = Some(cap);
+                pending = Some((
+                    at,
+                    Box::new(move || {
+                        // Every thread of the rank.
+                        let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
+                    }),
+                ));
+            }
+        }
+        _ => {}
+    }
+    let status = loop {
+        if let Some((at, _)) = &pending
+            && started.elapsed() >= *at
+            && let Some((_, mut act)) = pending.take()
+        {
+            act();
+        }
+        if let Some(status) = launched.child.try_wait().ok().flatten() {
+            break Some(status);
+        }
+        if started.elapsed() >= job.limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let elapsed = start.elapsed();
+    // A hung job is still hanging here: recording stops first, so the
+    // capture ends with where every rank is; then the job is ended.
+    let out_status = stop(tracer);
+    drop(launched);
+    drop(_cap);
+    Outcome {
+        capture: out.to_path_buf(),
+        status,
+        elapsed,
+        ranks,
+        summary: out_status,
+    }
+}
+
+/// Stops the tracer (SIGINT) and returns the rest of its output.
+fn stop(tracer: Background) -> String {
+    let lines = tracer.stderr_lines.join("");
+    let status = tracer.stop("INT");
+    assert!(status.success(), "tracer failed: {status}; {lines}");
+    lines
+}
+
+/// Builds an MPI fixture (`tests/fixtures/NAME.c` with mpicc, or
+/// `NAME.f90` with mpif90) into `dir`, with debug information.
+pub fn build(name: &str, dir: &Path) -> PathBuf {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let out = dir.join(name);
+    let (cc, src) = if fixtures.join(format!("{name}.f90")).exists() {
+        ("mpif90", fixtures.join(format!("{name}.f90")))
+    } else {
+        ("mpicc", fixtures.join(format!("{name}.c")))
+    };
+    let status = Command::new(cc)
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("{cc} runs (apt-get install mpich libmpich-dev gfortran): {e}"));
+    assert!(status.success(), "compiling {}", src.display());
+    out
+}

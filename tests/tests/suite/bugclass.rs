@@ -1,0 +1,124 @@
+//! The bug-class suite of model-based localization (issue 20), its fast
+//! subset: on the C ring of poll() daemons (`statusring`) every class once,
+//! and on the Python job manager that forks its workers (`pyjobs`, traced
+//! with `--python`, the workers followed) three classes, each at a fixed
+//! daemon and time; normal runs learned. Exact assertions: the faulty
+//! daemon holds the earliest anomaly and the highest-ranked unit, and
+//! fresh normal runs raise nothing. `cargo xtask model-matrix` runs every
+//! class on every program at random daemons and times.
+
+use std::path::PathBuf;
+
+use analyzer::score::Verdict;
+use tests::{
+    bugclass::{self, FaultClass, Injection, LEARN, Program},
+    privileged, tracer_bin,
+};
+
+/// Learns `program` from [`LEARN`] normal runs, checks that `normals`
+/// fresh ones raise nothing, and that each fault of `faults` (class,
+/// daemon, message number, crash mode) is localized in its daemon.
+fn localizes(program: Program, normals: usize, faults: &[(FaultClass, u32, u32, &str)]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tracer = tracer_bin();
+    let exe = bugclass::executable(program);
+    let width = program.ports() + 1;
+    let base = tests::port_block(width * 4);
+    let mut slot = 0;
+    let mut record = |name: &str, fault: Option<Injection>| {
+        slot = (slot + 1) % 4;
+        let out = dir.path().join(format!("{name}.capture"));
+        bugclass::record(
+            &tracer,
+            program,
+            &exe,
+            &out,
+            base + slot * width,
+            fault.as_ref(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let learned: Vec<PathBuf> = (0..LEARN)
+        .map(|i| record(&format!("learn{i}"), None).capture)
+        .collect();
+    let model = bugclass::learn(&learned);
+    for i in 0..normals {
+        let run = record(&format!("normal{i}"), None);
+        let report = bugclass::score(&model, &run.capture);
+        assert_eq!(
+            report.verdict,
+            Verdict::NothingStandsOut,
+            "{program}: a normal run: {}\n{:#?}",
+            report.summary,
+            report.first()
+        );
+    }
+    for &(class, node, at, crash) in faults {
+        let fault = Injection {
+            class,
+            node,
+            at,
+            crash: crash.into(),
+        };
+        let run = record(&format!("{class}"), Some(fault));
+        assert!(run.fired, "{program} {class}: the fault was not injected");
+        let report = bugclass::score(&model, &run.capture);
+        let faulty = run.faulty_pid();
+        let outcome = bugclass::judge(&run, &report);
+        eprintln!("{program} {class} at daemon {node}: {}", report.summary);
+        assert!(
+            outcome.detected,
+            "{program} {class}: the earliest anomaly is not in daemon {node} ({faulty:?}): {}\n{:#?}",
+            report.summary,
+            report.first()
+        );
+        assert!(
+            outcome.top1,
+            "{program} {class}: the first unit is not of daemon {node} ({faulty:?}): {:#?}",
+            report.units.first()
+        );
+        assert!(
+            !report.explanation.is_empty(),
+            "{program} {class}: explained"
+        );
+    }
+}
+
+/// Every class on the ring of poll() daemons.
+#[test]
+fn statusring_bug_classes_are_localized() {
+    if !privileged() {
+        return;
+    }
+    use FaultClass::*;
+    localizes(
+        Program::StatusRing,
+        2,
+        &[
+            (Skip, 1, 10, "exit"),
+            (Extra, 2, 8, "exit"),
+            (Branch, 3, 12, "exit"),
+            (Partial, 0, 6, "exit"),
+            (Hang, 2, 9, "exit"),
+            (Crash, 1, 7, "segv"),
+        ],
+    );
+}
+
+/// Three classes on the Python job manager's forked workers.
+#[test]
+fn pyjobs_bug_classes_are_localized() {
+    if !privileged() || tests::python().is_none() {
+        return;
+    }
+    use FaultClass::*;
+    localizes(
+        Program::PyJobs,
+        1,
+        &[
+            (Skip, 1, 3, "exit"),
+            (Partial, 2, 4, "exit"),
+            (Crash, 0, 3, "raise"),
+        ],
+    );
+}

@@ -1,0 +1,371 @@
+//! `cargo xtask model-matrix`: the bug-class suite of model-based
+//! localization (issue 20) on every program of `tests::bugclass`: per
+//! program, normal runs learned, fresh normal runs scored for false
+//! alarms, and every fault class injected at a random daemon and a random
+//! time, scored for detection (the earliest anomaly is in the faulty
+//! process) and top-1 (the highest-ranked unit is).
+//!
+//! Recording and scoring are apart: `--table-only` scores the runs an
+//! earlier command recorded again (after a change to the analysis).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use tests::bugclass::{self, FaultClass, Injection, Program, RecordedRun};
+
+use crate::{build_tracer, is_root};
+
+use tests::bugclass::LEARN;
+
+/// Version of the matrix's `runs.json`.
+const RUNS_VERSION: u32 = 1;
+
+#[derive(Debug, Args)]
+pub(crate) struct ModelMatrixArgs {
+    /// Programs, comma-separated (statusring, kvcluster, pyjobs, treeagg);
+    /// default: all. treeagg is held out of tuning and reported apart.
+    #[arg(long, value_delimiter = ',')]
+    programs: Vec<String>,
+    /// Fault classes, comma-separated (skip, extra, branch, partial, hang,
+    /// crash); default: all.
+    #[arg(long, value_delimiter = ',')]
+    classes: Vec<String>,
+    /// Repetitions of each class on each program (a random daemon and time
+    /// each).
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+    /// Fresh normal runs per program, scored for false alarms.
+    #[arg(long, default_value_t = 20)]
+    normals: usize,
+    /// Normal runs learned per program.
+    #[arg(long, default_value_t = LEARN)]
+    learn: usize,
+    /// Seed of the random daemons, times and crash modes (default: the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Directory of the captures and `runs.json` (one subdirectory per
+    /// program).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Score the runs recorded in OUTPUT again; record nothing.
+    #[arg(long)]
+    table_only: bool,
+    /// Print each run's verdict.
+    #[arg(long)]
+    verbose: bool,
+}
+
+/// What one program's directory holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Runs {
+    version: u32,
+    learn: Vec<RecordedRun>,
+    normal: Vec<RecordedRun>,
+    faulty: Vec<RecordedRun>,
+}
+
+/// xorshift64*: the matrix needs reproducible draws, not a crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+pub(crate) fn model_matrix(a: &ModelMatrixArgs) -> anyhow::Result<()> {
+    let programs: Vec<Program> = if a.programs.is_empty() {
+        Program::ALL.to_vec()
+    } else {
+        a.programs
+            .iter()
+            .map(|p| p.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let classes: Vec<FaultClass> = if a.classes.is_empty() {
+        FaultClass::ALL.to_vec()
+    } else {
+        a.classes
+            .iter()
+            .map(|c| c.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?
+    };
+    if !a.table_only {
+        if !is_root() {
+            bail!("recording loads eBPF programs: run as root (or --table-only on recorded runs)");
+        }
+        let tracer = build_tracer(true)?;
+        let seed = a.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        }) | 1;
+        eprintln!("model-matrix: seed {seed}");
+        let mut rng = Rng(seed);
+        for &program in &programs {
+            record_program(&tracer, program, &classes, a, &mut rng)?;
+        }
+    }
+    let mut rows = Vec::new();
+    for &program in &programs {
+        rows.extend(score_program(program, &classes, a)?);
+    }
+    print_table(&rows);
+    let path = a.output.join("results.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&rows)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("per-cell results: {}", path.display());
+    Ok(())
+}
+
+/// Records the learned, normal and faulty runs of `program`.
+fn record_program(
+    tracer: &Path,
+    program: Program,
+    classes: &[FaultClass],
+    a: &ModelMatrixArgs,
+    rng: &mut Rng,
+) -> anyhow::Result<()> {
+    let dir = a.output.join(program.name());
+    std::fs::create_dir_all(&dir)?;
+    let exe = bugclass::executable(program);
+    // Ports: a block of this process reused run after run (the programs
+    // listen with SO_REUSEADDR; a run's ports are free once it ended).
+    let width = program.ports() + 1;
+    let base = tests::port_block(width * 8);
+    let mut slot = 0u16;
+    let mut port = || {
+        slot = (slot + 1) % 8;
+        base + slot * width
+    };
+    let started = Instant::now();
+    let mut record = |name: String, fault: Option<Injection>| -> anyhow::Result<RecordedRun> {
+        let out = dir.join(format!("{name}.capture"));
+        let run = bugclass::record(tracer, program, &exe, &out, port(), fault.as_ref())
+            .map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "  {program} {name}: {} ({:.0} s)",
+            run.outcome,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(run)
+    };
+    let mut runs = Runs {
+        version: RUNS_VERSION,
+        learn: Vec::new(),
+        normal: Vec::new(),
+        faulty: Vec::new(),
+    };
+    for i in 0..a.learn {
+        runs.learn.push(record(format!("learn-{i}"), None)?);
+    }
+    for i in 0..a.normals {
+        runs.normal.push(record(format!("normal-{i}"), None)?);
+    }
+    let at = program.fault_at();
+    for &class in classes {
+        for r in 0..a.reps {
+            // A fault its daemon never reached (a worker that got fewer
+            // jobs) is drawn again.
+            for attempt in 0..5 {
+                let fault = Injection {
+                    class,
+                    node: rng.below(u64::from(program.daemons())) as u32,
+                    at: at.start() + rng.below(u64::from(at.end() - at.start() + 1)) as u32,
+                    crash: program.crash_modes()
+                        [rng.below(program.crash_modes().len() as u64) as usize]
+                        .to_string(),
+                };
+                let run = record(format!("{class}-{r}"), Some(fault))?;
+                if run.fired || attempt == 4 {
+                    runs.faulty.push(run);
+                    break;
+                }
+                eprintln!("  {program} {class}-{r}: the fault was not reached; drawn again");
+            }
+        }
+    }
+    let path = dir.join("runs.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&runs)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Serialize)]
+struct Row {
+    program: Program,
+    held_out: bool,
+    /// `None`: the fresh normal runs.
+    class: Option<FaultClass>,
+    runs: usize,
+    detected: usize,
+    top1: usize,
+    alarms: usize,
+    /// Runs that missed, with their fault and the report's summary.
+    misses: Vec<String>,
+}
+
+fn score_program(
+    program: Program,
+    classes: &[FaultClass],
+    a: &ModelMatrixArgs,
+) -> anyhow::Result<Vec<Row>> {
+    let dir = a.output.join(program.name());
+    let path = dir.join("runs.json");
+    let text = std::fs::read(&path).with_context(|| {
+        format!(
+            "reading {} (record it first, without --table-only)",
+            path.display()
+        )
+    })?;
+    let runs: Runs = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not the matrix's runs.json", path.display()))?;
+    if runs.version != RUNS_VERSION {
+        bail!("{}: version {}, record again", path.display(), runs.version);
+    }
+    let learned: Vec<PathBuf> = runs.learn.iter().map(|r| r.capture.clone()).collect();
+    let model = bugclass::learn(&learned);
+    let mut rows = Vec::new();
+    let mut normal = Row {
+        program,
+        held_out: program.held_out(),
+        class: None,
+        runs: 0,
+        detected: 0,
+        top1: 0,
+        alarms: 0,
+        misses: Vec::new(),
+    };
+    for run in &runs.normal {
+        let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
+        normal.runs += 1;
+        if outcome.alarm {
+            normal.alarms += 1;
+            normal
+                .misses
+                .push(format!("{}: {}", run.capture.display(), outcome.summary));
+        }
+        if a.verbose {
+            eprintln!(
+                "  {program} normal {}: {}",
+                run.capture.display(),
+                outcome.summary
+            );
+        }
+    }
+    rows.push(normal);
+    let mut by_class: BTreeMap<FaultClass, Row> = BTreeMap::new();
+    for run in &runs.faulty {
+        let Some(fault) = &run.injection else {
+            continue;
+        };
+        if !classes.contains(&fault.class) || !run.fired {
+            continue;
+        }
+        let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
+        let row = by_class.entry(fault.class).or_insert_with(|| Row {
+            program,
+            held_out: program.held_out(),
+            class: Some(fault.class),
+            runs: 0,
+            detected: 0,
+            top1: 0,
+            alarms: 0,
+            misses: Vec::new(),
+        });
+        row.runs += 1;
+        row.detected += usize::from(outcome.detected);
+        row.top1 += usize::from(outcome.top1);
+        row.alarms += usize::from(outcome.alarm);
+        if !outcome.detected || !outcome.top1 {
+            row.misses.push(format!(
+                "{} (daemon {} pid {:?}, at {}, {}): detected {}, top-1 {}: {}",
+                run.capture.display(),
+                fault.node,
+                run.faulty_pid(),
+                fault.at,
+                run.outcome,
+                outcome.detected,
+                outcome.top1,
+                outcome.summary
+            ));
+        }
+        if a.verbose {
+            eprintln!(
+                "  {program} {} daemon {} at {}: detected {} top-1 {}: {}",
+                fault.class, fault.node, fault.at, outcome.detected, outcome.top1, outcome.summary
+            );
+        }
+    }
+    rows.extend(by_class.into_values());
+    Ok(rows)
+}
+
+fn pct(n: usize, of: usize) -> String {
+    if of == 0 {
+        "-".to_string()
+    } else {
+        format!("{n}/{of} ({:.0}%)", 100.0 * n as f64 / of as f64)
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    for held_out in [false, true] {
+        let rows: Vec<&Row> = rows.iter().filter(|r| r.held_out == held_out).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        println!(
+            "\n{}",
+            if held_out {
+                "held out of tuning:"
+            } else {
+                "programs the defaults were chosen on:"
+            }
+        );
+        println!(
+            "| program | class | runs | detection | top-1 | false alarms |\n| --- | --- | --- | --- | --- | --- |"
+        );
+        for r in &rows {
+            match r.class {
+                None => println!(
+                    "| {} | normal | {} | | | {} |",
+                    r.program,
+                    r.runs,
+                    pct(r.alarms, r.runs)
+                ),
+                Some(c) => println!(
+                    "| {} | {} | {} | {} | {} | |",
+                    r.program,
+                    c,
+                    r.runs,
+                    pct(r.detected, r.runs),
+                    pct(r.top1, r.runs)
+                ),
+            }
+        }
+        for r in &rows {
+            for m in &r.misses {
+                println!(
+                    "  miss [{} {}]: {m}",
+                    r.program,
+                    r.class.map_or("normal", FaultClass::name)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! `cargo xtask mpi-matrix`: the MPI diagnosis proof of issue 17. Every
+//! program of the suite (C and Fortran, five shapes and one held out of
+//! tuning) runs clean and with each fault, recorded with `tracer record
+//! --mpi`, and each run is judged as a user would:
+//!
+//! - interference (paper 002, 2 ranks pinned to the 2 cores): a model
+//!   learned from clean runs and one CPU-hogged run, then clean runs, a
+//!   continuous hog and an on-off hog on either core; right when the
+//!   verdict names exactly the rank on the hogged core, and nothing on
+//!   clean runs;
+//! - outliers and hangs (paper 004 and the wait-for graph, 4 ranks): the
+//!   outlier verdict calibrated on clean runs, then clean runs, a paused
+//!   rank, a capped rank (right: exactly that rank named), and a rank hung
+//!   in computation, a dead peer and an extra collective (right: the hang
+//!   culprit is exactly that rank).
+//!
+//! Recording writes `runs.json` and the captures under the output
+//! directory; `--table-only` scores them again without recording.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use analyzer::{
+    Capture,
+    automaded::verdict::{Run as JudgeRun, judge},
+    mpi::{self, LearnConfig, Outcome, Profiles, waitfor},
+};
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use tests::mpi::{Fault, Job, build, record};
+
+use crate::{build_tracer, is_root, target_dir};
+
+/// `cargo xtask mpi-matrix`.
+#[derive(Debug, Args)]
+pub(crate) struct MatrixArgs {
+    /// Repetitions of every fault (the faulty rank or core rotates).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Clean runs recorded to learn from, per program and experiment.
+    #[arg(long, default_value_t = 3)]
+    learn_runs: usize,
+    /// Programs (default: all): halo, wavefront, master, collectives,
+    /// nonblocking, cg (cg is held out of tuning).
+    #[arg(long, value_delimiter = ',')]
+    programs: Vec<String>,
+    /// Faults (default: all): clean, hog, on-off-hog, pause, cap, hang,
+    /// dead-peer, extra-collective.
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// Output directory (captures, runs.json).
+    #[arg(short, long, default_value_os_t = target_dir().join("xtask/mpi-matrix"))]
+    out: PathBuf,
+    /// Score the runs already recorded in the output directory.
+    #[arg(long)]
+    table_only: bool,
+}
+
+/// A program of the suite and its sizes.
+struct Program {
+    name: &'static str,
+    /// Fixture name.
+    fixture: &'static str,
+    /// Arguments with 2 pinned ranks, and with 4.
+    args2: &'static [&'static str],
+    args4: &'static [&'static str],
+    /// Ranks a fault may be put on (the master of master/worker does not
+    /// compute, so it is never paused or capped; see `rank_faults`).
+    faulty: &'static [u32],
+    /// Iteration of the in-program faults.
+    fault_iter: u32,
+    /// Kept out of the tuning of the analyses.
+    held_out: bool,
+}
+
+const PROGRAMS: &[Program] = &[
+    Program {
+        name: "halo",
+        fixture: "mpi_halo",
+        args2: &["1500", "20000"],
+        args4: &["200", "4000"],
+        faulty: &[0, 1, 2, 3],
+        fault_iter: 40,
+        held_out: false,
+    },
+    Program {
+        name: "wavefront",
+        fixture: "mpi_wavefront",
+        args2: &["400", "2048"],
+        args4: &["60", "512"],
+        faulty: &[0, 1, 2, 3],
+        fault_iter: 15,
+        held_out: false,
+    },
+    Program {
+        name: "master",
+        fixture: "mpi_master",
+        args2: &["400", "800000"],
+        args4: &["300", "400000"],
+        faulty: &[1, 2, 3],
+        fault_iter: 20,
+        held_out: false,
+    },
+    Program {
+        name: "collectives",
+        fixture: "mpi_collectives",
+        args2: &["600", "40000"],
+        args4: &["50", "20000"],
+        faulty: &[0, 1, 2, 3],
+        fault_iter: 10,
+        held_out: false,
+    },
+    Program {
+        name: "nonblocking",
+        fixture: "mpi_nonblocking",
+        args2: &["1000", "80000"],
+        args4: &["100", "20000"],
+        faulty: &[0, 1, 2, 3],
+        fault_iter: 25,
+        held_out: false,
+    },
+    Program {
+        name: "cg",
+        fixture: "mpi_cg",
+        args2: &["600", "40000"],
+        args4: &["80", "20000"],
+        faulty: &[0, 1, 2, 3],
+        fault_iter: 20,
+        held_out: true,
+    },
+];
+
+/// Which part of the matrix a run belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Experiment {
+    /// 2 pinned ranks, judged by the 002 verdict.
+    Interference,
+    /// 4 ranks, judged by the 004 verdict and the hang analysis.
+    Outliers,
+}
+
+/// One recorded run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RunRecord {
+    program: String,
+    experiment: Experiment,
+    /// Learning run (clean, or the hogged one of interference).
+    learn: bool,
+    fault: Fault,
+    capture: PathBuf,
+    /// The job's exit code; `None` when stopped (hung or over time).
+    status: Option<i32>,
+    elapsed_s: f64,
+    /// Load average when the run started.
+    load: f64,
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn faults_for(p: &Program, exp: Experiment, rep: usize) -> Vec<Fault> {
+    let pick = |list: &[u32]| list[(rep * 3 + p.name.len()) % list.len()];
+    match exp {
+        Experiment::Interference => vec![
+            Fault::None,
+            Fault::Hog {
+                cpu: (rep % 2) as u32,
+                on_off: false,
+            },
+            Fault::Hog {
+                cpu: ((rep + 1) % 2) as u32,
+                on_off: true,
+            },
+        ],
+        Experiment::Outliers => {
+            let r = pick(p.faulty);
+            vec![
+                Fault::None,
+                Fault::Pause {
+                    rank: r,
+                    at: Duration::from_millis(700),
+                    length: Duration::from_millis(1500),
+                },
+                Fault::Cap {
+                    rank: r,
+                    percent: 25,
+                    at: Duration::from_millis(300),
+                },
+                Fault::Hang {
+                    rank: r,
+                    iter: p.fault_iter,
+                },
+                Fault::Exit {
+                    rank: r,
+                    iter: p.fault_iter,
+                },
+                Fault::Collective {
+                    rank: r,
+                    iter: p.fault_iter,
+                },
+            ]
+        }
+    }
+}
+
+fn wanted(list: &[String], name: &str) -> bool {
+    list.is_empty() || list.iter().any(|x| x == name)
+}
+
+/// Runs the matrix.
+pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
+    let index = a.out.join("runs.json");
+    if !a.table_only {
+        if !is_root() {
+            bail!("recording loads eBPF programs: run as root (after scripts/setup)");
+        }
+        let tracer = build_tracer(true)?;
+        // SAFETY: single-threaded at this point; the harness reads it.
+        unsafe { std::env::set_var("TRACER_BIN", &tracer) };
+        std::fs::create_dir_all(&a.out)?;
+        let bin = a.out.join("bin");
+        std::fs::create_dir_all(&bin)?;
+        let mut runs: Vec<RunRecord> = Vec::new();
+        let started = Instant::now();
+        for p in PROGRAMS.iter().filter(|p| wanted(&a.programs, p.name)) {
+            let exe = build(p.fixture, &bin);
+            for exp in [Experiment::Interference, Experiment::Outliers] {
+                let (ranks, args, limit) = match exp {
+                    Experiment::Interference => (2, p.args2, Duration::from_secs(20)),
+                    Experiment::Outliers => (4, p.args4, Duration::from_secs(12)),
+                };
+                let job = Job {
+                    exe: exe.clone(),
+                    args: args.iter().map(|s| s.to_string()).collect(),
+                    ranks,
+                    limit,
+                };
+                let dir = a.out.join(p.name).join(format!("{exp:?}").to_lowercase());
+                std::fs::create_dir_all(&dir)?;
+                let mut plan: Vec<(bool, Fault, String)> = (0..a.learn_runs)
+                    .map(|i| (true, Fault::None, format!("learn-clean-{i}")))
+                    .collect();
+                if exp == Experiment::Interference {
+                    plan.push((
+                        true,
+                        Fault::Hog {
+                            cpu: 1,
+                            on_off: false,
+                        },
+                        "learn-hog".into(),
+                    ));
+                }
+                for rep in 0..a.runs {
+                    for f in faults_for(p, exp, rep) {
+                        if wanted(&a.faults, f.name()) {
+                            plan.push((false, f, format!("{}-{rep}", f.name())));
+                        }
+                    }
+                }
+                for (learn, fault, name) in plan {
+                    let capture = dir.join(format!("{name}.capture"));
+                    let load = load_average();
+                    let o = record(&job, fault, &capture);
+                    println!(
+                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1})",
+                        started.elapsed().as_secs_f64(),
+                        p.name,
+                        exp,
+                        o.elapsed.as_secs_f64(),
+                        o.status.and_then(|s| s.code()),
+                    );
+                    runs.push(RunRecord {
+                        program: p.name.into(),
+                        experiment: exp,
+                        learn,
+                        fault,
+                        capture,
+                        status: o.status.and_then(|s| s.code()),
+                        elapsed_s: o.elapsed.as_secs_f64(),
+                        load,
+                    });
+                    std::fs::write(&index, serde_json::to_vec_pretty(&runs)?)?;
+                }
+            }
+        }
+        println!(
+            "recorded {} runs in {:.0} s",
+            runs.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let text = std::fs::read(&index).with_context(|| format!("reading {}", index.display()))?;
+    let runs: Vec<RunRecord> = serde_json::from_slice(&text)?;
+    score(&runs, a)
+}
+
+fn open(path: &Path) -> anyhow::Result<(Capture, Profiles)> {
+    let cap = Capture::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let profiles =
+        mpi::extract(&[&cap]).with_context(|| format!("profiles of {}", path.display()))?;
+    Ok((cap, profiles))
+}
+
+/// One judged run.
+struct Judged {
+    program: String,
+    fault: String,
+    right: bool,
+    /// A verdict on a clean run, or a wrong rank named.
+    false_verdict: bool,
+    /// A hang whose culprit was named.
+    culprit_named: Option<bool>,
+    what: String,
+}
+
+fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
+    let mut judged: Vec<Judged> = Vec::new();
+    let mut programs: Vec<&str> = runs.iter().map(|r| r.program.as_str()).collect();
+    programs.dedup();
+    for prog in programs {
+        if !wanted(&a.programs, prog) {
+            continue;
+        }
+        for exp in [Experiment::Interference, Experiment::Outliers] {
+            let set: Vec<&RunRecord> = runs
+                .iter()
+                .filter(|r| r.program == prog && r.experiment == exp)
+                .collect();
+            if set.is_empty() {
+                continue;
+            }
+            let learn_clean: Vec<(Capture, Profiles)> = set
+                .iter()
+                .filter(|r| r.learn && r.fault == Fault::None)
+                .map(|r| open(&r.capture))
+                .collect::<anyhow::Result<_>>()?;
+            let learn_int: Vec<(Capture, Profiles)> = set
+                .iter()
+                .filter(|r| r.learn && r.fault != Fault::None)
+                .map(|r| open(&r.capture))
+                .collect::<anyhow::Result<_>>()?;
+            let model = match exp {
+                Experiment::Interference => Some(
+                    mpi::learn(
+                        &learn_clean.iter().map(|x| &x.1).collect::<Vec<_>>(),
+                        &learn_int.iter().map(|x| &x.1).collect::<Vec<_>>(),
+                        &LearnConfig::default(),
+                    )
+                    .with_context(|| format!("learning {prog}"))?,
+                ),
+                Experiment::Outliers => None,
+            };
+            let clean_runs: Vec<JudgeRun<'_>> = learn_clean
+                .iter()
+                .map(|(c, p)| JudgeRun {
+                    profiles: p,
+                    captures: vec![c],
+                })
+                .collect();
+            for r in set.iter().filter(|r| !r.learn) {
+                if !wanted(&a.faults, r.fault.name()) {
+                    continue;
+                }
+                let (cap, profiles) = open(&r.capture)?;
+                let j = match (&model, exp) {
+                    (Some(model), _) => judge_interference(model, &profiles, r),
+                    (None, _) => judge_outliers(&cap, &profiles, &clean_runs, r),
+                };
+                judged.push(Judged {
+                    program: prog.to_string(),
+                    ..j
+                });
+            }
+        }
+    }
+    // Per program and fault.
+    /// Runs, right, false verdicts, what the misses said.
+    type Cell = (usize, usize, usize, Vec<String>);
+    let mut table: BTreeMap<(String, String), Cell> = BTreeMap::new();
+    for j in &judged {
+        let e = table
+            .entry((j.program.clone(), j.fault.clone()))
+            .or_default();
+        e.0 += 1;
+        e.1 += usize::from(j.right);
+        e.2 += usize::from(j.false_verdict);
+        if !j.right {
+            e.3.push(j.what.clone());
+        }
+    }
+    println!("\n| program | fault | runs | right | false verdicts | misses |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for ((p, f), (n, right, fv, misses)) in &table {
+        let held = PROGRAMS.iter().any(|x| x.name == p && x.held_out);
+        println!(
+            "| {p}{} | {f} | {n} | {right} | {fv} | {} |",
+            if held { " (held out)" } else { "" },
+            misses.join("; ")
+        );
+    }
+    let total = judged.len();
+    let right = judged.iter().filter(|j| j.right).count();
+    let clean: Vec<&Judged> = judged.iter().filter(|j| j.fault == "clean").collect();
+    let clean_false = clean.iter().filter(|j| j.false_verdict).count();
+    let hangs: Vec<bool> = judged.iter().filter_map(|j| j.culprit_named).collect();
+    println!(
+        "\nright: {right} of {total} ({:.1}%); clean runs with a false verdict: {clean_false} of {}; hangs with the culprit named: {} of {}",
+        100.0 * right as f64 / total.max(1) as f64,
+        clean.len(),
+        hangs.iter().filter(|x| **x).count(),
+        hangs.len()
+    );
+    let missed_target = (right * 10 < total * 9) || clean_false > 0 || hangs.iter().any(|x| !x);
+    let loads: Vec<f64> = runs
+        .iter()
+        .map(|r| r.load)
+        .filter(|x| x.is_finite())
+        .collect();
+    if !loads.is_empty() {
+        let mut l = loads.clone();
+        l.sort_by(f64::total_cmp);
+        println!(
+            "load average at the start of runs: min {:.1}, median {:.1}, max {:.1}",
+            l[0],
+            l[l.len() / 2],
+            l[l.len() - 1]
+        );
+    }
+    if missed_target {
+        bail!(
+            "targets (>= 90% right, no false verdict on clean runs, every hang's culprit named) not met"
+        );
+    }
+    Ok(())
+}
+
+fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged {
+    let d = mpi::detect(model, p);
+    let named = d.verdict.suspect_ranks();
+    let (right, false_verdict, what) = match r.fault {
+        Fault::Hog { cpu, .. } => {
+            let expected: Vec<u32> = p
+                .ranks
+                .iter()
+                .filter(|x| x.cpus == [cpu])
+                .map(|x| x.rank)
+                .collect();
+            let right = !expected.is_empty() && named == expected;
+            let wrong = named.iter().any(|n| !expected.contains(n));
+            (
+                right,
+                wrong,
+                format!("core {cpu} (rank {expected:?}): {}", d.verdict.summary),
+            )
+        }
+        _ => {
+            let ok = d.verdict.outcome == Outcome::NothingAbnormal;
+            (ok, !named.is_empty(), d.verdict.summary.clone())
+        }
+    };
+    Judged {
+        program: String::new(),
+        fault: r.fault.name().to_string(),
+        right,
+        false_verdict,
+        culprit_named: None,
+        what,
+    }
+}
+
+fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRecord) -> Judged {
+    let j = judge(
+        &JudgeRun {
+            profiles: p,
+            captures: vec![cap],
+        },
+        clean,
+    );
+    let mut sites = mpi::sites::Sites::new(&[cap]);
+    let hang = waitfor::analyze_sited(p, None, &mut |r, addr| sites.label(&r.host, r.pid, addr));
+    let named = j.verdict.suspect_ranks();
+    let culprits: Vec<u32> = hang.culprits.iter().map(|c| c.rank).collect();
+    let (right, false_verdict, culprit_named, what) = match r.fault {
+        Fault::None => (
+            named.is_empty() && !hang.hung,
+            !named.is_empty() || hang.hung,
+            None,
+            format!(
+                "{}{}",
+                j.verdict.summary,
+                if hang.hung { "; HUNG" } else { "" }
+            ),
+        ),
+        Fault::Pause { rank, .. } | Fault::Cap { rank, .. } => (
+            named == [rank],
+            named.iter().any(|n| *n != rank),
+            None,
+            format!("rank {rank}: {}", j.verdict.summary),
+        ),
+        Fault::Hang { rank, .. } | Fault::Exit { rank, .. } | Fault::Collective { rank, .. } => {
+            let ok = hang.hung && culprits == [rank];
+            (
+                ok,
+                culprits.iter().any(|c| *c != rank),
+                Some(ok),
+                format!("rank {rank}: hung {} culprits {culprits:?}", hang.hung),
+            )
+        }
+        Fault::Hog { .. } => (false, false, None, "hog in a 4-rank run".into()),
+    };
+    Judged {
+        program: String::new(),
+        fault: r.fault.name().to_string(),
+        right,
+        false_verdict,
+        culprit_named,
+        what,
+    }
+}

@@ -1,0 +1,220 @@
+//! `cargo xtask mpi-overhead`: what `tracer record --mpi` costs an MPI job
+//! (issue 17, item 9). The wavefront fixture (Fortran, so every MPI call
+//! goes through the Fortran binding) runs on 2 ranks pinned to the 2 cores,
+//! untraced and traced, interleaved, each `--runs` times; optionally beside
+//! a busy neighbour (`stress-ng --cpu 2` at the same priority, both cores).
+//!
+//! Per variant: the benchmark's own time (its iterations, printed by rank
+//! 0), the job's wall time, how long the recorder took to exit after the
+//! job ended, and the recorder's CPU time (user + system, start-up and
+//! detach included).
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use crate::{bench::median, build_tracer, is_root, target_dir};
+
+/// `cargo xtask mpi-overhead`.
+#[derive(Debug, Args)]
+pub(crate) struct OverheadArgs {
+    /// Interleaved repetitions of every variant.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Iterations and rows of the wavefront (a small problem: short
+    /// computation between MPI calls, the hard case).
+    #[arg(long, default_value = "400 1024")]
+    size: String,
+    /// Run a busy neighbour (`stress-ng --cpu 2`) during every run.
+    #[arg(long)]
+    neighbour: bool,
+}
+
+struct Sample {
+    bench_s: f64,
+    wall_s: f64,
+    exit_lag_s: Option<f64>,
+    cpu_s: Option<f64>,
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One run; `tracer` = the recorder's extra arguments (None: untraced).
+fn one(
+    exe: &Path,
+    size: &[&str],
+    tracer: Option<(&Path, &[&str])>,
+    dir: &Path,
+) -> anyhow::Result<Sample> {
+    let stamp = dir.join("stamps");
+    let job = format!(
+        "date +%s.%N > {s}; mpiexec -n 2 -bind-to core {exe} {args}; date +%s.%N >> {s}",
+        s = stamp.display(),
+        exe = exe.display(),
+        args = size.join(" ")
+    );
+    let mut cmd = match tracer {
+        None => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &job]);
+            c
+        }
+        Some((bin, extra)) => {
+            let mut c = Command::new("/usr/bin/time");
+            c.args(["-f", "cpu %U %S"])
+                .arg(bin)
+                .args(["record", "--sample-hz", "0", "-o"])
+                .arg(dir.join("run.capture"))
+                .args(extra)
+                .args(["--", "sh", "-c", &job]);
+            c
+        }
+    };
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .context("running the job")?;
+    let ended = now_s();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("run failed: {stderr}");
+    }
+    let bench_s = stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "time")
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .with_context(|| format!("no 'time' in the output: {stdout}"))?;
+    let stamps: Vec<f64> = std::fs::read_to_string(&stamp)?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let [start, end] = stamps[..] else {
+        bail!("job stamps missing");
+    };
+    let cpu_s = stderr.lines().find_map(|l| {
+        let mut f = l.strip_prefix("cpu ")?.split_whitespace();
+        Some(f.next()?.parse::<f64>().ok()? + f.next()?.parse::<f64>().ok()?)
+    });
+    Ok(Sample {
+        bench_s,
+        wall_s: end - start,
+        exit_lag_s: tracer.map(|_| ended - end),
+        cpu_s,
+    })
+}
+
+/// Runs the measurement.
+pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
+    if !is_root() {
+        bail!("the tracer loads eBPF programs: run as root (after scripts/setup)");
+    }
+    let tracer = build_tracer(true)?;
+    let dir = target_dir().join("xtask/mpi-overhead");
+    std::fs::create_dir_all(&dir)?;
+    let exe = tests::mpi::build("mpi_wavefront", &dir);
+    let size: Vec<&str> = a.size.split_whitespace().collect();
+    let _neighbour = a.neighbour.then(|| {
+        Command::new("stress-ng")
+            .args(["--cpu", "2", "-q", "--timeout", "3600"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    });
+    struct Kill(Option<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+                let _ = Command::new("pkill")
+                    .args(["-KILL", "-f", "stress-ng --cpu 2 -q --timeout 3600"])
+                    .status();
+            }
+        }
+    }
+    let _guard = Kill(_neighbour.and_then(Result::ok));
+    // The empty-probe variant pays the uprobe traps of the MPI functions
+    // and nothing else (what bpftrace counting entries pays, plus returns).
+    let variants: [(&str, Option<&[&str]>); 4] = [
+        ("untraced", None),
+        (
+            "empty uprobes on MPI_* (traps only)",
+            Some(&[
+                "--no-syscalls",
+                "--bench-empty-probe",
+                "{libmpich.so.12*}:MPI_*",
+            ]),
+        ),
+        ("tracer record --mpi", Some(&["--mpi"])),
+        (
+            "tracer record --mpi --no-syscalls",
+            Some(&["--mpi", "--no-syscalls"]),
+        ),
+    ];
+    let mut results: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
+    let started = Instant::now();
+    let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    for i in 0..a.runs {
+        for (v, (name, extra)) in variants.iter().enumerate() {
+            let s = one(&exe, &size, extra.map(|e| (tracer.as_path(), e)), &dir)?;
+            println!(
+                "[{:>4.0} s] run {} {name}: benchmark {:.3} s, job {:.3} s{}",
+                started.elapsed().as_secs_f64(),
+                i + 1,
+                s.bench_s,
+                s.wall_s,
+                s.exit_lag_s
+                    .map(|l| format!(", recorder exit {l:.3} s after the job"))
+                    .unwrap_or_default()
+            );
+            results[v].push(s);
+        }
+    }
+    let load1 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let med = |v: &[Sample], f: &dyn Fn(&Sample) -> Option<f64>| {
+        let x: Vec<f64> = v.iter().filter_map(f).collect();
+        (!x.is_empty()).then(|| median(x))
+    };
+    let base_bench = med(&results[0], &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
+    let base_wall = med(&results[0], &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
+    println!(
+        "\nwavefront {} on 2 pinned ranks, {} interleaved runs{}; load average before: {}after: {}",
+        a.size,
+        a.runs,
+        if a.neighbour {
+            ", beside stress-ng --cpu 2"
+        } else {
+            ""
+        },
+        load0,
+        load1
+    );
+    println!(
+        "| variant | benchmark (median) | ratio | job wall | ratio | recorder exit after job | recorder CPU |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for ((name, _), r) in variants.iter().zip(&results) {
+        let b = med(r, &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
+        let w = med(r, &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
+        let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3} s"));
+        println!(
+            "| {name} | {b:.3} s | {:.3}x | {w:.3} s | {:.3}x | {} | {} |",
+            b / base_bench,
+            w / base_wall,
+            fmt(med(r, &|s| s.exit_lag_s)),
+            fmt(med(r, &|s| s.cpu_s)),
+        );
+    }
+    Ok(())
+}
