@@ -152,6 +152,17 @@ unsafe extern "C" {
 static BUILD_DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
+/// Held by every test that records a Python interpreter's USDT probes: the
+/// probes of one binary are shared by every recorder on the host, and a
+/// recorder that holds a site's semaphore for one process refuses another
+/// that follows forks (as a user would be told); tests run in parallel.
+static USDT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Takes [`USDT_LOCK`] for the rest of the calling test.
+pub fn usdt_exclusive() -> std::sync::MutexGuard<'static, ()> {
+    USDT_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Compiles `tests/fixtures/NAME.c` once per test run and returns the binary,
 /// copied to `as_name` when given (so it runs under another command name).
 pub fn fixture(name: &str, as_name: Option<&str>) -> PathBuf {

@@ -108,6 +108,7 @@ fn statusring_bug_classes_are_localized() {
 /// Three classes on the Python job manager's forked workers.
 #[test]
 fn pyjobs_bug_classes_are_localized() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || tests::python().is_none() {
         return;
     }

@@ -55,6 +55,7 @@ fn ring_run(dir: &Path, name: &str, port: u16, fault: Option<u16>) -> PathBuf {
 /// the top 3. Both papers' decompositions and scorings.
 #[test]
 fn the_partial_receive_fault_of_the_python_ring_is_localized() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() {
         return;
     }

@@ -143,6 +143,7 @@ fn record_script(extra: &[&str], n: usize) -> (Calls, String, BTreeMap<String, u
 /// (file, function, line) and their semaphores.
 #[test]
 fn list_usdt_shows_python_function_entry_with_three_args() {
+    let _usdt = tests::usdt_exclusive();
     let Some(python) = python() else { return };
     let run = tracer(&["list-usdt", "--json", python]);
     assert!(run.status.success(), "{}", run.stderr);
@@ -166,6 +167,7 @@ fn list_usdt_shows_python_function_entry_with_three_args() {
 /// Python-to-Python calls only while `line`'s semaphore is raised).
 #[test]
 fn python_calls_are_counted_exactly_with_the_line_probe() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -188,6 +190,7 @@ fn python_calls_are_counted_exactly_with_the_line_probe() {
 /// site that is never reached: the same exact counts, no line records.
 #[test]
 fn python_preset_counts_exactly_without_line_records() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -206,6 +209,7 @@ fn python_preset_counts_exactly_without_line_records() {
 /// this starts failing, a newer CPython no longer needs it).
 #[test]
 fn python_to_python_calls_need_the_line_semaphore() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -295,6 +299,7 @@ fn semaphore(pid: u32, name: &str) -> u16 {
 /// back to 0 once the tracer has gone (the probes stop costing anything).
 #[test]
 fn attaches_to_a_running_interpreter_and_restores_semaphores() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -342,6 +347,7 @@ fn attaches_to_a_running_interpreter_and_restores_semaphores() {
 /// that names the cause.
 #[test]
 fn binary_without_probes_is_a_clear_error() {
+    let _usdt = tests::usdt_exclusive();
     let listed = tracer(&["list-usdt", "/bin/true"]);
     assert_eq!(listed.status.code(), Some(2));
     assert!(
@@ -372,6 +378,7 @@ fn binary_without_probes_is_a_clear_error() {
 /// links die with its file descriptors and the kernel lowers the counters.
 #[test]
 fn killed_tracer_leaves_semaphores_at_zero() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -445,6 +452,7 @@ os.waitpid(pid, 0)
 /// from its parent's memory) go back to 0 all the same.
 #[test]
 fn usdt_probes_follow_forked_processes_unless_no_follow() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
@@ -513,6 +521,7 @@ fn usdt_probes_follow_forked_processes_unless_no_follow() {
 /// `--no-follow`) the recording is refused with what to do.
 #[test]
 fn a_site_held_with_its_semaphore_refuses_following_and_says_what_to_do() {
+    let _usdt = tests::usdt_exclusive();
     if !privileged() || python().is_none() {
         return;
     }
