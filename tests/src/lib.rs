@@ -243,6 +243,8 @@ pub struct Background {
     pub child: Child,
     /// Lines it printed on stderr before it said it was recording.
     pub stderr_lines: Vec<String>,
+    /// The last lines it printed on stderr since.
+    tail: std::sync::Arc<Mutex<std::collections::VecDeque<String>>>,
 }
 
 impl Background {
@@ -272,16 +274,24 @@ impl Background {
                 "tracer did not start: {lines:?}"
             );
         }
-        // Keep draining stderr so the tracer never blocks on a full pipe.
+        // Keep draining stderr so the tracer never blocks on a full pipe;
+        // the last lines are shown if it exits with an error.
+        let tail = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let kept = tail.clone();
         std::thread::spawn(move || {
-            let mut sink = String::new();
-            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-                sink.clear();
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                let mut t = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if t.len() == 20 {
+                    t.pop_front();
+                }
+                t.push_back(std::mem::take(&mut line));
             }
         });
         Self {
             child,
             stderr_lines: lines,
+            tail,
         }
     }
 
@@ -319,7 +329,18 @@ impl Background {
             .args(["-s", signal, &pid])
             .status()
             .expect("kill runs");
-        self.child.wait().expect("tracer exits")
+        let status = self.child.wait().expect("tracer exits");
+        if !status.success() {
+            // Give the drain a moment to read the last lines.
+            std::thread::sleep(Duration::from_millis(100));
+            let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+            eprintln!(
+                "tracer exited with {status}; before recording: {:?}; its last lines:\n{}",
+                self.stderr_lines,
+                tail.iter().map(String::as_str).collect::<String>()
+            );
+        }
+        status
     }
 }
 

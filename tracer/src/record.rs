@@ -398,14 +398,17 @@ pub async fn record(
     progress: &mut dyn FnMut(&str),
     live: &mut dyn FnMut(&Progress),
 ) -> Result<Summary, RecordError> {
+    // Handlers first: a signal that comes right after "recording" is
+    // printed (a script that starts a tracer and stops it soon, on a loaded
+    // machine) must stop the recording cleanly, not kill the process.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
     let mut session = Session::start(&config, progress).await?;
     progress(&format!(
         "recording {} process(es) into {}; Ctrl-C to stop",
         session.live_processes().count(),
         config.output.display()
     ));
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
     let mut tick = tokio::time::interval(config.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = config.duration.map(|d| tokio::time::Instant::now() + d);
