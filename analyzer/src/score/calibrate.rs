@@ -433,7 +433,8 @@ mod tests {
     /// combination is dated when its calls stopped fitting every learned
     /// behaviour (here the close, after the request and the forwarding that
     /// normal units made together); a unit that only lacks calls, by its
-    /// end.
+    /// end. The nearest behaviour named is the one that lacks only the
+    /// close.
     #[test]
     fn a_new_combination_is_dated_when_it_stopped_fitting_every_learned_behaviour() {
         use crate::score::Evidence;
@@ -476,6 +477,18 @@ mod tests {
             "{eof:#?}"
         );
         assert_eq!(eof.deviated_wall_ns - eof.wall_ns, 90, "{eof:#?}");
+        // Named by the behaviour that lacks only the close, not by the more
+        // frequent one that lacks the forwarding with it.
+        let near = eof
+            .behaviour
+            .as_ref()
+            .and_then(|b| b.nearest.clone())
+            .expect("the nearest behaviour");
+        assert_eq!(near.units, 4, "{near:#?}");
+        assert_eq!(
+            near.extra,
+            ["forward@site_of_forward > deregister@site_of_deregister"]
+        );
         let lacking = s.iter().find(|u| u.start_ns == 10).expect("unit 2");
         assert!(
             matches!(lacking.evidence.as_slice(), [Evidence::NewBehaviour { .. }]),

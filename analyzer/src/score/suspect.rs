@@ -411,7 +411,10 @@ fn model_pairs(
 
 /// The learned behaviour of `model` nearest to a unit with model nodes
 /// `ids` and unexpected nodes `unexpected` (of `table`): fewest minimum
-/// differences, then the most frequent.
+/// differences, then fewest calls differing in all (a behaviour that lacks
+/// one of the unit's callees is nearer than one that lacks their caller
+/// with all its callees, though each lacks one minimum difference), then
+/// the most frequent.
 fn nearest(
     model: &CallTreeModel,
     table: &NodeTable,
@@ -453,11 +456,23 @@ fn nearest(
             .count();
         missing + extra + new
     };
-    let (_, _, i) = model
+    // Both sorted: the size of their symmetric difference.
+    let all_differences = |b: &[u32]| {
+        let common = b.iter().filter(|&&n| has(ids, n)).count();
+        b.len() + ids.len() - 2 * common
+    };
+    let (_, _, _, i) = model
         .behaviours
         .iter()
         .enumerate()
-        .map(|(i, b)| (differences(&b.nodes), std::cmp::Reverse(b.units), i))
+        .map(|(i, b)| {
+            (
+                differences(&b.nodes),
+                all_differences(&b.nodes),
+                std::cmp::Reverse(b.units),
+                i,
+            )
+        })
         .min()?;
     let b = &model.behaviours[i];
     let mut extra: Vec<String> = ids
