@@ -426,6 +426,81 @@ mod tests {
         );
     }
 
+    /// A unit dated by its start would be where a fault began, but a
+    /// handler unit runs until the next receive on a socket: one that made
+    /// a normal request and then forwarded pipe output for a long time
+    /// before a close came may start long before the fault. A new
+    /// combination is dated when its calls stopped fitting every learned
+    /// behaviour (here the close, after the request and the forwarding that
+    /// normal units made together); a unit that only lacks calls, by its
+    /// end. The nearest behaviour named is the one that lacks only the
+    /// close.
+    #[test]
+    fn a_new_combination_is_dated_when_it_stopped_fitting_every_learned_behaviour() {
+        use crate::score::Evidence;
+        const FORWARD: &[&[&str]] = &[&["serve", "recv"], &["serve", "get"], &["forward", "write"]];
+        const EOF: &[&[&str]] = &[&["serve", "recv"], &["forward", "deregister"]];
+        const FORWARD_EOF: &[&[&str]] = &[
+            &["serve", "recv"],
+            &["serve", "get"],
+            &["forward", "write"],
+            &["forward", "deregister"],
+        ];
+        const RECV_ONLY: &[&[&str]] = &[&["serve", "recv"]];
+        let runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &[GET, FORWARD, GET, EOF])])
+            .collect();
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+
+        let mut trial = process(20, &[FORWARD_EOF, RECV_ONLY]);
+        let table = trial.nodes.clone();
+        let eof = &mut trial.units[0];
+        eof.end_ns = 100;
+        for (n, t) in eof.nodes.iter().zip(eof.first_ns.iter_mut()) {
+            let path = table.path_string(*n);
+            *t = if path.contains("deregister") {
+                90
+            } else if path.contains("forward") {
+                50
+            } else {
+                0
+            };
+        }
+        let lacking = &mut trial.units[1];
+        lacking.end_ns = 200;
+
+        let s = scores(&model, &trial);
+        let eof = s.iter().find(|u| u.start_ns == 0).expect("unit 1");
+        assert!(
+            matches!(eof.evidence.as_slice(), [Evidence::NewBehaviour { .. }]),
+            "{eof:#?}"
+        );
+        assert_eq!(eof.deviated_wall_ns - eof.wall_ns, 90, "{eof:#?}");
+        // Named by the behaviour that lacks only the close, not by the more
+        // frequent one that lacks the forwarding with it.
+        let near = eof
+            .behaviour
+            .as_ref()
+            .and_then(|b| b.nearest.clone())
+            .expect("the nearest behaviour");
+        assert_eq!(near.units, 4, "{near:#?}");
+        assert_eq!(
+            near.extra,
+            ["forward@site_of_forward > deregister@site_of_deregister"]
+        );
+        let lacking = s.iter().find(|u| u.start_ns == 10).expect("unit 2");
+        assert!(
+            matches!(lacking.evidence.as_slice(), [Evidence::NewBehaviour { .. }]),
+            "{lacking:#?}"
+        );
+        assert_eq!(
+            lacking.deviated_wall_ns - lacking.wall_ns,
+            190,
+            "{lacking:#?}"
+        );
+    }
+
     /// A node's probability is the mean over the process models that made
     /// its caller: a process of the group that never made the caller does
     /// not pull it down (000 §2.4, the mean of the original nodes); learned

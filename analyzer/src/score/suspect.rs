@@ -73,8 +73,10 @@ pub struct UnitScore {
     pub wall_ns: u64,
     /// When it deviated, wall-clock ns since the epoch: its first call no
     /// normal unit made, or its outermost call that never returned (a
-    /// unit of a thread without an event loop runs for the whole run);
-    /// its start otherwise.
+    /// unit of a thread without an event loop runs for the whole run), or
+    /// the caller of a call it skipped; for call paths no normal unit had
+    /// together, when they stopped fitting every learned behaviour; its
+    /// start otherwise.
     #[serde(default)]
     pub deviated_wall_ns: u64,
     /// When it deviated, in seconds since the capture began.
@@ -372,10 +374,21 @@ pub(crate) fn model_nodes(
     table: &NodeTable,
     unit: &Unit,
 ) -> (Vec<u32>, Vec<u32>) {
+    let (pairs, unexpected) = model_pairs(model, table, unit);
+    (pairs.into_iter().map(|(id, _)| id).collect(), unexpected)
+}
+
+/// As [`model_nodes`], each covered model node with the trial node that
+/// covered it (ascending by model node).
+fn model_pairs(
+    model: &CallTreeModel,
+    table: &NodeTable,
+    unit: &Unit,
+) -> (Vec<(u32, u32)>, Vec<u32>) {
     let mut order = unit.nodes.clone();
     order.sort_by_key(|n| table.depth(*n));
     let mut mapped: HashMap<u32, Option<u32>> = HashMap::with_capacity(order.len());
-    let mut ids = Vec::with_capacity(order.len());
+    let mut pairs = Vec::with_capacity(order.len());
     let mut unexpected = Vec::new();
     for &n in &order {
         let parent = table.parent(n);
@@ -386,19 +399,22 @@ pub(crate) fn model_nodes(
         };
         let m = model_parent.and_then(|mp| model.find(mp, table.node_key(n)));
         match m {
-            Some(id) => ids.push(id),
+            Some(id) => pairs.push((id, n)),
             None if model_parent.is_some() => unexpected.push(n),
             None => {}
         }
         mapped.insert(n, m);
     }
-    ids.sort_unstable();
-    (ids, unexpected)
+    pairs.sort_unstable();
+    (pairs, unexpected)
 }
 
 /// The learned behaviour of `model` nearest to a unit with model nodes
 /// `ids` and unexpected nodes `unexpected` (of `table`): fewest minimum
-/// differences, then the most frequent.
+/// differences, then fewest calls differing in all (a behaviour that lacks
+/// one of the unit's callees is nearer than one that lacks their caller
+/// with all its callees, though each lacks one minimum difference), then
+/// the most frequent.
 fn nearest(
     model: &CallTreeModel,
     table: &NodeTable,
@@ -440,11 +456,23 @@ fn nearest(
             .count();
         missing + extra + new
     };
-    let (_, _, i) = model
+    // Both sorted: the size of their symmetric difference.
+    let all_differences = |b: &[u32]| {
+        let common = b.iter().filter(|&&n| has(ids, n)).count();
+        b.len() + ids.len() - 2 * common
+    };
+    let (_, _, _, i) = model
         .behaviours
         .iter()
         .enumerate()
-        .map(|(i, b)| (differences(&b.nodes), std::cmp::Reverse(b.units), i))
+        .map(|(i, b)| {
+            (
+                differences(&b.nodes),
+                all_differences(&b.nodes),
+                std::cmp::Reverse(b.units),
+                i,
+            )
+        })
         .min()?;
     let b = &model.behaviours[i];
     let mut extra: Vec<String> = ids
@@ -559,7 +587,9 @@ pub fn score_processes(
             let wall_ns = capture.header.clock.to_realtime(u.start_ns);
             let deviated_ns = group
                 .and_then(|g| g.tree(u.kind, u.model_key()))
-                .map_or(u.start_ns, |tree| deviated(tree, &p.nodes, u, &evidence));
+                .map_or(u.start_ns, |tree| {
+                    deviated(tree, &p.nodes, u, &evidence, behaviour.as_ref())
+                });
             out.push(UnitScore {
                 host: p.host.clone(),
                 pid: p.pid,
@@ -650,9 +680,18 @@ fn receives_in_normal_units(tree: &CallTreeModel, table: &NodeTable, node: u32) 
 
 /// When unit `u` deviated as `evidence` says: its first call that no
 /// learned unit made there, the outermost call it never returned from, the
-/// caller of a call it skipped, whichever came first; for evidence without
-/// a moment (a new combination, a score, a count), that or its start.
-fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evidence]) -> u64 {
+/// caller of a call it skipped, whichever came first. Evidence without a
+/// moment of its own (a new combination, a score, a count) dates a unit
+/// whose call paths no learned unit had together (`seen`) by when they
+/// stopped fitting every learned behaviour (see [`combination_deviated`]),
+/// any other unit by its start.
+fn deviated(
+    tree: &CallTreeModel,
+    table: &NodeTable,
+    u: &Unit,
+    evidence: &[Evidence],
+    seen: Option<&Seen>,
+) -> u64 {
     let mut at: Option<u64> = None;
     let mut earlier = |t: Option<u64>| {
         if let Some(t) = t {
@@ -683,7 +722,40 @@ fn deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit, evidence: &[Evide
             _ => {}
         }
     }
-    at.unwrap_or(u.start_ns)
+    at.unwrap_or_else(|| {
+        seen.filter(|s| s.id.is_none() && s.exhaustive)
+            .map_or(u.start_ns, |_| combination_deviated(tree, table, u))
+    })
+}
+
+/// When unit `u`, whose call paths no learned unit of `tree` had together,
+/// became so: the first call after which no learned behaviour held every
+/// call it had made so far; its end when one still held them all (it lacks
+/// calls instead, which shows only once it is over). A handler unit of an
+/// event loop runs until the next receive on a socket, so one that made a
+/// normal request and then only forwarded pipe output until a fault came
+/// spans the time before the fault: its start would date it too early.
+fn combination_deviated(tree: &CallTreeModel, table: &NodeTable, u: &Unit) -> u64 {
+    let (pairs, unexpected) = model_pairs(tree, table, u);
+    let time = |n: u32| u.first_time(n).unwrap_or(u.start_ns);
+    // A call no learned unit made there fits no behaviour.
+    let unfit = unexpected.iter().map(|&n| time(n)).min();
+    let mut latest: Option<u64> = None;
+    for b in &tree.behaviours {
+        // The first call of `u` outside behaviour `b`.
+        let outside = pairs
+            .iter()
+            .filter(|(id, _)| b.nodes.binary_search(id).is_err())
+            .map(|&(_, n)| time(n))
+            .chain(unfit)
+            .min();
+        match outside {
+            // `b` still holds every call `u` made: it only lacks calls.
+            None => return u.end_ns,
+            Some(t) => latest = Some(latest.map_or(t, |l| l.max(t))),
+        }
+    }
+    latest.unwrap_or(u.start_ns)
 }
 
 /// How unit `u` (nodes of `table`) compares with the behaviours of `tree`.

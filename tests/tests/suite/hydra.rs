@@ -3,9 +3,9 @@
 //! symbols by `scripts/hydra-build`, running `mpiexec -n 4` of a small MPI
 //! program, two ranks per proxy. Normal runs are learned and calibrated; a
 //! fresh normal run must score low, and in a run where one rank is killed
-//! the earliest unit outside its normal range must be its proxy's PMI
-//! handler (the `pmi_cb` that reads the dead rank's EOF and kills the
-//! rank's sibling).
+//! the earliest anomaly must be its proxy's handler of the PMI connection,
+//! no earlier than the kill, and the `pmi_cb` that reads the dead rank's
+//! EOF and kills the rank's sibling must be among that proxy's anomalies.
 //!
 //! Two choices make the proxies' connections visible to the tracer, which
 //! marks only descriptors made by socket()/accept() as sockets: the launcher
@@ -95,19 +95,26 @@ fn rank_of_proxy(id: u32, deadline: Instant) -> Option<(u32, u32)> {
     None
 }
 
+/// The kill of a rank: the pid of the proxy that owned it, and the wall
+/// clock (ns since the epoch) just before the signal was sent.
+struct Kill {
+    owner: u32,
+    before_ns: u64,
+}
+
 /// Records one `mpiexec -n 4` run on two proxies, two ranks each; with
 /// `kill`, a rank of proxy 1 is killed with SIGKILL 750 ms in. (With one rank
 /// per proxy the proxy may see the death only on the rank's stdout/stderr
 /// pipes, whose end looks like a normal exit, and leave its loop before it
-/// reads the PMI socket; the sibling keeps it in the loop.) Returns the capture and, for a killed
-/// run, the pid of the proxy that owned the killed rank.
+/// reads the PMI socket; the sibling keeps it in the loop.) Returns the
+/// capture and, for a killed run, the kill.
 fn hydra_run(
     bin: &Path,
     program: &Path,
     dir: &Path,
     name: &str,
     kill: bool,
-) -> (PathBuf, Option<u32>) {
+) -> (PathBuf, Option<Kill>) {
     let out = dir.join(format!("{name}.capture"));
     let proxy = bin.join("hydra_pmi_proxy").display().to_string();
     let mpiexec = bin.join("mpiexec.hydra");
@@ -145,12 +152,18 @@ fn hydra_run(
         let (rank, proxy) = rank_of_proxy(1, start + Duration::from_secs(10))
             .expect("proxy 1 started its rank within 10 s");
         std::thread::sleep(Duration::from_millis(750).saturating_sub(start.elapsed()));
+        let before_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let status = Command::new("kill")
             .args(["-9", &rank.to_string()])
             .status()
             .expect("kill runs");
         assert!(status.success(), "killing rank {rank}");
-        owner = Some(proxy);
+        owner = Some(Kill {
+            owner: proxy,
+            before_ns,
+        });
     }
     let status = child.wait().expect("mpiexec exits");
     assert_ne!(
@@ -173,28 +186,47 @@ fn table(scores: &[UnitScore]) -> String {
         .enumerate()
         .map(|(i, s)| {
             let why: Vec<_> = s.differences.iter().take(2).map(|d| &d.path).collect();
+            let evidence: Vec<_> = s
+                .evidence
+                .iter()
+                .map(|e| {
+                    serde_json::to_value(e)
+                        .ok()
+                        .and_then(|v| v["kind"].as_str().map(str::to_string))
+                        .unwrap_or_default()
+                })
+                .collect();
             format!(
-                "{:2} {:.3}{} (normal {:?}) t={:.3} {}[{}] {:?} {:?}\n",
+                "{:2} {:.3}{} (normal {:?}) t={:.3} deviated {:.6} {}[{}] {:?} {:?} {:?}\n",
                 i + 1,
                 s.score,
                 if s.anomalous { "!" } else { " " },
                 s.normal,
                 s.t_s,
+                s.deviated_s,
                 s.comm,
                 s.pid,
                 s.kind,
+                evidence,
                 why
             )
         })
         .collect()
 }
 
-/// A normal run scores below the threshold, its PMI handlers inside their
-/// normal range.
-/// When a rank is killed, the earliest unit outside its normal range is the
-/// affected proxy's PMI handler reading the dead rank's EOF (it deregisters
-/// the socket and signals the sibling: calls no normal `pmi_cb` makes); the
-/// highest score goes to a unit the abort cascade reached later.
+/// A normal run scores below the threshold, and none of its PMI handlers
+/// behaves as no normal run did.
+/// When a rank is killed, the affected proxy is named first, and its
+/// earliest anomaly is a handler of the PMI connection, dated no earlier
+/// than the kill, where the dead rank's descriptors close: the proxy
+/// deregisters the rank's stdout/stderr pipes (`stdoe_cb`), then reads the
+/// PMI socket's EOF (`pmi_cb`, which deregisters and closes the socket and
+/// signals the sibling: calls no normal `pmi_cb` makes). Both come out of
+/// one wake-up of its loop, pipes first (the kernel closes a dead process's
+/// descriptors in order), and pipes are no sockets, so their calls stay in
+/// the PMI connection's unit before; whichever comes first, the PMI close
+/// is among the proxy's anomalies. The highest score goes to a unit the
+/// abort cascade reached later.
 #[test]
 fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
     if !privileged() {
@@ -209,8 +241,9 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         .map(|i| hydra_run(&bin, &program, dir.path(), &format!("normal{i}"), false).0)
         .collect();
     let (trial, _) = hydra_run(&bin, &program, dir.path(), "trial", false);
-    let (killed, owner) = hydra_run(&bin, &program, dir.path(), "killed", true);
-    let owner = owner.expect("the killed run names the proxy");
+    let (killed, kill) = hydra_run(&bin, &program, dir.path(), "killed", true);
+    let kill = kill.expect("the killed run names the proxy");
+    let owner = kill.owner;
 
     let variant = Variant::Paper000;
     let (model, runs, calibration) = tests::learn_calibrated(&normal, variant);
@@ -249,6 +282,9 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         )
     };
 
+    let report = |name: &str, units: Vec<UnitScore>, ranking| {
+        ScoreReport::new(variant, Scoring::Nodes, ranking, &[name.to_string()], units)
+    };
     let trial_scores = score(&trial, "trial");
     eprintln!("normal run, top 10:\n{}", table(&trial_scores));
     assert!(
@@ -257,19 +293,15 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
         trial_scores[0].score,
         trial_scores[0]
     );
-    let outside: Vec<_> = trial_scores.iter().filter(|s| s.anomalous).collect();
+    // As `model score` reports it: with the processes' repeated deviations.
+    let trial_report = report("trial", trial_scores, Ranking::Evidence);
+    let outside: Vec<_> = trial_report.units.iter().filter(|s| s.anomalous).collect();
     eprintln!(
-        "outside their normal range:\n{}",
-        table(
-            &trial_scores
-                .iter()
-                .filter(|s| s.anomalous)
-                .cloned()
-                .collect::<Vec<_>>()
-        )
+        "anomalous in the normal run:\n{}",
+        table(&outside.iter().map(|s| (*s).clone()).collect::<Vec<_>>())
     );
-    // A rare interleaving may still fall outside (see LEARNED); the PMI
-    // traffic of a normal run, where the fault will show, may not.
+    // A rare interleaving may still be new (see LEARNED); the PMI traffic
+    // of a normal run, where the fault will show, may not.
     let pmi = |s: &&UnitScore| {
         s.kind == UnitKind::Handler
             && s.connection
@@ -278,22 +310,45 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
     };
     assert!(
         !outside.iter().any(pmi),
-        "a normal run's PMI handler is outside its normal range: {outside:#?}"
+        "a normal run's PMI handler behaves as no normal run did: {outside:#?}"
     );
 
     let killed_scores = score(&killed, "killed");
-    let report = ScoreReport::new(
-        variant,
-        Scoring::Nodes,
-        Ranking::Score,
-        &["killed".to_string()],
-        killed_scores.clone(),
+    let by_score = report("killed", killed_scores.clone(), Ranking::Score);
+    eprintln!(
+        "killed rank of proxy {owner}, top 10 by score:\n{}",
+        table(&by_score.units)
     );
-    let scores = &report.units;
-    eprintln!("killed rank of proxy {owner}, top 10:\n{}", table(scores));
-    let earliest = report
+    // The abort cascade still makes the most suspect unit of the run.
+    assert!(
+        by_score.units[0].score > THRESHOLD,
+        "{:?}",
+        by_score.units[0]
+    );
+    let by_evidence = report("killed", killed_scores, Ranking::Evidence);
+    let ours: Vec<UnitScore> = by_evidence
+        .units
+        .iter()
+        .take_while(|u| u.anomalous && u.pid == owner)
+        .cloned()
+        .collect();
+    eprintln!(
+        "{}\nfirst by evidence (the proxy's own anomalies):\n{}",
+        by_evidence.summary,
+        table(&by_evidence.units)
+    );
+    // The affected proxy, which deviated first, is named first.
+    assert_eq!(
+        by_evidence.suspects.first().map(|s| s.pid),
+        Some(owner),
+        "{:#?}",
+        by_evidence.suspects
+    );
+    assert!(!ours.is_empty(), "{:#?}", by_evidence.units[0]);
+
+    let earliest = by_evidence
         .earliest_in("killed")
-        .expect("the killed run has units outside their normal range");
+        .expect("the killed run has anomalous units");
     eprintln!(
         "earliest anomaly: {}",
         table(std::slice::from_ref(earliest))
@@ -301,27 +356,33 @@ fn a_killed_rank_shows_first_in_its_proxys_pmi_handler() {
     assert_eq!(earliest.pid, owner, "{earliest:#?}");
     assert_eq!(earliest.kind, UnitKind::Handler, "{earliest:#?}");
     assert!(pmi(&earliest), "not the PMI connection: {earliest:#?}");
+    // Where the fault began, not before: a unit dated before the kill is a
+    // false anomaly in time, however right its process.
     assert!(
-        earliest
-            .differences
-            .iter()
-            .any(|d| d.kind == DifferenceKind::Unexpected
-                && d.path.contains("HYDT_dmx_deregister_fd@pmi_cb")),
-        "not the PMI close: {earliest:#?}"
+        earliest.deviated_wall_ns >= kill.before_ns,
+        "dated {} ms before the kill: {earliest:#?}",
+        (kill.before_ns - earliest.deviated_wall_ns) as f64 / 1e6
     );
-    // The abort cascade still makes the most suspect unit of the run.
-    assert!(scores[0].score > THRESHOLD, "{:?}", scores[0]);
-    // Ranked by evidence, the affected proxy, which deviated first, leads.
-    let by_evidence = ScoreReport::new(
-        variant,
-        Scoring::Nodes,
-        Ranking::Evidence,
-        &["killed".to_string()],
-        killed_scores,
+    let deregisters = |u: &UnitScore| {
+        u.differences.iter().any(|d| {
+            d.kind != DifferenceKind::Missing
+                && (d.path.contains("HYDT_dmx_deregister_fd@pmi_cb")
+                    || d.path.contains("HYDT_dmx_deregister_fd@stdoe_cb"))
+        })
+    };
+    assert!(
+        deregisters(earliest),
+        "not the dead rank's descriptors closing: {earliest:#?}"
     );
-    assert_eq!(
-        by_evidence.units[0].pid, owner,
-        "{:#?}",
-        by_evidence.units[0]
-    );
+    // The PMI close: among the proxy's anomalies, after the kill.
+    let close = ours.iter().find(|u| {
+        pmi(u)
+            && u.differences.iter().any(|d| {
+                d.kind == DifferenceKind::Unexpected
+                    && d.path.contains("HYDT_dmx_deregister_fd@pmi_cb")
+            })
+    });
+    let close =
+        close.unwrap_or_else(|| panic!("no PMI close among the proxy's anomalies: {ours:#?}"));
+    assert!(close.deviated_wall_ns >= kill.before_ns, "{close:#?}");
 }
