@@ -298,6 +298,7 @@ impl MetaSpec {
                         state: if i == 0 { "listen" } else { "established" }.into(),
                     })
                     .collect(),
+                netns: 4_026_531_840 + u64::from(*pid % 2),
             }),
             Self::Object { segments, symbols } => Meta::Object(ObjectSymbols {
                 path: OBJECT.into(),
@@ -324,6 +325,8 @@ impl MetaSpec {
                     s.sort_by_key(|s| s.addr);
                     s
                 },
+                debug_link: None,
+                debug_file: None,
             }),
             Self::Probes { ids } => Meta::Probes {
                 probes: ids
@@ -337,6 +340,7 @@ impl MetaSpec {
                         vaddr: u64::from(*id) * 16,
                         file_offset: u64::from(*id) * 16,
                         args: id % 2 == 0,
+                        entry_only: id % 3 == 0,
                     })
                     .collect(),
             },
@@ -378,6 +382,7 @@ impl MetaSpec {
             Self::End { stop_ns } => Meta::End(End {
                 stop_ns: *stop_ns,
                 reason: "fuzzed".into(),
+                processes: Vec::new(),
             }),
         }
     }
