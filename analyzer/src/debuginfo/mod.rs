@@ -371,4 +371,4 @@ fn table_frame(object: &ObjectSymbols, vaddr: u64) -> Frame {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

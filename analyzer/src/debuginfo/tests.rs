@@ -32,17 +32,20 @@ fn tool(program: &str, args: &[&OsStr]) -> Option<()> {
     }
 }
 
-struct Built {
+/// A program built from [`SOURCE`] (also used by the MPI call sites'
+/// tests).
+pub(crate) struct Built {
     _dir: tempfile::TempDir,
-    full: PathBuf,
+    pub(crate) full: PathBuf,
     stripped: PathBuf,
     debug: PathBuf,
-    build_id: String,
+    pub(crate) build_id: String,
     /// `outer`'s address range.
-    outer: (u64, u64),
+    pub(crate) outer: (u64, u64),
 }
 
-fn build() -> Option<Built> {
+/// Builds [`SOURCE`] with gcc; `None` when the tools are not installed.
+pub(crate) fn build() -> Option<Built> {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dir.path().join("app.c");
     fs::write(&src, SOURCE).expect("source");
