@@ -91,7 +91,7 @@ mod tests {
     /// A capture of one process running `built`'s program, its object
     /// recorded with `build_id`; and the runtime address of `vaddr`.
     fn capture(built: &Built, build_id: Option<&str>) -> (Capture, impl Fn(u64) -> u64) {
-        let data = std::fs::read(&built.full).expect("read");
+        let data = std::fs::read(&built.program.full).expect("read");
         let elf = object::File::parse(&*data).expect("ELF");
         let segments: Vec<Segment> = elf
             .segments()
@@ -108,7 +108,7 @@ mod tests {
             .iter()
             .find(|s| built.outer.0 >= s.vaddr && built.outer.0 - s.vaddr < s.filesz)
             .expect("outer in a segment");
-        let path = built.full.display().to_string();
+        let path = built.program.full.display().to_string();
         let mut w = CaptureWriter::new(
             Vec::new(),
             &CaptureHeader {
@@ -156,7 +156,7 @@ mod tests {
         let Some(built) = build() else { return };
         // A return address inside `outer`: the call is the byte before.
         let site = built.outer.0 + 1;
-        let (cap, at) = capture(&built, Some(&built.build_id));
+        let (cap, at) = capture(&built, Some(&built.program.build_id));
         let mut sites = Sites::new(&[&cap]);
         let label = sites.label("n1", PID, at(site));
         // At -O2 `outer` may start in the inlined `scale` (line 2), which
