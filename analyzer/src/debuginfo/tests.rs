@@ -148,6 +148,14 @@ fn another_build_lends_no_lines() {
         }]
     );
     assert!(lines.missing()[&object.path].contains("another build"));
+    assert_eq!(
+        lines.missing_notes(),
+        vec![format!(
+            "no source lines for {}: {}",
+            object.path,
+            lines.missing()[&object.path]
+        )]
+    );
 
     object.build_id = None;
     let mut lines = SourceLines::new(&[]);
