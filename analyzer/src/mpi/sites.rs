@@ -65,6 +65,12 @@ impl<'a> Sites<'a> {
         self.cache.insert(key, label.clone());
         label
     }
+
+    /// Why call sites of some objects have no source lines (see
+    /// [`SourceLines::missing_notes`]): said, not hidden behind `symbol+0x1c`.
+    pub fn missing_notes(&self) -> Vec<String> {
+        self.lines.missing_notes()
+    }
 }
 
 /// `function (file:line)`, with the file's directory dropped.
@@ -171,9 +177,16 @@ mod tests {
         assert_eq!(sites.label("n1", PID, 0), "");
         assert_eq!(sites.label("other-host", PID, at(site)), "");
 
+        assert_eq!(sites.missing_notes(), Vec::<String>::new());
+
         let (cap, at) = capture(&built, Some("00112233445566778899aabbccddeeff00112233"));
         let mut sites = Sites::new(&[&cap]);
         assert_eq!(sites.label("n1", PID, at(site)), "outer+0x1");
+        let notes = sites.missing_notes();
+        assert!(
+            notes.len() == 1 && notes[0].contains("another build"),
+            "{notes:?}"
+        );
 
         let (cap, at) = capture(&built, None);
         let mut sites = Sites::new(&[&cap]);
