@@ -25,7 +25,6 @@ pub mod peers;
 pub mod report;
 pub mod score;
 pub mod sequitur;
-pub mod srcline;
 pub mod units;
 
 pub use decode::{Capture, DecodeError, Event, Symbolizer};

@@ -224,6 +224,37 @@ pub struct BlockAgg {
     pub hist: [u64; LATENCY_BUCKETS],
 }
 
+impl FileAgg {
+    /// Adds `other`'s counters (another CPU's share) to these, saturating:
+    /// the values come from the kernel.
+    pub fn add(&mut self, other: &Self) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.errors = self.errors.saturating_add(other.errors);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.time_ns = self.time_ns.saturating_add(other.time_ns);
+        add_hist(&mut self.hist, &other.hist);
+    }
+}
+
+impl BlockAgg {
+    /// Adds `other`'s counters (another CPU's share) to these, saturating:
+    /// the values come from the kernel.
+    pub fn add(&mut self, other: &Self) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.errors = self.errors.saturating_add(other.errors);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.queue_ns = self.queue_ns.saturating_add(other.queue_ns);
+        self.service_ns = self.service_ns.saturating_add(other.service_ns);
+        add_hist(&mut self.hist, &other.hist);
+    }
+}
+
+fn add_hist(sum: &mut [u64; LATENCY_BUCKETS], other: &[u64; LATENCY_BUCKETS]) {
+    for (s, x) in sum.iter_mut().zip(other) {
+        *s = s.saturating_add(*x);
+    }
+}
+
 /// A block request in flight (map value keyed by the `struct request`
 /// address), 48 bytes.
 #[repr(C)]
@@ -708,6 +739,47 @@ mod tests {
     use core::mem::offset_of;
 
     use super::*;
+
+    #[test]
+    fn per_cpu_shares_add_up_field_by_field() {
+        let mut file = FileAgg {
+            calls: 2,
+            errors: 1,
+            bytes: 10,
+            time_ns: 100,
+            hist: [1; LATENCY_BUCKETS],
+        };
+        let mut other = file;
+        other.hist[3] = 5;
+        other.bytes = u64::MAX;
+        file.add(&other);
+        assert_eq!((file.calls, file.errors, file.time_ns), (4, 2, 200));
+        assert_eq!(file.bytes, u64::MAX, "saturates");
+        assert_eq!((file.hist[0], file.hist[3]), (2, 6));
+        let mut block = BlockAgg {
+            requests: 1,
+            errors: 0,
+            bytes: 4096,
+            queue_ns: 30,
+            service_ns: 20,
+            hist: [0; LATENCY_BUCKETS],
+        };
+        let other = BlockAgg {
+            hist: [2; LATENCY_BUCKETS],
+            ..block
+        };
+        block.add(&other);
+        assert_eq!(
+            (
+                block.requests,
+                block.bytes,
+                block.queue_ns,
+                block.service_ns
+            ),
+            (2, 8192, 60, 40)
+        );
+        assert_eq!(block.hist, [2; LATENCY_BUCKETS]);
+    }
 
     #[test]
     fn offsets_are_pinned() {

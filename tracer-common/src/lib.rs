@@ -17,6 +17,8 @@
 //!   unprivileged live analysis process.
 //! - [`debugfile`] (feature `std`): where an object's separate debug file is
 //!   (by build id, by `.gnu_debuglink`), for the tracer and the analyzer alike.
+//! - `testprog` (feature `test-support`, tests only): a stripped C program
+//!   and its debug file, built with gcc and binutils.
 //!
 //! Map and program names live here as constants so that the two sides cannot
 //! drift apart.
@@ -35,6 +37,8 @@ pub mod debugfile;
 pub mod decode;
 #[cfg(feature = "std")]
 pub mod live;
+#[cfg(feature = "test-support")]
+pub mod testprog;
 
 /// Names of the maps in the eBPF object.
 pub mod maps {

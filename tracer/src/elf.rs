@@ -336,6 +336,8 @@ pub fn file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::testprog::{self, Program};
+
     use super::*;
 
     #[test]
@@ -384,64 +386,17 @@ mod tests {
         }
     }
 
-    /// Runs a build tool; `None` (with the reason printed) when it is not
-    /// installed, so the test skips on a machine without a C toolchain.
-    fn tool(program: &str, args: &[&std::ffi::OsStr]) -> Option<()> {
-        match std::process::Command::new(program).args(args).status() {
-            Ok(s) if s.success() => Some(()),
-            Ok(s) => panic!("{program} {args:?} failed: {s}"),
-            Err(e) => {
-                eprintln!("skipped: {program} is not runnable ({e}); apt-get install gcc binutils");
-                None
-            }
-        }
-    }
-
     /// A stripped program, its debug file (`objcopy --only-keep-debug`) and
-    /// its build id, built from C in `dir`.
+    /// its build id, built from C in `dir`; `None` without a C toolchain.
     fn stripped_program(dir: &Path) -> Option<(PathBuf, PathBuf, String)> {
-        let src = dir.join("app.c");
-        fs::write(
-            &src,
+        let p = Program::build(
+            dir,
             "static int helper(int x) { return x * 3; }\n\
              int __attribute__((noinline)) visible(int x) { return helper(x) + 1; }\n\
              int main(int c, char **v) { (void)v; return visible(c); }\n",
-        )
-        .expect("source");
-        let full = dir.join("app.full");
-        let app = dir.join("app");
-        let debug = dir.join("app.debug");
-        tool(
-            "gcc",
-            &[
-                "-O0".as_ref(),
-                "-g".as_ref(),
-                "-o".as_ref(),
-                full.as_os_str(),
-                src.as_os_str(),
-            ],
+            "-O0",
         )?;
-        tool(
-            "objcopy",
-            &[
-                "--only-keep-debug".as_ref(),
-                full.as_os_str(),
-                debug.as_os_str(),
-            ],
-        )?;
-        tool(
-            "strip",
-            &[
-                "--strip-all".as_ref(),
-                "-o".as_ref(),
-                app.as_os_str(),
-                full.as_os_str(),
-            ],
-        )?;
-        let data = fs::read(&app).expect("stripped program");
-        let file = object::File::parse(&*data).expect("ELF");
-        let id = build_id_hex(&file).expect("gcc links with --build-id");
-        Some((app, debug, id))
+        Some((p.stripped, p.debug, p.build_id))
     }
 
     fn names(elf: &ElfSymbols) -> Vec<&str> {
@@ -500,7 +455,7 @@ mod tests {
         fs::copy(&debug, &link).expect("copy");
         let mut arg = std::ffi::OsString::from("--add-gnu-debuglink=");
         arg.push(&link);
-        let Some(()) = tool("objcopy", &[arg.as_os_str(), target.as_os_str()]) else {
+        let Some(()) = testprog::tool("objcopy", &[arg.as_os_str(), target.as_os_str()]) else {
             return;
         };
         let elf = ElfSymbols::read_with(&target, &[]).expect("reads");

@@ -955,45 +955,12 @@ impl Loaded {
     /// The file I/O counters, summed over CPUs (cumulative since the key
     /// appeared).
     pub fn file_stats(&self) -> Vec<(FileKey, FileAgg)> {
-        self.file_stats
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(key, per_cpu)| {
-                let mut sum = FileAgg::default();
-                for v in per_cpu.iter() {
-                    sum.calls += v.calls;
-                    sum.errors += v.errors;
-                    sum.bytes += v.bytes;
-                    sum.time_ns += v.time_ns;
-                    for (s, x) in sum.hist.iter_mut().zip(v.hist) {
-                        *s += x;
-                    }
-                }
-                (key, sum)
-            })
-            .collect()
+        summed(&self.file_stats, FileAgg::add)
     }
 
     /// The block counters, summed over CPUs (cumulative).
     pub fn block_stats(&self) -> Vec<(BlockKey, BlockAgg)> {
-        self.block_stats
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(key, per_cpu)| {
-                let mut sum = BlockAgg::default();
-                for v in per_cpu.iter() {
-                    sum.requests += v.requests;
-                    sum.errors += v.errors;
-                    sum.bytes += v.bytes;
-                    sum.queue_ns += v.queue_ns;
-                    sum.service_ns += v.service_ns;
-                    for (s, x) in sum.hist.iter_mut().zip(v.hist) {
-                        *s += x;
-                    }
-                }
-                (key, sum)
-            })
-            .collect()
+        summed(&self.block_stats, BlockAgg::add)
     }
 
     /// Forgets the file counters of `key` (its process is gone).
@@ -1058,4 +1025,21 @@ fn map_data(map: &aya::maps::Map) -> &MapData {
         | Map::Unsupported(d)
         | Map::XskMap(d) => d,
     }
+}
+
+/// Every entry of a per-CPU map, its CPUs' values added with `add`.
+fn summed<K: aya::Pod, V: aya::Pod + Default>(
+    map: &PerCpuHashMap<MapData, K, V>,
+    add: fn(&mut V, &V),
+) -> Vec<(K, V)> {
+    map.iter()
+        .filter_map(Result::ok)
+        .map(|(key, per_cpu)| {
+            let mut sum = V::default();
+            for v in per_cpu.iter() {
+                add(&mut sum, v);
+            }
+            (key, sum)
+        })
+        .collect()
 }

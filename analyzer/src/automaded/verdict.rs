@@ -37,7 +37,7 @@ use crate::{
         Profiles,
         baseline::{Baseline, Relative, RunSamples, Sample, concurrent, median},
         cpu,
-        learn::held_out_folds,
+        learn::held_out_baselines,
         sites::Sites,
         verdict::{Suspect, Unmonitored, Verdict},
     },
@@ -213,25 +213,9 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         let th: BTreeMap<u32, f64> = phases.keys().map(|r| (*r, t)).collect();
         (phases, th)
     } else {
-        let folds: Vec<RunSamples> = if clean_samples.len() >= 2 {
-            clean_samples.clone()
-        } else {
-            let s = clean_samples[0].span().unwrap_or((0, 1));
-            let mid = s.0 + (s.1 - s.0) / 2;
-            vec![
-                clean_samples[0].between(0, mid),
-                clean_samples[0].between(mid, u64::MAX),
-            ]
-        };
         let mut worst: BTreeMap<u32, f64> = BTreeMap::new();
-        for (i, fold) in folds.iter().enumerate() {
-            let others: Vec<&RunSamples> = folds
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, f)| f)
-                .collect();
-            let rel = concurrent(fold, &Baseline::learn(&others));
+        for (fold, base) in held_out_baselines(&clean_samples) {
+            let rel = concurrent(&fold, &base);
             for (rank, p) in phase_scores(&rel, fold.span().unwrap_or((0, 1)), &names) {
                 let e = worst.entry(rank).or_insert(0.0);
                 *e = e.max(p.score);
@@ -329,19 +313,9 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                     worst.keys().map(|r| (*r, t)).collect(),
                 )
             } else {
-                let folds = held_out_folds(&clean_cpu);
                 let mut held: BTreeMap<u32, f64> = BTreeMap::new();
-                for (i, fold) in folds.iter().enumerate() {
-                    let others: Vec<&RunSamples> = folds
-                        .iter()
-                        .enumerate()
-                        .filter(|(j, _)| *j != i)
-                        .map(|(_, f)| f)
-                        .collect();
-                    let w = cpu::worst_phase(
-                        &cpu::deficits(fold, &Baseline::learn(&others)),
-                        CPU_PHASE_NS,
-                    );
+                for (fold, base) in held_out_baselines(&clean_cpu) {
+                    let w = cpu::worst_phase(&cpu::deficits(&fold, &base), CPU_PHASE_NS);
                     for (r, (d, _)) in w {
                         let e = held.entry(r).or_insert(0.0);
                         *e = e.max(d);

@@ -251,12 +251,7 @@ pub(crate) fn run(args: ExportArgs, ui: &super::Ui) -> anyhow::Result<()> {
                 "{shown}: {} call slices, {} system call slices, {} instant events, {} threads of {} processes",
                 stats.calls, stats.syscalls, stats.instants, stats.threads, stats.processes
             )?;
-            let missing: Vec<String> = lines
-                .missing()
-                .into_iter()
-                .map(|(o, why)| format!("no source lines for {o}: {why}"))
-                .collect();
-            note_all(out, &missing)?;
+            note_all(out, &lines.missing_notes())?;
             if shown != "-" {
                 writeln!(
                     out,
@@ -323,12 +318,7 @@ pub(crate) fn run(args: ExportArgs, ui: &super::Ui) -> anyhow::Result<()> {
             };
             writeln!(out, "{shown}: {rows} rows ({name} table)")?;
             if table == Table::Events {
-                let missing: Vec<String> = lines
-                    .missing()
-                    .into_iter()
-                    .map(|(o, why)| format!("no source lines for {o}: {why}"))
-                    .collect();
-                note_all(out, &missing)?;
+                note_all(out, &lines.missing_notes())?;
             }
             if shown != "-" {
                 writeln!(out, "query: duckdb -c \"SELECT * FROM '{shown}' LIMIT 10\"")?;

@@ -552,8 +552,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             if let Some(lines) = &sources {
-                for (object, why) in lines.missing() {
-                    ui.say(&format!("note: no source lines for {object}: {why}"));
+                for note in lines.missing_notes() {
+                    ui.say(&format!("note: {note}"));
                 }
             }
         }

@@ -187,6 +187,14 @@ fn phase(from: Option<f64>, to: Option<f64>, calls: Option<&str>) -> anyhow::Res
     })
 }
 
+/// Says on stderr which objects' call sites were shown without lines, and
+/// why (another build on this machine, no debug file...).
+fn note_missing_lines(sites: &mpi::sites::Sites<'_>) {
+    for note in sites.missing_notes() {
+        eprintln!("note: {note}");
+    }
+}
+
 /// Runs one `tasks` subcommand.
 pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()> {
     if let TasksCommand::Hang {
@@ -220,6 +228,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 "{}",
                 mpi::report::hang_text(&report, &profiles, &mut sites)
             )?;
+            note_missing_lines(&sites);
         }
         return Ok(());
     }
@@ -324,6 +333,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 "{}",
                 mpi::report::hang_text(&hang_report, &profiles, &mut sites)
             )?;
+            note_missing_lines(&sites);
         }
         if let Some(a) = &analysis {
             writeln!(

@@ -319,6 +319,15 @@ impl SourceLines {
             .collect()
     }
 
+    /// [`SourceLines::missing`] as notes for the user: `no source lines for
+    /// OBJECT: why`.
+    pub fn missing_notes(&self) -> Vec<String> {
+        self.missing()
+            .into_iter()
+            .map(|(object, why)| format!("no source lines for {object}: {why}"))
+            .collect()
+    }
+
     /// Frames from DWARF, or `None` when the file has nothing for `vaddr`.
     fn dwarf_frames(&self, file: &Path, vaddr: u64) -> Option<Vec<Frame>> {
         let src = Source::Elf(Elf::new(file));
@@ -371,4 +380,4 @@ fn table_frame(object: &ObjectSymbols, vaddr: u64) -> Frame {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,9 +1,10 @@
 //! Lines and inlined frames of a real program built here, stripped or not,
 //! with its debug file found by build id.
 
-use std::{ffi::OsStr, fs, process::Command};
+use std::fs;
 
 use object::{Object as _, ObjectSymbol as _};
+use tracer_common::testprog::Program;
 
 use super::*;
 
@@ -20,76 +21,31 @@ int main(int c, char **v) { (void)v; return outer(c); }
 const SCALE_LINE: u32 = 2;
 const CALL_LINE: u32 = 5;
 
-/// Runs a build tool; `None` (reason printed) when it is not installed.
-fn tool(program: &str, args: &[&OsStr]) -> Option<()> {
-    match Command::new(program).args(args).status() {
-        Ok(s) if s.success() => Some(()),
-        Ok(s) => panic!("{program} {args:?} failed: {s}"),
-        Err(e) => {
-            eprintln!("skipped: {program} is not runnable ({e}); apt-get install gcc binutils");
-            None
-        }
-    }
-}
-
-struct Built {
-    _dir: tempfile::TempDir,
-    full: PathBuf,
-    stripped: PathBuf,
-    debug: PathBuf,
-    build_id: String,
+/// A program built from [`SOURCE`] (also used by the MPI call sites'
+/// tests).
+pub(crate) struct Built {
+    /// Holds the files while the test runs.
+    dir: tempfile::TempDir,
+    pub(crate) program: Program,
     /// `outer`'s address range.
-    outer: (u64, u64),
+    pub(crate) outer: (u64, u64),
 }
 
-fn build() -> Option<Built> {
+/// Builds [`SOURCE`] with gcc; `None` when the tools are not installed.
+pub(crate) fn build() -> Option<Built> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("app.c");
-    fs::write(&src, SOURCE).expect("source");
-    let full = dir.path().join("app");
-    let stripped = dir.path().join("app.stripped");
-    let debug = dir.path().join("app.debug");
-    tool(
-        "gcc",
-        &[
-            "-O2".as_ref(),
-            "-g".as_ref(),
-            "-o".as_ref(),
-            full.as_os_str(),
-            src.as_os_str(),
-        ],
-    )?;
-    tool(
-        "objcopy",
-        &[
-            "--only-keep-debug".as_ref(),
-            full.as_os_str(),
-            debug.as_os_str(),
-        ],
-    )?;
-    tool(
-        "strip",
-        &[
-            "--strip-all".as_ref(),
-            "-o".as_ref(),
-            stripped.as_os_str(),
-            full.as_os_str(),
-        ],
-    )?;
-    let data = fs::read(&full).expect("read");
+    let program = Program::build(dir.path(), SOURCE, "-O2")?;
+    let data = fs::read(&program.full).expect("read");
     let elf = object::File::parse(&*data).expect("ELF");
     let outer = elf
         .symbols()
         .find(|s| s.name() == Ok("outer"))
         .map(|s| (s.address(), s.address() + s.size()))
         .expect("outer");
-    let build_id = build_id_of(&full).expect("gcc links with --build-id");
+    assert_eq!(build_id_of(&program.full), Some(program.build_id.clone()));
     Some(Built {
-        _dir: dir,
-        full,
-        stripped,
-        debug,
-        build_id,
+        dir,
+        program,
         outer,
     })
 }
@@ -138,7 +94,7 @@ fn assert_outer_has_inlined_scale(lines: &mut SourceLines, object: &ObjectSymbol
 fn lines_and_inlined_frames_from_the_objects_own_dwarf() {
     let Some(built) = build() else { return };
     let mut lines = SourceLines::new(&[]);
-    let object = table(&built.full, Some(&built.build_id));
+    let object = table(&built.program.full, Some(&built.program.build_id));
     assert_outer_has_inlined_scale(&mut lines, &object, &built);
     assert!(lines.missing().is_empty(), "{:?}", lines.missing());
 }
@@ -148,11 +104,9 @@ fn lines_and_inlined_frames_from_the_objects_own_dwarf() {
 #[test]
 fn lines_of_a_stripped_object_from_its_debug_file_by_build_id() {
     let Some(built) = build() else { return };
-    let root = built.full.parent().expect("dir").join("debug-root");
-    let installed = debugfile::build_id_path(&root, &built.build_id).expect("hex");
-    fs::create_dir_all(installed.parent().expect("parent")).expect("mkdir");
-    fs::copy(&built.debug, &installed).expect("install");
-    let object = table(&built.stripped, Some(&built.build_id));
+    let root = built.dir.path().join("debug-root");
+    built.program.install_debug(&root);
+    let object = table(&built.program.stripped, Some(&built.program.build_id));
 
     let mut without = SourceLines::new(&[]);
     let frames = without.frames(&object, built.outer.0, AddressKind::Instruction);
@@ -173,7 +127,7 @@ fn lines_of_a_stripped_object_from_its_debug_file_by_build_id() {
 fn another_build_lends_no_lines() {
     let Some(built) = build() else { return };
     let mut object = table(
-        &built.full,
+        &built.program.full,
         Some("00112233445566778899aabbccddeeff00112233"),
     );
     object.symbols = vec![tracer_common::capture::Symbol {
@@ -194,6 +148,14 @@ fn another_build_lends_no_lines() {
         }]
     );
     assert!(lines.missing()[&object.path].contains("another build"));
+    assert_eq!(
+        lines.missing_notes(),
+        vec![format!(
+            "no source lines for {}: {}",
+            object.path,
+            lines.missing()[&object.path]
+        )]
+    );
 
     object.build_id = None;
     let mut lines = SourceLines::new(&[]);
@@ -207,9 +169,9 @@ fn another_build_lends_no_lines() {
 #[test]
 fn file_offsets_resolve_like_their_addresses() {
     let Some(built) = build() else { return };
-    let data = fs::read(&built.full).expect("read");
+    let data = fs::read(&built.program.full).expect("read");
     let elf = object::File::parse(&*data).expect("ELF");
-    let mut object = table(&built.full, Some(&built.build_id));
+    let mut object = table(&built.program.full, Some(&built.program.build_id));
     object.segments = elf
         .segments()
         .map(|s| {
@@ -246,7 +208,7 @@ fn file_offsets_resolve_like_their_addresses() {
 #[test]
 fn return_addresses_resolve_to_the_call() {
     let Some(built) = build() else { return };
-    let object = table(&built.full, Some(&built.build_id));
+    let object = table(&built.program.full, Some(&built.program.build_id));
     let mut lines = SourceLines::new(&[]);
     // The byte after `outer`'s last instruction is in the next function;
     // as a return address it is the end of `outer`.

@@ -374,9 +374,7 @@ pub fn build(captures: &[&Capture], kind: ProfileKind, lines: &mut SourceLines) 
             ProfileKind::Time => add_time(capture, &traces, &mut paths, lines, &mut b, stop),
         }
     }
-    for (object, why) in lines.missing() {
-        notes.push(format!("no source lines for {object}: {why}"));
-    }
+    notes.extend(lines.missing_notes());
     let mut stacks: Vec<(Vec<u32>, u32, [u64; 2])> =
         b.stacks.into_iter().map(|((p, s), v)| (s, p, v)).collect();
     // A stable order for files and tests.

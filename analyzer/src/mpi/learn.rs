@@ -256,17 +256,9 @@ pub fn learn(
         .iter()
         .map(|p| samples(p, &seqs, config.min_sample_ns))
         .collect();
-    let folds = held_out_folds(&runs);
-    let held_out: Vec<Vec<(u32, Vec<Relative>)>> = (0..folds.len())
-        .map(|i| {
-            let others: Vec<&RunSamples> = folds
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, f)| f)
-                .collect();
-            concurrent(&folds[i], &Baseline::learn(&others))
-        })
+    let held_out: Vec<Vec<(u32, Vec<Relative>)>> = held_out_baselines(&runs)
+        .iter()
+        .map(|(fold, base)| concurrent(fold, base))
         .collect();
     // σ(p, l): 1.4826 × MAD of held-out Y.
     let mut ys: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
@@ -424,16 +416,9 @@ pub fn learn(
         .collect();
     let (cpu_baseline, cpu_clean): (Option<Baseline>, BTreeMap<u32, Vec<f64>>) =
         if cpu_runs.len() == clean.len() {
-            let folds = held_out_folds(&cpu_runs);
             let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-            for (i, fold) in folds.iter().enumerate() {
-                let others: Vec<&RunSamples> = folds
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, f)| f)
-                    .collect();
-                let d = cpu::deficits(fold, &Baseline::learn(&others));
+            for (fold, base) in held_out_baselines(&cpu_runs) {
+                let d = cpu::deficits(&fold, &base);
                 for (rank, m) in cpu::mean_deficit(&d) {
                     per.entry(rank).or_default().push(m);
                 }
@@ -510,6 +495,25 @@ pub fn learn(
         baseline,
         cpu_baseline,
     })
+}
+
+/// The held-out folds of `runs` ([`held_out_folds`]), each with the
+/// baseline learned from the other folds: how a clean run looks to a model
+/// that has not seen it.
+pub(crate) fn held_out_baselines(runs: &[RunSamples]) -> Vec<(RunSamples, Baseline)> {
+    let folds = held_out_folds(runs);
+    let baselines: Vec<Baseline> = (0..folds.len())
+        .map(|i| {
+            let others: Vec<&RunSamples> = folds
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, f)| f)
+                .collect();
+            Baseline::learn(&others)
+        })
+        .collect();
+    folds.into_iter().zip(baselines).collect()
 }
 
 /// Held-out folds: each run, or the halves of a single one.

@@ -74,6 +74,23 @@ impl TypicalSequence {
     }
 }
 
+/// Rank `r`'s call sequence as ids into `names`, adding its functions not
+/// yet named; a call of a function the rank does not list is `u32::MAX`.
+fn encode(names: &mut HashMap<String, u32>, r: &super::profile::RankProfile) -> Vec<u32> {
+    let ids: Vec<u32> = r
+        .functions
+        .iter()
+        .map(|f| {
+            let next = names.len() as u32;
+            *names.entry(f.clone()).or_insert(next)
+        })
+        .collect();
+    r.calls
+        .iter()
+        .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
+        .collect()
+}
+
 /// Global function ids for a set of profiles: `seqs[i]` is rank
 /// `profiles.ranks[i]`'s call sequence as ids into `names`.
 pub(crate) struct FunctionSeqs {
@@ -87,20 +104,7 @@ impl FunctionSeqs {
         let seqs = profiles
             .ranks
             .iter()
-            .map(|r| {
-                let ids: Vec<u32> = r
-                    .functions
-                    .iter()
-                    .map(|f| {
-                        let next = names.len() as u32;
-                        *names.entry(f.clone()).or_insert(next)
-                    })
-                    .collect();
-                r.calls
-                    .iter()
-                    .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
-                    .collect()
-            })
+            .map(|r| encode(&mut names, r))
             .collect();
         Self { names, seqs }
     }
@@ -213,24 +217,15 @@ pub fn rank_sequences(
     };
     // One name table for every run.
     let mut names: HashMap<String, u32> = HashMap::new();
-    let mut encode = |r: &super::profile::RankProfile| -> Vec<u32> {
-        let ids: Vec<u32> = r
-            .functions
-            .iter()
-            .map(|f| {
-                let next = names.len() as u32;
-                *names.entry(f.clone()).or_insert(next)
-            })
-            .collect();
-        r.calls
-            .iter()
-            .map(|c| ids.get(c.function as usize).copied().unwrap_or(u32::MAX))
-            .collect()
-    };
     // seqs[run][rank]
     let seqs: Vec<BTreeMap<u32, Vec<u32>>> = runs
         .iter()
-        .map(|p| p.ranks.iter().map(|r| (r.rank, encode(r))).collect())
+        .map(|p| {
+            p.ranks
+                .iter()
+                .map(|r| (r.rank, encode(&mut names, r)))
+                .collect()
+        })
         .collect();
     let mut by_id = vec![String::new(); names.len()];
     for (name, id) in &names {

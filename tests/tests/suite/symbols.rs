@@ -3,13 +3,11 @@
 //! functions named from libc's debug file, and source lines at analysis
 //! time only where the recorded build's debug information is present.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use analyzer::{Capture, Event, Symbolizer};
 use tests::{analyzer, capture, entries_by_function, fixture, privileged, tracer};
+use tracer_common::testprog::{self, Program};
 
 use super::export::calls_line;
 
@@ -42,29 +40,9 @@ pub(crate) fn libc_has_debug_file(cap: &Capture) -> bool {
     found
 }
 
-/// The build id of an ELF file, from `readelf -n`.
-fn build_id(file: &Path) -> String {
-    let out = Command::new("readelf")
-        .args(["-n", path(file)])
-        .output()
-        .expect("readelf runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .expect("gcc links with --build-id")
-}
-
 /// `calls` stripped of its symbol table, and its debug file, in `dir`.
-fn stripped_calls(dir: &Path) -> (PathBuf, PathBuf) {
-    let full = fixture("calls", None);
-    let stripped = dir.join("calls");
-    let debug = dir.join("calls.debug");
-    run_tool("objcopy", &["--only-keep-debug", path(&full), path(&debug)]);
-    run_tool(
-        "strip",
-        &["--strip-all", "-o", path(&stripped), path(&full)],
-    );
-    (stripped, debug)
+fn stripped_calls(dir: &Path) -> Program {
+    Program::split(&fixture("calls", None), dir, "calls").expect("binutils are installed")
 }
 
 fn record_run(exe: &Path, out: &Path, extra: &[&str]) -> tests::Run {
@@ -92,7 +70,9 @@ fn stripped_program_named_from_its_debug_file_by_build_id() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let (stripped, debug) = stripped_calls(dir.path());
+    let Program {
+        stripped, debug, ..
+    } = stripped_calls(dir.path());
     let out = dir.path().join("s.capture");
 
     let bare = record_run(&stripped, &out, &[]);
@@ -105,7 +85,7 @@ fn stripped_program_named_from_its_debug_file_by_build_id() {
     );
 
     let root = dir.path().join("debug-root");
-    let id = build_id(&stripped);
+    let id = testprog::build_id(&stripped).expect("gcc links with --build-id");
     let installed = root
         .join(".build-id")
         .join(&id[..2])
@@ -191,7 +171,9 @@ fn stripped_program_follows_its_debug_link() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let (stripped, debug) = stripped_calls(dir.path());
+    let Program {
+        stripped, debug, ..
+    } = stripped_calls(dir.path());
     run_tool(
         "objcopy",
         &[
