@@ -1,0 +1,290 @@
+//! The verdict combination and the page, on hand-made analysis results.
+
+use super::*;
+
+fn finding(analysis: AnalysisKind, level: Level, key: &str, wall_s: Option<u64>) -> Finding {
+    Finding {
+        analysis,
+        level,
+        key: key.into(),
+        name: key.into(),
+        parent: None,
+        evidence: "test".into(),
+        score: Some(2.0),
+        normal: Some(1.0),
+        wall_ns: wall_s.map(|s| s * 1_000_000_000),
+        at_s: None,
+        detail: format!("{} evidence on {key}", analysis.name()),
+    }
+}
+
+fn result(analysis: AnalysisKind, status: Status, findings: Vec<Finding>) -> AnalysisResult {
+    AnalysisResult {
+        analysis,
+        status,
+        summary: format!("{} says {}", analysis.name(), status.describe()),
+        reason: None,
+        untrained: false,
+        notes: Vec::new(),
+        findings,
+    }
+}
+
+fn not_run_rest(mut v: Vec<AnalysisResult>) -> Vec<AnalysisResult> {
+    for kind in AnalysisKind::ALL {
+        if !v.iter().any(|a| a.analysis == kind) {
+            v.push(AnalysisResult::not_run(kind, "not given"));
+        }
+    }
+    v
+}
+
+/// A server two analyses point at ranks above one that a single analysis
+/// names, even when the single one saw its suspect earlier; the findings
+/// of both analyses are joined under one suspect.
+#[test]
+fn suspects_named_by_more_analyses_rank_first() {
+    let model = result(
+        AnalysisKind::Model,
+        Status::Found,
+        vec![
+            finding(AnalysisKind::Model, Level::Server, "s1", Some(100)),
+            finding(AnalysisKind::Model, Level::Process, "s1/77", Some(100)),
+        ],
+    );
+    let peers = result(
+        AnalysisKind::Peers,
+        Status::Found,
+        vec![
+            finding(AnalysisKind::Peers, Level::Server, "s1", Some(90)),
+            finding(AnalysisKind::Peers, Level::Server, "s2", Some(10)),
+        ],
+    );
+    let d = combine(vec!["run".into()], not_run_rest(vec![peers, model]), 3);
+    assert_eq!(d.version, DIAGNOSIS_VERSION);
+    assert_eq!(d.outcome, Outcome::SuspectFound);
+    let servers: Vec<&Suspect> = d.at(Level::Server).collect();
+    assert_eq!(servers[0].key, "s1");
+    assert_eq!(
+        servers[0].analyses,
+        vec![AnalysisKind::Model, AnalysisKind::Peers]
+    );
+    assert_eq!(
+        servers[0].wall.as_deref(),
+        Some("00:01:30.000"),
+        "the earliest"
+    );
+    assert!(
+        servers[0]
+            .sentence
+            .starts_with("server s1, from 00:01:30.000 UTC: ")
+            && servers[0].sentence.contains("[model]")
+            && servers[0].sentence.contains("[peers]"),
+        "{}",
+        servers[0].sentence
+    );
+    assert_eq!(servers[1].key, "s2");
+    assert!(
+        d.summary[0].starts_with("most suspect server: s1 (by model and peers; 1 other"),
+        "{:?}",
+        d.summary
+    );
+    assert_eq!(d.analyses.len(), 5);
+    assert_eq!(d.analyses[0].analysis, AnalysisKind::Model, "report order");
+    // Both name s1: no disagreement at the server level.
+    assert!(d.disagreements.is_empty(), "{:?}", d.disagreements);
+}
+
+/// Among suspects with the same support, the earliest first; evidence of
+/// untrained analyses alone ranks after trained evidence.
+#[test]
+fn earliest_first_and_untrained_last() {
+    let mut peers = result(
+        AnalysisKind::Peers,
+        Status::Found,
+        vec![finding(
+            AnalysisKind::Peers,
+            Level::Server,
+            "early",
+            Some(1),
+        )],
+    );
+    peers.untrained = true;
+    let model = result(
+        AnalysisKind::Model,
+        Status::Found,
+        vec![
+            finding(AnalysisKind::Model, Level::Server, "late", Some(50)),
+            finding(AnalysisKind::Model, Level::Server, "later", Some(60)),
+        ],
+    );
+    let d = combine(Vec::new(), not_run_rest(vec![model, peers]), 3);
+    let order: Vec<(&str, bool)> = d
+        .at(Level::Server)
+        .map(|s| (s.key.as_str(), s.untrained_only))
+        .collect();
+    assert_eq!(
+        order,
+        vec![("late", false), ("later", false), ("early", true)]
+    );
+    // Disjoint servers: the analyses disagree, and it is said.
+    assert_eq!(d.disagreements.len(), 1, "{:?}", d.disagreements);
+    assert!(
+        d.disagreements[0].contains("model names late, later but peers names early"),
+        "{:?}",
+        d.disagreements
+    );
+}
+
+/// "Nothing stands out" needs an analysis that judged the run; analyses
+/// that did not run or had no data give "no data", never "nothing".
+#[test]
+fn nothing_stands_out_is_never_no_data() {
+    let d = combine(Vec::new(), not_run_rest(Vec::new()), 1);
+    assert_eq!(d.outcome, Outcome::NoData);
+    assert!(d.summary[0].starts_with("no verdict"), "{:?}", d.summary);
+
+    let mut no_units = result(AnalysisKind::Model, Status::NoData, Vec::new());
+    no_units.reason = Some("no execution unit in the captures".into());
+    let d = combine(Vec::new(), not_run_rest(vec![no_units.clone()]), 1);
+    assert_eq!(d.outcome, Outcome::NoData);
+    assert!(
+        d.summary
+            .iter()
+            .any(|l| l == "model: no data: no conclusion (no execution unit in the captures)"),
+        "{:?}",
+        d.summary
+    );
+
+    let quiet = result(AnalysisKind::Hang, Status::NothingStandsOut, Vec::new());
+    let d = combine(Vec::new(), not_run_rest(vec![no_units, quiet]), 1);
+    assert_eq!(d.outcome, Outcome::NothingStandsOut);
+    assert!(d.suspects.is_empty());
+    assert_eq!(
+        d.summary[0],
+        "nothing stands out: hang judged the run and found nothing abnormal"
+    );
+    assert!(
+        d.summary.iter().any(|l| l.starts_with("model: no data")),
+        "the analysis without data is still named: {:?}",
+        d.summary
+    );
+}
+
+/// One analysis finding a suspect where another judged the run and found
+/// nothing is a disagreement; so are two analyses naming different ranks.
+#[test]
+fn disagreements_are_said() {
+    let interference = result(
+        AnalysisKind::Interference,
+        Status::Found,
+        vec![finding(
+            AnalysisKind::Interference,
+            Level::Process,
+            "h/1",
+            None,
+        )],
+    );
+    let outliers = result(
+        AnalysisKind::Outliers,
+        Status::Found,
+        vec![finding(AnalysisKind::Outliers, Level::Process, "h/3", None)],
+    );
+    let hang = result(AnalysisKind::Hang, Status::NothingStandsOut, Vec::new());
+    let d = combine(
+        Vec::new(),
+        not_run_rest(vec![interference, outliers, hang]),
+        1,
+    );
+    assert_eq!(d.outcome, Outcome::SuspectFound);
+    assert_eq!(d.disagreements.len(), 3, "{:#?}", d.disagreements);
+    assert!(d.disagreements[0].starts_with("interference points at suspects"));
+    assert!(d.disagreements[0].contains("where hang finds nothing standing out"));
+    assert!(
+        d.disagreements[2]
+            .contains("at the process level, interference names h/1 but outliers names h/3"),
+        "{:#?}",
+        d.disagreements
+    );
+}
+
+/// With one server, "the server" is no localization: server-level findings
+/// are left out, processes stay.
+#[test]
+fn one_server_is_no_suspect() {
+    let model = result(
+        AnalysisKind::Model,
+        Status::Found,
+        vec![
+            finding(AnalysisKind::Model, Level::Server, "host", Some(5)),
+            finding(AnalysisKind::Model, Level::Process, "host/9", Some(5)),
+            finding(AnalysisKind::Model, Level::Function, "close", Some(5)),
+        ],
+    );
+    let d = combine(Vec::new(), not_run_rest(vec![model]), 1);
+    let levels: Vec<Level> = d.suspects.iter().map(|s| s.level).collect();
+    assert_eq!(levels, vec![Level::Process, Level::Function]);
+    assert!(d.summary[0].starts_with("most suspect process: host/9"));
+}
+
+/// Server labels: the file stems of several captures (as `peers` labels
+/// them), the host of one; a host maps to its capture's label when one
+/// capture comes from it.
+#[test]
+fn servers_of_a_run() {
+    let one = from::RunServers::new(&[("d/a.capture".into(), "node1".into())]);
+    assert_eq!(
+        (one.count(), one.of_host("node1")),
+        (1, "node1".to_string())
+    );
+    let two = from::RunServers::new(&[
+        ("d/a.capture".into(), "n1".into()),
+        ("d/b.capture".into(), "n2".into()),
+    ]);
+    assert_eq!(two.count(), 2);
+    assert_eq!(two.of_capture("d/b.capture", "n2"), "b");
+    assert_eq!(two.of_host("n1"), "a");
+    assert_eq!(two.of_host("elsewhere"), "elsewhere");
+    assert_eq!(
+        from::function_of("main > loop@x.c:3 > close@y.c:9"),
+        "close"
+    );
+}
+
+/// Everything from a capture is escaped: a function named `<script>` is
+/// text on the page, never markup; every section is there even for
+/// analyses that did not run, and the JSON form names its version.
+#[test]
+fn the_page_escapes_capture_text_and_has_every_section() {
+    let evil = "<script>alert('x')</script>";
+    let mut f = finding(AnalysisKind::Model, Level::Function, evil, Some(3));
+    f.detail = format!("a call no normal run made here: main > {evil}");
+    let model = result(AnalysisKind::Model, Status::Found, vec![f]);
+    let d = combine(
+        vec![format!("/tmp/{evil}.capture")],
+        not_run_rest(vec![model]),
+        1,
+    );
+    let page = html::render(&d, &html::Reports::default());
+    assert!(!page.contains(evil), "raw capture text in the page");
+    assert!(page.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+    // The page's own scripts: the error catcher and the one at the end.
+    assert_eq!(page.matches("<script>").count(), 2);
+    for id in [
+        "verdict",
+        "suspects",
+        "analysis-model",
+        "analysis-peers",
+        "analysis-interference",
+        "analysis-outliers",
+        "analysis-hang",
+    ] {
+        assert!(page.contains(&format!(r#"<section id="{id}">"#)), "{id}");
+    }
+    assert!(page.contains(r#"data-outcome="suspect_found""#));
+    assert!(!page.contains("src="), "no external resource");
+    let json = serde_json::to_value(&d).expect("json");
+    assert_eq!(json["version"], DIAGNOSIS_VERSION);
+    assert_eq!(json["outcome"], "suspect_found");
+    assert_eq!(json["analyses"][1]["status"], "not_run");
+}
