@@ -19,6 +19,7 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod diagnose;
 mod export;
 mod mpi;
 mod peers;
@@ -103,6 +104,10 @@ enum Command {
         #[arg(long, value_enum, default_value = "000")]
         variant: Variant,
     },
+    /// Run every analysis that applies to a run; one ranked verdict, and
+    /// an HTML report with -o.
+    #[command(long_about = diagnose::LONG_ABOUT)]
+    Diagnose(Box<diagnose::DiagnoseArgs>),
     /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
     #[command(subcommand)]
     Model(ModelCommand),
@@ -374,11 +379,16 @@ fn print_scores(
     Ok(())
 }
 
-fn run(args: Args) -> anyhow::Result<()> {
+fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let ui = &Ui { quiet: args.quiet };
     match args.command {
+        Command::Diagnose(a) => {
+            let code = diagnose::run(*a, &mut out, ui)?;
+            out.flush()?;
+            return Ok(code);
+        }
         Command::Export(a) => export::run(*a, ui)?,
         Command::Completions { shell } => {
             let mut cmd = <Args as clap::CommandFactory>::command();
@@ -599,16 +609,16 @@ fn run(args: Args) -> anyhow::Result<()> {
             let stdin = std::io::stdin();
             analyzer::live::serve::serve(stdin.lock(), std::io::stdout().lock(), max_input)
                 .context("serving the agent")?;
-            return Ok(());
+            return Ok(ExitCode::SUCCESS);
         }
     }
     out.flush()?;
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e)
             if e.downcast_ref::<std::io::Error>()
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>

@@ -216,7 +216,7 @@ fn verdict(out: &mut String, d: &Diagnosis) {
     table_head(
         out,
         "analyses",
-        &["analysis", "status", "conclusion", "why not / notes"],
+        &["analysis", "status", "conclusion", "notes"],
     );
     for a in &d.analyses {
         let status = serde_json::to_value(a.status)
@@ -239,6 +239,7 @@ fn verdict(out: &mut String, d: &Diagnosis) {
             esc(&a
                 .reason
                 .iter()
+                .filter(|r| !a.summary.contains(r.as_str()))
                 .chain(&a.notes)
                 .cloned()
                 .collect::<Vec<_>>()
@@ -267,7 +268,7 @@ fn suspects(out: &mut String, d: &Diagnosis) {
         if at.is_empty() {
             continue;
         }
-        let _ = write!(out, "<h3>{}s</h3>", level.name());
+        let _ = write!(out, "<h3>Suspect {}</h3>", level.plural());
         table_head(
             out,
             &format!("suspects-{}", level.name()),

@@ -129,6 +129,16 @@ impl Level {
             Self::Function => "function",
         }
     }
+
+    /// The level in words, plural.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::Server => "servers",
+            Self::Process => "processes",
+            Self::Unit => "units",
+            Self::Function => "functions",
+        }
+    }
 }
 
 /// One analysis's evidence against one suspect.
@@ -454,7 +464,10 @@ fn summary_of(outcome: Outcome, suspects: &[Suspect], analyses: &[AnalysisResult
                         names.join(" and "),
                         if s.untrained_only { ", untrained" } else { "" },
                         if others > 0 {
-                            format!("; {others} other suspect {}s", level.name())
+                            format!(
+                                "; {others} other suspect {}",
+                                if others == 1 { level.name() } else { level.plural() }
+                            )
                         } else {
                             String::new()
                         }
