@@ -199,3 +199,85 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains(&missing), "{}", run.stderr);
 }
+
+/// A hung MPI run (rank 2 computes forever from its tenth iteration, the
+/// other ranks wait for it): with no model given, `diagnose` finds the MPI
+/// calls and runs the MPI analyses on its own; it exits 1, the hang
+/// analysis names rank 2, which leads the process suspects; the
+/// interference analysis says it needs a model; and the report's hang
+/// section, in chromium, says the run is hung.
+#[test]
+fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
+    use tests::mpi::{Fault, Job, build, record};
+    if !privileged()
+        || !installed(
+            &["mpicc", "mpiexec", "chromium"],
+            "apt packages mpich libmpich-dev chromium",
+        )
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = Job {
+        exe: build("mpi_halo", dir.path()),
+        args: vec!["400".into(), "4000".into()],
+        ranks: 4,
+        limit: std::time::Duration::from_secs(6),
+    };
+    let o = record(
+        &job,
+        Fault::Hang { rank: 2, iter: 10 },
+        &dir.path().join("hang.capture"),
+    );
+    let pid = o
+        .ranks
+        .iter()
+        .find(|(r, _)| *r == 2)
+        .expect("rank 2's pid")
+        .1;
+    let capture = o.capture.display().to_string();
+    let html = dir.path().join("report.html");
+    let html_arg = html.display().to_string();
+    let run = analyzer(&["diagnose", &capture, "--json", "-o", &html_arg]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let status = |k: AnalysisKind| d.analysis(k).expect("listed").status;
+    assert_eq!(
+        status(AnalysisKind::Hang),
+        Status::Found,
+        "{:#?}",
+        d.analyses
+    );
+    assert_eq!(status(AnalysisKind::Model), Status::NotRun);
+    assert_eq!(status(AnalysisKind::Interference), Status::NotRun);
+    assert!(
+        d.analysis(AnalysisKind::Interference)
+            .and_then(|a| a.reason.as_deref())
+            .is_some_and(|r| r.contains("--mpi-model")),
+        "{:#?}",
+        d.analyses
+    );
+    assert_ne!(status(AnalysisKind::Outliers), Status::NotRun, "it applies");
+    let top = d.at(Level::Process).next().expect("a process suspect");
+    assert!(
+        top.key.ends_with(&format!("/{pid}")) && top.name.contains("rank 2"),
+        "{top:#?}"
+    );
+    assert!(top.analyses.contains(&AnalysisKind::Hang), "{top:#?}");
+    let run = analyzer(&["diagnose", &capture]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains(&format!("most suspect process: rank 2 (pid {pid}")),
+        "{}",
+        run.stdout
+    );
+    eprintln!("{}", run.stdout);
+
+    let profile = tempfile::tempdir().expect("browser profile");
+    let dom = dump_dom(&html, profile.path());
+    assert!(dom.status.success(), "chromium: {}", dom.stderr);
+    assert!(dom.stdout.contains(r#"data-ready="1""#));
+    assert!(!dom.stdout.contains(r#"<div id="script-error">"#));
+    assert!(dom.stdout.contains("The run is hung"), "{}", dom.stdout);
+}
