@@ -12,7 +12,7 @@ use analyzer::{
         html::{self, Reports},
     },
     mpi::{self, Profiles},
-    peers::{self, PeersConfig, ServerThreshold, THRESHOLDS_VERSION, Thresholds},
+    peers::{self, PeersConfig, Thresholds},
     score::{Ranking, ScoreReport, Scoring, score_processes},
     units::decompose_capture,
 };
@@ -284,88 +284,45 @@ fn run_name(files: &[PathBuf]) -> String {
         .map_or_else(|| ".".to_string(), |p| p.display().to_string())
 }
 
-/// Peer comparison without learned thresholds: windows sized to the run
-/// (a sixth of its span, whole seconds), and per metric a threshold of
-/// twice the median score over this run's servers and windows, with the
-/// outlier rule on top (a server must also score 1.5x the others' median
-/// in the window) and K of 2K−1 windows as trained.
+/// Peer comparison without learned thresholds ([`peers::untrained`]),
+/// windows sized to the run ([`peers::untrained_windows`]).
 fn untrained(
     name: &str,
     files: &[PathBuf],
     captures: &[Capture],
 ) -> anyhow::Result<(peers::Report, bool)> {
+    let (window_ns, shift_ns) = peers::untrained_windows(0);
     let mut cfg = PeersConfig {
-        window_ns: 2_000_000_000,
-        shift_ns: 1_000_000_000,
+        window_ns,
+        shift_ns,
         ..PeersConfig::default()
     };
     // The span is known once the features are extracted: a first pass
-    // with small windows measures it (features are binned by the window's
-    // and shift's gcd, so the real windows need a second extraction).
+    // with the smallest windows measures it (features are binned by the
+    // window's and shift's gcd, so larger windows need a second pass).
     let probe = super::peers::analyze_opened(name, files, captures, &cfg, 1);
-    let span_ns = match &probe {
-        Ok(scored) => {
-            let starts = &scored.windowed.starts;
-            match (starts.first(), starts.last()) {
-                (Some(a), Some(b)) => b - a + cfg.window_ns,
-                _ => 0,
-            }
+    let span_ns = probe.as_ref().map_or(0, |scored| {
+        let starts = &scored.windowed.starts;
+        match (starts.first(), starts.last()) {
+            (Some(a), Some(b)) => b - a + cfg.window_ns,
+            _ => 0,
         }
-        Err(_) => 0,
-    };
-    let window_s = (span_ns / 6 / 1_000_000_000).clamp(2, 60) & !1;
-    cfg.window_ns = window_s * 1_000_000_000;
-    cfg.shift_ns = cfg.window_ns / 2;
-    let scored = if window_s == 2 {
+    });
+    (cfg.window_ns, cfg.shift_ns) = peers::untrained_windows(span_ns);
+    let scored = if cfg.window_ns == window_ns {
         probe?
     } else {
         super::peers::analyze_opened(name, files, captures, &cfg, 1)?
     };
-    let mut metrics = std::collections::BTreeMap::new();
-    for (mi, mv) in scored.windowed.metrics.iter().enumerate() {
-        let mut all: Vec<f64> = scored.scores[mi]
-            .iter()
-            .flatten()
-            .copied()
-            .filter(|x| x.is_finite())
-            .collect();
-        let typical = if all.is_empty() {
-            0.0
-        } else {
-            peers::median(&mut all)
-        };
-        let threshold = (2.0 * typical).max(cfg.min_threshold);
-        metrics.insert(
-            mv.metric,
-            scored
-                .servers
-                .iter()
-                .map(|s| {
-                    (
-                        s.label.clone(),
-                        ServerThreshold {
-                            threshold,
-                            minimal: threshold,
-                            max_score: typical,
-                            windows: scored.windowed.starts.len(),
-                        },
-                    )
-                })
-                .collect(),
-        );
-    }
-    let thresholds = Thresholds {
-        version: THRESHOLDS_VERSION,
-        config: cfg.clone(),
-        metrics,
-        runs: Vec::new(),
-    };
+    let thresholds = peers::untrained(&scored, &cfg);
     let mut report = peers::diagnose(&scored, &thresholds, cfg.k, 10);
     report.notes.insert(
         0,
         format!(
-            "untrained comparison: {window_s} s windows every {} s; per metric a threshold of twice the median score of this run's servers and windows; train thresholds on normal runs (`analyzer peers train`) for a calibrated verdict",
-            window_s / 2
+            "untrained comparison: {} s windows every {} s; per metric a threshold of {} times the median score of this run's servers and windows; train thresholds on normal runs (`analyzer peers train`) for a calibrated verdict",
+            cfg.window_ns / 1_000_000_000,
+            cfg.shift_ns as f64 / 1e9,
+            peers::UNTRAINED_FACTOR
         ),
     );
     Ok((report, true))
