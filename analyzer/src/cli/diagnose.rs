@@ -12,7 +12,7 @@ use analyzer::{
         html::{self, Reports},
     },
     mpi::{self, Profiles},
-    peers::{self, PeersConfig, Thresholds},
+    peers::{self, PeersConfig, ServerSplit, Thresholds},
     score::{Ranking, ScoreReport, Scoring, score_processes},
     units::decompose_capture,
 };
@@ -246,7 +246,11 @@ fn compare_peers(
     results: &mut Vec<AnalysisResult>,
 ) -> Option<peers::Report> {
     const MIN: usize = 3;
-    if files.len() < MIN {
+    // Thresholds trained per process (`--split-processes`) compare the
+    // daemons inside the captures, however many captures there are.
+    let per_process =
+        thresholds.is_some_and(|t| matches!(t.config.split, ServerSplit::PerProcess { .. }));
+    if files.len() < MIN && !per_process {
         results.push(AnalysisResult::not_run(
             AnalysisKind::Peers,
             format!(
@@ -260,7 +264,9 @@ fn compare_peers(
     let outcome = match thresholds {
         Some(t) => super::peers::analyze_opened(&name, files, captures, &t.config, 1)
             .map(|scored| (peers::diagnose(&scored, t, t.config.k, 10), false)),
-        None => untrained(&name, files, captures),
+        None => untrained(&name, files, captures).context(
+            "untrained comparison (windows of 2 s or more, over the time every capture covers)",
+        ),
     };
     match outcome {
         Ok((report, untrained)) => {
@@ -443,7 +449,7 @@ fn text(d: &Diagnosis, top: usize) -> String {
     for a in &d.analyses {
         let _ = writeln!(
             s,
-            "  {:<13} {:<24} {}",
+            "  {:<13} {:<26} {}",
             a.analysis.name(),
             format!(
                 "{}{}",

@@ -267,9 +267,18 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
         .verdict
         .no_data
         .iter()
-        .map(|s| format!("no data for {}: {}", s.metric.name(), s.reason))
+        .map(|s| {
+            let reason = s.reason.split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("no data for {}: {reason}", s.metric.name())
+        })
         .collect();
-    notes.extend(report.notes.iter().cloned());
+    // Some notes are wrapped for a terminal: one line each here.
+    notes.extend(
+        report
+            .notes
+            .iter()
+            .map(|n| n.split_whitespace().collect::<Vec<_>>().join(" ")),
+    );
     let mut findings = Vec::new();
     for f in &report.verdict.faulty {
         let sv = report.servers.iter().find(|s| s.server == f.server);
@@ -294,10 +303,10 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
                 .unwrap_or(0);
             if let Some((score, threshold)) = top {
                 clauses.push(format!(
-                    "{} {:.1}x its peers' threshold ({score:.1} vs {threshold:.1} {}) in {windows} windows",
+                    "{} distance to its peers {score:.1} against a threshold of {threshold:.1} {} ({:.1}x) in {windows} windows",
                     m.name(),
+                    m.unit_of(&report.normalized),
                     score / threshold.max(f64::MIN_POSITIVE),
-                    m.unit_of(&report.normalized)
                 ));
                 let ratio = |(s, t): (f64, f64)| s / t.max(f64::MIN_POSITIVE);
                 if worst.is_none_or(|w| ratio(w) < ratio((score, threshold))) {

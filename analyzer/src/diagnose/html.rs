@@ -346,6 +346,7 @@ fn analysis(out: &mut String, d: &Diagnosis, r: &Reports<'_>, kind: AnalysisKind
         );
         if let Some(reason) = &a.reason
             && matches!(a.status, Status::NotRun | Status::Failed)
+            && !a.summary.contains(reason.as_str())
         {
             let _ = write!(out, "<p class=note>{}</p>", esc(reason));
         }
