@@ -662,6 +662,7 @@ mod tests {
             "analyzer.1",
             "analyzer-model-learn.1",
             "analyzer-peers-diagnose.1",
+            "analyzer-diagnose.1",
         ] {
             assert!(dir.path().join(page).is_file(), "{page}");
         }
