@@ -6,6 +6,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode};
 use analyzer::{
     Capture,
     automaded::{self, OutlierConfig, Phase, hang},
+    debuginfo::SourceLines,
     diagnose::{
         self, AnalysisKind, AnalysisResult, Diagnosis, Level, Outcome, Status,
         from::{self, RunServers},
@@ -182,6 +183,14 @@ pub(crate) fn run(
         }
     };
 
+    // Source lines of the evidence's call sites, where the recorded
+    // objects' debug information is on this machine.
+    let refs: Vec<&Capture> = captures.iter().collect();
+    let mut lines = SourceLines::new(&[]);
+    diagnose::sources::add_source_lines(&mut results, &refs, &mut lines);
+    for (object, why) in lines.missing() {
+        ui.say(&format!("note: no source lines for {object}: {why}"));
+    }
     let d = diagnose::combine(names, results, servers.count());
     if let Some(path) = &args.output {
         let reports = Reports {
@@ -397,7 +406,9 @@ fn mpi_analyses(
     let ranking = automaded::analyze(&models, &OutlierConfig::default()).ok();
     results.push(from::outliers(&judged, ranking.as_ref(), servers));
     let verdict = hang_report.verdict(&profiles);
-    results.push(from::hang(&hang_report, &verdict, servers));
+    results.push(from::hang(&hang_report, &verdict, servers, &mut |w| {
+        sites.label(&w.host, w.pid, w.call_site)
+    }));
     Ok(MpiResults {
         results,
         interference,

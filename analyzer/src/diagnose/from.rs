@@ -80,6 +80,15 @@ fn process_key(server: &str, pid: u32) -> String {
     format!("{server}/{pid}")
 }
 
+/// The call site of a call path's last call (`a > b@site > c@x+0x1` →
+/// `x+0x1`).
+pub fn site_of(path: &str) -> Option<&str> {
+    let last = path.rsplit(" > ").next().unwrap_or(path);
+    last.split_once('@')
+        .map(|(_, site)| site)
+        .filter(|s| !s.is_empty())
+}
+
 /// The function a call path ends in (`a > b@site > c@site` → `c`).
 pub fn function_of(path: &str) -> &str {
     let last = path.rsplit(" > ").next().unwrap_or(path);
@@ -121,6 +130,8 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
             wall_ns,
             at_s: Some(first.deviated_s),
             detail: format!("its process {name} behaves as no normal run did"),
+            site: None,
+            source: None,
         });
         findings.push(Finding {
             analysis: AnalysisKind::Model,
@@ -140,6 +151,8 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
                 first.kind.name(),
                 why(first)
             ),
+            site: None,
+            source: None,
         });
         let units = report
             .units
@@ -168,6 +181,8 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
                 wall_ns: deviated(u),
                 at_s: Some(u.deviated_s),
                 detail: why(u),
+                site: None,
+                source: None,
             });
             findings.extend(functions_of(u, &process));
         }
@@ -251,6 +266,8 @@ fn functions_of(u: &UnitScore, process: &str) -> Vec<Finding> {
             wall_ns: deviated(u),
             at_s: Some(u.deviated_s),
             detail: format!("{what}: {path}"),
+            site: site_of(&path).map(str::to_string),
+            source: None,
         })
         .collect()
 }
@@ -339,6 +356,8 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
                 if untrained { " (untrained)" } else { "" },
                 clauses.join("; ")
             ),
+            site: None,
+            source: None,
         });
     }
     for rc in &report.root_causes {
@@ -368,6 +387,8 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
                     c.mean_delta,
                     rc.metric.unit_of(&report.normalized)
                 ),
+                site: None,
+                source: None,
             });
         }
     }
@@ -420,6 +441,8 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
             wall_ns: None,
             at_s: None,
             detail: format!("its rank {}: {detail}", s.rank),
+            site: None,
+            source: None,
         });
         findings.push(Finding {
             analysis: kind,
@@ -433,6 +456,8 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
             wall_ns: None,
             at_s: None,
             detail,
+            site: None,
+            source: None,
         });
     }
     AnalysisResult {
@@ -506,6 +531,8 @@ pub fn outliers(
                         (None, _) => "never taken, unlike its reference".into(),
                     }
                 ),
+                site: None,
+                source: None,
             });
         }
     }
@@ -513,7 +540,12 @@ pub fn outliers(
 }
 
 /// Hang detection: its verdict, and where each culprit stood.
-pub fn hang(report: &HangReport, verdict: &MpiVerdict, servers: &RunServers) -> AnalysisResult {
+pub fn hang(
+    report: &HangReport,
+    verdict: &MpiVerdict,
+    servers: &RunServers,
+    site: &mut dyn FnMut(&mpi::waitfor::RankWait) -> String,
+) -> AnalysisResult {
     let mut r = mpi_verdict(AnalysisKind::Hang, verdict, servers);
     if !report.hung {
         // Not hung: nothing to say at any level (the verdict says so).
@@ -529,6 +561,7 @@ pub fn hang(report: &HangReport, verdict: &MpiVerdict, servers: &RunServers) -> 
         };
         let Some(call) = &w.call else { continue };
         let server = servers.of_host(&w.host);
+        let at = site(w);
         r.findings.push(Finding {
             analysis: AnalysisKind::Hang,
             level: Level::Function,
@@ -541,12 +574,19 @@ pub fn hang(report: &HangReport, verdict: &MpiVerdict, servers: &RunServers) -> 
             wall_ns: None,
             at_s: None,
             detail: format!(
-                "rank {} stood in {call} for {:.1} s ({:?}), holding up rank(s) {:?}",
+                "rank {} stood in {call}{} for {:.1} s ({:?}), holding up rank(s) {:?}",
                 c.rank,
+                if at.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {at}")
+                },
                 w.idle_ns as f64 / 1e9,
                 w.state,
                 c.blocking
             ),
+            site: None,
+            source: (!at.is_empty()).then(|| at.clone()),
         });
     }
     r

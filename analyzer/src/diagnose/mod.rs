@@ -12,6 +12,7 @@
 
 pub mod from;
 pub mod html;
+pub mod sources;
 
 #[cfg(test)]
 mod tests;
@@ -171,6 +172,14 @@ pub struct Finding {
     pub at_s: Option<f64>,
     /// The evidence in words.
     pub detail: String,
+    /// The call site the evidence is about, symbolized (`caller+0x1a`), when
+    /// there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    /// Its source line (`file.c:42`, inlined frames innermost first), where
+    /// the recorded objects' debug information is on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// One analysis: whether it ran, what it concluded, its findings.

@@ -15,6 +15,8 @@ fn finding(analysis: AnalysisKind, level: Level, key: &str, wall_s: Option<u64>)
         wall_ns: wall_s.map(|s| s * 1_000_000_000),
         at_s: None,
         detail: format!("{} evidence on {key}", analysis.name()),
+        site: None,
+        source: None,
     }
 }
 

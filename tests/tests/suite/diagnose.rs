@@ -125,10 +125,32 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
         "{:?}",
         d.summary
     );
+    let close = d
+        .at(Level::Function)
+        .find(|s| s.key == "close_connection")
+        .unwrap_or_else(|| panic!("{:#?}", d.at(Level::Function).collect::<Vec<_>>()));
+    // The call's source line, from the fixture's debug information: the
+    // line of ring.c that calls close_connection.
+    let source = close.findings[0].source.as_deref().expect("a source line");
+    let line: usize = source
+        .strip_prefix("ring.c:")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("{source}"));
+    let ring_c = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ring.c"),
+    )
+    .expect("ring.c");
     assert!(
-        d.at(Level::Function).any(|s| s.key == "close_connection"),
-        "{:#?}",
-        d.at(Level::Function).collect::<Vec<_>>()
+        ring_c
+            .lines()
+            .nth(line - 1)
+            .is_some_and(|l| l.contains("close_connection(")),
+        "{source}"
+    );
+    assert!(
+        close.sentence.contains(&format!("(at {source})")),
+        "{}",
+        close.sentence
     );
     assert!(d.at(Level::Unit).count() >= 2);
 
