@@ -320,10 +320,11 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
                 .unwrap_or(0);
             if let Some((score, threshold)) = top {
                 clauses.push(format!(
-                    "{} distance to its peers {score:.1} against a threshold of {threshold:.1} {} ({:.1}x) in {windows} windows",
-                    m.name(),
-                    m.unit_of(&report.normalized),
+                    "its {} differ from its peers' by {:.1}x the threshold (distance {score:.1} vs {threshold:.1} {}; metric {}) in {windows} windows",
+                    in_words(*m),
                     score / threshold.max(f64::MIN_POSITIVE),
+                    m.unit_of(&report.normalized),
+                    m.name(),
                 ));
                 let ratio = |(s, t): (f64, f64)| s / t.max(f64::MIN_POSITIVE);
                 if worst.is_none_or(|w| ratio(w) < ratio((score, threshold))) {
@@ -352,9 +353,13 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
             wall_ns: first.map(|w| w.start_ns),
             at_s: Some(f.from_s),
             detail: format!(
-                "differs from its peers{}: {}",
-                if untrained { " (untrained)" } else { "" },
-                clauses.join("; ")
+                "{}{}",
+                clauses.join("; "),
+                if untrained {
+                    " (untrained comparison)"
+                } else {
+                    ""
+                }
             ),
             site: None,
             source: None,
@@ -400,6 +405,22 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
         untrained,
         notes,
         findings,
+    }
+}
+
+/// A peer metric as an administrator names it.
+fn in_words(m: peers::Metric) -> &'static str {
+    use peers::Metric as M;
+    match m {
+        M::Samples => "CPU samples",
+        M::Count => "calls of traced functions",
+        M::Time => "times in traced functions",
+        M::Retransmits => "TCP retransmissions",
+        M::SocketBytes => "socket bytes",
+        M::Syscalls => "system calls",
+        M::SyscallTime => "times in system calls",
+        M::Latency => "times per call of traced functions",
+        M::SyscallLatency => "times per system call",
     }
 }
 

@@ -1455,7 +1455,7 @@ fn untrained_comparison_finds_the_slower_server_and_spares_a_clean_run() {
     assert_eq!(servers[0].key, "server2");
     assert!(servers[0].untrained_only);
     assert!(
-        servers[0].sentence.contains("(untrained)"),
+        servers[0].sentence.contains("(untrained comparison)"),
         "{}",
         servers[0].sentence
     );
