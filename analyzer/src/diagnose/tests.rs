@@ -290,3 +290,57 @@ fn the_page_escapes_capture_text_and_has_every_section() {
     assert_eq!(json["outcome"], "suspect_found");
     assert_eq!(json["analyses"][1]["status"], "not_run");
 }
+
+/// A capture's names reach the page through a model report too (process
+/// names, call paths in the evidence, the units table, the plot): all
+/// escaped.
+#[test]
+fn model_report_text_is_escaped_everywhere_on_the_page() {
+    use crate::{
+        score::{Ranking, ScoreReport, Scoring, UnitScore},
+        units::Variant,
+    };
+    let evil = "<script>alert(1)</script>";
+    let unit: UnitScore = serde_json::from_value(serde_json::json!({
+        "host": "h<b>", "pid": 7, "comm": evil, "tid": 7, "kind": "handler",
+        "start_ns": 1, "end_ns": 2, "t_s": 0.5, "wall": "00:00:01.000",
+        "wall_ns": 1_000_000_000u64, "capture": "c.capture", "connection": null,
+        "peer": evil, "score": 1.0, "anomalous": true, "reason": evil,
+        "differences": [{"path": format!("main > {evil}@main+0x1"), "kind": "unexpected", "p": 1.0, "delta": 1.0}],
+        "evidence": [{"kind": "new_call", "paths": [format!("main > {evil}@main+0x1")], "learned": 3}],
+    }))
+    .expect("a unit score");
+    let report = ScoreReport::new(
+        Variant::Paper000,
+        Scoring::Nodes,
+        Ranking::Evidence,
+        &["c.capture".to_string()],
+        vec![unit],
+    );
+    let servers = from::RunServers::new(&[("c.capture".into(), "h<b>".into())]);
+    let result = from::model(&report, &servers);
+    assert_eq!(result.status, Status::Found, "{}", report.summary);
+    assert!(
+        result
+            .findings
+            .iter()
+            .any(|f| f.level == Level::Function && f.name == evil),
+        "{:#?}",
+        result.findings
+    );
+    let d = combine(vec!["c.capture".into()], not_run_rest(vec![result]), 1);
+    let page = html::render(
+        &d,
+        &html::Reports {
+            model: Some(&report),
+            ..Default::default()
+        },
+    );
+    assert!(
+        !page.contains("<script>alert"),
+        "raw capture text in the page"
+    );
+    assert!(!page.contains("<b>"), "raw capture text in the page");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(page.contains(r#"<table class="sortable" id="model-units">"#));
+}
