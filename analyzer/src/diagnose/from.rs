@@ -576,6 +576,41 @@ pub fn hang(
         }
         return r;
     }
+    if report.culprits.is_empty() {
+        // Hung, but no rank holds the others up that the wait-for graph
+        // can tell: every stuck rank is a suspect, not "nothing".
+        for w in report.ranks.iter().filter(|w| {
+            w.state != mpi::waitfor::RankState::Finished && w.idle_ns >= report.threshold_ns
+        }) {
+            let server = servers.of_host(&w.host);
+            r.findings.push(Finding {
+                analysis: AnalysisKind::Hang,
+                level: Level::Process,
+                key: process_key(&server, w.pid),
+                name: format!("rank {} (pid {})", w.rank, w.pid),
+                parent: Some(server),
+                evidence: "hung, culprit not found".into(),
+                score: Some(w.idle_ns as f64 / 1e9),
+                normal: Some(report.threshold_ns as f64 / 1e9),
+                wall_ns: None,
+                at_s: None,
+                detail: format!(
+                    "no MPI progress for {:.1} s ({:?}{}); which rank holds the others up could not be told",
+                    w.idle_ns as f64 / 1e9,
+                    w.state,
+                    w.call
+                        .as_deref()
+                        .map(|c| format!(" in {c}"))
+                        .unwrap_or_default()
+                ),
+                site: None,
+                source: None,
+            });
+        }
+        if !r.findings.is_empty() {
+            r.status = Status::Found;
+        }
+    }
     for c in &report.culprits {
         let Some(w) = report.ranks.iter().find(|w| w.rank == c.rank) else {
             continue;

@@ -344,3 +344,43 @@ fn model_report_text_is_escaped_everywhere_on_the_page() {
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(page.contains(r#"<table class="sortable" id="model-units">"#));
 }
+
+/// A hung run whose culprit the wait-for graph cannot tell is no "nothing
+/// stands out": its stuck ranks are the suspects; a run that is not hung
+/// gives none.
+#[test]
+fn a_hang_without_a_culprit_still_names_the_stuck_ranks() {
+    use crate::mpi::{verdict::Verdict as MpiVerdict, waitfor::HangReport};
+    let hang = |hung: bool| -> HangReport {
+        serde_json::from_value(serde_json::json!({
+            "version": 1, "threshold_ns": 1_000_000_000u64, "threshold_source": "given",
+            "hung": hung, "culprits": [],
+            "ranks": [
+                {"rank": 0, "host": "h", "pid": 10, "state": {"kind": "finished"}, "call": null,
+                 "call_site": 0, "waits_for": [], "idle_ns": 5_000_000_000u64},
+                {"rank": 1, "host": "h", "pid": 11, "state": {"kind": "blocked"}, "call": "MPI_Recv",
+                 "call_site": 0, "waits_for": [0], "idle_ns": 5_000_000_000u64},
+            ],
+        }))
+        .expect("a hang report")
+    };
+    let verdict = MpiVerdict::new(
+        "hang",
+        Vec::new(),
+        Vec::new(),
+        vec![0, 1],
+        "the MPI progress of",
+    );
+    let servers = from::RunServers::new(&[("c.capture".into(), "h".into())]);
+    let r = from::hang(&hang(true), &verdict, &servers, &mut |_| String::new());
+    assert_eq!(r.status, Status::Found);
+    let keys: Vec<&str> = r.findings.iter().map(|f| f.key.as_str()).collect();
+    assert_eq!(keys, ["h/11"], "the finished rank is no suspect");
+    assert!(
+        r.findings[0].detail.contains("in MPI_Recv"),
+        "{}",
+        r.findings[0].detail
+    );
+    let r = from::hang(&hang(false), &verdict, &servers, &mut |_| String::new());
+    assert_eq!((r.status, r.findings.len()), (Status::NothingStandsOut, 0));
+}
