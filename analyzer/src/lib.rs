@@ -7,13 +7,16 @@
 //! (Maruyama & Matsuoka); [`peers`] compares servers with their peers
 //! window by window to find the faulty one (Kasick et al.); [`automaded`]
 //! finds abnormal MPI tasks and edges with semi-Markov models (Laguna et al.);
-//! [`debuginfo`] turns code addresses into functions, files and lines (DWARF,
+//! [`diagnose`] combines
+//! every analysis that applies to a run into one ranked verdict and an HTML
+//! report; [`debuginfo`] turns code addresses into functions, files and lines (DWARF,
 //! inlined frames, separate debug files) for every report. `tracer replay`
 //! uses [`decode`] too, so there is
 //! one decoding path for files and for live rings.
 
 pub mod automaded;
 pub mod debuginfo;
+pub mod diagnose;
 pub mod export;
 /// Decoding captures is defined beside the capture format, in `tracer-common`.
 pub use tracer_common::decode;

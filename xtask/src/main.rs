@@ -291,6 +291,25 @@ fn demo() -> anyhow::Result<()> {
          Captures, model and plot: {}",
         dir.display()
     );
+    step("every analysis that applies to the faulty run, one verdict, and the HTML report");
+    let report = dir.join("report.html");
+    // Exit status 1 is the verdict "a suspect was found", not a failure.
+    let status = Command::new(&analyzer)
+        .args(["diagnose", "--model"])
+        .arg(&model)
+        .arg(&faulty)
+        .arg("-o")
+        .arg(&report)
+        .status()
+        .context("running analyzer diagnose")?;
+    match status.code() {
+        Some(0 | 1) => {}
+        _ => bail!("analyzer diagnose failed ({status})"),
+    }
+    println!(
+        "\nThe report (one HTML file, opens offline): {}",
+        report.display()
+    );
     Ok(())
 }
 

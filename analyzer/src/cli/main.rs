@@ -11,13 +11,15 @@ use analyzer::{
     debuginfo::{AddressKind, SourceLines},
     decode::format::{Formatter, Summary},
     model::GlobalModel,
-    report::{Series, scatter_svg},
-    score::{Evidence, NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_processes},
+    score::{
+        NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_processes, scores_svg, why,
+    },
     units::{Variant, decompose_capture},
 };
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod diagnose;
 mod export;
 mod mpi;
 mod peers;
@@ -102,6 +104,10 @@ enum Command {
         #[arg(long, value_enum, default_value = "000")]
         variant: Variant,
     },
+    /// Run every analysis that applies to a run; one ranked verdict, and
+    /// an HTML report with -o.
+    #[command(long_about = diagnose::LONG_ABOUT)]
+    Diagnose(Box<diagnose::DiagnoseArgs>),
     /// Learn and apply models of normal behaviour (Maruyama & Matsuoka).
     #[command(subcommand)]
     Model(ModelCommand),
@@ -233,62 +239,6 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
 
 fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {
     Ok(analyzer::load::model(path)?)
-}
-
-/// The short reason in a unit's table row: its strongest evidence, or
-/// the calls that weigh most in its score.
-fn why(s: &analyzer::score::UnitScore) -> String {
-    let last = |path: &str| path.rsplit(" > ").next().unwrap_or(path).to_string();
-    if let Some(e) = s.evidence.first() {
-        return match e {
-            Evidence::NoGroup | Evidence::NoModel { .. } => s.reason.clone(),
-            Evidence::NewCall { paths, .. } => format!(
-                "new call: {}",
-                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
-            ),
-            Evidence::Skipped { paths, .. } => format!(
-                "skipped: {}",
-                paths.iter().map(|p| last(p)).collect::<Vec<_>>().join(", ")
-            ),
-            Evidence::NewBehaviour { learned } => {
-                let near = s.behaviour.as_ref().and_then(|b| b.nearest.as_ref());
-                let mut what = vec![format!("never in {learned} learned units")];
-                if let Some(n) = near {
-                    what.extend(n.missing.iter().map(|p| format!("without {}", last(p))));
-                    what.extend(n.extra.iter().map(|p| format!("with {}", last(p))));
-                }
-                what.join("; ")
-            }
-            Evidence::Open {
-                frames,
-                exited,
-                waiting,
-            } => format!(
-                "never completed ({}{} in {})",
-                if *exited { "ended" } else { "capture ended" },
-                if *waiting { ", waiting" } else { "" },
-                frames.last().map_or("?".to_string(), |f| last(f))
-            ),
-            Evidence::AboveRange { .. } => "score above the normal range".to_string(),
-            Evidence::Repeated { units, peers, .. } => format!(
-                "deviated {units} times in this tree (peers: {})",
-                peers
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-    }
-    if !s.reason.is_empty() {
-        return s.reason.clone();
-    }
-    s.differences
-        .iter()
-        .take(2)
-        .map(|d| format!("{:?} {} (p={:.2})", d.kind, last(&d.path), d.p).to_lowercase())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Scores the units of `captures` against `model` into a ranked report.
@@ -429,65 +379,16 @@ fn print_scores(
     Ok(())
 }
 
-/// Every unit's score against its start time, by unit kind; the top three
-/// named, and the earliest anomaly when it is not among them.
-fn scores_svg(report: &ScoreReport) -> String {
-    let scores = &report.units;
-    let mut series: Vec<Series> = Vec::new();
-    for s in scores {
-        let label = s.kind.name();
-        match series.iter_mut().find(|x| x.label == label) {
-            Some(x) => x.points.push((s.t_s, s.score)),
-            None => series.push(Series {
-                label: label.to_string(),
-                points: vec![(s.t_s, s.score)],
-            }),
-        }
-    }
-    let mut labels: Vec<(f64, f64, String)> = scores
-        .iter()
-        .take(3)
-        .enumerate()
-        .map(|(i, s)| {
-            (
-                s.t_s,
-                s.score,
-                format!("#{} {}[{}] {}", i + 1, s.comm, s.pid, s.kind.name()),
-            )
-        })
-        .collect();
-    let mut earliest: Vec<usize> = report.earliest.iter().filter_map(|e| e.unit).collect();
-    earliest.sort_unstable();
-    earliest.dedup();
-    for i in earliest.into_iter().filter(|i| *i >= 3) {
-        let s = &scores[i];
-        labels.push((
-            s.t_s,
-            s.score,
-            format!(
-                "earliest anomaly: #{} {}[{}] {}",
-                i + 1,
-                s.comm,
-                s.pid,
-                s.kind.name()
-            ),
-        ));
-    }
-    scatter_svg(
-        "Suspect scores of execution units",
-        "seconds since the capture started",
-        "suspect score",
-        1.0,
-        &series,
-        &labels,
-    )
-}
-
-fn run(args: Args) -> anyhow::Result<()> {
+fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let ui = &Ui { quiet: args.quiet };
     match args.command {
+        Command::Diagnose(a) => {
+            let code = diagnose::run(*a, &mut out, ui)?;
+            out.flush()?;
+            return Ok(code);
+        }
         Command::Export(a) => export::run(*a, ui)?,
         Command::Completions { shell } => {
             let mut cmd = <Args as clap::CommandFactory>::command();
@@ -708,16 +609,16 @@ fn run(args: Args) -> anyhow::Result<()> {
             let stdin = std::io::stdin();
             analyzer::live::serve::serve(stdin.lock(), std::io::stdout().lock(), max_input)
                 .context("serving the agent")?;
-            return Ok(());
+            return Ok(ExitCode::SUCCESS);
         }
     }
     out.flush()?;
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e)
             if e.downcast_ref::<std::io::Error>()
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
@@ -761,6 +662,7 @@ mod tests {
             "analyzer.1",
             "analyzer-model-learn.1",
             "analyzer-peers-diagnose.1",
+            "analyzer-diagnose.1",
         ] {
             assert!(dir.path().join(page).is_file(), "{page}");
         }

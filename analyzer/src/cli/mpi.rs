@@ -173,7 +173,7 @@ pub(crate) fn profiles(paths: &[PathBuf]) -> anyhow::Result<(Vec<Capture>, Profi
     Ok((captures, profiles))
 }
 
-fn load_model(path: &Path) -> anyhow::Result<Model> {
+pub(crate) fn load_model(path: &Path) -> anyhow::Result<Model> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading model {}", path.display()))?;
     let model: Model = serde_json::from_str(&text)

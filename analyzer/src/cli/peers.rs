@@ -259,7 +259,7 @@ pub(crate) fn duration_ns(text: &str) -> Result<u64, String> {
 }
 
 /// Capture files of a directory, sorted.
-fn captures_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn captures_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -303,6 +303,22 @@ pub(crate) fn analyze_run(
     cfg: &PeersConfig,
     min_windows: usize,
 ) -> anyhow::Result<peers::Scored> {
+    let captures = files
+        .iter()
+        .map(|f| super::open(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    analyze_opened(name, files, &captures, cfg, min_windows)
+}
+
+/// Scores one run of captures already open (`files[i]` is `captures[i]`'s
+/// path), with `cfg`'s endpoints and those of the run's `endpoints.txt`.
+pub(crate) fn analyze_opened(
+    name: &str,
+    files: &[PathBuf],
+    captures: &[analyzer::Capture],
+    cfg: &PeersConfig,
+    min_windows: usize,
+) -> anyhow::Result<peers::Scored> {
     let mut cfg = cfg.clone();
     if let Some(dir) = files.first().and_then(|f| f.parent()) {
         let file = dir.join(ENDPOINTS_FILE);
@@ -315,10 +331,6 @@ pub(crate) fn analyze_run(
         }
     }
     let cfg = &cfg;
-    let captures = files
-        .iter()
-        .map(|f| super::open(f))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let labels: Vec<String> = files
         .iter()
         .map(|f| {
@@ -331,7 +343,7 @@ pub(crate) fn analyze_run(
     let sources: Vec<CaptureSource<'_>> = files
         .iter()
         .zip(&labels)
-        .zip(&captures)
+        .zip(captures)
         .map(|((path, label), capture)| CaptureSource {
             path,
             label,
@@ -358,7 +370,7 @@ fn read_endpoints(path: &Path) -> anyhow::Result<Vec<ServerEndpoint>> {
         .collect()
 }
 
-fn load_thresholds(path: &Path) -> anyhow::Result<Thresholds> {
+pub(crate) fn load_thresholds(path: &Path) -> anyhow::Result<Thresholds> {
     Ok(analyzer::load::thresholds(path)?)
 }
 

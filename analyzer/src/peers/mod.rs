@@ -30,7 +30,9 @@ pub use distance::{KL_EPSILON, distance, median, median_vector, scores, term};
 pub use features::{
     CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,
 };
-pub use train::{minimal_threshold, quantile, train};
+pub use train::{
+    UNTRAINED_FACTOR, minimal_threshold, quantile, train, untrained, untrained_windows,
+};
 pub use types::{
     Calibration, Cell, Culprit, Distance, FaultyServer, Metric, Outcome, PAPER_SAMPLE_HZ,
     PeersConfig, PeersError, REPORT_VERSION, Report, RootCause, ServerEndpoint, ServerSplit,

@@ -31,7 +31,7 @@ const KSYMS: [(&str, u64); 3] = [
 ];
 
 /// What goes wrong on one server, from a time on (seconds into the run).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Fault {
     /// `read_disk` takes 4× as long.
     slow_from: Option<f64>,
@@ -1863,5 +1863,144 @@ fn quantile_and_paper_thresholds_per_server() {
         assert_eq!(th.minimal, median, "{}", server.label);
         assert_eq!(th.threshold, (3.0 * median).max(q.min_threshold));
         assert!(th.minimal < th.max_score, "the median is below the largest");
+    }
+}
+
+/// Without training (`analyzer diagnose` without `--thresholds`): windows
+/// sized to the run, thresholds from the run's own scores. A clean run
+/// indicts nobody; the run with a slower `read_disk` on server2 indicts
+/// server2 and only it, and `diagnose` makes it the server suspect, with
+/// `read_disk` among the functions, labelled untrained.
+#[test]
+fn untrained_comparison_finds_the_slower_server_and_spares_a_clean_run() {
+    use crate::diagnose::{self, AnalysisKind, Level, from};
+
+    assert_eq!(untrained_windows(0), (2 * SEC, SEC));
+    assert_eq!(untrained_windows(40 * SEC), (6 * SEC, 3 * SEC));
+    assert_eq!(untrained_windows(3600 * SEC), (60 * SEC, 30 * SEC));
+    let (window_ns, shift_ns) = untrained_windows(40 * SEC);
+    let cfg = PeersConfig {
+        window_ns,
+        shift_ns,
+        ..Default::default()
+    };
+    let clean = scored("clean", &run(11, 40, &[], false, false), &cfg).expect("clean");
+    let r = diagnose(&clean, &untrained(&clean, &cfg), cfg.k, 10);
+    assert_eq!(
+        r.verdict.outcome,
+        Outcome::NoneStandsOut,
+        "{}",
+        r.verdict.summary
+    );
+
+    let slow = Fault {
+        slow_from: Some(12.0),
+        ..Default::default()
+    };
+    let faulty = scored("faulty", &run(99, 40, &[(2, slow)], false, false), &cfg).expect("run");
+    let t = untrained(&faulty, &cfg);
+    assert!(
+        t.metrics
+            .values()
+            .flat_map(|m| m.values())
+            .all(|s| s.threshold >= 1.0)
+    );
+    let r = diagnose(&faulty, &t, cfg.k, 10);
+    assert_eq!(r.faulty, vec!["server2"], "{}", r.verdict.summary);
+
+    let result = from::peers(&r, true);
+    assert!(result.untrained);
+    let d = diagnose::combine(Vec::new(), vec![result], 4);
+    let servers: Vec<_> = d.at(Level::Server).collect();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0].key, "server2");
+    assert!(servers[0].untrained_only);
+    assert!(
+        servers[0].sentence.contains("(untrained comparison)"),
+        "{}",
+        servers[0].sentence
+    );
+    assert!(
+        d.at(Level::Function)
+            .any(|f| f.key == "read_disk" && f.parents == ["server2"]),
+        "{:#?}",
+        d.suspects
+    );
+    assert_eq!(
+        d.analysis(AnalysisKind::Peers).map(|a| a.untrained),
+        Some(true)
+    );
+}
+
+/// The untrained comparison over the synthetic fault kinds and seeds
+/// (server1 faulty from 12 s): each fault indicts server1 alone, by the
+/// metric it changes; clean runs, with or without a host-wide hog, indict
+/// nobody. (Synthetic servers: the real clusters' matrix is `cargo xtask
+/// fs matrix`, which trains.)
+#[test]
+fn untrained_comparison_over_fault_kinds_and_seeds() {
+    let (window_ns, shift_ns) = untrained_windows(40 * SEC);
+    let cfg = PeersConfig {
+        window_ns,
+        shift_ns,
+        ..Default::default()
+    };
+    let verdict = |s: &Scored| diagnose(s, &untrained(s, &cfg), cfg.k, 10);
+    for seed in [11, 33, 55] {
+        for hog in [false, true] {
+            let clean = scored("clean", &run(seed, 40, &[], hog, false), &cfg).expect("clean");
+            let r = verdict(&clean);
+            assert_eq!(
+                r.verdict.outcome,
+                Outcome::NoneStandsOut,
+                "{seed} {hog}: {}",
+                r.verdict.summary
+            );
+        }
+        let at = Some(12.0);
+        for (fault, metric) in [
+            (
+                Fault {
+                    slow_from: at,
+                    ..Default::default()
+                },
+                Metric::Time,
+            ),
+            (
+                Fault {
+                    busy_from: at,
+                    ..Default::default()
+                },
+                Metric::Count,
+            ),
+            (
+                Fault {
+                    retransmit_from: at,
+                    ..Default::default()
+                },
+                Metric::Retransmits,
+            ),
+            (
+                Fault {
+                    slow_reads_from: at,
+                    ..Default::default()
+                },
+                Metric::SyscallLatency,
+            ),
+        ] {
+            let s = scored("f", &run(seed, 40, &[(1, fault)], false, false), &cfg).expect("run");
+            let r = verdict(&s);
+            assert_eq!(
+                r.faulty,
+                vec!["server1"],
+                "{seed} {fault:?}: {}",
+                r.verdict.summary
+            );
+            assert!(
+                r.servers[1].metrics.contains(&metric),
+                "{seed} {fault:?}: {}",
+                r.verdict.summary
+            );
+        }
     }
 }

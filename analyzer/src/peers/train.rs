@@ -133,6 +133,63 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
     })
 }
 
+/// How far above the run's typical score an untrained threshold sits.
+pub const UNTRAINED_FACTOR: f64 = 2.0;
+
+/// Windows for a comparison without training: a sixth of the run's span
+/// (`span_ns`), whole even seconds from 2 to 60, shifted by half; returns
+/// (window, shift) in ns.
+pub fn untrained_windows(span_ns: u64) -> (u64, u64) {
+    let window_s = (span_ns / 6 / 1_000_000_000).clamp(2, 60) & !1;
+    (window_s * 1_000_000_000, window_s * 500_000_000)
+}
+
+/// Thresholds for a run compared without training (`analyzer diagnose`
+/// without `--thresholds`): per metric, [`UNTRAINED_FACTOR`] times the
+/// median score over the run's servers and windows (at least the floor),
+/// the same for every server. With the outlier rule and K of 2K−1 windows
+/// on top, a server is faulty where it stands far out from the others for
+/// a while; weaker evidence than thresholds learned from normal runs.
+pub fn untrained(run: &Scored, cfg: &PeersConfig) -> Thresholds {
+    let mut metrics = BTreeMap::new();
+    for (mi, mv) in run.windowed.metrics.iter().enumerate() {
+        let mut all: Vec<f64> = run.scores[mi]
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|x| x.is_finite())
+            .collect();
+        let typical = if all.is_empty() {
+            0.0
+        } else {
+            super::median(&mut all)
+        };
+        let threshold = (UNTRAINED_FACTOR * typical).max(cfg.min_threshold);
+        let per_server = run
+            .servers
+            .iter()
+            .map(|s| {
+                (
+                    s.label.clone(),
+                    ServerThreshold {
+                        threshold,
+                        minimal: threshold,
+                        max_score: typical,
+                        windows: run.windowed.starts.len(),
+                    },
+                )
+            })
+            .collect();
+        metrics.insert(mv.metric, per_server);
+    }
+    Thresholds {
+        version: THRESHOLDS_VERSION,
+        config: cfg.clone(),
+        metrics,
+        runs: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

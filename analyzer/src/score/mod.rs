@@ -2,10 +2,12 @@
 //! execution unit of a trial run deviates from the learned model, 0..1.
 
 mod calibrate;
+mod render;
 mod report;
 mod suspect;
 
 pub use calibrate::{Calibration, calibrate};
+pub use render::{scores_svg, why};
 pub use report::{
     Earliest, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
 };

@@ -1,0 +1,493 @@
+//! `analyzer diagnose`: every analysis that applies to one run, one
+//! combined verdict, and the HTML report.
+
+use std::{io::Write, path::PathBuf, process::ExitCode};
+
+use analyzer::{
+    Capture,
+    automaded::{self, OutlierConfig, Phase, hang},
+    debuginfo::SourceLines,
+    diagnose::{
+        self, AnalysisKind, AnalysisResult, Diagnosis, Level, Outcome, Status,
+        from::{self, RunServers},
+        html::{self, Reports},
+    },
+    mpi::{self, Profiles},
+    peers::{self, PeersConfig, ServerSplit, Thresholds},
+    score::{Ranking, ScoreReport, Scoring, score_processes},
+    units::decompose_capture,
+};
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+/// `analyzer diagnose` arguments.
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct DiagnoseArgs {
+    /// The captures of one run: capture files, or directories of them
+    /// (every `*.capture` inside). One capture per server or host; a
+    /// capture may hold several processes (daemons, MPI ranks).
+    #[arg(required = true, value_name = "RUN")]
+    run: Vec<PathBuf>,
+    /// A model of normal runs (`analyzer model learn`): score every
+    /// execution unit against it.
+    #[arg(short, long, value_name = "MODEL")]
+    model: Option<PathBuf>,
+    /// Peer thresholds learned from normal runs (`analyzer peers train`).
+    /// Without them, runs of three or more captures are compared untrained:
+    /// a server is anomalous where it stands far out from the others, a
+    /// weaker verdict the report labels as such.
+    #[arg(short, long, value_name = "THRESHOLDS")]
+    thresholds: Option<PathBuf>,
+    /// An MPI interference model (`analyzer mpi learn`): the interference
+    /// metric per processor.
+    #[arg(long, value_name = "MPI_MODEL")]
+    mpi_model: Option<PathBuf>,
+    /// A rank with no MPI transition for this long is hung (e.g. 10s);
+    /// default: ten times this run's 99th-percentile transition, at least
+    /// 1 s.
+    #[arg(long, value_name = "DURATION", value_parser = super::peers::duration_ns)]
+    hang_after: Option<u64>,
+    /// Write the report as one self-contained HTML file (opens offline).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Print the combined verdict as JSON (versioned) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Suspects to print per level (text).
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+}
+
+/// `analyzer diagnose --help`.
+pub(crate) const LONG_ABOUT: &str = "\
+Run every analysis that applies to one run and combine their verdicts.
+
+Given the captures of one run (files, or directories of them: one capture
+per server or host), diagnose runs:
+  model       with --model: each execution unit's suspect score against a
+              model of normal runs (analyzer model learn);
+  peers       with three or more captures: each server compared with its
+              peers window by window, with --thresholds (analyzer peers
+              train), or untrained (clearly labelled) without;
+  interference  when the captures hold MPI calls and --mpi-model is given;
+  outliers    when the captures hold MPI calls: ranks whose behaviour differs
+              from the others' (AutomaDeD);
+  hang        when the captures hold MPI calls: ranks that stopped making
+              progress, and the rank that holds them up.
+
+It prints one ranked verdict: suspects per level (server, process, unit,
+function), each with the analyses that point at it, their scores against
+the normal range, when it first showed, and a sentence; where the analyses
+disagree; and, for each analysis, whether it ran, found something, found
+nothing standing out, or had no data (and why).
+
+Exit status: 0 nothing found (or no analysis could judge the run: the
+output says which), 1 a suspect was found, 2 usage or input errors.
+
+Examples:
+  analyzer diagnose faulty.capture --model model.json -o report.html
+  analyzer diagnose run-7/ --thresholds thresholds.json --json
+  analyzer diagnose mpi-run.capture --mpi-model mpi-model.json -o report.html";
+
+/// Runs `diagnose`; the exit status says whether a suspect was found.
+pub(crate) fn run(
+    args: DiagnoseArgs,
+    out: &mut impl Write,
+    ui: &super::Ui,
+) -> anyhow::Result<ExitCode> {
+    let files = capture_files(&args.run)?;
+    // Inputs that are wrong are errors before any work (exit status 2).
+    let model = args
+        .model
+        .as_deref()
+        .map(analyzer::load::model)
+        .transpose()
+        .with_context(|| "reading --model")?;
+    let thresholds = args
+        .thresholds
+        .as_deref()
+        .map(super::peers::load_thresholds)
+        .transpose()
+        .with_context(|| "reading --thresholds")?;
+    let mpi_model = args
+        .mpi_model
+        .as_deref()
+        .map(super::mpi::load_model)
+        .transpose()
+        .with_context(|| "reading --mpi-model")?;
+
+    let bar = ui.bar(files.len() as u64 + 3, "diagnosing");
+    let mut captures = Vec::with_capacity(files.len());
+    for f in &files {
+        bar.set_message(format!("reading {}", f.display()));
+        captures.push(super::open(f)?);
+        bar.inc(1);
+    }
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let servers = RunServers::new(
+        &names
+            .iter()
+            .zip(&captures)
+            .map(|(n, c)| (n.clone(), c.header.host.clone()))
+            .collect::<Vec<_>>(),
+    );
+
+    let mut results = Vec::new();
+    bar.set_message("model-based scores");
+    let model_report = match &model {
+        Some(m) => {
+            let report = score(m, &names, &captures);
+            results.push(from::model(&report, &servers));
+            Some(report)
+        }
+        None => {
+            results.push(AnalysisResult::not_run(
+                AnalysisKind::Model,
+                "no --model: learn one from normal runs with `analyzer model learn`",
+            ));
+            None
+        }
+    };
+    bar.inc(1);
+
+    bar.set_message("peer comparison");
+    let peers_report = compare_peers(&files, &captures, thresholds.as_ref(), &mut results);
+    bar.inc(1);
+
+    bar.set_message("MPI analyses");
+    let refs: Vec<&Capture> = captures.iter().collect();
+    let mpi = mpi_analyses(&refs, mpi_model.as_ref(), args.hang_after, &servers);
+    bar.inc(1);
+    bar.finish_and_clear();
+    let (interference, outliers, hang_report) = match mpi {
+        Ok(m) => {
+            results.extend(m.results);
+            (m.interference, m.outliers, m.hang)
+        }
+        Err(why) => {
+            for kind in [
+                AnalysisKind::Interference,
+                AnalysisKind::Outliers,
+                AnalysisKind::Hang,
+            ] {
+                results.push(match &why {
+                    MpiSkip::NoCalls => AnalysisResult::not_run(
+                        kind,
+                        "no MPI calls in the captures (record ranks with `tracer record --mpi -- mpiexec ...`)",
+                    ),
+                    MpiSkip::Failed(e) => AnalysisResult::failed(kind, e.clone()),
+                });
+            }
+            (None, None, None)
+        }
+    };
+
+    // Source lines of the evidence's call sites, where the recorded
+    // objects' debug information is on this machine.
+    let refs: Vec<&Capture> = captures.iter().collect();
+    let mut lines = SourceLines::new(&[]);
+    diagnose::sources::add_source_lines(&mut results, &refs, &mut lines);
+    for (object, why) in lines.missing() {
+        ui.say(&format!("note: no source lines for {object}: {why}"));
+    }
+    let d = diagnose::combine(names, results, servers.count());
+    if let Some(path) = &args.output {
+        let reports = Reports {
+            model: model_report.as_ref(),
+            peers: peers_report.as_ref(),
+            interference: interference.as_ref(),
+            outliers: outliers.as_ref().map(|(j, a)| (j, a.as_ref())),
+            hang: hang_report.as_ref(),
+        };
+        std::fs::write(path, html::render(&d, &reports))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+    } else {
+        write!(out, "{}", text(&d, args.top))?;
+        if let Some(path) = &args.output {
+            writeln!(out, "report: {}", path.display())?;
+        }
+    }
+    Ok(if d.outcome == Outcome::SuspectFound {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The capture files of the arguments: files as given, directories'
+/// `*.capture` files.
+fn capture_files(args: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for a in args {
+        if a.is_dir() {
+            files.extend(super::peers::captures_in(a)?);
+        } else if a.is_file() {
+            files.push(a.clone());
+        } else {
+            bail!("{}: no such capture file or directory", a.display());
+        }
+    }
+    files.dedup();
+    Ok(files)
+}
+
+/// Scores every capture's units against the model (as `model score`).
+fn score(model: &analyzer::model::GlobalModel, names: &[String], caps: &[Capture]) -> ScoreReport {
+    let scoring = Scoring::default();
+    let mut scores = Vec::new();
+    for (name, cap) in names.iter().zip(caps) {
+        let processes = decompose_capture(cap, model.variant);
+        scores.extend(score_processes(model, cap, name, &processes, scoring));
+    }
+    ScoreReport::new(model.variant, scoring, Ranking::Evidence, names, scores)
+}
+
+/// The peer comparison, trained or untrained, when the run has servers
+/// enough; its result goes to `results`.
+fn compare_peers(
+    files: &[PathBuf],
+    captures: &[Capture],
+    thresholds: Option<&Thresholds>,
+    results: &mut Vec<AnalysisResult>,
+) -> Option<peers::Report> {
+    const MIN: usize = 3;
+    // Thresholds trained per process (`--split-processes`) compare the
+    // daemons inside the captures, however many captures there are.
+    let per_process =
+        thresholds.is_some_and(|t| matches!(t.config.split, ServerSplit::PerProcess { .. }));
+    if files.len() < MIN && !per_process {
+        results.push(AnalysisResult::not_run(
+            AnalysisKind::Peers,
+            format!(
+                "{} capture(s): peer comparison needs one capture per server, at least {MIN} servers (`analyzer peers --split-processes` compares the daemons of one capture)",
+                files.len()
+            ),
+        ));
+        return None;
+    }
+    let name = run_name(files);
+    let outcome = match thresholds {
+        Some(t) => super::peers::analyze_opened(&name, files, captures, &t.config, 1)
+            .map(|scored| (peers::diagnose(&scored, t, t.config.k, 10), false)),
+        None => untrained(&name, files, captures).context(
+            "untrained comparison (windows of 2 s or more, over the time every capture covers)",
+        ),
+    };
+    match outcome {
+        Ok((report, untrained)) => {
+            results.push(from::peers(&report, untrained));
+            Some(report)
+        }
+        Err(e) => {
+            results.push(AnalysisResult::failed(
+                AnalysisKind::Peers,
+                format!("{e:#}"),
+            ));
+            None
+        }
+    }
+}
+
+fn run_name(files: &[PathBuf]) -> String {
+    files
+        .first()
+        .and_then(|f| f.parent())
+        .map_or_else(|| ".".to_string(), |p| p.display().to_string())
+}
+
+/// Peer comparison without learned thresholds ([`peers::untrained`]),
+/// windows sized to the run ([`peers::untrained_windows`]).
+fn untrained(
+    name: &str,
+    files: &[PathBuf],
+    captures: &[Capture],
+) -> anyhow::Result<(peers::Report, bool)> {
+    let (window_ns, shift_ns) = peers::untrained_windows(0);
+    let mut cfg = PeersConfig {
+        window_ns,
+        shift_ns,
+        ..PeersConfig::default()
+    };
+    // The span is known once the features are extracted: a first pass
+    // with the smallest windows measures it (features are binned by the
+    // window's and shift's gcd, so larger windows need a second pass).
+    let probe = super::peers::analyze_opened(name, files, captures, &cfg, 1);
+    let span_ns = probe.as_ref().map_or(0, |scored| {
+        let starts = &scored.windowed.starts;
+        match (starts.first(), starts.last()) {
+            (Some(a), Some(b)) => b - a + cfg.window_ns,
+            _ => 0,
+        }
+    });
+    (cfg.window_ns, cfg.shift_ns) = peers::untrained_windows(span_ns);
+    let scored = if cfg.window_ns == window_ns {
+        probe?
+    } else {
+        super::peers::analyze_opened(name, files, captures, &cfg, 1)?
+    };
+    let thresholds = peers::untrained(&scored, &cfg);
+    let mut report = peers::diagnose(&scored, &thresholds, cfg.k, 10);
+    report.notes.insert(
+        0,
+        format!(
+            "untrained comparison: {} s windows every {} s; per metric a threshold of {} times the median score of this run's servers and windows; train thresholds on normal runs (`analyzer peers train`) for a calibrated verdict",
+            cfg.window_ns / 1_000_000_000,
+            cfg.shift_ns as f64 / 1e9,
+            peers::UNTRAINED_FACTOR
+        ),
+    );
+    Ok((report, true))
+}
+
+/// Why the MPI analyses did not run.
+enum MpiSkip {
+    NoCalls,
+    Failed(String),
+}
+
+/// What the MPI analyses produced.
+struct MpiResults {
+    results: Vec<AnalysisResult>,
+    interference: Option<mpi::Detection>,
+    outliers: Option<(automaded::verdict::Judgement, Option<automaded::Analysis>)>,
+    hang: Option<mpi::waitfor::HangReport>,
+}
+
+/// Interference (with a model), outlier ranks and hangs, when the
+/// captures hold MPI calls.
+fn mpi_analyses(
+    refs: &[&Capture],
+    model: Option<&mpi::Model>,
+    hang_after: Option<u64>,
+    servers: &RunServers,
+) -> Result<MpiResults, MpiSkip> {
+    let profiles: Profiles =
+        mpi::extract(refs).map_err(|e| MpiSkip::Failed(format!("building MPI profiles: {e}")))?;
+    if profiles.ranks.is_empty() {
+        return Err(MpiSkip::NoCalls);
+    }
+    let mut results = Vec::new();
+    let interference = match model {
+        Some(m) => {
+            let d = mpi::detect(m, &profiles);
+            results.push(from::interference(&d, servers));
+            Some(d)
+        }
+        None => {
+            results.push(AnalysisResult::not_run(
+                AnalysisKind::Interference,
+                "no --mpi-model: learn one from clean runs with `analyzer mpi learn`",
+            ));
+            None
+        }
+    };
+    let explicit = hang_after.map(|ns| (ns, "given"));
+    let mut sites = mpi::sites::Sites::new(refs);
+    let hang_report = mpi::waitfor::analyze_sited(&profiles, explicit, &mut |r, addr| {
+        sites.label(&r.host, r.pid, addr)
+    });
+    let judged = automaded::verdict::judge(
+        &automaded::verdict::Run {
+            profiles: &profiles,
+            captures: refs.to_vec(),
+        },
+        &[],
+    );
+    // As `tasks outliers`: models end where each rank stood only with an
+    // explicit hang threshold.
+    let tails = explicit
+        .filter(|_| hang_report.hung)
+        .map(|_| hang::tails_of(&profiles));
+    let models = automaded::smm::build_with_tails(&profiles, refs, Phase::Whole, tails.as_ref());
+    let ranking = automaded::analyze(&models, &OutlierConfig::default()).ok();
+    results.push(from::outliers(&judged, ranking.as_ref(), servers));
+    let verdict = hang_report.verdict(&profiles);
+    results.push(from::hang(&hang_report, &verdict, servers, &mut |w| {
+        sites.label(&w.host, w.pid, w.call_site)
+    }));
+    Ok(MpiResults {
+        results,
+        interference,
+        outliers: Some((judged, ranking)),
+        hang: Some(hang_report),
+    })
+}
+
+/// The verdict for a terminal.
+fn text(d: &Diagnosis, top: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "verdict: {}",
+        match d.outcome {
+            Outcome::SuspectFound => "suspect found",
+            Outcome::NothingStandsOut => "nothing stands out",
+            Outcome::NoData => "no verdict (no analysis could judge the run)",
+        }
+    );
+    for line in &d.summary {
+        let _ = writeln!(s, "  {line}");
+    }
+    for level in Level::ALL {
+        let at: Vec<_> = d.at(level).collect();
+        if at.is_empty() {
+            continue;
+        }
+        let _ = writeln!(s, "suspect {}:", level.plural());
+        for (i, x) in at.iter().take(top).enumerate() {
+            let _ = writeln!(s, "  {}. {}", i + 1, x.sentence);
+        }
+        if at.len() > top {
+            let _ = writeln!(
+                s,
+                "  ({} more; --top N, --json or -o report.html)",
+                at.len() - top
+            );
+        }
+    }
+    if !d.disagreements.is_empty() {
+        let _ = writeln!(s, "where the analyses disagree:");
+        for line in &d.disagreements {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    let _ = writeln!(s, "analyses:");
+    for a in &d.analyses {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<26} {}",
+            a.analysis.name(),
+            format!(
+                "{}{}",
+                a.status.describe(),
+                if a.untrained { " (untrained)" } else { "" }
+            ),
+            match a.status {
+                Status::NotRun | Status::Failed => a.reason.clone().unwrap_or_default(),
+                _ => a.summary.clone(),
+            }
+        );
+        for n in &a.notes {
+            let _ = writeln!(s, "  {:<13} note: {n}", "");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path that is neither a capture nor a directory is refused by name.
+    #[test]
+    fn missing_inputs_are_named() {
+        let err = capture_files(&[std::path::Path::new("/nonexistent/x.capture").to_path_buf()])
+            .expect_err("missing");
+        assert!(err.to_string().contains("/nonexistent/x.capture"), "{err}");
+    }
+}

@@ -1,0 +1,305 @@
+//! `analyzer diagnose` end to end: a recorded faulty run of the daemon ring
+//! (the model test's fixture), one combined verdict naming the daemons the
+//! fault shows in, and the HTML report loaded in a real headless browser.
+
+use analyzer::{
+    diagnose::{AnalysisKind, DIAGNOSIS_VERSION, Diagnosis, Level, Outcome, Status},
+    score::ScoreReport,
+};
+use tests::{analyzer, fixture, installed, privileged};
+
+/// Records one ring run (4 daemons, 10 rounds) and returns the capture path.
+fn ring_run(dir: &std::path::Path, name: &str, port: u16, fault: Option<u16>) -> String {
+    let out = dir.join(format!("{name}.capture"));
+    tests::record_ring(&fixture("ring", None), &out, port, fault);
+    out.display().to_string()
+}
+
+/// The DOM of `page` after its scripts ran, from headless chromium.
+fn dump_dom(page: &std::path::Path, profile: &std::path::Path) -> tests::Run {
+    tests::run_bounded(
+        std::path::Path::new("chromium"),
+        &[
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("file://{}", page.display()),
+        ],
+    )
+}
+
+/// With a model of three normal runs, `diagnose` on the faulty run exits 1,
+/// and its JSON verdict puts the daemon that closed the connection (where
+/// the fault first showed) first among processes, the daemon that sent the
+/// broken header next, `close_connection` among the functions, and says
+/// that the peer and MPI analyses did not run and why. The HTML report
+/// loads in chromium without a script error, the verdict and every
+/// section in its DOM. Without a model nothing can judge the run: exit 0
+/// and "no verdict", not "nothing stands out"; a missing capture is a usage
+/// error (2).
+#[test]
+fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
+    if !privileged() || !installed(&["chromium"], "apt-get install chromium (scripts/setup)") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = tests::port_block(20);
+    let normal: Vec<String> = (0..3)
+        .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
+        .collect();
+    let faulty_base = base + 15;
+    let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
+    let model = dir.path().join("model.json").display().to_string();
+    let mut learn = vec!["model", "learn", "-o", &model];
+    learn.extend(normal.iter().map(String::as_str));
+    let run = analyzer(&learn);
+    assert!(run.status.success(), "{}", run.stderr);
+
+    // Which pid is which daemon, from `model score`: the earliest anomaly
+    // is daemon 3's close; daemon 2's handler of its right-hand connection
+    // (to daemon 3, listening on base + 3) saw the reset.
+    let run = analyzer(&["model", "score", "--model", &model, &faulty, "--json"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let scores: ScoreReport = serde_json::from_str(&run.stdout).expect("a score report");
+    let closer = scores
+        .earliest_in(&faulty)
+        .expect("an earliest anomaly")
+        .pid;
+    let rhs = format!("127.0.0.1:{}", faulty_base + 3);
+    let sender = scores
+        .units
+        .iter()
+        .find(|u| u.peer.as_deref() == Some(rhs.as_str()) && u.anomalous)
+        .expect("daemon 2's reset handler")
+        .pid;
+    assert_ne!(closer, sender);
+
+    let html = dir.path().join("report.html");
+    let html_arg = html.display().to_string();
+    let run = analyzer(&[
+        "diagnose", &faulty, "--model", &model, "--json", "-o", &html_arg,
+    ]);
+    assert_eq!(run.status.code(), Some(1), "a suspect: {}", run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    assert_eq!(d.version, DIAGNOSIS_VERSION);
+    assert_eq!(d.outcome, Outcome::SuspectFound);
+    let status = |k: AnalysisKind| d.analysis(k).expect("every analysis is listed").status;
+    assert_eq!(status(AnalysisKind::Model), Status::Found);
+    for k in [
+        AnalysisKind::Peers,
+        AnalysisKind::Interference,
+        AnalysisKind::Outliers,
+        AnalysisKind::Hang,
+    ] {
+        assert_eq!(status(k), Status::NotRun, "{k:?}");
+    }
+    let reason = |k: AnalysisKind| {
+        d.analysis(k)
+            .and_then(|a| a.reason.clone())
+            .unwrap_or_default()
+    };
+    assert!(reason(AnalysisKind::Peers).contains("1 capture(s)"));
+    assert!(reason(AnalysisKind::Hang).contains("no MPI calls"));
+    assert_eq!(
+        d.at(Level::Server).count(),
+        0,
+        "one host: no server suspect"
+    );
+    let processes: Vec<&str> = d.at(Level::Process).map(|s| s.name.as_str()).collect();
+    let (closer_name, sender_name) = (format!("ring[{closer}]"), format!("ring[{sender}]"));
+    assert_eq!(
+        processes[..2],
+        [closer_name.as_str(), sender_name.as_str()],
+        "{processes:?}"
+    );
+    let first = d.at(Level::Process).next().expect("a process");
+    assert!(
+        first.wall.is_some() && first.sentence.contains("[model]"),
+        "{first:#?}"
+    );
+    assert!(
+        d.summary[0].starts_with(&format!("most suspect process: ring[{closer}] (by model")),
+        "{:?}",
+        d.summary
+    );
+    let close = d
+        .at(Level::Function)
+        .find(|s| s.key == "close_connection")
+        .unwrap_or_else(|| panic!("{:#?}", d.at(Level::Function).collect::<Vec<_>>()));
+    // The call's source line, from the fixture's debug information: the
+    // line of ring.c that calls close_connection.
+    let source = close.findings[0].source.as_deref().expect("a source line");
+    let line: usize = source
+        .strip_prefix("ring.c:")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("{source}"));
+    let ring_c = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ring.c"),
+    )
+    .expect("ring.c");
+    assert!(
+        ring_c
+            .lines()
+            .nth(line - 1)
+            .is_some_and(|l| l.contains("close_connection(")),
+        "{source}"
+    );
+    assert!(
+        close.sentence.contains(&format!("(at {source})")),
+        "{}",
+        close.sentence
+    );
+    assert!(d.at(Level::Unit).count() >= 2);
+
+    // The text verdict says the same and where the report is.
+    let run = analyzer(&["diagnose", &faulty, "--model", &model, "-o", &html_arg]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("verdict: suspect found\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(&format!("report: {html_arg}")),
+        "{}",
+        run.stdout
+    );
+
+    // The report, in a browser.
+    let page = std::fs::read_to_string(&html).expect("the report was written");
+    assert!(!page.contains(" src="), "the page fetches nothing");
+    let profile = tempfile::tempdir().expect("browser profile");
+    let dom = dump_dom(&html, profile.path());
+    assert!(dom.status.success(), "chromium: {}", dom.stderr);
+    let dom = dom.stdout;
+    assert!(
+        dom.contains(r#"data-ready="1""#),
+        "the scripts did not finish: {dom}"
+    );
+    // The page's error catcher adds this element on any script error.
+    assert!(
+        !dom.contains(r#"<div id="script-error">"#),
+        "a script error: {dom}"
+    );
+    for section in [
+        "verdict",
+        "suspects",
+        "analysis-model",
+        "analysis-peers",
+        "analysis-interference",
+        "analysis-outliers",
+        "analysis-hang",
+    ] {
+        assert!(
+            dom.contains(&format!(r#"<section id="{section}">"#)),
+            "{section}"
+        );
+        // The table of contents the script builds links every section.
+        assert!(
+            dom.contains(&format!(r##"<a href="#{section}">"##)),
+            "{section}"
+        );
+    }
+    assert!(dom.contains(&format!("most suspect process: ring[{closer}]")));
+    assert!(dom.contains(r#"data-outcome="suspect_found""#));
+    assert!(dom.contains("<svg"), "the scores plot is inline");
+
+    // No model: no analysis applies; "no verdict", exit 0.
+    let run = analyzer(&["diagnose", &faulty]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with("verdict: no verdict (no analysis could judge the run)"),
+        "{}",
+        run.stdout
+    );
+    let missing = dir.path().join("missing.capture").display().to_string();
+    let run = analyzer(&["diagnose", &missing]);
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains(&missing), "{}", run.stderr);
+}
+
+/// A hung MPI run (rank 2 computes forever from its tenth iteration, the
+/// other ranks wait for it): with no model given, `diagnose` finds the MPI
+/// calls and runs the MPI analyses on its own; it exits 1, the hang
+/// analysis names rank 2, which leads the process suspects; the
+/// interference analysis says it needs a model; and the report's hang
+/// section, in chromium, says the run is hung.
+#[test]
+fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
+    use tests::mpi::{Fault, Job, build, record};
+    if !privileged()
+        || !installed(
+            &["mpicc", "mpiexec", "chromium"],
+            "apt packages mpich libmpich-dev chromium",
+        )
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = Job {
+        exe: build("mpi_halo", dir.path()),
+        args: vec!["400".into(), "4000".into()],
+        ranks: 4,
+        limit: std::time::Duration::from_secs(6),
+    };
+    let o = record(
+        &job,
+        Fault::Hang { rank: 2, iter: 10 },
+        &dir.path().join("hang.capture"),
+    );
+    let pid = o
+        .ranks
+        .iter()
+        .find(|(r, _)| *r == 2)
+        .expect("rank 2's pid")
+        .1;
+    let capture = o.capture.display().to_string();
+    let html = dir.path().join("report.html");
+    let html_arg = html.display().to_string();
+    let run = analyzer(&["diagnose", &capture, "--json", "-o", &html_arg]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let status = |k: AnalysisKind| d.analysis(k).expect("listed").status;
+    assert_eq!(
+        status(AnalysisKind::Hang),
+        Status::Found,
+        "{:#?}",
+        d.analyses
+    );
+    assert_eq!(status(AnalysisKind::Model), Status::NotRun);
+    assert_eq!(status(AnalysisKind::Interference), Status::NotRun);
+    assert!(
+        d.analysis(AnalysisKind::Interference)
+            .and_then(|a| a.reason.as_deref())
+            .is_some_and(|r| r.contains("--mpi-model")),
+        "{:#?}",
+        d.analyses
+    );
+    assert_ne!(status(AnalysisKind::Outliers), Status::NotRun, "it applies");
+    let top = d.at(Level::Process).next().expect("a process suspect");
+    assert!(
+        top.key.ends_with(&format!("/{pid}")) && top.name.contains("rank 2"),
+        "{top:#?}"
+    );
+    assert!(top.analyses.contains(&AnalysisKind::Hang), "{top:#?}");
+    let run = analyzer(&["diagnose", &capture]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains(&format!("most suspect process: rank 2 (pid {pid}")),
+        "{}",
+        run.stdout
+    );
+    eprintln!("{}", run.stdout);
+
+    let profile = tempfile::tempdir().expect("browser profile");
+    let dom = dump_dom(&html, profile.path());
+    assert!(dom.status.success(), "chromium: {}", dom.stderr);
+    assert!(dom.stdout.contains(r#"data-ready="1""#));
+    assert!(!dom.stdout.contains(r#"<div id="script-error">"#));
+    assert!(dom.stdout.contains("The run is hung"), "{}", dom.stdout);
+}
