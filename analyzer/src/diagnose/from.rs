@@ -421,6 +421,15 @@ fn in_words(m: peers::Metric) -> &'static str {
         M::SyscallTime => "times in system calls",
         M::Latency => "times per call of traced functions",
         M::SyscallLatency => "times per system call",
+        M::FileIo => "file I/O calls",
+        M::FileTime => "times in file I/O calls",
+        M::FileLatency => "times per file I/O call",
+        M::BlockRequests => "disk requests",
+        M::BlockBytes => "disk bytes",
+        M::BlockTime => "disk request times",
+        M::BlockLatency => "times per disk request",
+        M::NetBytes => "network traffic of its namespace",
+        M::NetErrors => "network drops and errors",
     }
 }
 
