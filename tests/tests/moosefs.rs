@@ -123,13 +123,18 @@ fn moosefs_chunkservers_recorded_and_lossy_server_found() {
         }
         bytes.push(moved);
     }
-    // Two copies of every chunk over four servers, placed by free space:
-    // each server moves a share of the data, none twice another's.
-    let (lo, hi) = (
-        *bytes.iter().min().expect("4 servers"),
-        *bytes.iter().max().expect("4 servers"),
+    // Two copies of every chunk over four servers: each server moves a
+    // share of the data. Shares are uneven for one file of a few chunks
+    // (a pair of servers that holds the copies of one chunk moves the same
+    // bytes: seen [1.22, 1.27, 0.40, 0.40] GB), so each share is only held
+    // to a quarter of the mean: a server whose socket calls went unrecorded
+    // would move next to nothing.
+    let mean = bytes.iter().sum::<i64>() / 4;
+    let lo = *bytes.iter().min().expect("4 servers");
+    assert!(
+        mean > 0 && lo >= mean / 4,
+        "socket bytes per server: {bytes:?}"
     );
-    assert!(lo > 0 && hi <= 2 * lo, "socket bytes per server: {bytes:?}");
 
     let clean2 = record_dd(&cluster, &dirs[1], None);
     let clean3 = record_dd(&cluster, &dirs[2], None);
