@@ -82,8 +82,8 @@ fn per_pid(run: &LoadedRun) -> BTreeMap<u32, PerPid> {
     out
 }
 
-/// The windows `cargo xtask gluster matrix` measured (4 s every 2 s: no
-/// false positive in 72 runs). With 2 s every 1 s a disk hog on one server
+/// The windows `cargo xtask fs matrix --fs glusterfs` measured (4 s every
+/// 2 s: no false positive in 72 runs). With 2 s every 1 s a disk hog on one server
 /// shifted another's share of system calls past its threshold in 3 of 5
 /// windows (a false indictment, once in CI). A 16 s run with the fault from
 /// 4 s has 5 windows wholly under it, enough for k = 3 of the last 5.

@@ -135,8 +135,9 @@ impl Metric {
     /// kernel's network signals and the system-call count, time and latency
     /// (on the GlusterFS matrix, with [`PeersConfig::default`]'s
     /// normalisation and outlier rule, they find every CPU hog, packet loss
-    /// and network hog and indict no clean server; see `cargo xtask gluster
-    /// matrix`). Function latency stays opt-in: it indicted clean servers.
+    /// and network hog and indict no clean server; see `cargo xtask fs
+    /// matrix --fs glusterfs`). Function latency stays opt-in: it indicted
+    /// clean servers.
     pub const DEFAULT: [Metric; 8] = [
         Self::Samples,
         Self::Count,
@@ -451,8 +452,8 @@ impl Default for PeersConfig {
             resolution: None,
             min_threshold: 1.0,
             metrics: Metric::DEFAULT.to_vec(),
-            // Measured on the GlusterFS matrix (`cargo xtask gluster
-            // matrix`): normalised system-call counts find the network hogs
+            // Measured on the GlusterFS matrix (`cargo xtask fs matrix --fs
+            // glusterfs`): normalised system-call counts find the network hogs
             // that lock-step hides, and normalised time the rest once the
             // bricks write synchronously (network-hog 66.7 -> 100% TP, FP 0);
             // the outlier rule keeps the windows in which every brick
