@@ -270,11 +270,7 @@ impl SourceLines {
         file_offset: u64,
         kind: AddressKind,
     ) -> Option<Rc<[Frame]>> {
-        let vaddr = object
-            .segments
-            .iter()
-            .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
-            .map(|s| file_offset - s.offset + s.vaddr)?;
+        let vaddr = tracer_common::decode::segment_vaddr(object, file_offset)?;
         Some(self.frames(object, vaddr, kind))
     }
 

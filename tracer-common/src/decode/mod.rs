@@ -9,5 +9,7 @@ mod symbolize;
 mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
-pub use symbolize::{Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in};
+pub use symbolize::{
+    Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in, segment_vaddr,
+};
 pub use types::{Event, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name};

@@ -53,13 +53,24 @@ pub fn locate_in(table: &ObjectSymbols, vaddr: u64) -> Location<'_> {
     locate(&table.path, table, vaddr)
 }
 
-/// File offset of object address `vaddr`, from the object's segments.
+/// File offset of object address `vaddr`, from the object's segments
+/// (which come from a capture: no arithmetic on them may overflow).
 fn segment_offset(table: &ObjectSymbols, vaddr: u64) -> Option<u64> {
     table
         .segments
         .iter()
         .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
-        .map(|s| vaddr - s.vaddr + s.offset)
+        .and_then(|s| (vaddr - s.vaddr).checked_add(s.offset))
+}
+
+/// Object address of file offset `file_offset`, from the object's segments
+/// (the inverse of [`segment_offset`]; `None` outside every segment).
+pub fn segment_vaddr(table: &ObjectSymbols, file_offset: u64) -> Option<u64> {
+    table
+        .segments
+        .iter()
+        .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
+        .and_then(|s| (file_offset - s.offset).checked_add(s.vaddr))
 }
 
 struct Mapping {
@@ -176,7 +187,7 @@ impl<'a> Symbolizer<'a> {
                 let hi = table
                     .segments
                     .iter()
-                    .map(|s| s.vaddr + s.filesz)
+                    .map(|s| s.vaddr.saturating_add(s.filesz))
                     .max()
                     .unwrap_or(0);
                 anchors.entry(pid).or_default().push(Anchor {
@@ -261,10 +272,14 @@ impl<'a> Symbolizer<'a> {
                 .get(&pid)?
                 .iter()
                 .find(|a| addr >= a.start && addr < a.end)?;
-            return Some(locate(anchor.object, anchor.table, addr - anchor.bias));
+            return Some(locate(
+                anchor.object,
+                anchor.table,
+                addr.wrapping_sub(anchor.bias),
+            ));
         };
         let (object, table) = self.objects[map.object];
-        let file_offset = addr - map.start + map.offset;
+        let file_offset = (addr - map.start).checked_add(map.offset)?;
         let Some(table) = table else {
             return Some(Location {
                 object,
@@ -272,38 +287,8 @@ impl<'a> Symbolizer<'a> {
                 offset: file_offset,
             });
         };
-        let vaddr = table
-            .segments
-            .iter()
-            .find(|s| file_offset >= s.offset && file_offset < s.offset + s.filesz)
-            .map(|s| file_offset - s.offset + s.vaddr)
-            .unwrap_or(file_offset);
+        let vaddr = segment_vaddr(table, file_offset).unwrap_or(file_offset);
         Some(locate(object, table, vaddr))
-    }
-
-    /// The object and file offset of user address `addr` in process `pid`
-    /// (for a debug-information lookup), when its mapping is known.
-    pub fn file_offset(&self, pid: u32, addr: u64) -> Option<(&'a str, u64)> {
-        if let Some(map) = self
-            .maps
-            .get(&pid)
-            .and_then(|maps| maps.iter().find(|m| addr >= m.start && addr < m.end))
-        {
-            return Some((self.objects[map.object].0, addr - map.start + map.offset));
-        }
-        let anchor = self
-            .anchors()
-            .get(&pid)?
-            .iter()
-            .find(|a| addr >= a.start && addr < a.end)?;
-        let vaddr = addr - anchor.bias;
-        let offset = anchor
-            .table
-            .segments
-            .iter()
-            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)
-            .map(|s| vaddr - s.vaddr + s.offset)?;
-        Some((anchor.object, offset))
     }
 
     /// The object user address `addr` of process `pid` is in, and where in
@@ -330,12 +315,7 @@ impl<'a> Symbolizer<'a> {
         };
         let (object, table) = self.objects[map.object];
         let file_offset = (addr - map.start).checked_add(map.offset)?;
-        let vaddr = table.and_then(|t| {
-            t.segments
-                .iter()
-                .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)
-                .map(|s| file_offset - s.offset + s.vaddr)
-        });
+        let vaddr = table.and_then(|t| segment_vaddr(t, file_offset));
         Some(ObjectAddress {
             object,
             table,
@@ -391,12 +371,50 @@ fn lookup(symbols: &[Symbol], vaddr: u64) -> Option<&Symbol> {
         .checked_sub(1)?;
     // Several names may share an address; any of them contains vaddr equally.
     let sym = &symbols[idx];
-    (sym.size == 0 || vaddr < sym.addr + sym.size).then_some(sym)
+    // Tables come from captures: unsorted or huge entries must not overflow.
+    let offset = vaddr.checked_sub(sym.addr)?;
+    (sym.size == 0 || offset < sym.size).then_some(sym)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Segments and symbols come from captures: sizes and offsets near
+    /// `u64::MAX`, and tables out of order, give no place rather than an
+    /// overflow (found by the `capture_structured` fuzz target).
+    #[test]
+    fn hostile_segments_and_symbols_do_not_overflow() {
+        let table = ObjectSymbols {
+            path: "/bin/app".into(),
+            segments: vec![crate::capture::Segment {
+                vaddr: u64::MAX - 4,
+                offset: u64::MAX - 8,
+                filesz: u64::MAX,
+            }],
+            ..ObjectSymbols::default()
+        };
+        assert_eq!(segment_vaddr(&table, u64::MAX - 2), None);
+        assert_eq!(segment_offset(&table, u64::MAX - 1), Some(u64::MAX - 5));
+        let low = Symbol {
+            addr: 0x10,
+            size: 0x10,
+            name: "low".into(),
+        };
+        let huge = Symbol {
+            addr: u64::MAX - 1,
+            size: u64::MAX,
+            name: "huge".into(),
+        };
+        let sorted = vec![low.clone(), huge.clone()];
+        assert!(lookup(&sorted, u64::MAX).is_some_and(|s| s.name == "huge"));
+        assert!(lookup(&sorted, 0x18).is_some_and(|s| s.name == "low"));
+        // Out of order: whatever is found, nothing panics.
+        let unsorted = vec![huge, low];
+        for vaddr in [0, 0x18, u64::MAX - 1, u64::MAX] {
+            let _ = lookup(&unsorted, vaddr);
+        }
+    }
 
     fn syms() -> Vec<Symbol> {
         vec![
@@ -497,11 +515,6 @@ mod tests {
         assert_eq!(sym.user_object(42, 0x7fff_ffff_e010), None, "trampoline");
         assert_eq!(sym.user(42, bias + 0x9000), None, "outside the object");
         assert_eq!(sym.user(43, bias + 0x1004), None, "another process");
-        assert_eq!(
-            sym.file_offset(42, bias + 0x1004),
-            Some(("/bin/app", 0x1004))
-        );
-        assert_eq!(sym.file_offset(42, bias + 0x9000), None);
     }
 
     /// A child forked by a process with maps and gone before its own were
