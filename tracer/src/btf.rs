@@ -229,6 +229,15 @@ impl<'a> Btf<'a> {
 
     /// Size in bytes of type `id`.
     fn size_of(&self, id: u32) -> Option<usize> {
+        self.size_of_at(id, 0)
+    }
+
+    /// [`Self::size_of`], `depth` arrays deep (an array that is its own
+    /// element, in damaged BTF, ends here instead of overflowing the stack).
+    fn size_of_at(&self, id: u32, depth: u32) -> Option<usize> {
+        if depth > 32 {
+            return None;
+        }
         let e = self.resolve(id)?;
         match e.kind() {
             KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 | KIND_FLOAT => {
@@ -238,7 +247,7 @@ impl<'a> Btf<'a> {
             KIND_ARRAY => {
                 let elem = word(self.types, e.at + 12).ok()?;
                 let n = word(self.types, e.at + 20).ok()? as usize;
-                self.size_of(elem)?.checked_mul(n)
+                self.size_of_at(elem, depth + 1)?.checked_mul(n)
             }
             _ => None,
         }
@@ -556,6 +565,26 @@ mod tests {
         // A struct claiming more members than the section holds.
         let lying = blob(&[1, info(KIND_STRUCT, 9, false), 4], b"\0s\0");
         assert!(Btf::parse(&lying, &[]).is_err());
+        // An array whose element is itself: no size, and no stack overflow.
+        let looped = blob(
+            &[
+                1,
+                info(KIND_STRUCT, 1, false),
+                4,
+                3,
+                2,
+                0,
+                0,
+                info(KIND_ARRAY, 0, false),
+                0,
+                2,
+                1,
+                2,
+            ],
+            b"\0s\0m\0",
+        );
+        let btf = Btf::parse(&looped, &["s"]).expect("parses");
+        assert_eq!(btf.offset_of("s", "m"), None);
         assert!(Btf::parse(b"\x9f\xeb\x01\x00", &[]).is_err());
         assert!(Btf::parse(b"garbage!", &[]).is_err());
     }
