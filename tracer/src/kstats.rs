@@ -9,7 +9,6 @@
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     io::Read as _,
-    os::unix::fs::MetadataExt as _,
     path::Path,
 };
 
@@ -136,27 +135,27 @@ impl KernelStats {
         if self.config.net {
             let mut seen = HashSet::new();
             for pid in traced {
-                let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else {
+                let Some(netns) = procfs::netns(*pid) else {
                     continue;
                 };
-                if !seen.insert(meta.ino()) {
+                if !seen.insert(netns) {
                     continue;
                 }
                 let addrs = local_addresses(*pid);
-                if self.addrs.get(&meta.ino()) != Some(&addrs) {
+                if self.addrs.get(&netns) != Some(&addrs) {
                     for (family, addr) in &addrs {
                         let rec = NetAddr {
                             header: header(kind::NET_ADDR, size_of::<NetAddr>(), *pid, now_ns),
-                            netns: meta.ino(),
+                            netns,
                             family: *family,
                             _pad: [0; 6],
                             addr: *addr,
                         };
                         sink.push(rec.as_bytes(), &rec.header)?;
                     }
-                    self.addrs.insert(meta.ino(), addrs);
+                    self.addrs.insert(netns, addrs);
                 }
-                for rec in net_records(*pid, meta.ino(), now_ns) {
+                for rec in net_records(*pid, netns, now_ns) {
                     match rec {
                         NetRecord::Dev(r) => sink.push(r.as_bytes(), &r.header)?,
                         NetRecord::Snmp(r) => sink.push(r.as_bytes(), &r.header)?,
