@@ -64,6 +64,14 @@ fn cell_num(x: Option<f64>, digits: usize) -> String {
     }
 }
 
+/// The rank, host and pid cells that open every per-rank row.
+fn rank_cells(rank: u32, host: &str, pid: u32) -> String {
+    format!(
+        r#"<td data-v="{rank}">{rank}</td><td>{}</td><td>{pid}</td>"#,
+        esc(host)
+    )
+}
+
 fn table_head(out: &mut String, id: &str, columns: &[&str]) {
     let _ = write!(out, r#"<table class="sortable" id="{id}"><thead><tr>"#);
     for c in columns {
@@ -618,11 +626,8 @@ fn interference(out: &mut String, d: &mpi::Detection) {
     for p in &d.processors {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}<td>{}</td>{}{}<td>{}</td></tr>"#,
-            p.rank,
-            p.rank,
-            esc(&p.host),
-            p.pid,
+            r#"<tr>{}<td>{}</td>{}{}<td>{}</td>{}{}<td>{}</td></tr>"#,
+            rank_cells(p.rank, &p.host, p.pid),
             esc(&format!("{:?}", p.cpus)),
             cell_num(p.metric, 3),
             cell_num(p.threshold, 3),
@@ -677,11 +682,8 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
     for t in &a.tasks {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}</tr>"#,
-            t.rank,
-            t.rank,
-            esc(&t.host),
-            t.pid,
+            r#"<tr>{}<td>{}</td>{}{}</tr>"#,
+            rank_cells(t.rank, &t.host, t.pid),
             t.cluster.map_or("-".to_string(), |c| c.to_string()),
             cell_num(Some(t.distance), 3),
             cell_num(Some(t.normalized), 3)
@@ -756,11 +758,8 @@ fn hang(out: &mut String, h: &HangReport) {
     for w in &h.ranks {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>{}</tr>"#,
-            w.rank,
-            w.rank,
-            esc(&w.host),
-            w.pid,
+            r#"<tr>{}<td>{}</td><td><code>{}</code></td><td>{}</td>{}</tr>"#,
+            rank_cells(w.rank, &w.host, w.pid),
             esc(&format!("{:?}", w.state)),
             esc(w.call.as_deref().unwrap_or("-")),
             esc(&format!("{:?}", w.waits_for)),
