@@ -231,7 +231,9 @@ fn capture_files(args: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             bail!("{}: no such capture file or directory", a.display());
         }
     }
-    files.dedup();
+    // A file named twice (alone and in its directory) is one capture.
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(f.clone()));
     Ok(files)
 }
 

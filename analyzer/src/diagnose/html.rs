@@ -64,6 +64,14 @@ fn cell_num(x: Option<f64>, digits: usize) -> String {
     }
 }
 
+/// The rank, host and pid cells that open every per-rank row.
+fn rank_cells(rank: u32, host: &str, pid: u32) -> String {
+    format!(
+        r#"<td data-v="{rank}">{rank}</td><td>{}</td><td>{pid}</td>"#,
+        esc(host)
+    )
+}
+
 fn table_head(out: &mut String, id: &str, columns: &[&str]) {
     let _ = write!(out, r#"<table class="sortable" id="{id}"><thead><tr>"#);
     for c in columns {
@@ -615,14 +623,11 @@ fn interference(out: &mut String, d: &mpi::Detection) {
             "note",
         ],
     );
-    for p in &d.processors {
+    for p in d.processors.iter().take(ROWS) {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}<td>{}</td>{}{}<td>{}</td></tr>"#,
-            p.rank,
-            p.rank,
-            esc(&p.host),
-            p.pid,
+            r#"<tr>{}<td>{}</td>{}{}<td>{}</td>{}{}<td>{}</td></tr>"#,
+            rank_cells(p.rank, &p.host, p.pid),
             esc(&format!("{:?}", p.cpus)),
             cell_num(p.metric, 3),
             cell_num(p.threshold, 3),
@@ -632,7 +637,7 @@ fn interference(out: &mut String, d: &mpi::Detection) {
             esc(p.note.as_deref().unwrap_or(""))
         );
     }
-    table_end(out, d.processors.len(), d.processors.len());
+    table_end(out, d.processors.len().min(ROWS), d.processors.len());
 }
 
 fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&automaded::Analysis>) {
@@ -650,7 +655,7 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
             "excess (s)",
         ],
     );
-    for (rank, p) in &j.phases {
+    for (rank, p) in j.phases.iter().take(ROWS) {
         let _ = writeln!(
             out,
             r#"<tr><td data-v="{rank}">{rank}</td>{}{}{}{}<td><code>{}</code></td>{}</tr>"#,
@@ -662,7 +667,7 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
             cell_num(Some(p.excess_s), 3)
         );
     }
-    table_end(out, j.phases.len(), j.phases.len());
+    table_end(out, j.phases.len().min(ROWS), j.phases.len());
     let Some(a) = a else {
         out.push_str("<p class=note>No AutomaDeD ranking (too few ranks).</p>");
         return;
@@ -674,20 +679,17 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
         "outliers-tasks",
         &["rank", "host", "pid", "cluster", "distance", "normalized"],
     );
-    for t in &a.tasks {
+    for t in a.tasks.iter().take(ROWS) {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}</tr>"#,
-            t.rank,
-            t.rank,
-            esc(&t.host),
-            t.pid,
+            r#"<tr>{}<td>{}</td>{}{}</tr>"#,
+            rank_cells(t.rank, &t.host, t.pid),
             t.cluster.map_or("-".to_string(), |c| c.to_string()),
             cell_num(Some(t.distance), 3),
             cell_num(Some(t.normalized), 3)
         );
     }
-    table_end(out, a.tasks.len(), a.tasks.len());
+    table_end(out, a.tasks.len().min(ROWS), a.tasks.len());
     for (n, t) in a.abnormal.iter().enumerate() {
         let _ = write!(
             out,
@@ -706,7 +708,7 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
                 "p (rank / reference)",
             ],
         );
-        for e in &t.edges {
+        for e in t.edges.iter().take(ROWS) {
             let pair = |f: fn(&automaded::outliers::EdgeTimes) -> String| {
                 format!(
                     "{} / {}",
@@ -724,7 +726,7 @@ fn outliers(out: &mut String, j: &automaded::verdict::Judgement, a: Option<&auto
                 pair(|x| format!("{:.2}", x.prob))
             );
         }
-        table_end(out, t.edges.len(), t.edges.len());
+        table_end(out, t.edges.len().min(ROWS), t.edges.len());
     }
 }
 
@@ -753,21 +755,18 @@ fn hang(out: &mut String, h: &HangReport) {
             "idle (s)",
         ],
     );
-    for w in &h.ranks {
+    for w in h.ranks.iter().take(ROWS) {
         let _ = writeln!(
             out,
-            r#"<tr><td data-v="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>{}</tr>"#,
-            w.rank,
-            w.rank,
-            esc(&w.host),
-            w.pid,
+            r#"<tr>{}<td>{}</td><td><code>{}</code></td><td>{}</td>{}</tr>"#,
+            rank_cells(w.rank, &w.host, w.pid),
             esc(&format!("{:?}", w.state)),
             esc(w.call.as_deref().unwrap_or("-")),
             esc(&format!("{:?}", w.waits_for)),
             cell_num(Some(w.idle_ns as f64 / 1e9), 2)
         );
     }
-    table_end(out, h.ranks.len(), h.ranks.len());
+    table_end(out, h.ranks.len().min(ROWS), h.ranks.len());
     if !h.culprits.is_empty() {
         out.push_str("<h3>Culprits</h3><ul>");
         for c in &h.culprits {

@@ -856,7 +856,12 @@ pub fn extract(
                             if let Some(ip) = ip_of(sc.addr.family, &sc.addr.addr) {
                                 let port = u16::from_be(sc.addr.port_be);
                                 let ip = (!ip.is_unspecified()).then_some(ip);
-                                endpoints[host].bound.entry(port).or_default().push((ip, s));
+                                // A server binding the same port again (a
+                                // restart loop) adds nothing: keep one entry.
+                                let list = endpoints[host].bound.entry(port).or_default();
+                                if !list.contains(&(ip, s)) {
+                                    list.push((ip, s));
+                                }
                             }
                         }
                         nr::ACCEPT | nr::ACCEPT4 if sc.ret >= 0 => {
