@@ -89,16 +89,27 @@ fn regions(run: &Run<'_>, names: &mut Regions) -> RunSamples {
     let mut out = Vec::new();
     for r in &run.profiles.ranks {
         let mut samples = Vec::with_capacity(r.calls.len());
-        let mut prev: Option<String> = None;
+        // Per rank, each (function, call site) is labelled and each pair of
+        // them named once, not once per call (runs have millions of calls).
+        let mut labels: Vec<String> = Vec::new();
+        let mut heres: rustc_hash::FxHashMap<(u16, u64), usize> = rustc_hash::FxHashMap::default();
+        let mut keys: rustc_hash::FxHashMap<(usize, usize), u32> = rustc_hash::FxHashMap::default();
+        let mut prev: Option<usize> = None;
         for c in &r.calls {
-            let here = format!(
-                "{} at {}",
-                r.function_name(c),
-                sites.label(&r.host, r.pid, c.call_site)
-            );
-            if let Some(p) = &prev {
+            let here = *heres.entry((c.function, c.call_site)).or_insert_with(|| {
+                labels.push(format!(
+                    "{} at {}",
+                    r.function_name(c),
+                    sites.label(&r.host, r.pid, c.call_site)
+                ));
+                labels.len() - 1
+            });
+            if let Some(p) = prev {
+                let key = *keys
+                    .entry((p, here))
+                    .or_insert_with(|| names.id(format!("{} -> {}", labels[p], labels[here])));
                 samples.push(Sample {
-                    key: names.id(format!("{p} -> {here}")),
+                    key,
                     start_ns: c.start_ns.saturating_sub(c.compute_ns),
                     value_ns: c.compute_ns,
                 });

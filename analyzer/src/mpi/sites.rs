@@ -19,7 +19,8 @@ use crate::{
 pub struct Sites<'a> {
     symbolizers: Vec<(&'a str, Symbolizer<'a>)>,
     lines: SourceLines,
-    cache: HashMap<(String, u32, u64), String>,
+    /// By (symbolizer index, pid, address).
+    cache: HashMap<(usize, u32, u64), String>,
 }
 
 impl<'a> Sites<'a> {
@@ -42,26 +43,21 @@ impl<'a> Sites<'a> {
         if addr == 0 {
             return String::new();
         }
-        let key = (host.to_string(), pid, addr);
+        let Some(i) = self.symbolizers.iter().position(|(h, _)| *h == host) else {
+            return String::new();
+        };
+        let key = (i, pid, addr);
         if let Some(l) = self.cache.get(&key) {
             return l.clone();
         }
-        let lines = &mut self.lines;
-        let label = self
-            .symbolizers
-            .iter()
-            .find(|(h, _)| *h == host)
-            .map(|(_, s)| s)
-            .and_then(|s| {
-                // The innermost frame: the function the call is written in,
-                // inlined or not.
-                let frames = lines.frames_at(s, pid, addr, AddressKind::Return);
-                match frames.first() {
-                    Some(f) if f.line.is_some() => Some(label_of(f)),
-                    _ => s.user(pid, addr).map(|l| l.to_string()),
-                }
-            })
-            .unwrap_or_default();
+        let s = &self.symbolizers[i].1;
+        // The innermost frame: the function the call is written in,
+        // inlined or not.
+        let frames = self.lines.frames_at(s, pid, addr, AddressKind::Return);
+        let label = match frames.first() {
+            Some(f) if f.line.is_some() => label_of(f),
+            _ => s.user(pid, addr).map(|l| l.to_string()).unwrap_or_default(),
+        };
         self.cache.insert(key, label.clone());
         label
     }
