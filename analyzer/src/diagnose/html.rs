@@ -37,18 +37,7 @@ const ROWS: usize = 200;
 
 /// Text escaped for HTML element content and quoted attribute values.
 pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::report::escape(s)
 }
 
 fn num(x: Option<f64>, digits: usize) -> String {

@@ -18,11 +18,22 @@ pub(crate) const COLORS: [&str; 10] = [
     "#7f7f7f", "#bcbd22",
 ];
 
-/// Text escaped for SVG element content and attribute values.
+/// Text escaped for SVG or HTML element content and quoted attribute
+/// values (names from captures may hold quotes): the one escaper of every
+/// page and plot the analyzer writes.
 pub(crate) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Renders `series` as an SVG scatter plot, with `labels` (x, y, text)
