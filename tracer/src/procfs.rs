@@ -39,12 +39,63 @@ pub enum ProcError {
         #[source]
         source: io::Error,
     },
+    /// A file under `/proc/PID` is larger than any real process makes it
+    /// (another user's process controls its maps, command line and sockets;
+    /// a root tracer reads no more than this of them).
+    #[error("{path} is larger than {limit} bytes; not read")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound.
+        limit: u64,
+    },
 }
 
-fn read(path: PathBuf) -> Result<String, ProcError> {
-    fs::read(&path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .map_err(|source| ProcError::Read { path, source })
+/// Bounds on what is read of files under `/proc/PID`. Kernel-made files of a
+/// real process stay far below them (maps: 65,530 mappings at most by
+/// default, about 100 bytes each), but their size is set by the process.
+mod limit {
+    /// `status`, `stat`, `children` of one thread.
+    pub const SMALL: u64 = 64 << 10;
+    /// `cmdline`: the rest of a longer command line is left out.
+    pub const CMDLINE: u64 = 128 << 10;
+    /// `environ`: only the launchers' role variables are kept.
+    pub const ENVIRON: u64 = 1 << 20;
+    /// `maps`: beyond this the process is not snapshotted.
+    pub const MAPS: u64 = 64 << 20;
+    /// `net/tcp{,6}`: the rest of a longer table is left out.
+    pub const TCP_TABLE: u64 = 64 << 20;
+    /// Entries read of a directory (`fd`, `task`).
+    pub const DIR_ENTRIES: usize = 1 << 18;
+}
+
+/// Up to `limit` bytes of `path`, and whether there was more.
+fn read_prefix(path: &Path, limit: u64) -> io::Result<(Vec<u8>, bool)> {
+    use io::Read as _;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    let more = bytes.len() as u64 > limit;
+    bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok((bytes, more))
+}
+
+/// `path` as text, refused when longer than `limit`.
+fn read(path: PathBuf, limit: u64) -> Result<String, ProcError> {
+    match read_prefix(&path, limit) {
+        Ok((_, true)) => Err(ProcError::TooLarge { path, limit }),
+        Ok((bytes, false)) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(source) => Err(ProcError::Read { path, source }),
+    }
+}
+
+/// The text of `/proc/PID/maps` (bounded), or why not.
+pub fn maps_text(pid: u32) -> Result<String, ProcError> {
+    read(PathBuf::from(format!("/proc/{pid}/maps")), limit::MAPS).map_err(|e| match e {
+        ProcError::Read { .. } if !exists(pid) => ProcError::NoSuchProcess { pid },
+        e => e,
+    })
 }
 
 /// Whether process `pid` exists.
@@ -55,7 +106,7 @@ pub fn exists(pid: u32) -> bool {
 /// The scheduler state letter of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...),
 /// from `/proc/PID/stat`; `None` when the process is gone.
 pub fn state(pid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read(PathBuf::from(format!("/proc/{pid}/stat")), limit::SMALL).ok()?;
     parse_state(&text)
 }
 
@@ -75,8 +126,7 @@ pub fn cpu_times(pid: u32) -> Option<(u64, u64, u64, u32)> {
     let mut total = (0u64, 0u64, 0u64, 0u32);
     // Bounded: a process with more threads than this is summed partially.
     for entry in dir.flatten().take(4096) {
-        let path = entry.path().join("schedstat");
-        let Ok(text) = fs::read_to_string(&path) else {
+        let Ok(text) = read(entry.path().join("schedstat"), limit::SMALL) else {
             continue;
         };
         let mut f = text
@@ -110,7 +160,7 @@ pub fn exe(pid: u32) -> Result<PathBuf, ProcError> {
 /// The real uid of `pid` (who started it), from `/proc/PID/status`.
 pub fn uid(pid: u32) -> Result<u32, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/status"));
-    let text = read(path.clone())?;
+    let text = read(path.clone(), limit::SMALL)?;
     text.lines()
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -123,7 +173,7 @@ pub fn uid(pid: u32) -> Result<u32, ProcError> {
 /// When `pid` started, `CLOCK_REALTIME` ns (to clock-tick precision).
 pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
-    let text = read(path.clone())?;
+    let text = read(path.clone(), limit::SMALL)?;
     let bad = || ProcError::Read {
         path: path.clone(),
         source: io::Error::other("unexpected /proc/PID/stat format"),
@@ -181,8 +231,7 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
 
 /// Executable mappings of `pid`.
 pub fn exec_maps(pid: u32) -> Result<Vec<MapEntry>, ProcError> {
-    let text = read(PathBuf::from(format!("/proc/{pid}/maps")))?;
-    Ok(parse_maps(&text)
+    Ok(parse_maps(&maps_text(pid)?)
         .into_iter()
         .filter(|m| m.perms.contains('x'))
         .collect())
@@ -193,7 +242,7 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
     if !exists(pid) {
         return Err(ProcError::NoSuchProcess { pid });
     }
-    let status = read(PathBuf::from(format!("/proc/{pid}/status")))?;
+    let status = read(PathBuf::from(format!("/proc/{pid}/status")), limit::SMALL)?;
     let field = |name: &str| {
         status
             .lines()
@@ -204,13 +253,9 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
     if field("Tgid:").parse::<u32>().ok() != Some(pid) {
         return Err(ProcError::NoSuchProcess { pid });
     }
-    let cmdline = read(PathBuf::from(format!("/proc/{pid}/cmdline")))?
-        .split('\0')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
-    let env = fs::read(format!("/proc/{pid}/environ"))
-        .map(|bytes| role_env(&bytes))
+    let cmdline = cmdline(pid)?;
+    let env = read_prefix(Path::new(&format!("/proc/{pid}/environ")), limit::ENVIRON)
+        .map(|(bytes, _)| role_env(&bytes))
         .unwrap_or_default();
     Ok(ProcessInfo {
         pid,
@@ -229,6 +274,33 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
     })
 }
 
+/// The arguments of `pid`; past [`limit::CMDLINE`] bytes, the arguments that
+/// fit and a last one saying how long the line was not.
+fn cmdline(pid: u32) -> Result<Vec<String>, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/cmdline"));
+    let (mut bytes, more) = match read_prefix(&path, limit::CMDLINE) {
+        Ok(read) => read,
+        Err(source) => return Err(ProcError::Read { path, source }),
+    };
+    if more {
+        // The last argument is cut: leave it out rather than keep half.
+        let whole = bytes.iter().rposition(|b| *b == 0).map_or(0, |i| i + 1);
+        bytes.truncate(whole);
+    }
+    let mut args: Vec<String> = bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    if more {
+        args.push(format!(
+            "[command line longer than {} bytes]",
+            limit::CMDLINE
+        ));
+    }
+    Ok(args)
+}
+
 /// Inode number of the network namespace of `pid` (`/proc/PID/ns/net`).
 pub fn netns(pid: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt as _;
@@ -243,6 +315,7 @@ pub fn tcp_sockets(pid: u32) -> Vec<SocketEntry> {
         return Vec::new();
     };
     let by_inode: BTreeMap<u64, i32> = dir
+        .take(limit::DIR_ENTRIES)
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let target = fs::read_link(entry.path()).ok()?;
@@ -259,9 +332,11 @@ pub fn tcp_sockets(pid: u32) -> Vec<SocketEntry> {
     }
     let mut out = Vec::new();
     for (table, v6) in [("tcp", false), ("tcp6", true)] {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+        let path = PathBuf::from(format!("/proc/{pid}/net/{table}"));
+        let Ok((bytes, _)) = read_prefix(&path, limit::TCP_TABLE) else {
             continue;
         };
+        let text = String::from_utf8_lossy(&bytes);
         out.extend(parse_tcp_table(&text, v6, &by_inode));
     }
     out.sort_by_key(|s| s.fd);
@@ -339,21 +414,22 @@ pub fn socket_fds(pid: u32) -> Vec<u32> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
-    dir.filter_map(|entry| {
-        let entry = entry.ok()?;
-        let target = fs::read_link(entry.path()).ok()?;
-        target
-            .to_string_lossy()
-            .starts_with("socket:[")
-            .then(|| entry.file_name().to_str()?.parse().ok())?
-    })
-    .collect()
+    dir.take(limit::DIR_ENTRIES)
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let target = fs::read_link(entry.path()).ok()?;
+            target
+                .to_string_lossy()
+                .starts_with("socket:[")
+                .then(|| entry.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
 }
 
 /// Whether `pid` is a process (a thread-group leader), not another thread
 /// of one: `/proc/TID` exists for threads too.
 pub fn is_process(pid: u32) -> bool {
-    read(PathBuf::from(format!("/proc/{pid}/status"))).is_ok_and(|status| {
+    read(PathBuf::from(format!("/proc/{pid}/status")), limit::SMALL).is_ok_and(|status| {
         status
             .lines()
             .find_map(|l| l.strip_prefix("Tgid:"))
@@ -367,7 +443,8 @@ pub fn threads(pid: u32) -> Vec<u32> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+    dir.take(limit::DIR_ENTRIES)
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect()
 }
 
@@ -376,9 +453,19 @@ pub fn threads(pid: u32) -> Vec<u32> {
 pub fn children(pid: u32) -> Vec<u32> {
     threads(pid)
         .into_iter()
-        .filter_map(|tid| fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).ok())
-        .flat_map(|text| {
-            text.split_whitespace()
+        .filter_map(|tid| {
+            let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/children"));
+            let (mut bytes, more) = read_prefix(&path, limit::SMALL).ok()?;
+            if more {
+                // A cut pid is no pid: keep the whole ones.
+                let whole = bytes.iter().rposition(|b| *b == b' ').unwrap_or(0);
+                bytes.truncate(whole);
+            }
+            Some(bytes)
+        })
+        .flat_map(|bytes| {
+            String::from_utf8_lossy(&bytes)
+                .split_whitespace()
                 .filter_map(|p| p.parse().ok())
                 .collect::<Vec<u32>>()
         })
@@ -475,6 +562,35 @@ mod tests {
             snapshot(u32::MAX - 1, 0, false),
             Err(ProcError::NoSuchProcess { .. })
         ));
+    }
+
+    #[test]
+    fn a_file_longer_than_its_bound_is_refused_not_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("maps");
+        fs::write(&path, vec![b'x'; 1025]).expect("write");
+        assert!(matches!(
+            read(path.clone(), 1024),
+            Err(ProcError::TooLarge { limit: 1024, .. })
+        ));
+        assert_eq!(read(path, 1025).expect("fits").len(), 1025);
+    }
+
+    #[test]
+    fn a_long_command_line_keeps_the_arguments_that_fit_and_says_so() {
+        // Two arguments of 100 KiB: the first fits the bound, the second not.
+        let long = "a".repeat(100 << 10);
+        let mut child = std::process::Command::new("sleep")
+            .args(["30", &long, &long])
+            .spawn()
+            .expect("spawn sleep");
+        let args = cmdline(child.id());
+        child.kill().ok();
+        child.wait().ok();
+        let args = args.expect("cmdline");
+        assert_eq!(args.len(), 4, "sleep, 30, one long argument, the note");
+        assert_eq!(args[2], long);
+        assert!(args[3].contains("longer than"), "{}", args[3]);
     }
 
     #[test]

@@ -801,14 +801,7 @@ pub fn runtime_address(
     object: &Path,
     file_offset: u64,
 ) -> Result<Option<u64>, UsdtError> {
-    let path = PathBuf::from(format!("/proc/{pid}/maps"));
-    let text = fs::read_to_string(&path).map_err(|source| {
-        if procfs::exists(pid) {
-            UsdtError::Proc(ProcError::Read { path, source })
-        } else {
-            UsdtError::Proc(ProcError::NoSuchProcess { pid })
-        }
-    })?;
+    let text = procfs::maps_text(pid).map_err(UsdtError::Proc)?;
     let object = object.display().to_string();
     Ok(procfs::parse_maps(&text)
         .into_iter()
