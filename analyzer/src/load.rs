@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     model::{GlobalModel, MODEL_VERSION},
+    mpi,
     peers::{THRESHOLDS_VERSION, Thresholds},
 };
 
@@ -121,6 +122,29 @@ pub fn model_from_slice(bytes: &[u8], path: &Path) -> Result<GlobalModel, LoadEr
     Ok(model)
 }
 
+/// Reads an MPI interference model written by `analyzer mpi learn`,
+/// checked.
+pub fn mpi_model(path: &Path) -> Result<mpi::Model, LoadError> {
+    mpi_model_from_slice(&read(path)?, path)
+}
+
+/// [`mpi_model`] from the file's bytes (`path` names it in errors).
+pub fn mpi_model_from_slice(bytes: &[u8], path: &Path) -> Result<mpi::Model, LoadError> {
+    const WHAT: &str = "an MPI model";
+    check_version(bytes, path, WHAT, mpi::MODEL_VERSION)?;
+    let model: mpi::Model = serde_json::from_slice(bytes).map_err(|source| LoadError::Parse {
+        path: path.to_path_buf(),
+        what: WHAT,
+        source,
+    })?;
+    model.validate().map_err(|why| LoadError::Invalid {
+        path: path.to_path_buf(),
+        what: "MPI model",
+        why,
+    })?;
+    Ok(model)
+}
+
 /// Reads thresholds written by `analyzer peers train`, checked.
 pub fn thresholds(path: &Path) -> Result<Thresholds, LoadError> {
     thresholds_from_slice(&read(path)?, path)
@@ -163,6 +187,39 @@ pub fn thresholds_from_slice(bytes: &[u8], path: &Path) -> Result<Thresholds, Lo
 mod tests {
     use super::*;
     use crate::units::Variant;
+
+    /// An MPI model written by `mpi learn` (two clean runs of a halo
+    /// exchange) loads; one edited to hold what detection cannot use is
+    /// refused with what is wrong, before it reaches detection.
+    #[test]
+    fn mpi_models_are_checked_when_loaded() {
+        let seed: &[u8] = include_bytes!("../../fuzz/seeds/mpi_model_load/halo-2clean.json");
+        let path = Path::new("m.json");
+        let model = mpi_model_from_slice(seed, path).expect("a learned model loads");
+        assert!(!model.processors.is_empty());
+        let broken = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_slice(seed).expect("json");
+            edit(&mut v);
+            let bytes = serde_json::to_vec(&v).expect("json");
+            match mpi_model_from_slice(&bytes, path) {
+                Err(LoadError::Invalid { why, .. }) => why,
+                other => panic!("not refused as invalid: {other:?}"),
+            }
+        };
+        let why = broken(&|v| v["k"] = serde_json::json!(-1.0));
+        assert!(why.contains("K is -1"), "{why}");
+        let why = broken(&|v| v["processors"][0]["threshold"] = serde_json::json!(-0.5));
+        assert!(why.contains("threshold is -0.5"), "{why}");
+        let why = broken(&|v| {
+            v["processors"][0]["sequences"][0]["sequence"]["functions"] = serde_json::json!([])
+        });
+        assert!(why.contains("a typical sequence of 0 calls"), "{why}");
+        let why = broken(&|v| {
+            let first = v["processors"][0].clone();
+            v["processors"].as_array_mut().expect("list").push(first);
+        });
+        assert!(why.contains("listed twice"), "{why}");
+    }
 
     /// Each mistake a user makes with `--model` gets its own message naming
     /// the file; a model written by `model learn` loads.

@@ -470,3 +470,13 @@ pub fn fixture() -> &'static (Capture, GlobalModel) {
         (cap, model)
     })
 }
+
+/// The MPI profiles of a real two-rank halo-exchange run (40 iterations,
+/// `fixtures/halo-profiles.json`): what the MPI model target detects on.
+pub fn mpi_fixture() -> &'static analyzer::mpi::Profiles {
+    static FIXTURE: OnceLock<analyzer::mpi::Profiles> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        serde_json::from_str(include_str!("../fixtures/halo-profiles.json"))
+            .expect("the MPI fixture parses")
+    })
+}

@@ -24,6 +24,7 @@ pub const TARGETS: &[&str] = &[
     "live_window",
     "model_load",
     "thresholds_load",
+    "mpi_model_load",
     "elf_symbols",
     "usdt_notes",
     "agent_config",

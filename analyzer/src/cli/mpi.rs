@@ -7,9 +7,7 @@ use std::{
 
 use analyzer::{
     Capture,
-    mpi::{
-        self, LearnConfig, MODEL_VERSION, Model, Profiles, TypicalConfig, learn::LearnError, report,
-    },
+    mpi::{self, LearnConfig, Model, Profiles, TypicalConfig, learn::LearnError, report},
 };
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -174,19 +172,7 @@ pub(crate) fn profiles(paths: &[PathBuf]) -> anyhow::Result<(Vec<Capture>, Profi
 }
 
 pub(crate) fn load_model(path: &Path) -> anyhow::Result<Model> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading model {}", path.display()))?;
-    let model: Model = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not an MPI model", path.display()))?;
-    if model.version != MODEL_VERSION {
-        bail!(
-            "model {} has version {}, this build reads {}",
-            path.display(),
-            model.version,
-            MODEL_VERSION
-        );
-    }
-    Ok(model)
+    Ok(analyzer::load::mpi_model(path)?)
 }
 
 /// Runs one `mpi` subcommand.

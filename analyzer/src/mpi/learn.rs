@@ -169,7 +169,65 @@ pub struct Model {
     pub cpu_baseline: Option<Baseline>,
 }
 
+/// Most typical sequences per processor, and calls per sequence, a model
+/// from elsewhere may hold (learning keeps L = a few, of tens of calls).
+const MAX_SEQUENCES: usize = 1024;
+const MAX_SEQUENCE_CALLS: usize = 1 << 16;
+
 impl Model {
+    /// Checks what detection relies on in a model read from a file: K and
+    /// every threshold, spread and baseline finite and not negative, no
+    /// empty or oversized sequence, each processor once.
+    pub fn validate(&self) -> Result<(), String> {
+        let number = |what: &str, x: f64| {
+            if x.is_finite() && x >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} is {x}"))
+            }
+        };
+        number("K", self.k)?;
+        if self.k == 0.0 {
+            return Err("K is 0".into());
+        }
+        let mut ranks = std::collections::BTreeSet::new();
+        for p in &self.processors {
+            if !ranks.insert(p.rank) {
+                return Err(format!("rank {} is listed twice", p.rank));
+            }
+            let at = |what: &str| format!("rank {}: {what}", p.rank);
+            number(&at("threshold"), p.threshold)?;
+            if let Some(t) = p.cpu_threshold {
+                number(&at("CPU threshold"), t)?;
+            }
+            for &m in p.clean_metrics.iter().chain(&p.cpu_clean) {
+                number(&at("a clean run's metric"), m)?;
+            }
+            if p.sequences.len() > MAX_SEQUENCES {
+                return Err(at(&format!("{} typical sequences", p.sequences.len())));
+            }
+            for s in &p.sequences {
+                let n = s.sequence.functions.len();
+                if n == 0 || n > MAX_SEQUENCE_CALLS {
+                    return Err(at(&format!("a typical sequence of {n} calls")));
+                }
+                number(&at("a sequence's baseline"), s.baseline_ns)?;
+                number(&at("a sequence's spread"), s.spread)?;
+                if let Some(g) = s.gain
+                    && !g.is_finite()
+                {
+                    return Err(at(&format!("a sequence's gain is {g}")));
+                }
+            }
+        }
+        for base in std::iter::once(&self.baseline).chain(&self.cpu_baseline) {
+            for (&(rank, key), &x) in &base.median_ns {
+                number(&format!("rank {rank}'s baseline {key}"), x)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The parameters of `rank`.
     pub fn processor(&self, rank: u32) -> Option<&ProcessorModel> {
         self.processors.iter().find(|p| p.rank == rank)
