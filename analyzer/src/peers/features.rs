@@ -379,9 +379,14 @@ fn increase<const N: usize>(prev: Option<&[u64; N]>, now: &[u64; N]) -> Option<[
     Some(out)
 }
 
+/// Deepest traced call stack kept per thread: real daemons nest tens of
+/// traced calls; beyond this, entries lost their returns.
+const MAX_STACK: usize = 4096;
+
 /// Per-thread state for exclusive time.
 struct Thread {
-    /// (component, func_id, time the frame last became the innermost).
+    /// (component, func_id, time the frame last became the innermost);
+    /// at most [`MAX_STACK`] deep.
     stack: Vec<(u32, u32, u64)>,
     /// Since when the stack has been empty.
     idle_since: u64,
@@ -705,10 +710,13 @@ pub fn extract(
                 interners[Metric::Time.index()].id(&name)
             })
             .collect();
+        // An id the capture lists no probe for (a damaged or crafted
+        // capture) is one "unknown" component, not one per id: components
+        // are feature dimensions, and a file must not choose how many.
         let mut func_comp = |id: u32| -> u32 {
             match funcs.get(id as usize) {
                 Some(c) => *c,
-                None => interners[Metric::Time.index()].id(&format!("func#{id}")),
+                None => interners[Metric::Time.index()].id("func#?"),
             }
         };
         let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
@@ -775,6 +783,11 @@ pub fn extract(
                             to_rt(off, h.ts_ns),
                             1e-6,
                         );
+                    }
+                    if th.stack.len() >= MAX_STACK {
+                        // Entries without returns (lost, or a crafted file):
+                        // the outermost half goes, so returns stay cheap.
+                        th.stack.drain(..MAX_STACK / 2);
                     }
                     th.stack.push((comp, rec.func_id, h.ts_ns));
                 }

@@ -619,6 +619,79 @@ fn exclusive_time_is_spread_over_the_bins_a_call_spans() {
     );
 }
 
+/// A damaged or crafted capture: 20,000 entries, each of a different
+/// function id no probe has, none returning. Components stay a handful
+/// (unknown ids are one "func#?"), and the per-thread stack stays bounded,
+/// so extraction is linear; the calls are still counted.
+#[test]
+fn unknown_function_ids_and_returnless_entries_stay_bounded() {
+    let mut w = CaptureWriter::new(
+        Vec::new(),
+        &CaptureHeader {
+            clock: ClockRef {
+                monotonic_ns: 0,
+                realtime_ns: T0,
+            },
+            ..Default::default()
+        },
+    )
+    .expect("writer");
+    w.write_meta(&Meta::Probes {
+        probes: vec![Probe {
+            func_id: 0,
+            object: "/x".into(),
+            symbol: "f".into(),
+            ..Default::default()
+        }],
+    })
+    .expect("probes");
+    const N: u32 = 20_000;
+    let bytes: Vec<u8> = (0..N)
+        .flat_map(|i| {
+            FuncEntry {
+                header: header(u64::from(i) * 10_000, 7, kind::FUNC_ENTRY, 48),
+                func_id: 1_000 + i,
+                _pad: 0,
+                ip: 0,
+                call_site: 0,
+            }
+            .as_bytes()
+            .to_vec()
+        })
+        .collect();
+    w.write_records(&bytes).expect("records");
+    w.write_meta(&Meta::End(End {
+        stop_ns: u64::from(N) * 10_000,
+        reason: String::new(),
+        ..Default::default()
+    }))
+    .expect("end");
+    let cap = Capture::read(w.into_inner().as_slice()).expect("capture");
+    let path = std::path::PathBuf::from("x");
+    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
+        .iter()
+        .map(|l| CaptureSource {
+            path: &path,
+            label: l,
+            capture: &cap,
+        })
+        .collect();
+    let cfg = PeersConfig {
+        window_ns: 100 * MS,
+        shift_ns: 100 * MS,
+        ..Default::default()
+    };
+    let f = extract("x", &sources, &cfg).expect("features");
+    let time = &f.components[Metric::Time.index()];
+    assert!(time.len() <= 2, "components: {time:?}");
+    assert!(time.iter().any(|c| c == "func#?"), "{time:?}");
+    let count = &f.series[0][Metric::Count.index()];
+    assert_eq!(
+        count.values().map(|v| v.iter().sum::<f64>()).sum::<f64>(),
+        f64::from(N)
+    );
+}
+
 #[test]
 fn symmetric_servers_are_not_indicted() {
     let cfg = config(ServerSplit::PerCapture);
