@@ -8,6 +8,7 @@
 //! | `kvcluster` (C) | multi-threaded epoll servers and their clients | function probes |
 //! | `pyjobs` (Python) | a job manager and the workers it forks (MPD-like) | `--python` |
 //! | `treeagg` (C, held out of tuning) | a tree of select() aggregators | function probes |
+//! | `tpcpool` (C, held out of tuning) | thread-per-connection servers, blocking receives | function probes |
 //!
 //! Each program forks its daemons and prints `daemon K pid P` for each; a
 //! fault switch (`--fault CLASS --fault-node K --fault-at N`) makes daemon K
@@ -109,15 +110,20 @@ pub enum Program {
     /// `fixtures/treeagg.c`: a tree of select() aggregators, kept out of
     /// tuning the defaults.
     TreeAgg,
+    /// `fixtures/tpcpool.c`: thread-per-connection servers with blocking
+    /// receives (no event loop), each the client of the next; written
+    /// after the defaults were chosen and kept out of tuning.
+    TpcPool,
 }
 
 impl Program {
     /// Every program.
-    pub const ALL: [Program; 4] = [
+    pub const ALL: [Program; 5] = [
         Self::StatusRing,
         Self::KvCluster,
         Self::PyJobs,
         Self::TreeAgg,
+        Self::TpcPool,
     ];
 
     /// Its name.
@@ -127,18 +133,19 @@ impl Program {
             Self::KvCluster => "kvcluster",
             Self::PyJobs => "pyjobs",
             Self::TreeAgg => "treeagg",
+            Self::TpcPool => "tpcpool",
         }
     }
 
     /// Kept out of tuning: its results are reported apart.
     pub fn held_out(self) -> bool {
-        self == Self::TreeAgg
+        matches!(self, Self::TreeAgg | Self::TpcPool)
     }
 
     /// How many daemons a fault may be injected into.
     pub fn daemons(self) -> u32 {
         match self {
-            Self::StatusRing | Self::PyJobs => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 6,
         }
@@ -152,6 +159,7 @@ impl Program {
             Self::KvCluster => 5..=70,
             Self::PyJobs => 2..=10,
             Self::TreeAgg => 3..=20,
+            Self::TpcPool => 3..=30,
         }
     }
 
@@ -166,7 +174,7 @@ impl Program {
     /// Ports a run uses from its base.
     pub fn ports(self) -> u16 {
         match self {
-            Self::StatusRing | Self::PyJobs => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 7,
         }
@@ -204,6 +212,20 @@ impl Program {
                 "finish_server",
             ],
             Self::PyJobs => &[],
+            Self::TpcPool => &[
+                "handle_*",
+                "route_request",
+                "*_request",
+                "*_reply",
+                "store_*",
+                "retry_store",
+                "log_request",
+                "serve_conn",
+                "client_main",
+                "connect_peer",
+                "listen_port",
+                "finish",
+            ],
             Self::TreeAgg => &[
                 "handle_*",
                 "*_msg",
@@ -231,7 +253,7 @@ impl FromStr for Program {
             .into_iter()
             .find(|p| p.name() == s)
             .ok_or_else(|| {
-                format!("unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg)")
+                format!("unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg, tpcpool)")
             })
     }
 }
@@ -298,6 +320,7 @@ pub fn command(program: Program, exe: &Path, port: u16, fault: Option<&Injection
             "60".into(),
         ],
         Program::TreeAgg => vec![exe.display().to_string(), "6".into(), "30".into()],
+        Program::TpcPool => vec![exe.display().to_string(), "4".into(), "40".into()],
     };
     args.push(port.to_string());
     if let Some(f) = fault {

@@ -75,10 +75,14 @@ pub fn installed(programs: &[&str], hint: &str) -> bool {
 /// The first of `width` TCP ports on loopback no other test of this run
 /// uses: blocks handed out in turn above a base that differs between runs
 /// (so a run does not meet sockets a previous one left in TIME_WAIT), all
-/// below the kernel's ephemeral range (32768..).
+/// below the kernel's ephemeral range (32768..). `EFTRACE_PORT_BASE` sets
+/// the base instead, for runs that share a host with others.
 pub fn port_block(width: u16) -> u16 {
     static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 40) as u16 * 300;
+    let base = std::env::var("EFTRACE_PORT_BASE")
+        .ok()
+        .and_then(|b| b.parse::<u16>().ok())
+        .unwrap_or(20_000 + (std::process::id() % 40) as u16 * 300);
     base + NEXT.fetch_add(width, std::sync::atomic::Ordering::Relaxed)
 }
 

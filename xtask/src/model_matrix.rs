@@ -28,8 +28,9 @@ const RUNS_VERSION: u32 = 1;
 
 #[derive(Debug, Args)]
 pub(crate) struct ModelMatrixArgs {
-    /// Programs, comma-separated (statusring, kvcluster, pyjobs, treeagg);
-    /// default: all. treeagg is held out of tuning and reported apart.
+    /// Programs, comma-separated (statusring, kvcluster, pyjobs, treeagg,
+    /// tpcpool); default: all. treeagg and tpcpool are held out of tuning
+    /// and reported apart.
     #[arg(long, value_delimiter = ',')]
     programs: Vec<String>,
     /// Fault classes, comma-separated (skip, extra, branch, partial, hang,
@@ -189,7 +190,12 @@ fn record_program(
                         [rng.below(program.crash_modes().len() as u64) as usize]
                         .to_string(),
                 };
-                let run = record(format!("{class}-{r}"), Some(fault))?;
+                // A draw again is a new capture: the one that missed stays.
+                let name = match attempt {
+                    0 => format!("{class}-{r}"),
+                    n => format!("{class}-{r}-{n}"),
+                };
+                let run = record(name, Some(fault))?;
                 if run.fired || attempt == 4 {
                     runs.faulty.push(run);
                     break;

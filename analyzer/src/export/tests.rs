@@ -485,6 +485,7 @@ fn units_parquet_reads_back() {
             delta: 0.9,
         }],
         evidence: Vec::new(),
+        unsure: Vec::new(),
         behaviour: None,
         open: Vec::new(),
         exited: false,

@@ -281,6 +281,7 @@ mod tests {
             reason: reason.into(),
             differences: Vec::new(),
             evidence: Vec::new(),
+            unsure: Vec::new(),
             behaviour: None,
             open: Vec::new(),
             exited: false,

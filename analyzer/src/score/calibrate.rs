@@ -553,4 +553,82 @@ mod tests {
             2
         );
     }
+
+    /// An initializer (one unit per thread) that took a path none of the
+    /// few learned initializers took (a connect retried at start-up) is
+    /// noted, not anomalous, while its tree holds fewer than
+    /// MIN_LEARNED_UNITS units; the report says nothing stands out and
+    /// why. One that never completed still is anomalous, and with enough
+    /// learned units the new path counts again.
+    #[test]
+    fn a_new_path_in_a_tree_of_few_once_per_thread_units_is_noted_not_anomalous() {
+        use crate::score::{Evidence, MIN_LEARNED_UNITS, Ranking, ScoreReport, Verdict};
+        let init = |pid: u32, paths: &[&[&[&str]]]| {
+            let mut p = process(pid, paths);
+            for u in &mut p.units {
+                u.kind = UnitKind::Initializer;
+            }
+            p
+        };
+        let report = |units| {
+            ScoreReport::new(
+                Variant::Paper000,
+                Scoring::Nodes,
+                Ranking::Evidence,
+                &["trial".to_string()],
+                units,
+            )
+        };
+        let runs = |n: u32| -> Vec<Vec<ProcessUnits>> {
+            (0..n).map(|i| vec![init(10 + i, &[GET])]).collect()
+        };
+        let few = runs(8);
+        let mut model = learned(&few);
+        calibrate(&mut model, None, &few);
+        assert_eq!(model.groups[0].initializer["main"].units, 8);
+
+        let s = scores(&model, &init(30, &[CLOSE]));
+        assert!(!s[0].anomalous, "{:#?}", s[0]);
+        assert!(
+            matches!(
+                s[0].unsure.as_slice(),
+                [Evidence::NewCall { learned: 8, .. }, ..]
+            ),
+            "{:#?}",
+            s[0].unsure
+        );
+        let r = report(s);
+        assert_eq!(r.verdict, Verdict::NothingStandsOut);
+        assert!(
+            r.summary
+                .contains("1 unit(s) did what no learned unit of their tree did")
+                && r.summary.contains("never in 8 learned units"),
+            "{}",
+            r.summary
+        );
+
+        let mut hung = init(31, &[CLOSE]);
+        hung.units[0].open = vec![hung.units[0].nodes[0]];
+        let s = scores(&model, &hung);
+        assert!(
+            s[0].anomalous && matches!(s[0].evidence.as_slice(), [Evidence::Open { .. }]),
+            "{:#?}",
+            s[0]
+        );
+
+        let many = runs(MIN_LEARNED_UNITS as u32);
+        let mut model = learned(&many);
+        calibrate(&mut model, None, &many);
+        let s = scores(&model, &init(32, &[CLOSE]));
+        assert!(
+            s[0].anomalous
+                && s[0].unsure.is_empty()
+                && matches!(
+                    s[0].evidence.as_slice(),
+                    [Evidence::NewCall { learned: 60, .. }, ..]
+                ),
+            "{:#?}",
+            s[0]
+        );
+    }
 }

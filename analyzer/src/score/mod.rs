@@ -12,6 +12,6 @@ pub use report::{
     Earliest, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
 };
 pub use suspect::{
-    Difference, DifferenceKind, Evidence, NORMAL_MARGIN, Nearest, Scoring, Seen, UnitScore, rank,
-    score_processes, score_tree,
+    Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest, Scoring, Seen,
+    UnitScore, rank, score_processes, score_tree,
 };

@@ -218,13 +218,14 @@ impl ScoreReport {
                 "no execution units: the captures hold no traced call of any process".to_string()
             }
             _ => format!(
-                "nothing stands out: each of the {} units behaves like units of the normal runs{}",
+                "nothing stands out: each of the {} units behaves like units of the normal runs{}{}",
                 units.len(),
                 if calibrated {
                     ""
                 } else {
                     " (uncalibrated model: only calls no learned unit made, and units with no model, would count)"
-                }
+                },
+                unsure_note(&units)
             ),
         };
         let explanation = first_anomaly
@@ -259,6 +260,27 @@ impl ScoreReport {
     pub fn first(&self) -> Option<&UnitScore> {
         self.first_anomaly.map(|i| &self.units[i])
     }
+}
+
+/// What units did that the few learned units of their tree never did (see
+/// [`super::MIN_LEARNED_UNITS`]), for a verdict of nothing standing out.
+fn unsure_note(units: &[UnitScore]) -> String {
+    let unsure: Vec<&UnitScore> = units.iter().filter(|u| !u.unsure.is_empty()).collect();
+    let Some(first) = unsure.iter().min_by_key(|u| u.wall_ns) else {
+        return String::new();
+    };
+    let learned = first.behaviour.as_ref().map_or(0, |b| b.learned);
+    format!(
+        "; {} unit(s) did what no learned unit of their tree did, but those trees hold too few learned units to tell a rare normal path from a fault (first: {}[{}]@{}, {} unit at {:.3} s, never in {} learned units; fewer than {} do not count)",
+        unsure.len(),
+        first.comm,
+        first.pid,
+        first.host,
+        first.kind.name(),
+        first.t_s,
+        thousands(learned),
+        super::MIN_LEARNED_UNITS
+    )
 }
 
 /// Marks the deviating units of processes that deviate in one tree again
@@ -706,6 +728,7 @@ mod tests {
             } else {
                 Vec::new()
             },
+            unsure: Vec::new(),
             behaviour: None,
             open: Vec::new(),
             exited: false,

@@ -108,6 +108,12 @@ pub struct UnitScore {
     /// Why the unit is anomalous, strongest first; empty when it is not.
     #[serde(default)]
     pub evidence: Vec<Evidence>,
+    /// What it did that no learned unit of its tree did, where the tree
+    /// was learned from fewer than [`MIN_LEARNED_UNITS`] units: too few to
+    /// tell a rare normal path from a fault, so it does not make the unit
+    /// anomalous; the report mentions it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsure: Vec<Evidence>,
     /// How the unit's call paths compare with the learned units of its
     /// tree (`None` when there is no tree to compare with).
     #[serde(default)]
@@ -263,6 +269,25 @@ impl Evidence {
 /// learned, 0.025 with 8); a call no normal unit makes adds 1/terms, 0.05 or
 /// more even in Hydra's large PMI handler tree.
 pub const NORMAL_MARGIN: f64 = 0.03;
+
+/// Learned units a tree of units that come once per thread (initializers,
+/// finalizers) needs before what none of them did counts as evidence. A
+/// path none of n normal units took may still come in up to 3/n of normal
+/// units (the rule of three, 95% confidence): below 60 units that is more
+/// than 1 unit in 20. Such a tree holds one unit per learned thread, so
+/// running longer does not grow it: a start-up race (a connect retried
+/// because the peer was not listening yet) that 8 learned runs (16 units)
+/// never showed was the earliest "anomaly" of normal and faulty runs alike
+/// in the held-out treeagg. Handler trees grow with every message and are
+/// not limited (a unit test's tree of a dozen units is scored as before).
+/// A unit that never completed (its thread hung or died in it) is no rare
+/// path taken and still counts.
+pub const MIN_LEARNED_UNITS: u64 = 60;
+
+/// Units of `kind` come once per thread.
+fn once_per_thread(kind: UnitKind) -> bool {
+    matches!(kind, UnitKind::Initializer | UnitKind::Finalizer)
+}
 
 /// Scores the trial unit `unit` (nodes of `table`) against `model`.
 pub fn score_tree(
@@ -536,6 +561,7 @@ pub fn score_processes(
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
             let mut evidence = Vec::new();
+            let mut unsure = Vec::new();
             let mut behaviour = None;
             let (score, normal, reason, differences) = match group {
                 None => {
@@ -579,6 +605,13 @@ pub fn score_processes(
                         });
                         let seen = match_behaviour(tree, &p.nodes, u);
                         evidence = unit_evidence(tree, &seen, &d, s, normal, u, &p.nodes);
+                        if once_per_thread(u.kind) && tree.units < MIN_LEARNED_UNITS {
+                            // A thread that hung or died inside the unit
+                            // is no rare path: that stays evidence.
+                            (evidence, unsure) = std::mem::take(&mut evidence)
+                                .into_iter()
+                                .partition(|e| matches!(e, Evidence::Open { .. }));
+                        }
                         behaviour = Some(seen);
                         (s, normal, String::new(), d)
                     }
@@ -613,6 +646,7 @@ pub fn score_processes(
                 reason,
                 differences,
                 evidence,
+                unsure,
                 behaviour,
                 open: u.open.iter().map(|n| p.nodes.path_string(*n)).collect(),
                 exited: u.exited,
