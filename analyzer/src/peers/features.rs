@@ -26,11 +26,15 @@
 //!   apart by the namespace's addresses (or, for loopback, the socket's own
 //!   namespace); what stays ambiguous is left unplaced, never guessed from
 //!   who else talked to that address. Their pid is not used: they fire in
-//!   softirq or timer context. Every tracer on a host records every
-//!   retransmission of the host, so copies are merged on what every copy
-//!   shares (the socket, the buffer, its sequence number, the socket's
-//!   retransmission count; time and addresses in captures that predate
-//!   them).
+//!   softirq or timer context. A retransmission between two servers is a
+//!   symptom of the path between them, so within each bin it is charged to
+//!   the end the lossy paths share (the server involved in the most
+//!   retransmissions first; see `blame`): a healthy server replicating to
+//!   a lossy one is not charged for the lossy one's loss. Every tracer on
+//!   a host records every retransmission of the host, so copies are
+//!   merged on what every copy shares (the socket, the buffer, its
+//!   sequence number, the socket's retransmission count; time and
+//!   addresses in captures that predate them).
 //! - File I/O system calls are counted per process and interval by the
 //!   kernel; they belong to the server of the process and are spread over
 //!   their interval. Block requests: every tracer on a host counts every
@@ -217,6 +221,14 @@ impl Bins {
         &mut v[bin]
     }
 
+    /// The start of the bin wall-clock time `t_ns` falls in, `None` outside
+    /// the series.
+    fn bin_start(&self, t_ns: u64) -> Option<u64> {
+        (self.base_ns..self.limit_ns)
+            .contains(&t_ns)
+            .then(|| t_ns - (t_ns - self.base_ns) % self.bin_ns)
+    }
+
     /// Adds `value` at wall-clock time `t_ns`.
     #[inline]
     fn add(&mut self, server: usize, metric: Metric, comp: u32, t_ns: u64, value: f64) {
@@ -357,6 +369,68 @@ impl RetransmitKey {
             ),
         }
     }
+}
+
+/// One TCP retransmission between placed endpoints: the server whose socket
+/// retransmitted (`by`) and the server it was sent to (`to`), either `None`
+/// for an untraced host (a client); never both `None`, never the same.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RetransmitEnds {
+    by: Option<usize>,
+    to: Option<usize>,
+}
+
+impl RetransmitEnds {
+    fn involves(self, s: usize) -> bool {
+        self.by == Some(s) || self.to == Some(s)
+    }
+}
+
+/// Which server each retransmission of one bin is charged to, as
+/// (server, component, amount): component 0 when it retransmitted, 1 when
+/// it was sent to. A retransmission is a symptom of the path between its
+/// two ends, not of its sender: when servers send to each other
+/// (replication), a healthy server sending to a lossy one retransmits as
+/// much as the lossy one does, so charging either end alone makes the lossy
+/// server share the blame with every server that talks to it. The lossy
+/// server is the end its lossy paths have in common, so the charge goes
+/// greedily to the server involved in the most retransmissions, which takes
+/// every retransmission it is an end of; then the next among the rest.
+/// Servers tied for most share the retransmissions between them (half
+/// each), so a path seen alone stays ambiguous instead of guessed. A
+/// retransmission with one placed end (an untraced client's) always
+/// belongs to that end.
+fn blame(list: &[RetransmitEnds], servers: usize) -> Vec<(usize, u32, f64)> {
+    let mut out = Vec::new();
+    let mut left: Vec<RetransmitEnds> = list.to_vec();
+    let mut involved = vec![0u64; servers];
+    while !left.is_empty() {
+        involved.iter_mut().for_each(|n| *n = 0);
+        for r in &left {
+            for s in [r.by, r.to].into_iter().flatten() {
+                if let Some(n) = involved.get_mut(s) {
+                    *n += 1;
+                }
+            }
+        }
+        let most = involved.iter().copied().max().unwrap_or(0);
+        if most == 0 {
+            break;
+        }
+        let top = |s: Option<usize>| s.is_some_and(|s| involved.get(s) == Some(&most));
+        left.retain(|r| {
+            let (by, to) = (top(r.by), top(r.to));
+            let share = if by && to { 0.5 } else { 1.0 };
+            if let (true, Some(s)) = (by, r.by) {
+                out.push((s, 0, share));
+            }
+            if let (true, Some(s)) = (to, r.to) {
+                out.push((s, 1, share));
+            }
+            !(by || to)
+        });
+    }
+    out
 }
 
 /// Adds `value`, spread evenly over `[t0, t1)` (at `t1` when empty).
@@ -1186,6 +1260,8 @@ pub fn extract(
     }
     let mut retransmit_peers: Vec<HashMap<String, u64>> = vec![HashMap::new(); servers.len()];
     let mut unplaced = 0u64;
+    // Placed retransmissions per bin, charged by `blame` once all are known.
+    let mut placed: std::collections::BTreeMap<u64, Vec<RetransmitEnds>> = Default::default();
     for (host, list) in retransmits.iter().enumerate() {
         // One entry per retransmission, in order: its first copy, and the
         // owner any copy names (only the tracer of the owner knows it).
@@ -1216,17 +1292,26 @@ pub fn extract(
             let (by, to) = endpoints[host].classify((lip, t.sport), (rip, t.dport), netns);
             let by = owner.or(by);
             let at = to_rt(offset(sources[c].capture), t.header.ts_ns);
+            let to = to.filter(|to| Some(*to) != by);
             if let Some(s) = by {
-                bins.add(s, Metric::Retransmits, 0, at, 1.0);
                 *retransmit_peers[s].entry(rip.to_string()).or_default() += 1;
             }
-            if let Some(s) = to.filter(|to| Some(*to) != by) {
-                bins.add(s, Metric::Retransmits, 1, at, 1.0);
+            if let Some(s) = to {
                 *retransmit_peers[s].entry(lip.to_string()).or_default() += 1;
             }
             if by.is_none() && to.is_none() {
                 unplaced += 1;
+            } else if let Some(bin) = bins.bin_start(at) {
+                placed
+                    .entry(bin)
+                    .or_default()
+                    .push(RetransmitEnds { by, to });
             }
+        }
+    }
+    for (bin, list) in &placed {
+        for (s, comp, amount) in blame(list, servers.len()) {
+            bins.add(s, Metric::Retransmits, comp, *bin, amount);
         }
     }
     if malformed > 0 {
@@ -1714,5 +1799,63 @@ mod tests {
         let mut idle = vec![vec![0.0], vec![0.0], vec![0.0]];
         normalize(&mut idle, 0.0);
         assert_eq!(idle, vec![vec![0.0]; 3], "no division by zero");
+    }
+
+    fn ends(by: Option<usize>, to: Option<usize>) -> RetransmitEnds {
+        RetransmitEnds { by, to }
+    }
+
+    /// Per server, [by, to] after blame.
+    fn charged(list: &[RetransmitEnds], servers: usize) -> Vec<[f64; 2]> {
+        let mut out = vec![[0.0; 2]; servers];
+        for (s, c, x) in blame(list, servers) {
+            out[s][c as usize] += x;
+        }
+        out
+    }
+
+    /// Server 1 is lossy: servers 0 and 2 replicate to it and retransmit
+    /// on their own sockets, it retransmits back to them, and a client's
+    /// retransmissions go to it. Every one of them is charged to server 1,
+    /// the end they share; servers 0, 2 and 3 are charged nothing.
+    #[test]
+    fn retransmissions_between_servers_are_charged_to_the_end_they_share() {
+        let mut list = Vec::new();
+        list.extend(std::iter::repeat_n(ends(Some(0), Some(1)), 40));
+        list.extend(std::iter::repeat_n(ends(Some(2), Some(1)), 30));
+        list.extend(std::iter::repeat_n(ends(Some(1), Some(0)), 10));
+        list.extend(std::iter::repeat_n(ends(Some(1), Some(2)), 5));
+        list.extend(std::iter::repeat_n(ends(None, Some(1)), 3));
+        let c = charged(&list, 4);
+        assert_eq!(c[1], [15.0, 73.0], "{c:?}");
+        for s in [0, 2, 3] {
+            assert_eq!(c[s], [0.0, 0.0], "server {s}: {c:?}");
+        }
+    }
+
+    /// One path alone cannot say which end is lossy: its two ends share it,
+    /// half each; a client's retransmission stays with its one placed end;
+    /// retransmissions not involving the most involved server are charged
+    /// among the rest.
+    #[test]
+    fn a_path_seen_alone_is_shared_and_the_rest_is_charged_among_the_others() {
+        let list = vec![ends(Some(0), Some(1)), ends(Some(1), Some(0))];
+        assert_eq!(charged(&list, 3), vec![[0.5, 0.5], [0.5, 0.5], [0.0; 2]]);
+        let list = vec![ends(Some(2), None), ends(None, Some(0))];
+        assert_eq!(charged(&list, 3), vec![[0.0, 1.0], [0.0; 2], [1.0, 0.0]]);
+        // Server 0 is an end of three; the 0-1 path goes to it, 2-3 is
+        // shared by its ends.
+        let list = vec![
+            ends(Some(0), Some(1)),
+            ends(Some(0), Some(2)),
+            ends(Some(3), Some(0)),
+            ends(Some(2), Some(3)),
+        ];
+        let c = charged(&list, 4);
+        assert_eq!(c[0], [2.0, 1.0], "{c:?}");
+        assert_eq!(c[1], [0.0, 0.0], "{c:?}");
+        assert_eq!(c[2], [0.5, 0.0], "{c:?}");
+        assert_eq!(c[3], [0.0, 0.5], "{c:?}");
+        assert!(charged(&[], 2).iter().all(|c| *c == [0.0; 2]));
     }
 }
