@@ -47,7 +47,7 @@ pub enum Metric {
     Time,
     /// TCP retransmissions of the server's connections (by the server, and
     /// by peers on the same host towards it); one between two servers is
-    /// charged to the end that the bin's lossy paths share.
+    /// split between them by what each retransmitted with anyone else.
     Retransmits,
     /// Bytes received and sent by the server's socket system calls.
     SocketBytes,
