@@ -57,14 +57,12 @@ fn diagnose(clean: &[(&Path, &LoadedRun)], trial: (&Path, &LoadedRun)) -> peers:
 /// probes the function metrics say they have no data (and why) instead of
 /// scoring zeros; trained on two clean runs nobody stands out in a third;
 /// trained on three, packet loss on one chunkserver names it alone.
-// Ignored in CI until issue 16's MooseFS matrix settles it: since
-// retransmissions are charged to the socket's owner (issue 16 item 1),
-// chunkservers that replicate towards the lossy one retransmit as much as it
-// does once every chunk write goes through it, and the lossy run was judged
-// "no server stands out" in 1 of 3 CI runs (its own retransmission rate was
-// still over twice the others'). Run it with `-- --ignored`.
+// Chunkservers replicate to each other, so the healthy ones sending to the
+// lossy one retransmit too. A retransmission between two servers is charged
+// to the end the lossy paths share, not to its sender (issue 16: charged to
+// the sender, the lossy run read "no server stands out" in 1 of 3 CI runs,
+// and this test was ignored).
 #[test]
-#[ignore = "flaky verdict on the lossy run (issue 16): run with --ignored"]
 fn moosefs_chunkservers_recorded_and_lossy_server_found() {
     if !privileged() {
         return;

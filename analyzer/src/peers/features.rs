@@ -26,11 +26,15 @@
 //!   apart by the namespace's addresses (or, for loopback, the socket's own
 //!   namespace); what stays ambiguous is left unplaced, never guessed from
 //!   who else talked to that address. Their pid is not used: they fire in
-//!   softirq or timer context. Every tracer on a host records every
-//!   retransmission of the host, so copies are merged on what every copy
-//!   shares (the socket, the buffer, its sequence number, the socket's
-//!   retransmission count; time and addresses in captures that predate
-//!   them).
+//!   softirq or timer context. A retransmission between two servers is a
+//!   symptom of the path between them, so it is split between its ends by
+//!   what each retransmitted with anyone else over the run (see `blame`):
+//!   a healthy server replicating to a lossy one is not charged for the
+//!   lossy one's loss. Every tracer on
+//!   a host records every retransmission of the host, so copies are
+//!   merged on what every copy shares (the socket, the buffer, its
+//!   sequence number, the socket's retransmission count; time and
+//!   addresses in captures that predate them).
 //! - File I/O system calls are counted per process and interval by the
 //!   kernel; they belong to the server of the process and are spread over
 //!   their interval. Block requests: every tracer on a host counts every
@@ -357,6 +361,63 @@ impl RetransmitKey {
             ),
         }
     }
+}
+
+/// One TCP retransmission between placed endpoints: the server whose socket
+/// retransmitted (`by`) and the server it was sent to (`to`), either `None`
+/// for an untraced host (a client); never both `None`, never the same.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RetransmitEnds {
+    by: Option<usize>,
+    to: Option<usize>,
+}
+
+/// How each retransmission is charged, in the order given: (the share of
+/// its sender's server, the share of its receiver's server), summing to 1.
+/// A retransmission is a symptom of the path between its two ends, not of
+/// its sender: when servers send to each other (replication), a healthy
+/// server sending to a lossy one retransmits as much as the lossy one does,
+/// so charging either end alone makes every server that talks to the lossy
+/// one share its blame. The lossy server is the end its lossy paths have
+/// in common, so a retransmission between servers `a` and `b` is split in
+/// proportion to each end's retransmissions with anyone else over the run
+/// (plus a half, so two ends seen with nobody else share it evenly: one
+/// path alone cannot say which end is lossy). A retransmission with one
+/// placed end (an untraced client's) belongs to that end. Over the whole
+/// run rather than per window: a lossy path's retransmissions come in
+/// bursts, and a few seconds of a healthy server's background
+/// retransmissions must not tip a pair that the run as a whole settles.
+fn blame(list: &[RetransmitEnds], servers: usize) -> Vec<(f64, f64)> {
+    let pair = |r: &RetransmitEnds| match (r.by, r.to) {
+        (Some(a), Some(b)) if a < servers && b < servers => Some((a.min(b), a.max(b))),
+        _ => None,
+    };
+    let mut involved = vec![0.0f64; servers];
+    let mut pairs: HashMap<(usize, usize), f64> = HashMap::new();
+    for r in list {
+        for s in [r.by, r.to].into_iter().flatten() {
+            if let Some(n) = involved.get_mut(s) {
+                *n += 1.0;
+            }
+        }
+        if let Some(p) = pair(r) {
+            *pairs.entry(p).or_default() += 1.0;
+        }
+    }
+    list.iter()
+        .map(|r| match (pair(r), r.by, r.to) {
+            (Some(p), Some(by), Some(to)) => {
+                let together = pairs.get(&p).copied().unwrap_or(0.0);
+                let by_else = involved[by] - together + 0.5;
+                let to_else = involved[to] - together + 0.5;
+                let by_share = by_else / (by_else + to_else);
+                (by_share, 1.0 - by_share)
+            }
+            (_, Some(_), None) => (1.0, 0.0),
+            (_, None, Some(_)) => (0.0, 1.0),
+            _ => (0.0, 0.0),
+        })
+        .collect()
 }
 
 /// Adds `value`, spread evenly over `[t0, t1)` (at `t1` when empty).
@@ -1199,6 +1260,10 @@ pub fn extract(
     }
     let mut retransmit_peers: Vec<HashMap<String, u64>> = vec![HashMap::new(); servers.len()];
     let mut unplaced = 0u64;
+    // Placed retransmissions and their times, charged by `blame` once all
+    // are known.
+    let mut placed: Vec<RetransmitEnds> = Vec::new();
+    let mut placed_at: Vec<u64> = Vec::new();
     for (host, list) in retransmits.iter().enumerate() {
         // One entry per retransmission, in order: its first copy, and the
         // owner any copy names (only the tracer of the owner knows it).
@@ -1229,17 +1294,31 @@ pub fn extract(
             let (by, to) = endpoints[host].classify((lip, t.sport), (rip, t.dport), netns);
             let by = owner.or(by);
             let at = to_rt(offset(sources[c].capture), t.header.ts_ns);
+            let to = to.filter(|to| Some(*to) != by);
             if let Some(s) = by {
-                bins.add(s, Metric::Retransmits, 0, at, 1.0);
                 *retransmit_peers[s].entry(rip.to_string()).or_default() += 1;
             }
-            if let Some(s) = to.filter(|to| Some(*to) != by) {
-                bins.add(s, Metric::Retransmits, 1, at, 1.0);
+            if let Some(s) = to {
                 *retransmit_peers[s].entry(lip.to_string()).or_default() += 1;
             }
             if by.is_none() && to.is_none() {
                 unplaced += 1;
+            } else {
+                placed.push(RetransmitEnds { by, to });
+                placed_at.push(at);
             }
+        }
+    }
+    for ((r, at), (by_share, to_share)) in placed
+        .iter()
+        .zip(&placed_at)
+        .zip(blame(&placed, servers.len()))
+    {
+        if let (Some(s), true) = (r.by, by_share > 0.0) {
+            bins.add(s, Metric::Retransmits, 0, *at, by_share);
+        }
+        if let (Some(s), true) = (r.to, to_share > 0.0) {
+            bins.add(s, Metric::Retransmits, 1, *at, to_share);
         }
     }
     if malformed > 0 {
@@ -1727,5 +1806,70 @@ mod tests {
         let mut idle = vec![vec![0.0], vec![0.0], vec![0.0]];
         normalize(&mut idle, 0.0);
         assert_eq!(idle, vec![vec![0.0]; 3], "no division by zero");
+    }
+
+    fn ends(by: Option<usize>, to: Option<usize>) -> RetransmitEnds {
+        RetransmitEnds { by, to }
+    }
+
+    /// Per server, [by, to] after blame.
+    fn charged(list: &[RetransmitEnds], servers: usize) -> Vec<[f64; 2]> {
+        let mut out = vec![[0.0; 2]; servers];
+        for (r, (by, to)) in list.iter().zip(blame(list, servers)) {
+            if let Some(s) = r.by {
+                out[s][0] += by;
+            }
+            if let Some(s) = r.to {
+                out[s][1] += to;
+            }
+        }
+        out
+    }
+
+    /// Server 1 is lossy: servers 0 and 2 replicate to it and retransmit
+    /// on their own sockets, it retransmits back to them, and a client's
+    /// retransmissions go to it. Nearly all of them are charged to server
+    /// 1, the end they share; servers 0, 2 and 3 next to nothing, and each
+    /// retransmission is charged once in all.
+    #[test]
+    fn retransmissions_between_servers_are_charged_to_the_end_they_share() {
+        let mut list = Vec::new();
+        list.extend(std::iter::repeat_n(ends(Some(0), Some(1)), 40));
+        list.extend(std::iter::repeat_n(ends(Some(2), Some(1)), 30));
+        list.extend(std::iter::repeat_n(ends(Some(1), Some(0)), 10));
+        list.extend(std::iter::repeat_n(ends(Some(1), Some(2)), 5));
+        list.extend(std::iter::repeat_n(ends(None, Some(1)), 3));
+        let c = charged(&list, 4);
+        let total: f64 = c.iter().map(|x| x[0] + x[1]).sum();
+        assert!((total - 88.0).abs() < 1e-9, "{c:?}");
+        assert!(c[1][0] + c[1][1] > 0.97 * 88.0, "{c:?}");
+        for s in [0, 2] {
+            assert!(c[s][0] + c[s][1] < 1.0, "server {s}: {c:?}");
+        }
+        assert_eq!(c[3], [0.0, 0.0]);
+    }
+
+    /// Two servers whose only retransmissions are with each other share
+    /// them; a healthy server's few background retransmissions with a
+    /// client do not make it the culprit of a lossy peer that retransmits
+    /// with the client far more (seen on MooseFS: 551 between servers 1
+    /// and 2, 25 of server 1 and 151 of server 2 with others); a client's
+    /// retransmission stays with its one placed end.
+    #[test]
+    fn a_path_is_split_by_what_its_ends_retransmit_with_anyone_else() {
+        let list = vec![ends(Some(0), Some(1)), ends(Some(1), Some(0))];
+        assert_eq!(charged(&list, 3), vec![[0.5, 0.5], [0.5, 0.5], [0.0; 2]]);
+        let mut list = Vec::new();
+        list.extend(std::iter::repeat_n(ends(Some(0), Some(1)), 551));
+        list.extend(std::iter::repeat_n(ends(Some(0), None), 25));
+        list.extend(std::iter::repeat_n(ends(None, Some(1)), 144));
+        list.extend(std::iter::repeat_n(ends(Some(1), Some(2)), 7));
+        let c = charged(&list, 4);
+        let sum = |s: usize| c[s][0] + c[s][1];
+        assert!(sum(1) > 4.0 * sum(0), "{c:?}");
+        assert!(sum(2) < 1.0, "{c:?}");
+        let list = vec![ends(Some(2), None), ends(None, Some(0))];
+        assert_eq!(charged(&list, 3), vec![[0.0, 1.0], [0.0; 2], [1.0, 0.0]]);
+        assert!(charged(&[], 2).iter().all(|c| *c == [0.0; 2]));
     }
 }

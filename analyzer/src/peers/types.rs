@@ -46,7 +46,8 @@ pub enum Metric {
     /// blocked time included).
     Time,
     /// TCP retransmissions of the server's connections (by the server, and
-    /// by peers on the same host towards it).
+    /// by peers on the same host towards it); one between two servers is
+    /// split between them by what each retransmitted with anyone else.
     Retransmits,
     /// Bytes received and sent by the server's socket system calls.
     SocketBytes,
