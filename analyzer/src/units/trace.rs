@@ -856,6 +856,7 @@ mod tests {
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
+            overhead: None,
             chunks: vec![(0, records.concat())],
             truncated: None,
         }
