@@ -684,7 +684,13 @@ impl Loaded {
             })?;
         self.links -= old_multi.len() + old_links.len();
         self.multi_link_count -= old_multi.len();
-        self.drop_links(old_multi, old_links);
+        // In the background: the kernel waits for calls in progress through
+        // a probe's return probe before a link goes (seconds, when a
+        // long-running function such as an event loop is probed), and the
+        // session must keep draining meanwhile. The programs ignore the old
+        // links' hits already.
+        let links = self.take_links(old_multi, old_links);
+        std::thread::spawn(move || drop_concurrently(links));
         Ok(())
     }
 
@@ -694,6 +700,15 @@ impl Loaded {
         multi: Vec<OwnedFd>,
         perf: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
     ) {
+        drop_concurrently(self.take_links(multi, perf));
+    }
+
+    /// Function-probe links as owned values, to drop.
+    fn take_links(
+        &mut self,
+        multi: Vec<OwnedFd>,
+        perf: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    ) -> Vec<Box<dyn Send>> {
         let mut links: Vec<Box<dyn Send>> = multi
             .into_iter()
             .map(|l| Box::new(l) as Box<dyn Send>)
@@ -705,7 +720,7 @@ impl Loaded {
                 links.push(Box::new(link));
             }
         }
-        drop_concurrently(links);
+        links
     }
 
     /// Calls of each function probe recorded so far (by traced processes,

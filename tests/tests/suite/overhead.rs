@@ -57,7 +57,9 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
     let measured = o.measured_percent.expect("measured at the end");
     assert!(measured <= 5.0, "{o:?}");
 
-    // (before, after) the decision, entries and returns per function.
+    let dropped_at = o.dropped[0].at_ns;
+    assert!(dropped_at >= o.decided_ns, "{o:?}");
+    // (before, after) the hot probe went, entries and returns per function.
     let mut seen: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
     for e in events(&cap) {
         let (func_id, ts, slot) = match &e {
@@ -65,7 +67,7 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
             Event::Return(r) => (r.func_id, r.header.ts_ns, 2),
             _ => continue,
         };
-        let after = usize::from(ts >= o.decided_ns);
+        let after = usize::from(ts >= dropped_at);
         seen.entry(cap.function_name(func_id)).or_default()[slot + after] += 1;
     }
     let leaf = seen["leaf"];
