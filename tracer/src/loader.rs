@@ -738,53 +738,58 @@ impl Loaded {
             .collect()
     }
 
-    /// This machine's cost of one recorded call, ns of CPU: `run(n)` calls a
-    /// function of the tracer's own at `file_offset` in `object` `n`
-    /// times; it is timed without a probe and with the recording programs
-    /// attached there (their full work, the record discarded), entry and
-    /// return (`entry_only` false) or entry only. The median of `rounds`
-    /// rounds.
+    /// This machine's cost of one recorded call, ns of CPU, with entry and
+    /// return probes and with an entry probe only: `run(n)` calls a
+    /// function of the tracer's own at `file_offset` in `object` `n` times;
+    /// it is timed without a probe, with the entry program attached there,
+    /// and with the return program too (their full work, the records
+    /// discarded), `rounds` times each, the medians compared.
     pub fn calibrate(
         &mut self,
         object: &Path,
         file_offset: u64,
-        entry_only: bool,
         calls: u64,
         rounds: usize,
         run: &mut dyn FnMut(u64),
-    ) -> Result<f64, LoadError> {
+    ) -> Result<(f64, f64), LoadError> {
         let probe = Probe {
             func_id: 0,
             object: object.to_string_lossy().into_owned(),
             symbol: "calibration".into(),
             file_offset,
-            entry_only,
             ..Probe::default()
         };
-        let names = [programs::FUNC_ENTRY, programs::FUNC_RETURN];
         // CPU time of this thread, not wall time: the probes run in the
         // calling thread, and on a loaded machine wall time counts the
         // time others ran too.
-        let time = |run: &mut dyn FnMut(u64)| {
-            let started = thread_cpu_ns();
-            run(calls);
-            thread_cpu_ns().saturating_sub(started) as f64
+        let rounds = rounds.max(1);
+        let timed = |run: &mut dyn FnMut(u64)| {
+            let mut v: Vec<f64> = (0..rounds)
+                .map(|_| {
+                    let started = thread_cpu_ns();
+                    run(calls);
+                    thread_cpu_ns().saturating_sub(started) as f64
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
         };
-        let mut costs = Vec::with_capacity(rounds);
-        for _ in 0..rounds.max(1) {
-            let bare = time(run);
-            let ids = self.attach_programs(
-                &probe,
-                &names[..if entry_only { 1 } else { 2 }],
-                COOKIE_CALIBRATE,
-            )?;
-            let traced = time(run);
-            self.links -= ids.len();
-            self.drop_links(Vec::new(), ids);
-            costs.push(((traced - bare) / calls.max(1) as f64).max(0.0));
-        }
-        costs.sort_by(f64::total_cmp);
-        Ok(costs[costs.len() / 2])
+        let bare = timed(run);
+        let mut ids = self.attach_programs(&probe, &[programs::FUNC_ENTRY], COOKIE_CALIBRATE)?;
+        let entry = timed(run);
+        let pair = self
+            .attach_programs(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE)
+            .map(|more| {
+                ids.extend(more);
+                timed(run)
+            });
+        self.links -= ids.len();
+        // Detaching waits for an RCU grace period: not on the way to
+        // attaching the real probes.
+        let links = self.take_links(Vec::new(), ids);
+        std::thread::spawn(move || drop_concurrently(links));
+        let per_call = |t: f64| ((t - bare) / calls.max(1) as f64).max(0.0);
+        Ok((per_call(pair?), per_call(entry)))
     }
 
     fn attach_programs(

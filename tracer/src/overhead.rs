@@ -101,24 +101,27 @@ fn calibration_site() -> Result<(PathBuf, u64), LoadError> {
     ))
 }
 
-/// Measures [`Costs`] on this machine with `loaded`'s programs.
+/// The costs measured by this process: the agent's sessions measure once.
+static MEASURED: std::sync::OnceLock<Costs> = std::sync::OnceLock::new();
+
+/// Measures [`Costs`] on this machine with `loaded`'s programs (once per
+/// process).
 pub fn calibrate(loaded: &mut Loaded) -> Result<Costs, LoadError> {
+    if let Some(costs) = MEASURED.get() {
+        return Ok(*costs);
+    }
+    let costs = measure(loaded)?;
+    Ok(*MEASURED.get_or_init(|| costs))
+}
+
+fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
     let (object, offset) = calibration_site()?;
     let mut run = run_calls;
     // A first untimed pass: the page is faulted in and the branch predictors warm.
     run(CALIBRATION_CALLS);
-    let call_ns = loaded.calibrate(
+    let (call_ns, entry_ns) = loaded.calibrate(
         &object,
         offset,
-        false,
-        CALIBRATION_CALLS,
-        CALIBRATION_ROUNDS,
-        &mut run,
-    )?;
-    let entry_ns = loaded.calibrate(
-        &object,
-        offset,
-        true,
         CALIBRATION_CALLS,
         CALIBRATION_ROUNDS,
         &mut run,

@@ -1015,12 +1015,14 @@ impl Session {
         let budget = if probes.is_empty() {
             None
         } else {
+            let calibration_started = Instant::now();
             match overhead::calibrate(&mut loaded) {
                 Ok(costs) => {
                     progress(&format!(
-                        "probe cost on this machine: {:.1} us per traced call, {:.1} us entry only",
+                        "probe cost on this machine: {:.1} us per traced call, {:.1} us entry only (calibrated in {:.0} ms)",
                         costs.call_ns / 1e3,
-                        costs.entry_ns / 1e3
+                        costs.entry_ns / 1e3,
+                        calibration_started.elapsed().as_secs_f64() * 1e3
                     ));
                     Some(costs)
                 }
