@@ -122,17 +122,21 @@ fn without_a_budget_costly_probes_are_warned_about() {
         "2500",
     ]);
     assert!(run.status.success(), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("warning: the function probes cost about"),
-        "{}",
-        run.stderr
-    );
     let cap = capture(&out);
     let o = cap.overhead.clone().expect("overhead item");
     assert_eq!(o.budget_percent, None);
     assert!(o.dropped.is_empty());
-    assert!(o.probes_core_percent > 20.0, "{o:?}");
+    // The flood spends most of its CPU in the probe, however much CPU a
+    // loaded machine gives it; the warning is about a core, so it comes
+    // when the flood got more than a fifth of one.
+    assert!(o.estimated_percent > 50.0, "{o:?}");
+    assert_eq!(
+        run.stderr
+            .contains("warning: the function probes cost about"),
+        o.probes_core_percent > 20.0,
+        "{o:?} {}",
+        run.stderr
+    );
     // leaf is recorded after the first interval too.
     let after = events(&cap)
         .iter()
