@@ -765,6 +765,23 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_budget_is_a_percentage_passed_to_each_session() {
+        for text in ["\"5%\"", "5", "5.0"] {
+            let c = parse(&format!("{MINIMAL}overhead = {text}\n")).expect(text);
+            assert_eq!(c.trace.overhead, Some(Percent(5.0)), "{text}");
+            let r = c
+                .record_config(&[PathBuf::from("/usr/bin/true")], true, &[], "x".into())
+                .expect("record config");
+            assert_eq!(r.overhead_percent, Some(5.0));
+        }
+        for bad in ["\"0%\"", "\"120%\"", "\"five\""] {
+            let e = parse(&format!("{MINIMAL}overhead = {bad}\n")).expect_err(bad);
+            assert!(format!("{e:#}").contains("percent"), "{bad}: {e:#}");
+        }
+        assert_eq!(parse(MINIMAL).expect("minimal").trace.overhead, None);
+    }
+
+    #[test]
     fn defaults_fill_what_is_not_given() {
         let c = parse(MINIMAL).expect("minimal config");
         assert_eq!(c.recorder.max_disk, Size(1 << 30));
