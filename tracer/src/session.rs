@@ -1149,7 +1149,7 @@ impl Session {
             .map_err(|e| RecordError::Io(std::io::Error::other(e.to_string())))?;
         unfinished.0 = None;
         let probes_len = probes.len();
-        Ok(Self {
+        let mut session = Self {
             skipped,
             has_pid_targets: !root_pids.is_empty() || held.is_some(),
             has_exe_targets: !enroll.is_empty(),
@@ -1190,7 +1190,15 @@ impl Session {
                 stuck: false,
             }),
             notices: Vec::new(),
-        })
+        };
+        // The CPU the first interval is weighed against starts now, with
+        // the calls counted: read later (the first tick of a loaded
+        // machine), the calls in between would be weighed against nothing.
+        let pids = session.traced_pids();
+        if let Some(budget) = session.budget.as_mut() {
+            budget.cpu.read(pids.into_iter());
+        }
+        Ok(session)
     }
 
     /// Messages for a person gathered since the last call (the overhead
