@@ -775,10 +775,14 @@ impl Loaded {
             v[v.len() / 2]
         };
         let bare = timed(run);
-        let mut ids = self.attach_programs(&probe, &[programs::FUNC_ENTRY], COOKIE_CALIBRATE)?;
+        // Only in this process: recorders of the same binary calibrating
+        // at once (one per server) must not time each other's probes.
+        let own = UProbeScope::CallingProcess;
+        let mut ids =
+            self.attach_programs_in(&probe, &[programs::FUNC_ENTRY], COOKIE_CALIBRATE, own)?;
         let entry = timed(run);
         let pair = self
-            .attach_programs(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE)
+            .attach_programs_in(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE, own)
             .map(|more| {
                 ids.extend(more);
                 timed(run)
@@ -798,6 +802,16 @@ impl Loaded {
         names: &[&'static str],
         cookie: u64,
     ) -> Result<Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>, LoadError> {
+        self.attach_programs_in(probe, names, cookie, UProbeScope::AllProcesses)
+    }
+
+    fn attach_programs_in(
+        &mut self,
+        probe: &Probe,
+        names: &[&'static str],
+        cookie: u64,
+        scope: UProbeScope,
+    ) -> Result<Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>, LoadError> {
         self.load_uprobes()?;
         let mut ids = Vec::new();
         for &name in names {
@@ -812,7 +826,7 @@ impl Loaded {
                 cookie: Some(cookie),
             };
             let id = prog
-                .attach(point, Path::new(&probe.object), UProbeScope::AllProcesses)
+                .attach(point, Path::new(&probe.object), scope)
                 .map_err(attach_err(format!(
                     "{name} at {}:{}",
                     probe.object, probe.symbol
