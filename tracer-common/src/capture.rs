@@ -376,6 +376,117 @@ pub struct ProcessState {
     pub state: String,
 }
 
+/// What the function probes cost the traced processes, and what the
+/// overhead budget (`tracer record --overhead`) left out because of it.
+/// Written after the first interval of a recording with function probes,
+/// and again at its end with the measured cost; the last one holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// The budget, percent slowdown of the traced processes; `None` when
+    /// none was given (the probes were only counted).
+    pub budget_percent: Option<f64>,
+    /// This machine's cost of one recorded call of an entry and return
+    /// probe, ns (measured at start on a function of the recorder's own).
+    pub call_cost_ns: f64,
+    /// The same for an entry-only probe, ns.
+    pub entry_cost_ns: f64,
+    /// When the first interval ended and the probe set was decided,
+    /// `CLOCK_MONOTONIC` ns: the dropped functions have no records after it.
+    pub decided_ns: u64,
+    /// Length of the first interval, ms.
+    pub interval_ms: u64,
+    /// CPU time of the traced processes over the first interval, percent of
+    /// one core (probes included).
+    pub traced_cpu_percent: f64,
+    /// Estimated CPU of every probe over the first interval (calls times
+    /// cost), percent of one core.
+    pub probes_core_percent: f64,
+    /// Estimated slowdown with every probe: their CPU over the traced
+    /// processes' CPU without it, percent.
+    pub estimated_percent: f64,
+    /// Estimated slowdown with the probes kept, percent.
+    pub kept_percent: f64,
+    /// Slowdown measured from the calls the kept probes recorded after the
+    /// decision (calls times cost over the traced processes' CPU), percent;
+    /// `None` until the recording ends, or when there was no CPU to weigh.
+    #[serde(default)]
+    pub measured_percent: Option<f64>,
+    /// The span `measured_percent` covers, ms.
+    #[serde(default)]
+    pub measured_ms: u64,
+    /// The probes left out, hottest first.
+    pub dropped: Vec<DroppedProbe>,
+}
+
+impl Overhead {
+    /// One line per fact, for a person (the recorder's output and
+    /// `analyzer summary`).
+    pub fn describe(&self) -> Vec<String> {
+        let o = self;
+        let mut lines = vec![format!(
+            "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}%: estimated slowdown {:.1}%",
+            o.call_cost_ns / 1e3,
+            o.entry_cost_ns / 1e3,
+            o.interval_ms,
+            o.probes_core_percent,
+            o.traced_cpu_percent,
+            o.estimated_percent
+        )];
+        if let Some(budget) = o.budget_percent {
+            if o.decided_ns == 0 {
+                lines.push(format!(
+                    "overhead budget {budget}%: not applied (the recording ended within the first interval)"
+                ));
+            } else if o.dropped.is_empty() {
+                lines.push(format!(
+                    "overhead budget {budget}%: every probe fits, none dropped"
+                ));
+            } else {
+                lines.push(format!(
+                    "overhead budget {budget}%: dropped {} probe(s) after the first {} ms (missing on purpose from then on), estimated slowdown with the rest {:.1}%",
+                    o.dropped.len(),
+                    o.interval_ms,
+                    o.kept_percent
+                ));
+                for d in o.dropped.iter().take(20) {
+                    lines.push(format!(
+                        "  dropped {} ({:.0} calls/s, {:.1}%)",
+                        d.symbol, d.calls_per_s, d.percent
+                    ));
+                }
+                if o.dropped.len() > 20 {
+                    lines.push(format!("  ... and {} more", o.dropped.len() - 20));
+                }
+            }
+        }
+        if let Some(m) = o.measured_percent {
+            lines.push(format!(
+                "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the calibrated cost)",
+                o.measured_ms
+            ));
+        }
+        lines
+    }
+}
+
+/// A function probe the overhead budget detached.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DroppedProbe {
+    /// Its id in the probe table (its records before the decision carry it).
+    pub func_id: u32,
+    /// Symbol name.
+    pub symbol: String,
+    /// Object path.
+    pub object: String,
+    /// Calls per second over the first interval.
+    pub calls_per_s: f64,
+    /// Its estimated share of the slowdown, percent.
+    pub percent: f64,
+    /// When it was detached, `CLOCK_MONOTONIC` ns: it has no records after.
+    #[serde(default)]
+    pub at_ns: u64,
+}
+
 /// A metadata item.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -403,6 +514,10 @@ pub enum Meta {
     },
     /// Loss and health counters.
     Stats(Stats),
+    /// The function probes' cost and what the overhead budget dropped.
+    /// Written only by recordings with function probes, so captures
+    /// without them stay readable by builds that predate this item.
+    Overhead(Overhead),
     /// The capture was closed properly.
     End(End),
 }

@@ -67,6 +67,14 @@ pub mod maps {
     /// Block I/O counters (per CPU): [`crate::kernel::BlockKey`] →
     /// [`crate::kernel::BlockAgg`].
     pub const BLOCK_STATS: &str = "BLOCK_STATS";
+    /// Hits of each function probe by traced processes (per CPU), indexed by
+    /// function id up to [`crate::FUNC_HITS_ENTRIES`]: what the overhead
+    /// budget weighs.
+    pub const FUNC_HITS: &str = "FUNC_HITS";
+    /// One `u32`: the generation of function-probe links whose hits are
+    /// recorded ([`crate::COOKIE_GEN`]); the budget switches it when it
+    /// replaces the probe set.
+    pub const FUNC_GEN: &str = "FUNC_GEN";
 }
 
 /// Names of the programs in the eBPF object.
@@ -155,6 +163,18 @@ pub const USDT_MAX_SITES: u32 = 4096;
 /// Bit set in a USDT site's attach cookie when the site is attached only to
 /// hold a probe semaphore raised (see `tracer::usdt`): hits write nothing.
 pub const COOKIE_USDT_SILENT: u64 = 1 << 32;
+
+/// Bit set in the attach cookie of a function probe of generation 1 (clear:
+/// generation 0). A hit is recorded only when its generation is the one in
+/// [`maps::FUNC_GEN`], so a new probe set can be attached before the old
+/// one is detached without recording a call twice.
+pub const COOKIE_GEN: u64 = 1 << 34;
+/// Bit set in the attach cookie of the overhead calibration probe (on a
+/// function of the tracer's own): the program does all its work for every
+/// process and then discards the record.
+pub const COOKIE_CALIBRATE: u64 = 1 << 35;
+/// Entries of [`maps::FUNC_HITS`]: probes with larger ids are not counted.
+pub const FUNC_HITS_ENTRIES: u32 = 1 << 16;
 
 /// Mask of a uprobe's attach cookie that holds the function id.
 pub const COOKIE_FUNC_MASK: u64 = 0xffff_ffff;

@@ -8,12 +8,44 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    COOKIE_ARGS, COOKIE_ENROLL, COOKIE_FUNC_MASK, TRACED_ROOT,
+    COOKIE_ARGS, COOKIE_CALIBRATE, COOKIE_ENROLL, COOKIE_FUNC_MASK, COOKIE_GEN, TRACED_ROOT,
     record::{FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, STACK_ARGS, kind},
     stats::Stat,
 };
 
-use crate::{count, current, emit, header, is_traced, trace};
+use crate::{FUNC_GEN, FUNC_HITS, count, current, emit, emit_discarded, header, is_traced, trace};
+
+/// Whether a hit of a probe with `cookie` is recorded: the calibration
+/// probe's always (and discarded), others for traced processes when their
+/// link is of the current generation. Counts the recorded calls (at entry).
+#[inline(always)]
+fn wanted(cookie: u64, pid: u32, entry: bool) -> bool {
+    if cookie & COOKIE_CALIBRATE != 0 {
+        return true;
+    }
+    if !is_traced(pid) {
+        return false;
+    }
+    let generation = u32::from(cookie & COOKIE_GEN != 0);
+    if FUNC_GEN.get(0).copied().unwrap_or(0) != generation {
+        return false;
+    }
+    if entry && let Some(hits) = FUNC_HITS.get_ptr_mut((cookie & COOKIE_FUNC_MASK) as u32) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
+        unsafe { *hits += 1 };
+    }
+    true
+}
+
+/// Writes `record`, or discards it for the calibration probe.
+#[inline(always)]
+fn emit_or_discard<T: 'static>(cookie: u64, record: T) {
+    if cookie & COOKIE_CALIBRATE != 0 {
+        emit_discarded(record);
+    } else {
+        emit(record);
+    }
+}
 
 #[uprobe]
 pub fn func_entry(ctx: ProbeContext) -> u32 {
@@ -34,7 +66,7 @@ fn try_func_entry(ctx: &ProbeContext) {
         }
         return;
     }
-    if !is_traced(pid) {
+    if !wanted(cookie, pid, true) {
         return;
     }
     // SAFETY: the context of a uprobe is the task's saved user registers.
@@ -47,7 +79,7 @@ fn try_func_entry(ctx: &ProbeContext) {
             count(Stat::CallSiteUnreadable);
             0
         });
-        emit(FuncEntry {
+        emit_or_discard(cookie, FuncEntry {
             header: header(kind::FUNC_ENTRY, size_of::<FuncEntry>(), pid, tid),
             func_id,
             _pad: 0,
@@ -63,7 +95,7 @@ fn try_func_entry(ctx: &ProbeContext) {
                 count(Stat::CallSiteUnreadable);
                 [0; 1 + STACK_ARGS]
             });
-        emit(FuncEntryStack {
+        emit_or_discard(cookie, FuncEntryStack {
             entry: FuncEntryArgs {
                 entry: FuncEntry {
                     header: header(
@@ -87,14 +119,14 @@ fn try_func_entry(ctx: &ProbeContext) {
 #[uretprobe]
 pub fn func_return(ctx: RetProbeContext) -> u32 {
     let (pid, tid) = current();
-    if !is_traced(pid) {
-        return 0;
-    }
     // SAFETY: helper on the program's own context.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if !wanted(cookie, pid, false) {
+        return 0;
+    }
     // SAFETY: the context of a uretprobe is the task's saved user registers.
     let ret = unsafe { (*ctx.regs).rax };
-    emit(FuncReturn {
+    emit_or_discard(cookie, FuncReturn {
         header: header(kind::FUNC_RETURN, size_of::<FuncReturn>(), pid, tid),
         func_id: (cookie & COOKIE_FUNC_MASK) as u32,
         _pad: 0,

@@ -103,6 +103,15 @@ pub struct Forked {
 #[map]
 static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
 
+/// Hits of each function probe by traced processes, by function id.
+#[map]
+static FUNC_HITS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(tracer_common::FUNC_HITS_ENTRIES, 0);
+
+/// The generation of function-probe links that records (0 or 1).
+#[map]
+static FUNC_GEN: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Loss counters, indexed by `Stat`.
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_COUNT, 0);
@@ -226,6 +235,19 @@ fn emit<T: 'static>(record: T) {
 #[inline(always)]
 fn emit_urgent<T: 'static>(record: T) {
     emit_with(record, true);
+}
+
+/// Like [`emit`], and then discards the record: the calibration of the
+/// overhead budget pays what a recorded hit pays, and nothing reaches the
+/// capture.
+#[inline(always)]
+fn emit_discarded<T: 'static>(record: T) {
+    let Some(mut entry) = EVENTS.reserve::<T>(0) else {
+        return;
+    };
+    entry.write(record);
+    let _ = EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= global(&WAKEUP_BYTES);
+    entry.discard(BPF_RB_NO_WAKEUP as u64);
 }
 
 #[inline(always)]

@@ -11,6 +11,8 @@
 //!   (one session); [`sink`] writes the capture.
 //! - [`agent`] is `tracer agent`: sessions for as long as it lives, a
 //!   flight recorder, snapshots, live analysis, a control socket.
+//! - [`overhead`] weighs what function probes cost (a calibration probe,
+//!   per-probe call counts) and drops the costliest to fit a budget.
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
 //! - [`trust`] decides which files on disk the root agent may act on.
@@ -24,6 +26,7 @@ pub mod elf;
 pub mod kstats;
 pub mod loader;
 pub mod multi;
+pub mod overhead;
 pub mod procfs;
 pub mod quantity;
 pub mod record;

@@ -19,7 +19,7 @@ use aya::{
     },
 };
 use tracer_common::{
-    COOKIE_ARGS, COOKIE_USDT_SILENT, TRACED_ROOT,
+    COOKIE_ARGS, COOKIE_CALIBRATE, COOKIE_GEN, COOKIE_USDT_SILENT, FUNC_HITS_ENTRIES, TRACED_ROOT,
     capture::Probe,
     globals,
     kernel::{BlockAgg, BlockKey, FileAgg, FileKey, KernelOffsets},
@@ -96,6 +96,9 @@ pub enum LoadError {
     /// A USDT probe site cannot be decoded.
     #[error(transparent)]
     Usdt(#[from] UsdtError),
+    /// The overhead calibration could not run.
+    #[error("calibrating the probe cost: {0}")]
+    Calibration(String),
     /// More USDT sites than the spec map holds.
     #[error("{count} USDT probe sites selected; at most {max} can be attached")]
     TooManyUsdtSites {
@@ -203,6 +206,16 @@ pub struct Loaded {
     file_stats: PerCpuHashMap<MapData, FileKey, FileAgg>,
     block_stats: PerCpuHashMap<MapData, BlockKey, BlockAgg>,
     usdt_specs: Array<MapData, UsdtSpec>,
+    func_hits: PerCpuArray<MapData, u64>,
+    func_gen: Array<MapData, u32>,
+    /// Generation of the function-probe links attached now (see
+    /// [`tracer_common::COOKIE_GEN`]).
+    probe_gen: u32,
+    /// The function probes' links (uprobe_multi, or one perf link per
+    /// probe and direction), apart from the others so that the overhead
+    /// budget can replace them.
+    probe_multi_links: Vec<OwnedFd>,
+    probe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     loaded_uprobes: bool,
     /// Number of kernel attachments made (perf and uprobe_multi links).
@@ -325,7 +338,14 @@ impl Loaded {
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
         let file_stats = take(&mut ebpf, maps::FILE_STATS)?;
         let block_stats = take(&mut ebpf, maps::BLOCK_STATS)?;
+        let func_hits = take(&mut ebpf, maps::FUNC_HITS)?;
+        let func_gen = take(&mut ebpf, maps::FUNC_GEN)?;
         Ok(Self {
+            func_hits,
+            func_gen,
+            probe_gen: 0,
+            probe_multi_links: Vec::new(),
+            probe_links: Vec::new(),
             ebpf,
             ring: Some(ring),
             traced,
@@ -561,13 +581,12 @@ impl Loaded {
         if let Some(Ok(multi)) = &self.multi {
             // Entry-only probes get no return link.
             let group = |ret: bool| {
-                multi::group_by_object(probes.iter().filter(|p| !(ret && p.entry_only)).map(|p| {
-                    (
-                        p.object.as_str(),
-                        p.file_offset,
-                        u64::from(p.func_id) | if p.args { COOKIE_ARGS } else { 0 },
-                    )
-                }))
+                multi::group_by_object(
+                    probes
+                        .iter()
+                        .filter(|p| !(ret && p.entry_only))
+                        .map(|p| (p.object.as_str(), p.file_offset, self.probe_cookie(p))),
+                )
             };
             let mut links = Vec::new();
             let mut failed = None;
@@ -586,7 +605,7 @@ impl Loaded {
                 None => {
                     self.links += links.len();
                     self.multi_link_count += links.len();
-                    self.multi_links.extend(links);
+                    self.probe_multi_links.extend(links);
                     return Ok(());
                 }
                 // One perf link per probe below names the probe at fault.
@@ -606,21 +625,195 @@ impl Loaded {
     /// only traced processes' events.
     pub fn attach_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
         let names = [programs::FUNC_ENTRY, programs::FUNC_RETURN];
-        self.attach_programs(probe, &names[..if probe.entry_only { 1 } else { 2 }])
+        let cookie = self.probe_cookie(probe);
+        let ids = self.attach_programs(
+            probe,
+            &names[..if probe.entry_only { 1 } else { 2 }],
+            cookie,
+        )?;
+        self.probe_links.extend(ids);
+        Ok(())
+    }
+
+    /// The attach cookie of `probe`'s links of the current generation.
+    fn probe_cookie(&self, probe: &Probe) -> u64 {
+        u64::from(probe.func_id)
+            | if probe.args { COOKIE_ARGS } else { 0 }
+            | if self.probe_gen == 1 { COOKIE_GEN } else { 0 }
     }
 
     /// Attaches the empty programs at `probe` (overhead benchmarks only).
     pub fn attach_empty_probe(&mut self, probe: &Probe) -> Result<(), LoadError> {
-        self.attach_pair(probe, [programs::EMPTY_ENTRY, programs::EMPTY_RETURN])
+        let cookie = self.probe_cookie(probe);
+        let ids = self.attach_programs(
+            probe,
+            &[programs::EMPTY_ENTRY, programs::EMPTY_RETURN],
+            cookie,
+        )?;
+        self.uprobe_links.extend(ids);
+        Ok(())
     }
 
-    fn attach_pair(&mut self, probe: &Probe, names: [&'static str; 2]) -> Result<(), LoadError> {
-        self.attach_programs(probe, &names)
+    /// Replaces the function probes by `kept` (a subset, same ids) without
+    /// recording a call twice or losing a return: the new links are
+    /// attached as the next generation, whose hits the programs ignore;
+    /// then the generation switches (one map write: every hit from then on
+    /// is recorded by the new links only, and a call entered before returns
+    /// through the new return probe, which the kernel runs for every
+    /// consumer registered at return time); then the old links go.
+    pub fn replace_probes(&mut self, kept: &[Probe]) -> Result<(), LoadError> {
+        let old_multi = std::mem::take(&mut self.probe_multi_links);
+        let old_links = std::mem::take(&mut self.probe_links);
+        let (links, multi) = (self.links, self.multi_link_count);
+        self.probe_gen ^= 1;
+        if let Err(e) = self.attach_probes(kept) {
+            // The new generation's links go; the old ones stay and record.
+            let new_multi = std::mem::replace(&mut self.probe_multi_links, old_multi);
+            let new_links = std::mem::replace(&mut self.probe_links, old_links);
+            self.probe_gen ^= 1;
+            self.drop_links(new_multi, new_links);
+            self.links = links;
+            self.multi_link_count = multi;
+            return Err(e);
+        }
+        self.func_gen
+            .set(0, self.probe_gen, 0)
+            .map_err(|source| LoadError::Map {
+                name: maps::FUNC_GEN,
+                source,
+            })?;
+        self.links -= old_multi.len() + old_links.len();
+        self.multi_link_count -= old_multi.len();
+        // In the background: the kernel waits for calls in progress through
+        // a probe's return probe before a link goes (seconds, when a
+        // long-running function such as an event loop is probed), and the
+        // session must keep draining meanwhile. The programs ignore the old
+        // links' hits already.
+        let links = self.take_links(old_multi, old_links);
+        std::thread::spawn(move || drop_concurrently(links));
+        Ok(())
     }
 
-    fn attach_programs(&mut self, probe: &Probe, names: &[&'static str]) -> Result<(), LoadError> {
+    /// Detaches function-probe links, concurrently (see [`Loaded::detach`]).
+    fn drop_links(
+        &mut self,
+        multi: Vec<OwnedFd>,
+        perf: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    ) {
+        drop_concurrently(self.take_links(multi, perf));
+    }
+
+    /// Function-probe links as owned values, to drop.
+    fn take_links(
+        &mut self,
+        multi: Vec<OwnedFd>,
+        perf: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    ) -> Vec<Box<dyn Send>> {
+        let mut links: Vec<Box<dyn Send>> = multi
+            .into_iter()
+            .map(|l| Box::new(l) as Box<dyn Send>)
+            .collect();
+        for (name, id) in perf {
+            let prog: Option<&mut UProbe> =
+                self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
+                links.push(Box::new(link));
+            }
+        }
+        links
+    }
+
+    /// Calls of each function probe recorded so far (by traced processes,
+    /// through the current generation's links), indexed by function id, for
+    /// ids below `count`; ids past [`FUNC_HITS_ENTRIES`] read 0.
+    pub fn func_hits(&self, count: usize) -> Vec<u64> {
+        (0..count)
+            .map(|id| {
+                u32::try_from(id)
+                    .ok()
+                    .filter(|id| *id < FUNC_HITS_ENTRIES)
+                    .and_then(|id| self.func_hits.get(&id, 0).ok())
+                    .map_or(0, |v| v.iter().sum())
+            })
+            .collect()
+    }
+
+    /// This machine's cost of one recorded call, ns of CPU, with entry and
+    /// return probes and with an entry probe only: `run(n)` calls a
+    /// function of the tracer's own at `file_offset` in `object` `n` times;
+    /// it is timed without a probe, with the entry program attached there,
+    /// and with the return program too (their full work, the records
+    /// discarded), `rounds` times each, the medians compared.
+    pub fn calibrate(
+        &mut self,
+        object: &Path,
+        file_offset: u64,
+        calls: u64,
+        rounds: usize,
+        run: &mut dyn FnMut(u64),
+    ) -> Result<(f64, f64), LoadError> {
+        let probe = Probe {
+            func_id: 0,
+            object: object.to_string_lossy().into_owned(),
+            symbol: "calibration".into(),
+            file_offset,
+            ..Probe::default()
+        };
+        // CPU time of this thread, not wall time: the probes run in the
+        // calling thread, and on a loaded machine wall time counts the
+        // time others ran too.
+        let rounds = rounds.max(1);
+        let timed = |run: &mut dyn FnMut(u64)| {
+            let mut v: Vec<f64> = (0..rounds)
+                .map(|_| {
+                    let started = thread_cpu_ns();
+                    run(calls);
+                    thread_cpu_ns().saturating_sub(started) as f64
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let bare = timed(run);
+        // Only in this process: recorders of the same binary calibrating
+        // at once (one per server) must not time each other's probes.
+        let own = UProbeScope::CallingProcess;
+        let mut ids =
+            self.attach_programs_in(&probe, &[programs::FUNC_ENTRY], COOKIE_CALIBRATE, own)?;
+        let entry = timed(run);
+        let pair = self
+            .attach_programs_in(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE, own)
+            .map(|more| {
+                ids.extend(more);
+                timed(run)
+            });
+        self.links -= ids.len();
+        // Detaching waits for an RCU grace period: not on the way to
+        // attaching the real probes.
+        let links = self.take_links(Vec::new(), ids);
+        std::thread::spawn(move || drop_concurrently(links));
+        let per_call = |t: f64| ((t - bare) / calls.max(1) as f64).max(0.0);
+        Ok((per_call(pair?), per_call(entry)))
+    }
+
+    fn attach_programs(
+        &mut self,
+        probe: &Probe,
+        names: &[&'static str],
+        cookie: u64,
+    ) -> Result<Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>, LoadError> {
+        self.attach_programs_in(probe, names, cookie, UProbeScope::AllProcesses)
+    }
+
+    fn attach_programs_in(
+        &mut self,
+        probe: &Probe,
+        names: &[&'static str],
+        cookie: u64,
+        scope: UProbeScope,
+    ) -> Result<Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>, LoadError> {
         self.load_uprobes()?;
-        let cookie = u64::from(probe.func_id) | if probe.args { COOKIE_ARGS } else { 0 };
+        let mut ids = Vec::new();
         for &name in names {
             let prog: &mut UProbe = self
                 .ebpf
@@ -633,15 +826,15 @@ impl Loaded {
                 cookie: Some(cookie),
             };
             let id = prog
-                .attach(point, Path::new(&probe.object), UProbeScope::AllProcesses)
+                .attach(point, Path::new(&probe.object), scope)
                 .map_err(attach_err(format!(
                     "{name} at {}:{}",
                     probe.object, probe.symbol
                 )))?;
-            self.uprobe_links.push((name, id));
+            ids.push((name, id));
             self.links += 1;
         }
-        Ok(())
+        Ok(ids)
     }
 
     /// Attaches the USDT program at `sites` (site `i` has probe id and
@@ -852,7 +1045,10 @@ impl Loaded {
     /// add up to seconds; concurrent detaches share grace periods.
     pub fn detach(mut self) {
         let mut links: Vec<Box<dyn Send>> = Vec::new();
-        for link in std::mem::take(&mut self.multi_links) {
+        for link in std::mem::take(&mut self.multi_links)
+            .into_iter()
+            .chain(std::mem::take(&mut self.probe_multi_links))
+        {
             links.push(Box::new(link));
         }
         if let Some(follow) = self.usdt_follow.take() {
@@ -874,21 +1070,16 @@ impl Loaded {
                 links.push(Box::new(link));
             }
         }
-        for (name, id) in std::mem::take(&mut self.uprobe_links) {
+        let mut uprobe_links = std::mem::take(&mut self.uprobe_links);
+        uprobe_links.extend(std::mem::take(&mut self.probe_links));
+        for (name, id) in uprobe_links {
             let prog: Option<&mut UProbe> =
                 self.ebpf.program_mut(name).and_then(|p| p.try_into().ok());
             if let Some(link) = prog.and_then(|p| p.take_link(id).ok()) {
                 links.push(Box::new(link));
             }
         }
-        let per_thread = links.len().div_ceil(32).max(1);
-        std::thread::scope(|scope| {
-            let mut links = links;
-            while !links.is_empty() {
-                let chunk: Vec<_> = links.drain(..per_thread.min(links.len())).collect();
-                scope.spawn(move || drop(chunk));
-            }
-        });
+        drop_concurrently(links);
         drop(self);
     }
 
@@ -1042,4 +1233,30 @@ fn summed<K: aya::Pod, V: aya::Pod + Default>(
             (key, sum)
         })
         .collect()
+}
+
+/// Drops `links` from up to 32 threads: each detach waits for an RCU grace
+/// period, and concurrent detaches share them.
+fn drop_concurrently(links: Vec<Box<dyn Send>>) {
+    let per_thread = links.len().div_ceil(32).max(1);
+    std::thread::scope(|scope| {
+        let mut links = links;
+        while !links.is_empty() {
+            let chunk: Vec<_> = links.drain(..per_thread.min(links.len())).collect();
+            scope.spawn(move || drop(chunk));
+        }
+    });
+}
+
+/// CPU time of the calling thread, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }

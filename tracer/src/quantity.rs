@@ -1,4 +1,4 @@
-//! Sizes and durations as people write them (`64MiB`, `8M`, `30s`, `2m`),
+//! Sizes, durations and percentages as people write them (`64MiB`, `8M`, `30s`, `2m`),
 //! for the command line and the agent's configuration alike.
 
 use std::time::Duration;
@@ -20,6 +20,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let n: u64 = digits.parse().map_err(|_| bad())?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+/// A percentage: `5%` or `5`, above 0 and at most 100.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (e.g. 5%)"))?;
+    if v > 0.0 && v <= 100.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s:?}: the percentage must be above 0 and at most 100"
+        ))
+    }
 }
 
 /// Parses a duration: a number (fractions allowed) with `ms`, `s`, `m`,

@@ -96,6 +96,12 @@ pub struct RecordConfig {
     /// Directories searched for the separate debug files of stripped
     /// objects before `$EFTRACE_DEBUG_DIRS` and `/usr/lib/debug`.
     pub debug_dirs: Vec<PathBuf>,
+    /// The function probes' overhead budget, percent slowdown of the
+    /// traced processes (`--overhead`); `None`: probes are only weighed,
+    /// and warned about above [`crate::overhead::WARN_CORE_PERCENT`] of a core.
+    pub overhead_percent: Option<f64>,
+    /// How long function probes are counted before they are weighed.
+    pub overhead_interval: Duration,
 }
 
 impl Default for RecordConfig {
@@ -129,6 +135,8 @@ impl Default for RecordConfig {
             skip_unusable: false,
             overwrite: false,
             debug_dirs: Vec::new(),
+            overhead_percent: None,
+            overhead_interval: Duration::from_secs(2),
         }
     }
 }
@@ -430,7 +438,11 @@ pub async fn record(
                 }
             }
             _ = tick.tick() => {
-                if let Some(reason) = session.tick()? {
+                let stop = session.tick()?;
+                for line in session.take_notices() {
+                    progress(&line);
+                }
+                if let Some(reason) = stop {
                     break reason;
                 }
                 if last_at.elapsed() >= Duration::from_secs(1) {

@@ -16,8 +16,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Probe, ProcessInfo, ProcessState,
-        RawRecords, RecordSettings, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Overhead, Probe, ProcessInfo,
+        ProcessState, RawRecords, RecordSettings, Stats, Symbol,
     },
     record::{
         self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
@@ -30,6 +30,7 @@ use crate::{
     elf::{ElfCache, file_offset},
     kstats::{KernelStats, KernelStatsConfig},
     loader::{LoadOptions, Loaded},
+    overhead::{self, Costs},
     procfs::{self, ProcError},
     record::{RecordConfig, RecordError, Summary, Target, kind_name},
     sink::Sink,
@@ -764,6 +765,59 @@ impl Drop for Unfinished {
     }
 }
 
+/// CPU time of traced processes since each was first metered.
+#[derive(Debug, Default)]
+struct CpuMeter {
+    /// By pid: (first reading, last reading), ns.
+    readings: BTreeMap<u32, (u64, u64)>,
+    at: Option<Instant>,
+}
+
+impl CpuMeter {
+    /// Reads the CPU time of `pids` (a process gone keeps its last reading).
+    fn read(&mut self, pids: impl Iterator<Item = u32>) {
+        for pid in pids {
+            if let Some((run_ns, ..)) = procfs::cpu_times(pid) {
+                let e = self.readings.entry(pid).or_insert((run_ns, run_ns));
+                e.1 = run_ns.max(e.1);
+            }
+        }
+        self.at = Some(Instant::now());
+    }
+
+    /// CPU time used since metering began, ns.
+    fn total(&self) -> u64 {
+        self.readings.values().map(|(a, b)| b - a).sum()
+    }
+}
+
+/// The function probes' overhead: their calibrated cost, the window being
+/// counted, and what was decided so far.
+#[derive(Debug)]
+struct Budget {
+    costs: Costs,
+    cpu: CpuMeter,
+    /// The interval being counted.
+    window: Window,
+    /// Since the last probe set was decided (for the measured cost).
+    since: Option<Window>,
+    /// By function id: still attached.
+    kept: Vec<bool>,
+    /// What the capture is told; `None` before the first interval ends.
+    item: Option<Overhead>,
+    /// Probes could not be replaced: no further decisions.
+    stuck: bool,
+}
+
+/// The start of an interval: when, the traced processes' CPU then, and
+/// each probe's calls then.
+#[derive(Clone, Debug)]
+struct Window {
+    at: Instant,
+    cpu_ns: u64,
+    calls: Vec<u64>,
+}
+
 /// A recording in progress.
 pub struct Session {
     /// Targets skipped (see [`RecordConfig::skip_unusable`]) and why.
@@ -787,6 +841,9 @@ pub struct Session {
     view: KernelView,
     kstats: KernelStats,
     last_kstats: Instant,
+    budget: Option<Budget>,
+    /// Messages for a person since the last [`Session::take_notices`].
+    notices: Vec<String>,
 }
 
 impl Session {
@@ -955,6 +1012,29 @@ impl Session {
                 config.sample_hz
             ));
         }
+        let budget = if probes.is_empty() {
+            None
+        } else {
+            let calibration_started = Instant::now();
+            match overhead::calibrate(&mut loaded) {
+                Ok(costs) => {
+                    progress(&format!(
+                        "probe cost on this machine: {:.1} us per traced call, {:.1} us entry only (calibrated in {:.0} ms)",
+                        costs.call_ns / 1e3,
+                        costs.entry_ns / 1e3,
+                        calibration_started.elapsed().as_secs_f64() * 1e3
+                    ));
+                    Some(costs)
+                }
+                // A budget that cannot be kept is an error; without one the
+                // probes are only not weighed.
+                Err(e) if config.overhead_percent.is_some() => return Err(e.into()),
+                Err(e) => {
+                    progress(&format!("{e}; the probes' cost is not weighed"));
+                    None
+                }
+            }
+        };
         loaded.attach_probes(&probes)?;
         for probe in &empty_probes {
             loaded.attach_empty_probe(probe)?;
@@ -1068,7 +1148,8 @@ impl Session {
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| RecordError::Io(std::io::Error::other(e.to_string())))?;
         unfinished.0 = None;
-        Ok(Self {
+        let probes_len = probes.len();
+        let mut session = Self {
             skipped,
             has_pid_targets: !root_pids.is_empty() || held.is_some(),
             has_exe_targets: !enroll.is_empty(),
@@ -1095,7 +1176,238 @@ impl Session {
             ),
             view,
             last_kstats: Instant::now(),
-        })
+            budget: budget.map(|costs| Budget {
+                costs,
+                cpu: CpuMeter::default(),
+                window: Window {
+                    at: Instant::now(),
+                    cpu_ns: 0,
+                    calls: vec![0; probes_len],
+                },
+                since: None,
+                kept: vec![true; probes_len],
+                item: None,
+                stuck: false,
+            }),
+            notices: Vec::new(),
+        };
+        // The CPU the first interval is weighed against starts now, with
+        // the calls counted: read later (the first tick of a loaded
+        // machine), the calls in between would be weighed against nothing.
+        let pids = session.traced_pids();
+        if let Some(budget) = session.budget.as_mut() {
+            budget.cpu.read(pids.into_iter());
+        }
+        Ok(session)
+    }
+
+    /// Messages for a person gathered since the last call (the overhead
+    /// budget's decision, a warning about costly probes).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// The traced processes alive now.
+    fn traced_pids(&self) -> Vec<u32> {
+        self.tracker
+            .live
+            .iter()
+            .copied()
+            .filter(|pid| self.loaded.is_traced(*pid))
+            .collect()
+    }
+
+    /// Meters the traced processes' CPU and, at the end of each interval,
+    /// weighs the probes: the first interval always (the capture is told
+    /// the cost, and a costly set without a budget is warned about); with a
+    /// budget, every interval, dropping the costliest probes while the
+    /// kept ones cost more than the budget (a process that was waiting on
+    /// its probes can use more CPU once they go, so one look is not always
+    /// enough).
+    fn budget_step(&mut self) -> Result<(), RecordError> {
+        let pids = self.traced_pids();
+        let Some(budget) = self.budget.as_mut() else {
+            return Ok(());
+        };
+        if budget
+            .cpu
+            .at
+            .is_none_or(|at| at.elapsed() >= Duration::from_millis(500))
+        {
+            budget.cpu.read(pids.into_iter());
+        }
+        let again = self.config.overhead_percent.is_some() && !budget.stuck;
+        if budget.window.at.elapsed() < self.config.overhead_interval
+            || (budget.item.is_some() && !again)
+        {
+            return Ok(());
+        }
+        self.evaluate()
+    }
+
+    /// Weighs the probes over the interval that ends now and drops those
+    /// that do not fit the budget.
+    fn evaluate(&mut self) -> Result<(), RecordError> {
+        let pids = self.traced_pids();
+        let Some(budget) = self.budget.as_mut() else {
+            return Ok(());
+        };
+        budget.cpu.read(pids.into_iter());
+        let calls = self.loaded.func_hits(self.probes.len());
+        let cpu_ns = budget.cpu.total();
+        let delta: Vec<u64> = calls
+            .iter()
+            .zip(&budget.window.calls)
+            .zip(&budget.kept)
+            .map(|((now, then), kept)| if *kept { now.saturating_sub(*then) } else { 0 })
+            .collect();
+        let interval = overhead::Interval {
+            ns: budget.window.at.elapsed().as_nanos() as u64,
+            traced_cpu_ns: cpu_ns.saturating_sub(budget.window.cpu_ns),
+        };
+        let mut plan = overhead::plan(
+            &self.probes,
+            &delta,
+            budget.costs,
+            interval,
+            self.config.overhead_percent,
+        );
+        let now_ns = monotonic_ns();
+        if !plan.drop.is_empty() {
+            let mut kept = budget.kept.clone();
+            for i in &plan.drop {
+                kept[*i] = false;
+            }
+            let probes: Vec<Probe> = self
+                .probes
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| **k)
+                .map(|(p, _)| p.clone())
+                .collect();
+            match self.loaded.replace_probes(&probes) {
+                Ok(()) => {
+                    // Detached now: the dropped probes record nothing after this.
+                    let at_ns = monotonic_ns();
+                    for d in &mut plan.dropped {
+                        d.at_ns = at_ns;
+                    }
+                    budget.kept = kept;
+                }
+                Err(e) => {
+                    self.notices.push(format!(
+                        "overhead budget: could not detach the costliest probes ({}); every probe stays",
+                        error_chain(&e)
+                    ));
+                    budget.stuck = true;
+                    plan.drop.clear();
+                    plan.dropped.clear();
+                    plan.kept_percent = plan.estimated_percent;
+                }
+            }
+        }
+        let first = budget.item.is_none();
+        let changed = first || !plan.drop.is_empty();
+        match &mut budget.item {
+            None => {
+                let mut item = overhead::first_item(
+                    budget.costs,
+                    interval,
+                    self.config.overhead_percent,
+                    &plan,
+                );
+                item.decided_ns = now_ns;
+                self.notices.extend(item.describe());
+                if self.config.overhead_percent.is_none()
+                    && item.probes_core_percent > overhead::WARN_CORE_PERCENT
+                {
+                    let rate = delta.iter().sum::<u64>() as f64 / (interval.ns.max(1) as f64 / 1e9);
+                    self.notices.push(format!(
+                        "warning: the function probes cost about {:.0}% of a core ({rate:.0} calls/s times {:.1} us each, the cost calibrated at start); --overhead PCT keeps the traced processes' slowdown within a budget by dropping the costliest",
+                        item.probes_core_percent,
+                        budget.costs.call_ns / 1e3
+                    ));
+                }
+                budget.item = Some(item);
+            }
+            Some(item) if !plan.drop.is_empty() => {
+                self.notices.push(format!(
+                    "overhead budget: the probes kept cost {:.1}% over the last {} ms; dropped {} more, estimated {:.1}% with the rest",
+                    plan.estimated_percent,
+                    interval.ns / 1_000_000,
+                    plan.drop.len(),
+                    plan.kept_percent
+                ));
+                for d in &plan.dropped {
+                    self.notices.push(format!(
+                        "  dropped {} ({:.0} calls/s, {:.1}%)",
+                        d.symbol, d.calls_per_s, d.percent
+                    ));
+                }
+                item.kept_percent = plan.kept_percent;
+                item.dropped.extend(plan.dropped);
+            }
+            Some(_) => {}
+        }
+        let window = Window {
+            at: Instant::now(),
+            cpu_ns: budget.cpu.total(),
+            calls: self.loaded.func_hits(self.probes.len()),
+        };
+        if changed {
+            budget.since = Some(window.clone());
+            if let Some(item) = &budget.item {
+                self.sink.meta(&Meta::Overhead(item.clone()))?;
+            }
+        }
+        budget.window = window;
+        Ok(())
+    }
+
+    /// The overhead item with the cost measured since the last decision
+    /// (or, when the recording ends within the first interval, the probes
+    /// weighed over what there was, nothing dropped).
+    fn final_overhead(&mut self) -> Option<Overhead> {
+        let pids = self.traced_pids();
+        let budget = self.budget.as_mut()?;
+        budget.cpu.read(pids.into_iter());
+        let calls = self.loaded.func_hits(self.probes.len());
+        let cpu_ns = budget.cpu.total();
+        let Some(item) = &budget.item else {
+            let interval = overhead::Interval {
+                ns: budget.window.at.elapsed().as_nanos() as u64,
+                traced_cpu_ns: cpu_ns.saturating_sub(budget.window.cpu_ns),
+            };
+            let delta: Vec<u64> = calls
+                .iter()
+                .zip(&budget.window.calls)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect();
+            let plan = overhead::plan(&self.probes, &delta, budget.costs, interval, None);
+            return Some(overhead::first_item(
+                budget.costs,
+                interval,
+                self.config.overhead_percent,
+                &plan,
+            ));
+        };
+        let mut item = item.clone();
+        if let Some(since) = &budget.since {
+            let delta: Vec<u64> = calls
+                .iter()
+                .zip(&since.calls)
+                .zip(&budget.kept)
+                .map(|((now, then), kept)| if *kept { now.saturating_sub(*then) } else { 0 })
+                .collect();
+            let interval = overhead::Interval {
+                ns: since.at.elapsed().as_nanos() as u64,
+                traced_cpu_ns: cpu_ns.saturating_sub(since.cpu_ns),
+            };
+            item.measured_percent =
+                overhead::measured(&self.probes, &delta, budget.costs, interval);
+            item.measured_ms = interval.ns / 1_000_000;
+        }
+        Some(item)
     }
 
     /// Waits for records (draining them) or for the command target to exit.
@@ -1155,6 +1467,7 @@ impl Session {
             self.collect_kstats()?;
         }
         self.cpu_times()?;
+        self.budget_step()?;
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
@@ -1341,6 +1654,10 @@ impl Session {
         };
         drop(old);
         write_preface(&mut self.sink, &self.probes, &self.usdt_sites)?;
+        if let Some(item) = self.budget.as_ref().and_then(|b| b.item.as_ref()) {
+            // Each file tells which functions are missing on purpose.
+            self.sink.meta(&Meta::Overhead(item.clone()))?;
+        }
         self.tracker.rewrite(&mut self.sink)?;
         if let Some(taps) = &self.taps {
             self.sink.push_block(&taps.strings_block())?;
@@ -1403,6 +1720,20 @@ impl Session {
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
         self.tracker.settle(&mut self.sink)?;
+        if let Some(item) = self.final_overhead() {
+            if item.decided_ns == 0 && self.config.overhead_percent.is_some() {
+                progress(
+                    "the recording ended before the probes' first interval: nothing was weighed against the budget",
+                );
+            }
+            if let Some(m) = item.measured_percent {
+                progress(&format!(
+                    "function probes kept: measured slowdown {m:.1}% over {} ms (estimated {:.1}%)",
+                    item.measured_ms, item.kept_percent
+                ));
+            }
+            self.sink.meta(&Meta::Overhead(item))?;
+        }
         let losses = write_stats(&self.loaded, &mut self.sink)?;
         // Where each traced process was when recording stopped: a hang
         // analysis tells a stopped process from one running or waiting.

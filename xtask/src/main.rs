@@ -7,6 +7,8 @@
 //!   model, inject the partial-receive fault, and print the ranked units.
 //! - `bench`: the benchmarks whose figures go into issue notes.
 //! - `bench-agent`: the agent's soak benchmark (CPU, memory, disk over time).
+//! - `bench-overhead`: what recording costs a file system's throughput,
+//!   with and without function probes and an overhead budget.
 //! - `fuzz`: the libFuzzer targets, each for a bounded time.
 //! - `fs`: GlusterFS and MooseFS runs with faults, the fault matrices, their
 //!   timings (peer comparison).
@@ -16,6 +18,7 @@
 
 mod bench;
 mod bench_agent;
+mod bench_overhead;
 mod bench_python;
 mod bench_syscalls;
 mod fs;
@@ -67,6 +70,11 @@ enum Task {
     /// events/s, a burst, restarts; a table of its CPU, memory and disk.
     /// Exits non-zero when a target is missed.
     BenchAgent(bench_agent::BenchAgentArgs),
+    /// What recording costs a file system's throughput (needs root):
+    /// untraced, no -f, a broad function pattern, and the same pattern
+    /// under --overhead 5%, interleaved, >= 3 runs each; prints throughput
+    /// ratios (min/median/max) and what the budget dropped.
+    BenchOverhead(bench_overhead::BenchOverheadArgs),
     /// Build and run the libFuzzer targets (captures, models, thresholds,
     /// ELF and USDT notes, the agent's configuration and pipes), each for
     /// a bounded time; prints executions and exits non-zero on a finding.
@@ -320,6 +328,7 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run_benches(&args),
         Task::BenchMpi { repeat } => mpi::bench_mpi(repeat),
         Task::BenchAgent(args) => bench_agent::bench_agent(&args),
+        Task::BenchOverhead(args) => bench_overhead::bench_overhead(&args),
         Task::Fuzz(args) => fuzz::fuzz(&args),
         Task::Fs(args) => fs::run(*args),
         Task::MpiMatrix(args) => mpi_matrix::mpi_matrix(&args),

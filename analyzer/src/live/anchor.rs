@@ -300,6 +300,7 @@ pub(crate) fn anchored<'a>(
         kernel_symbols: capture.kernel_symbols.clone(),
         stats: capture.stats.clone(),
         end: capture.end.clone(),
+        overhead: capture.overhead.clone(),
         chunks: vec![(0, pre)],
         truncated: None,
     }))

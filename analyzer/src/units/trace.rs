@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tracer_common::{
     capture::RawRecords,
     record::{
@@ -700,10 +700,31 @@ fn exit_of(header: &Header, bytes: &[u8]) -> Option<u32> {
 /// Every record of `capture` as (header, bytes); damaged chunks end early
 /// (the decoder reports them; traces use what is readable).
 fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
+    // Functions the recorder's overhead budget detached part-way are left
+    // out from the start: the units before and after the switch are then
+    // built from the same functions, and the call tree does not change
+    // shape when the probe went.
+    let dropped: FxHashSet<u32> = capture
+        .overhead
+        .iter()
+        .flat_map(|o| o.dropped.iter().map(|d| d.func_id))
+        .collect();
     capture
         .chunks
         .iter()
         .flat_map(|(_, bytes)| RawRecords::new(bytes).map_while(Result::ok))
+        .filter(move |(h, bytes)| dropped.is_empty() || !of_dropped(h, bytes, &dropped))
+}
+
+/// Whether a function record belongs to one of the `dropped` functions.
+fn of_dropped(header: &Header, bytes: &[u8], dropped: &FxHashSet<u32>) -> bool {
+    matches!(
+        header.kind,
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK | kind::FUNC_RETURN
+    ) && bytes
+        .get(size_of::<Header>()..size_of::<Header>() + 4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .is_some_and(|b| dropped.contains(&u32::from_le_bytes(b)))
 }
 
 /// The builder of process `pid`: `current` if it is that process's, else
@@ -856,6 +877,7 @@ mod tests {
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
+            overhead: None,
             chunks: vec![(0, records.concat())],
             truncated: None,
         }
@@ -879,6 +901,63 @@ mod tests {
         }
         .as_bytes()
         .to_vec()
+    }
+
+    /// A call of function 1, which the overhead budget dropped part-way.
+    fn dropped_call(ts: u64, entry: bool) -> Vec<u8> {
+        if entry {
+            FuncEntry {
+                header: header(kind::FUNC_ENTRY, size_of::<FuncEntry>(), ts),
+                func_id: 1,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec()
+        } else {
+            FuncReturn {
+                header: header(kind::FUNC_RETURN, size_of::<FuncReturn>(), ts),
+                func_id: 1,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec()
+        }
+    }
+
+    /// The records of a function the budget detached are left out from the
+    /// start (its entry without a return at the switch included): the
+    /// units before and after the switch are built from the same functions.
+    #[test]
+    fn functions_the_budget_dropped_are_left_out_throughout() {
+        let records = [
+            call(10),
+            dropped_call(11, true),
+            dropped_call(12, false),
+            dropped_call(13, true),
+            ret(20),
+            call(30),
+            ret(40),
+        ];
+        let mut c = capture(&records);
+        let with = shape(&c).len();
+        c.overhead = Some(tracer_common::capture::Overhead {
+            dropped: vec![tracer_common::capture::DroppedProbe {
+                func_id: 1,
+                at_ns: 13,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            shape(&c),
+            [
+                (10, "call", 1),
+                (20, "return", 0),
+                (30, "call", 1),
+                (40, "return", 0)
+            ]
+        );
+        assert!(with > 4, "without the item the dropped calls are there");
     }
 
     fn recv(enter: u64, exit: u64) -> Vec<u8> {

@@ -171,6 +171,8 @@ pub struct RecordConfig {
     pub sample_all: bool,
     /// One tracer per server or one for all.
     pub mode: RecordMode,
+    /// More `tracer record` arguments (e.g. `--overhead 5%`).
+    pub extra_args: Vec<String>,
 }
 
 impl RecordConfig {
@@ -184,6 +186,7 @@ impl RecordConfig {
             sample_hz: 99,
             sample_all: false,
             mode: RecordMode::PerServer,
+            extra_args: Vec::new(),
         })
     }
 }
@@ -247,6 +250,7 @@ impl Recording {
             if config.sample_all {
                 cmd.arg("--sample-all");
             }
+            cmd.args(&config.extra_args);
             cmd.arg("-o").arg(&path);
             let command = shown(&cmd);
             let labels: Vec<String> = servers.iter().map(|s| s.label.clone()).collect();

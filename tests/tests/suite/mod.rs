@@ -13,6 +13,7 @@ mod model;
 mod mpi;
 mod mpi_diagnosis;
 mod network;
+mod overhead;
 mod pyring;
 mod sampling;
 mod sockets;

@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::capture::{
-    CaptureError, CaptureHeader, CaptureReader, Chunk, End, Meta, ObjectSymbols, Probe,
+    CaptureError, CaptureHeader, CaptureReader, Chunk, End, Meta, ObjectSymbols, Overhead, Probe,
     ProcessInfo, RawRecords, RecordError, Stats, Symbol, UsdtProbe,
 };
 
@@ -79,6 +79,9 @@ pub struct Capture {
     pub stats: Option<Stats>,
     /// End marker; `None` when the recorder did not close the file.
     pub end: Option<End>,
+    /// The function probes' cost and what the overhead budget dropped
+    /// (the last item written); `None` for captures without it.
+    pub overhead: Option<Overhead>,
     /// Record chunks: (file offset, bytes).
     pub chunks: Vec<(u64, Vec<u8>)>,
     /// Set when the file ends inside a chunk (a killed recorder).
@@ -109,6 +112,7 @@ impl Capture {
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
+            overhead: None,
             chunks: Vec::new(),
             truncated: None,
         };
@@ -156,6 +160,7 @@ impl Capture {
                     }
                     Meta::KernelSymbols { symbols } => capture.kernel_symbols.extend(symbols),
                     Meta::Stats(s) => capture.stats = Some(s),
+                    Meta::Overhead(o) => capture.overhead = Some(o),
                     Meta::End(e) => capture.end = Some(e),
                 },
                 Ok(None) => break,

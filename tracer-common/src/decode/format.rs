@@ -619,6 +619,9 @@ pub struct Summary {
     /// eBPF-side counters of records kept with a field unknown (non-zero
     /// ones; see [`crate::stats::STAT_INFO`]).
     pub kept: BTreeMap<String, u64>,
+    /// The function probes' cost and what the overhead budget dropped
+    /// (functions missing on purpose), when the recorder weighed them.
+    pub overhead: Option<crate::capture::Overhead>,
     /// Whether the recorder closed the file.
     pub complete: bool,
     /// The truncation, when the file ends inside a chunk.
@@ -634,6 +637,7 @@ impl Summary {
         let mut s = Summary {
             host: capture.header.host.clone(),
             complete: capture.end.is_some(),
+            overhead: capture.overhead.clone(),
             truncated: capture.truncated.as_ref().map(ToString::to_string),
             ..Default::default()
         };
@@ -805,6 +809,11 @@ impl std::fmt::Display for Summary {
                 })
                 .collect();
             writeln!(f, "  network:   {}", shown.join(", "))?;
+        }
+        if let Some(o) = &self.overhead {
+            for line in o.describe() {
+                writeln!(f, "  overhead:  {line}")?;
+            }
         }
         if self.losses.is_empty() {
             writeln!(f, "  losses:    none")?;

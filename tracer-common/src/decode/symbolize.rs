@@ -501,6 +501,7 @@ mod tests {
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
+            overhead: None,
             chunks: vec![(0, entry.as_bytes().to_vec())],
             truncated: None,
         };
@@ -579,6 +580,7 @@ mod tests {
             kernel_symbols: Vec::new(),
             stats: None,
             end: None,
+            overhead: None,
             chunks: vec![(0, records)],
             truncated: None,
         };

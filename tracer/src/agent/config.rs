@@ -86,6 +86,35 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A percentage written as `5%` or a plain number.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(into = "String")]
+pub struct Percent(pub f64);
+
+impl From<Percent> for String {
+    fn from(p: Percent) -> Self {
+        format!("{}%", p.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(f64),
+            S(String),
+        }
+        let s = match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        };
+        crate::quantity::parse_percent(&s)
+            .map(Percent)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// A duration written as `30s`, `500ms`, `2m`, `1h`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(into = "String")]
@@ -255,6 +284,10 @@ pub struct TraceSection {
     pub follow_children: bool,
     /// Ring buffer between kernel and agent (a power of two).
     pub ring_size: Size,
+    /// The function probes' overhead budget, percent slowdown of the
+    /// traced processes (like `record --overhead`): the costliest probes
+    /// are dropped after each session's first 2 s.
+    pub overhead: Option<Percent>,
 }
 
 impl Default for TraceSection {
@@ -270,6 +303,7 @@ impl Default for TraceSection {
             sample_all: false,
             follow_children: true,
             ring_size: Size(8 << 20),
+            overhead: None,
         }
     }
 }
@@ -700,6 +734,7 @@ impl AgentConfig {
             output,
             argv: std::env::args().collect(),
             skip_unusable: true,
+            overhead_percent: t.overhead.map(|p| p.0),
             ..RecordConfig::default()
         })
     }
@@ -727,6 +762,23 @@ mod tests {
     fn the_example_is_valid() {
         let c = parse(EXAMPLE).expect("packaging/agent.toml parses");
         assert!(!c.targets.is_empty());
+    }
+
+    #[test]
+    fn the_probe_budget_is_a_percentage_passed_to_each_session() {
+        for text in ["\"5%\"", "5", "5.0"] {
+            let c = parse(&format!("{MINIMAL}overhead = {text}\n")).expect(text);
+            assert_eq!(c.trace.overhead, Some(Percent(5.0)), "{text}");
+            let r = c
+                .record_config(&[PathBuf::from("/usr/bin/true")], true, &[], "x".into())
+                .expect("record config");
+            assert_eq!(r.overhead_percent, Some(5.0));
+        }
+        for bad in ["\"0%\"", "\"120%\"", "\"five\""] {
+            let e = parse(&format!("{MINIMAL}overhead = {bad}\n")).expect_err(bad);
+            assert!(format!("{e:#}").contains("percent"), "{bad}: {e:#}");
+        }
+        assert_eq!(parse(MINIMAL).expect("minimal").trace.overhead, None);
     }
 
     #[test]

@@ -530,10 +530,13 @@ impl Agent {
     }
 
     fn on_tick(&mut self) {
-        if let Some(r) = &mut self.running
-            && let Err(e) = r.session.tick()
-        {
-            self.last_error = Some(format!("flushing: {}", error_chain(&e)));
+        if let Some(r) = &mut self.running {
+            if let Err(e) = r.session.tick() {
+                self.last_error = Some(format!("flushing: {}", error_chain(&e)));
+            }
+            for line in r.session.take_notices() {
+                eprintln!("tracer agent: {line}");
+            }
         }
         self.rotate_if_due(true);
     }
@@ -645,6 +648,9 @@ impl Agent {
         if let Err(e) = r.session.tick() {
             live.status.last_error = Some(format!("flushing: {}", error_chain(&e)));
             return;
+        }
+        for line in r.session.take_notices() {
+            eprintln!("tracer agent: {line}");
         }
         let now = monotonic_ns();
         let window_ns = self.config.analysis.window.0.as_nanos() as u64;

@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 use tracer::{
-    quantity::{parse_duration, parse_size},
+    quantity::{parse_duration, parse_percent, parse_size},
     record::{ProbeChoice, RecordConfig, Target},
     targets::FunctionPattern,
     usdt::UsdtPattern,
@@ -283,6 +283,24 @@ pub struct RecordArgs {
     /// Sample every process on the node, not only traced ones (a CPU hog shows up by name).
     #[arg(long)]
     pub sample_all: bool,
+    /// Keep the function probes' cost within PCT percent slowdown of the
+    /// traced processes (e.g. 5%). The cost of one probe hit is measured at
+    /// start on a function of the tracer's own; each probe's calls are
+    /// counted in the kernel over --overhead-interval; then the costliest
+    /// probes are detached until the rest fit (functions that delimit
+    /// execution units are called least and stay; socket, file and block
+    /// signals are never dropped). What was dropped, the estimated and the
+    /// measured cost are printed and stored in the capture (`analyzer
+    /// summary` shows them). The slowdown is estimated for a process busy
+    /// on the CPU: probe time over its CPU time without probes. Without
+    /// --overhead, probes estimated at more than 20% of a core are warned
+    /// about after the first interval.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub overhead: Option<f64>,
+    /// How long function probes are counted before they are weighed
+    /// against --overhead.
+    #[arg(long, value_name = "TIME", default_value = "2s", value_parser = parse_duration)]
+    pub overhead_interval: Duration,
     /// Do not follow children forked by traced processes.
     #[arg(long)]
     pub no_follow: bool,
@@ -371,6 +389,8 @@ impl TryFrom<RecordArgs> for RecordConfig {
             overwrite: a.force,
             argv: std::env::args().collect(),
             debug_dirs: a.debug_dirs,
+            overhead_percent: a.overhead,
+            overhead_interval: a.overhead_interval,
             ..RecordConfig::default()
         })
     }

@@ -1,0 +1,146 @@
+//! The function probes' overhead budget (`record --overhead`) on the `calls`
+//! fixture's `hotcold` mode: one call of `hotcold` lasting the whole run,
+//! `leaf` called millions of times a second, `cold` 50 times a second.
+
+use tests::{analyzer, capture, events, fixture, privileged, tracer};
+use tracer_common::decode::Event;
+
+/// A small budget drops the hot probe after the first interval and keeps
+/// the cold ones: no `leaf` record after the decision, `cold` recorded
+/// throughout, the call in progress across the switch returns once; the
+/// capture names what was dropped and `analyzer summary` shows it.
+#[test]
+fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("budget.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "cold",
+        "-f",
+        "hotcold",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--overhead-interval",
+        "1s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "4000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("dropped leaf"), "{}", run.stderr);
+    assert!(run.stderr.contains("measured slowdown"), "{}", run.stderr);
+
+    let cap = capture(&out);
+    let o = cap
+        .overhead
+        .clone()
+        .expect("the capture has the overhead item");
+    assert_eq!(o.budget_percent, Some(5.0));
+    assert!(o.call_cost_ns > 0.0, "{o:?}");
+    assert!(o.decided_ns > 0, "{o:?}");
+    let dropped: Vec<&str> = o.dropped.iter().map(|d| d.symbol.as_str()).collect();
+    assert_eq!(dropped, ["leaf"], "{o:?}");
+    assert!(o.estimated_percent > 5.0, "{o:?}");
+    assert!(o.kept_percent <= 5.0, "{o:?}");
+    let measured = o.measured_percent.expect("measured at the end");
+    assert!(measured <= 5.0, "{o:?}");
+
+    let dropped_at = o.dropped[0].at_ns;
+    assert!(dropped_at >= o.decided_ns, "{o:?}");
+    // (before, after) the hot probe went, entries and returns per function.
+    let mut seen: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
+    for e in events(&cap) {
+        let (func_id, ts, slot) = match &e {
+            Event::Entry { rec, .. } => (rec.func_id, rec.header.ts_ns, 0),
+            Event::Return(r) => (r.func_id, r.header.ts_ns, 2),
+            _ => continue,
+        };
+        let after = usize::from(ts >= dropped_at);
+        seen.entry(cap.function_name(func_id)).or_default()[slot + after] += 1;
+    }
+    let leaf = seen["leaf"];
+    assert!(
+        leaf[0] > 1000,
+        "leaf recorded before the decision: {seen:?}"
+    );
+    assert_eq!([leaf[1], leaf[3]], [0, 0], "no leaf after: {seen:?}");
+    // A leaf call in progress at the switch may lose its return.
+    assert!(leaf[0] - leaf[2] <= 1, "{seen:?}");
+    let cold = seen["cold"];
+    assert!(cold[1] >= 20, "cold kept after the decision: {seen:?}");
+    assert_eq!(cold[0] + cold[1], cold[2] + cold[3], "{seen:?}");
+    // The call that spans the switch is entered once and returns once.
+    assert_eq!(seen["hotcold"], [1, 0, 0, 1], "{seen:?}");
+
+    let summary = analyzer(&["summary", out.to_str().expect("utf8")]);
+    assert!(summary.status.success(), "{}", summary.stderr);
+    assert!(
+        summary
+            .stdout
+            .contains("overhead budget 5%: dropped 1 probe(s)")
+            && summary.stdout.contains("dropped leaf"),
+        "{}",
+        summary.stdout
+    );
+}
+
+/// Without a budget nothing is dropped, and probes that cost more than a
+/// fifth of a core are warned about after the first interval.
+#[test]
+fn without_a_budget_costly_probes_are_warned_about() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("nobudget.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "--overhead-interval",
+        "1s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "2500",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let o = cap.overhead.clone().expect("overhead item");
+    assert_eq!(o.budget_percent, None);
+    assert!(o.dropped.is_empty());
+    // The flood spends most of its CPU in the probe, however much CPU a
+    // loaded machine gives it; the warning is about a core, so it comes
+    // when the flood got more than a fifth of one.
+    assert!(o.estimated_percent > 50.0, "{o:?}");
+    assert_eq!(
+        run.stderr
+            .contains("warning: the function probes cost about"),
+        o.probes_core_percent > 20.0,
+        "{o:?} {}",
+        run.stderr
+    );
+    // leaf is recorded after the first interval too.
+    let after = events(&cap)
+        .iter()
+        .filter(|e| matches!(e, Event::Entry { rec, .. } if rec.header.ts_ns >= o.decided_ns))
+        .count();
+    assert!(after > 1000, "{after}");
+}

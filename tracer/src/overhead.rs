@@ -1,0 +1,340 @@
+//! The overhead budget of function probes (`tracer record --overhead PCT`,
+//! the agent's `[trace] overhead`).
+//!
+//! A uprobe hit costs microseconds (a trap into the kernel and back), so
+//! what function tracing costs a process is set by how often its probes
+//! fire, which nobody can guess from a pattern. So:
+//!
+//! 1. At start, [`calibrate`] measures this machine's cost of one recorded
+//!    call: a function of the recorder's own ([`eftrace_overhead_calibration`])
+//!    is called N times without a probe and N times with the recording
+//!    programs attached there (doing all their work; the record is
+//!    discarded), for entry-and-return probes and entry-only ones.
+//! 2. The programs count each probe's recorded calls in the kernel (a
+//!    per-CPU array by function id). After a first interval, [`plan`]
+//!    weighs them: a probe's cost is its calls times the calibrated cost;
+//!    the slowdown estimate is the probes' cost over the traced processes'
+//!    CPU time without it (their CPU over the interval, from
+//!    `/proc/PID/task/*/schedstat`, minus the probes' cost). This is the
+//!    slowdown of a process that is busy on the CPU; one that waits on I/O
+//!    is slowed less, so the estimate errs on the safe side.
+//! 3. With a budget, the probes that fit are kept, the hottest (most
+//!    costly) dropped first. Functions that delimit execution units (an
+//!    event loop, a request handler) are called once per unit, far less than
+//!    the helpers under them, so they are the last to go; the socket, file
+//!    and block signals come from tracepoints and are never dropped.
+//!    Without a budget nothing is dropped, and probes estimated to cost more
+//!    than [`WARN_CORE_PERCENT`] of a core are warned about.
+//!
+//! What was dropped, the estimate, and the cost measured from the kept
+//! probes' calls until the end go into the capture ([`Overhead`]) so the
+//! analysis knows which functions are missing on purpose.
+
+use std::{hint::black_box, path::PathBuf};
+
+use tracer_common::capture::{DroppedProbe, Overhead, Probe};
+
+use crate::loader::{LoadError, Loaded};
+
+/// Probes estimated to cost more than this percent of one core are warned
+/// about when no budget is given.
+pub const WARN_CORE_PERCENT: f64 = 20.0;
+
+/// Calls per calibration round, and rounds (the median is kept).
+const CALIBRATION_CALLS: u64 = 2000;
+const CALIBRATION_ROUNDS: usize = 3;
+
+/// The function the calibration probe is attached at: a real call the
+/// compiler keeps (not inlined, its result used).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn eftrace_overhead_calibration(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3).rotate_left(7)
+}
+
+fn run_calls(n: u64) {
+    let f: extern "C" fn(u64) -> u64 = black_box(eftrace_overhead_calibration);
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc ^= f(i);
+    }
+    black_box(acc);
+}
+
+/// This machine's cost of one recorded call, ns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Costs {
+    /// Entry and return probes.
+    pub call_ns: f64,
+    /// Entry-only probes.
+    pub entry_ns: f64,
+}
+
+impl Costs {
+    /// The cost of one call of `probe`.
+    pub fn of(&self, probe: &Probe) -> f64 {
+        if probe.entry_only {
+            self.entry_ns
+        } else {
+            self.call_ns
+        }
+    }
+}
+
+/// Where the calibration function is: this executable and its file offset.
+fn calibration_site() -> Result<(PathBuf, u64), LoadError> {
+    let addr = eftrace_overhead_calibration as *const () as u64;
+    let not_found = || {
+        LoadError::Calibration(format!(
+            "the calibration function at {addr:#x} is in no file mapping of /proc/self/maps"
+        ))
+    };
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| LoadError::Calibration(format!("reading /proc/self/maps: {e}")))?;
+    let entry = crate::procfs::parse_maps(&maps)
+        .into_iter()
+        .find(|m| m.start <= addr && addr < m.end && m.path.starts_with('/'))
+        .ok_or_else(not_found)?;
+    Ok((
+        PathBuf::from(&entry.path),
+        addr - entry.start + entry.offset,
+    ))
+}
+
+/// The costs measured by this process: the agent's sessions measure once.
+static MEASURED: std::sync::OnceLock<Costs> = std::sync::OnceLock::new();
+
+/// Measures [`Costs`] on this machine with `loaded`'s programs (once per
+/// process).
+pub fn calibrate(loaded: &mut Loaded) -> Result<Costs, LoadError> {
+    if let Some(costs) = MEASURED.get() {
+        return Ok(*costs);
+    }
+    let costs = measure(loaded)?;
+    Ok(*MEASURED.get_or_init(|| costs))
+}
+
+fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
+    let (object, offset) = calibration_site()?;
+    let mut run = run_calls;
+    // A first untimed pass: the page is faulted in and the branch predictors warm.
+    run(CALIBRATION_CALLS);
+    let (call_ns, entry_ns) = loaded.calibrate(
+        &object,
+        offset,
+        CALIBRATION_CALLS,
+        CALIBRATION_ROUNDS,
+        &mut run,
+    )?;
+    Ok(Costs { call_ns, entry_ns })
+}
+
+/// What an interval saw.
+#[derive(Clone, Copy, Debug)]
+pub struct Interval {
+    /// Its length, ns.
+    pub ns: u64,
+    /// CPU time of the traced processes over it, ns (probes included).
+    pub traced_cpu_ns: u64,
+}
+
+/// The share, percent, of `cpu_ns` of the traced processes' CPU time that
+/// `cost_ns` of probes took: the throughput a process busy on the CPU loses
+/// to them (one that also waits loses less). A calibration that
+/// overestimates cannot make it exceed 100.
+fn share(cost_ns: f64, cpu_ns: u64) -> f64 {
+    100.0 * cost_ns / (cpu_ns as f64).max(cost_ns).max(1.0)
+}
+
+/// Each probe's cost over an interval, ns: its calls times its cost.
+fn costs_of(probes: &[Probe], calls: &[u64], costs: Costs) -> Vec<f64> {
+    probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| calls.get(i).copied().unwrap_or(0) as f64 * costs.of(p))
+        .collect()
+}
+
+/// Weighs the `calls` each probe made over `interval` (both indexed like
+/// `probes`; probes already dropped made none) and, with a `budget`
+/// (percent), chooses which to drop: the costliest first, until the rest
+/// fit. Returns the slowdown estimated with every probe still attached,
+/// with those kept, and the indexes of those to drop, costliest first.
+pub fn plan(
+    probes: &[Probe],
+    calls: &[u64],
+    costs: Costs,
+    interval: Interval,
+    budget: Option<f64>,
+) -> Plan {
+    let cost = costs_of(probes, calls, costs);
+    let total: f64 = cost.iter().sum();
+    let cpu = interval.traced_cpu_ns;
+    let mut order: Vec<usize> = (0..probes.len()).filter(|i| cost[*i] > 0.0).collect();
+    // Costliest first; equal costs in probe order, so a plan is repeatable.
+    order.sort_by(|a, b| cost[*b].total_cmp(&cost[*a]).then(a.cmp(b)));
+    let mut kept = total;
+    let mut drop = Vec::new();
+    if let Some(budget) = budget {
+        for i in order {
+            if share(kept, cpu) <= budget {
+                break;
+            }
+            kept -= cost[i];
+            drop.push(i);
+        }
+    }
+    let secs = (interval.ns as f64 / 1e9).max(1e-9);
+    Plan {
+        core_percent: 100.0 * total / interval.ns.max(1) as f64,
+        traced_cpu_percent: 100.0 * cpu as f64 / interval.ns.max(1) as f64,
+        estimated_percent: share(total, cpu),
+        kept_percent: share(kept.max(0.0), cpu),
+        dropped: drop
+            .iter()
+            .map(|&i| DroppedProbe {
+                func_id: probes[i].func_id,
+                symbol: probes[i].symbol.clone(),
+                object: probes[i].object.clone(),
+                calls_per_s: calls.get(i).copied().unwrap_or(0) as f64 / secs,
+                percent: share(cost[i], cpu),
+                at_ns: 0,
+            })
+            .collect(),
+        drop,
+    }
+}
+
+/// What [`plan`] decided.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The probes' CPU over the interval, percent of one core.
+    pub core_percent: f64,
+    /// The traced processes' CPU, percent of one core.
+    pub traced_cpu_percent: f64,
+    /// Slowdown with every probe that made calls.
+    pub estimated_percent: f64,
+    /// Slowdown with the probes kept.
+    pub kept_percent: f64,
+    /// Indexes of the probes to drop.
+    pub drop: Vec<usize>,
+    /// The same, for the capture.
+    pub dropped: Vec<DroppedProbe>,
+}
+
+/// The capture's first item: the costs and the first interval's plan.
+pub fn first_item(costs: Costs, interval: Interval, budget: Option<f64>, plan: &Plan) -> Overhead {
+    Overhead {
+        budget_percent: budget,
+        call_cost_ns: costs.call_ns,
+        entry_cost_ns: costs.entry_ns,
+        decided_ns: 0,
+        interval_ms: interval.ns / 1_000_000,
+        traced_cpu_percent: plan.traced_cpu_percent,
+        probes_core_percent: plan.core_percent,
+        estimated_percent: plan.estimated_percent,
+        kept_percent: plan.kept_percent,
+        measured_percent: None,
+        measured_ms: 0,
+        dropped: plan.dropped.clone(),
+    }
+}
+
+/// The slowdown, percent, measured from `calls` of the probes (indexed like
+/// `probes`) over `interval`; `None` when the traced processes used no CPU
+/// to weigh it against.
+pub fn measured(probes: &[Probe], calls: &[u64], costs: Costs, interval: Interval) -> Option<f64> {
+    if interval.traced_cpu_ns == 0 {
+        return None;
+    }
+    let cost: f64 = costs_of(probes, calls, costs).iter().sum();
+    Some(share(cost, interval.traced_cpu_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(id: u32, name: &str) -> Probe {
+        Probe {
+            func_id: id,
+            symbol: name.into(),
+            object: "/bin/x".into(),
+            ..Probe::default()
+        }
+    }
+
+    const COSTS: Costs = Costs {
+        call_ns: 10_000.0,
+        entry_ns: 5_000.0,
+    };
+
+    const SECOND: Interval = Interval {
+        ns: 1_000_000_000,
+        traced_cpu_ns: 1_000_000_000,
+    };
+
+    #[test]
+    fn drops_the_costliest_until_the_rest_fits() {
+        let probes = [probe(0, "loop"), probe(1, "hot"), probe(2, "warm")];
+        // 1 s of one core: 0.1 s in hot, 0.01 s in warm, 0.1 ms in loop.
+        let calls = [10, 10_000, 1_000];
+        let plan5 = plan(&probes, &calls, COSTS, SECOND, Some(5.0));
+        assert_eq!(plan5.drop, [1]);
+        assert_eq!(plan5.dropped[0].symbol, "hot");
+        assert!((plan5.estimated_percent - 11.01).abs() < 1e-6);
+        assert!((plan5.kept_percent - 1.01).abs() < 1e-6);
+        // A tighter budget takes the warm one too, never the loop that fits.
+        assert_eq!(plan(&probes, &calls, COSTS, SECOND, Some(0.5)).drop, [1, 2]);
+        // A loose one drops nothing.
+        assert!(
+            plan(&probes, &calls, COSTS, SECOND, Some(20.0))
+                .drop
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn without_a_budget_nothing_is_dropped_but_the_cost_is_told() {
+        let interval = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 600_000_000,
+        };
+        let p = plan(&[probe(0, "hot")], &[30_000], COSTS, interval, None);
+        assert!(p.drop.is_empty());
+        assert!((p.core_percent - 30.0).abs() < 1e-9);
+        assert!((p.estimated_percent - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn entry_only_probes_cost_their_own_calibration() {
+        let mut marker = probe(0, "marker");
+        marker.entry_only = true;
+        let p = plan(&[marker], &[20_000], COSTS, SECOND, None);
+        assert!((p.core_percent - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_process_that_only_ran_probes_is_at_most_fully_slowed() {
+        // The calibration said more than the process ran: 100%, not more.
+        let interval = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 500_000,
+        };
+        let p = plan(&[probe(0, "f")], &[100], COSTS, interval, Some(5.0));
+        assert_eq!(p.estimated_percent, 100.0);
+        assert_eq!(p.drop, [0]);
+        let idle = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 0,
+        };
+        assert_eq!(measured(&[probe(0, "f")], &[1], COSTS, idle), None);
+    }
+
+    #[test]
+    fn the_calibration_function_is_found_in_this_executable() {
+        let (object, offset) = calibration_site().expect("site");
+        assert!(object.is_absolute());
+        assert!(offset > 0);
+    }
+}

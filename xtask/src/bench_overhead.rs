@@ -1,0 +1,259 @@
+//! `cargo xtask bench-overhead` (issue 19): what recording costs a real
+//! file system's throughput. One cluster (GlusterFS by default, MooseFS with
+//! `--fs moosefs`), one `tracer record -p` per server, the workload run
+//! untraced, traced without function probes, traced with a broad function
+//! pattern, and traced with the same pattern under `--overhead 5%`; the
+//! modes interleaved in each repetition so that drift in the host's load
+//! hits them alike. Each traced run's throughput is divided by the untraced
+//! run of its own repetition; min / median / max of those ratios are
+//! printed, with the load average, and for the budgeted runs what the
+//! budget dropped and the cost the recorders measured.
+
+use std::path::PathBuf;
+
+use analyzer::decode::Capture;
+use anyhow::Context as _;
+use clap::Args;
+use tests::fs::{ClusterConfig, FaultParams, RecordConfig, RunConfig, System, Workload};
+
+use crate::{bench::median, build_tracer, is_root, target_dir};
+
+/// A broad pattern of GlusterFS's own functions: everything its
+/// dictionary, inode table, default translator, call-stub and RPC server
+/// code does (hundreds of functions, several of them called many times per
+/// request), plus the C library's file-system calls.
+const GLUSTER_BROAD: &[&str] = &[
+    "libglusterfs.so.0:dict_*",
+    "libglusterfs.so.0:inode_*",
+    "libglusterfs.so.0:default_*",
+    "libglusterfs.so.0:call_*",
+    "libgfrpc.so.0:rpcsvc_*",
+    "libc.so.6:pread*",
+    "libc.so.6:pwrite*",
+    "libc.so.6:fsync",
+    "libc.so.6:fdatasync",
+];
+
+/// MooseFS's binaries are stripped: the C library's calls are what a user
+/// can name.
+const MOOSE_BROAD: &[&str] = &[
+    "libc.so.6:pread*",
+    "libc.so.6:pwrite*",
+    "libc.so.6:read",
+    "libc.so.6:write",
+    "libc.so.6:memcpy*",
+    "libc.so.6:malloc",
+    "libc.so.6:free",
+    "libc.so.6:fsync",
+];
+
+/// `cargo xtask bench-overhead`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchOverheadArgs {
+    /// The file system: glusterfs or moosefs.
+    #[arg(long = "fs", default_value = "glusterfs")]
+    system: String,
+    /// The workload: dd, postmark or fio.
+    #[arg(long, default_value = "dd")]
+    workload: String,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 15.0)]
+    seconds: f64,
+    /// Repetitions of every mode (at least 3).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// The budget of the budgeted mode, percent.
+    #[arg(long, default_value_t = 5.0)]
+    overhead: f64,
+    /// Function patterns of the broad modes instead of the built-in ones
+    /// (repeatable).
+    #[arg(short = 'f', long = "functions", value_name = "PATTERN")]
+    functions: Vec<String>,
+    /// Record with this tracer binary instead of building the release one.
+    #[arg(long)]
+    tracer: Option<PathBuf>,
+    /// Where the captures go.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+/// One traced mode: its name and the recorder's settings.
+struct Mode {
+    name: &'static str,
+    record: Option<RecordConfig>,
+}
+
+pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
+    if !is_root() {
+        anyhow::bail!(
+            "bench-overhead starts a file-system cluster in namespaces and loads eBPF programs: run as root"
+        );
+    }
+    let system: System = a.system.parse()?;
+    let workload: Workload = a.workload.parse()?;
+    let tracer = match &a.tracer {
+        Some(t) => t.clone(),
+        None => build_tracer(true)?,
+    };
+    let broad: Vec<String> = if a.functions.is_empty() {
+        match system {
+            System::Glusterfs => GLUSTER_BROAD,
+            System::Moosefs => MOOSE_BROAD,
+        }
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    } else {
+        a.functions.clone()
+    };
+    let record = |functions: &[String], extra: &[String]| -> anyhow::Result<RecordConfig> {
+        let mut r = RecordConfig::new(tracer.clone(), system, tests::fs::ProbeSet::None)?;
+        r.probes = if functions.is_empty() {
+            "none"
+        } else {
+            "broad"
+        }
+        .into();
+        r.functions = functions.to_vec();
+        r.extra_args = extra.to_vec();
+        Ok(r)
+    };
+    let budget = format!("{}%", a.overhead);
+    let modes = [
+        Mode {
+            name: "untraced",
+            record: None,
+        },
+        Mode {
+            name: "no -f",
+            record: Some(record(&[], &[])?),
+        },
+        Mode {
+            name: "broad -f",
+            record: Some(record(&broad, &[])?),
+        },
+        Mode {
+            name: "broad -f --overhead",
+            record: Some(record(
+                &broad,
+                &[
+                    "--overhead".into(),
+                    budget.clone(),
+                    "--overhead-interval".into(),
+                    "1s".into(),
+                ],
+            )?),
+        },
+    ];
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| target_dir().join(format!("xtask/bench-overhead-{system}")));
+    let _ = std::fs::remove_dir_all(&out);
+    let cluster = tests::fs::Cluster::start(ClusterConfig::new(system))
+        .with_context(|| format!("starting the {system} cluster"))?;
+    println!(
+        "== recording overhead on {system}, workload {workload}, {:.0} s per run, {} runs per mode, interleaved; one `tracer record -p` per server, 99 Hz samples",
+        a.seconds,
+        a.repeat.max(3)
+    );
+    println!("   broad pattern: {}", broad.join(" "));
+    let reps = a.repeat.max(3);
+    let mut mbps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut loads: Vec<f64> = Vec::new();
+    let mut budget_notes: Vec<String> = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for rep in 0..reps {
+            for (m, mode) in modes.iter().enumerate() {
+                let dir = out.join(format!(
+                    "{}-{}",
+                    mode.name.replace([' ', '-'], "_"),
+                    rep + 1
+                ));
+                let info = tests::fs::run(
+                    &cluster,
+                    &RunConfig {
+                        workload,
+                        seconds: a.seconds,
+                        fault: None,
+                        fault_after: 0.0,
+                        params: FaultParams::default(),
+                        record: mode.record.clone(),
+                    },
+                    &dir,
+                )
+                .with_context(|| format!("run {} of {}", rep + 1, mode.name))?;
+                let v = info.result.mb_per_s();
+                eprintln!(
+                    "bench-overhead: run {} {:<20} {v:8.1} MB/s  load {:.1}",
+                    rep + 1,
+                    mode.name,
+                    info.load_average
+                );
+                mbps[m].push(v);
+                loads.push(info.load_average);
+                if mode.name.ends_with("--overhead") {
+                    for t in &info.tracers {
+                        let cap = Capture::open(&dir.join(&t.capture))
+                            .with_context(|| format!("reading {}", t.capture))?;
+                        if let Some(o) = cap.overhead {
+                            budget_notes.push(format!(
+                                "run {} {}: {} probes, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}",
+                                rep + 1,
+                                t.servers.join(","),
+                                cap.probes.len(),
+                                o.dropped.len(),
+                                o.dropped
+                                    .iter()
+                                    .take(3)
+                                    .map(|d| d.symbol.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(" "),
+                                o.estimated_percent,
+                                o.kept_percent,
+                                o.measured_percent
+                                    .map_or("-".into(), |m| format!("{m:.1}%"))
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    let stop = cluster.stop();
+    result?;
+    stop?;
+    println!(
+        "\n{:<22} {:>10} {:>8} {:>8} {:>8}   (throughput / the untraced run of the same repetition)",
+        "mode", "MB/s med", "min", "median", "max"
+    );
+    for (m, mode) in modes.iter().enumerate() {
+        let ratios: Vec<f64> = mbps[m]
+            .iter()
+            .zip(&mbps[0])
+            .map(|(v, base)| v / base.max(1e-9))
+            .collect();
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "{:<22} {:>10.1} {:>8.3} {:>8.3} {:>8.3}",
+            mode.name,
+            median(mbps[m].clone()),
+            sorted.first().copied().unwrap_or(f64::NAN),
+            median(ratios),
+            sorted.last().copied().unwrap_or(f64::NAN),
+        );
+    }
+    println!(
+        "load average during the runs: median {:.1}, max {:.1} (a shared machine: noisy)",
+        median(loads.clone()),
+        loads.iter().copied().fold(0.0, f64::max)
+    );
+    println!("\n== what the budget ({budget}) did, per recorder");
+    for n in &budget_notes {
+        println!("  {n}");
+    }
+    println!("captures in {}", out.display());
+    Ok(())
+}
