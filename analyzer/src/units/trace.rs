@@ -716,15 +716,17 @@ fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
         .filter(move |(h, bytes)| dropped.is_empty() || !of_dropped(h, bytes, &dropped))
 }
 
-/// Whether a function record belongs to one of the `dropped` functions.
+/// Whether a function record belongs to one of the `dropped` functions
+/// (read with the records' own decoders, as [`item`] reads them).
 fn of_dropped(header: &Header, bytes: &[u8], dropped: &FxHashSet<u32>) -> bool {
-    matches!(
-        header.kind,
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK | kind::FUNC_RETURN
-    ) && bytes
-        .get(size_of::<Header>()..size_of::<Header>() + 4)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .is_some_and(|b| dropped.contains(&u32::from_le_bytes(b)))
+    let func_id = match header.kind {
+        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
+            FuncEntry::read_from(bytes).map(|r| r.func_id)
+        }
+        kind::FUNC_RETURN => FuncReturn::read_from(bytes).map(|r| r.func_id),
+        _ => None,
+    };
+    func_id.is_some_and(|id| dropped.contains(&id))
 }
 
 /// The builder of process `pid`: `current` if it is that process's, else
