@@ -321,6 +321,15 @@ impl Tracker {
                         self.exec_snapshots.insert(header.pid);
                     }
                     lifecycle::EXIT if lc.group_dead != 0 => {
+                        // Gone before `/proc` could be read (its first
+                        // records were read late: a loaded machine, a
+                        // short life): its exit still names it.
+                        self.names
+                            .entry(header.pid)
+                            .or_insert_with(|| comm_of(&lc.comm));
+                        if self.snapshotted.contains(&header.pid) {
+                            self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+                        }
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
                         loaded.unfollow_usdt(header.pid);

@@ -1,7 +1,9 @@
 //! Following children across fork and exec.
 
 use analyzer::Event;
-use tests::{capture, entries_by_function, events, fixture, privileged, tracer};
+use std::process::Command;
+
+use tests::{Background, capture, entries_by_function, events, fixture, privileged, tracer};
 use tracer_common::record::lifecycle;
 
 /// A forked child is traced, and still traced after it execs.
@@ -62,4 +64,60 @@ fn follows_fork_and_exec() {
             .is_some_and(|snaps| snaps.iter().any(|p| p.cmdline.iter().any(|a| a == "exec"))),
         "the exec'd image was snapshotted"
     );
+}
+
+/// A process that ended before the recorder read its first record (a
+/// loaded machine, a short life) can no longer be read in `/proc`; its
+/// exit record still names it, so reports say `calls[pid]`, not `?[pid]`.
+#[test]
+fn a_process_gone_before_its_records_are_read_is_named_by_its_exit() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("gone.capture");
+    let exe = calls.to_str().expect("utf8");
+    let recorder = Background::start(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "--no-follow",
+        "--exe",
+        exe,
+        "-f",
+        "leaf",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args(["-s", sig, &recorder.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {sig}");
+    };
+    // The recorder reads nothing while the process runs and is reaped; the
+    // kernel side keeps its records in the ring.
+    signal("STOP");
+    let mut child = Command::new(&calls)
+        .args(["run", "3"])
+        .spawn()
+        .expect("calls runs");
+    let pid = child.id();
+    let ran = child.wait().expect("calls exits");
+    signal("CONT");
+    assert!(ran.success(), "calls: {ran}");
+    let stopped = recorder.stop("INT");
+    assert!(stopped.success(), "tracer: {stopped}");
+
+    let cap = capture(&out);
+    let counts = entries_by_function(&cap);
+    assert!(
+        counts
+            .get(&(pid, "leaf".to_string()))
+            .is_some_and(|n| *n > 0),
+        "its calls were recorded: {counts:?}"
+    );
+    assert_eq!(cap.comm(pid), Some("calls"), "{:?}", cap.processes);
 }
