@@ -9,6 +9,11 @@
 //! before its first wait is the initializer, after the loop frame returns the
 //! finalizer. A loop must recur (stay open across two waits); a thread
 //! whose loop never received is cut the same way, with no handlers.
+//!
+//! A thread that never waits but receives again and again from one call
+//! path (a thread-per-connection server's `while (recv(...))`, a client
+//! reading replies) blocks in that receive instead: it is the loop's wait,
+//! and each one starts a handler unit.
 
 use std::sync::Arc;
 
@@ -130,21 +135,50 @@ pub(crate) fn decompose(
         stamp: 0,
         scratch: Vec::new(),
         loop_wait: None,
+        blocking: false,
+        blocking_receive: None,
     };
-    let Some((loop_node, wrappers)) = find_loop(nodes, entries, receives) else {
-        b.push(UnitKind::Initializer, 0, n, None);
-        b.mark_open(None, &[]);
-        return b.units;
-    };
-    b.loop_wait = Some(LoopWait::new(nodes, loop_node, &wrappers));
-    let waits: Vec<usize> = (0..n)
-        .filter(|&i| {
-            is_wait(entries[i].kind) && {
-                let p = nodes.parent(entries[i].node);
-                p == loop_node || wrappers.contains(&p)
+    let (loop_node, wrappers, blocking) = match find_loop(nodes, entries, receives) {
+        Some((loop_node, wrappers)) => (loop_node, wrappers, None),
+        None => match blocking_loop(nodes, entries, receives) {
+            Some((loop_node, receive)) => {
+                b.blocking = true;
+                (loop_node, Vec::new(), Some(receive))
             }
-        })
-        .collect();
+            None => {
+                b.push(UnitKind::Initializer, 0, n, None);
+                b.mark_open(None, &[]);
+                return b.units;
+            }
+        },
+    };
+    let waits: Vec<usize> = match blocking {
+        // The receive is the wait, and stays in its handler unit; one
+        // right after another on its descriptor (the rest of a message)
+        // continues it.
+        Some(receive) => {
+            let fd = |i: usize| match entries[i].kind {
+                TraceEntryKind::Syscall { fd, .. } if receives.contains(i) => Some(fd),
+                _ => None,
+            };
+            (0..n)
+                .filter(|&i| {
+                    entries[i].node == receive && fd(i).is_some() && (i == 0 || fd(i - 1) != fd(i))
+                })
+                .collect()
+        }
+        None => {
+            b.loop_wait = Some(LoopWait::new(nodes, loop_node, &wrappers));
+            (0..n)
+                .filter(|&i| {
+                    is_wait(entries[i].kind) && {
+                        let p = nodes.parent(entries[i].node);
+                        p == loop_node || wrappers.contains(&p)
+                    }
+                })
+                .collect()
+        }
+    };
     let mut wait_at = vec![false; n];
     for &w in &waits {
         wait_at[w] = true;
@@ -326,6 +360,54 @@ fn find_loop(
     }
 }
 
+/// The loop of a thread that never waits (select/poll/epoll) but blocks in
+/// a receive it makes again and again: the receive entry node (one call
+/// path) made most often, at least twice, the first made on a tie (a
+/// request's header before its body), and the frame that stays open across
+/// most pairs of consecutive ones, deeper on a tie.
+fn blocking_loop(
+    nodes: &NodeTable,
+    entries: &[TraceEntry],
+    receives: &Receives,
+) -> Option<(u32, u32)> {
+    if entries.iter().any(|e| is_wait(e.kind)) {
+        return None;
+    }
+    // Per receive node: how often, and where first.
+    let mut made: FxHashMap<u32, (usize, usize)> = Default::default();
+    for (i, e) in entries.iter().enumerate() {
+        if receives.contains(i) {
+            made.entry(e.node).or_insert((0, i)).0 += 1;
+        }
+    }
+    let (receive, _) = made
+        .into_iter()
+        .filter(|(_, (count, _))| *count >= 2)
+        .max_by_key(|&(_, (count, first))| (count, std::cmp::Reverse(first)))?;
+    let mut recurred: FxHashMap<u32, usize> = Default::default();
+    // (frame of the last receive, its depth, lowest stack depth since)
+    let mut last: Option<(u32, u32, u32)> = None;
+    for (i, e) in entries.iter().enumerate() {
+        if e.node == receive && receives.contains(i) {
+            let frame = nodes.parent(e.node);
+            if let Some((at, d, low)) = last {
+                *recurred
+                    .entry(open_frame(nodes, at, d, low.min(e.depth)))
+                    .or_default() += 1;
+            }
+            last = Some((frame, e.depth, e.depth));
+        } else if e.kind == TraceEntryKind::Return
+            && let Some((_, _, low)) = last.as_mut()
+        {
+            *low = (*low).min(e.depth);
+        }
+    }
+    let (loop_node, _) = recurred
+        .into_iter()
+        .max_by_key(|&(node, r)| (r, frame_depth(nodes, node)))?;
+    Some((loop_node, receive))
+}
+
 /// The loop of a thread whose waits were followed by no (or too few)
 /// receives: the frame that stays open across most pairs of consecutive
 /// waits, deeper on a tie, with the wrapper frames its waits were made in.
@@ -399,6 +481,10 @@ struct Builder<'a> {
     scratch: Vec<(u32, u64)>,
     /// The loop's own waits, left out of handler units.
     loop_wait: Option<LoopWait>,
+    /// The loop blocks in its receive, which begins each handler unit.
+    blocking: bool,
+    /// In a blocking loop, the receive of the handler unit being pushed.
+    blocking_receive: Option<usize>,
 }
 
 /// What belongs to the event loop's waiting rather than to a handler: the
@@ -509,7 +595,9 @@ impl Builder<'_> {
             TraceEntryKind::Syscall { fd, .. } => Some(fd),
             _ => None,
         };
+        self.blocking_receive = self.blocking.then_some(receive);
         self.push(UnitKind::Handler, start, end, recv);
+        self.blocking_receive = None;
         if let Some(u) = self
             .units
             .last_mut()
@@ -535,14 +623,27 @@ impl Builder<'_> {
             .loop_wait
             .as_ref()
             .filter(|_| kind == UnitKind::Handler);
-        for e in &self.entries[start..end] {
+        // A handler that begins blocked in its receive began when the
+        // receive returned (an entry is placed at its start): what it did up
+        // to the receive is dated at the next entry, the first the thread
+        // made after it.
+        let blocked = self
+            .blocking_receive
+            .filter(|&r| kind == UnitKind::Handler && r + 1 < end)
+            .map(|r| (r, self.entries[r + 1].ts_ns));
+        let first_ts = blocked.map_or(self.entries[start].ts_ns, |(_, t)| t);
+        for (i, e) in self.entries[start..end].iter().enumerate() {
             if skip.is_some_and(|w| w.contains(self.nodes, e)) {
                 continue;
             }
+            let ts = match blocked {
+                Some((r, t)) if start + i <= r => t,
+                _ => e.ts_ns,
+            };
             let mut node = e.node;
             while node != NodeTable::ROOT && self.mark[node as usize] != self.stamp {
                 self.mark[node as usize] = self.stamp;
-                scratch.push((node, e.ts_ns));
+                scratch.push((node, ts));
                 node = self.nodes.parent(node);
             }
         }
@@ -552,7 +653,7 @@ impl Builder<'_> {
         self.units.push(Unit {
             kind,
             tid: self.tid,
-            start_ns: self.entries[start].ts_ns,
+            start_ns: first_ts,
             end_ns: self.entries[end - 1].ts_ns,
             nodes,
             first_ns,
@@ -1070,5 +1171,119 @@ mod tests {
         assert_eq!(h.first_ns.len(), h.nodes.len());
         assert_eq!(h.first_time(handle), Some(h.start_ns));
         assert_eq!(h.first_time(wait), None);
+    }
+
+    /// A thread-per-connection server never waits: it blocks in its
+    /// receive, which is then the loop's wait. Each receive that does not
+    /// continue the one before (the rest of a message) starts a handler
+    /// unit that keeps it; the close after the last one is in its unit, the
+    /// return from the thread's function in the finalizer.
+    #[test]
+    fn a_thread_that_blocks_in_its_receive_is_cut_at_each_request() {
+        let mut t = NodeTable::default();
+        let thread = node(&mut t, NodeTable::ROOT, "", "conn_thread");
+        let serve = node(&mut t, thread, "conn_thread+0x10", "serve_conn");
+        let handle = node(&mut t, serve, "serve_conn+0x20", "handle");
+        let (recv, send, close) = (
+            sys_node(&mut t, serve, nr::RECVFROM),
+            sys_node(&mut t, serve, nr::SENDTO),
+            sys_node(&mut t, serve, nr::CLOSE),
+        );
+        let request = [
+            at(Call, handle, 3),
+            at(Return, handle, 2),
+            sys(nr::SENDTO, 5, send, 2),
+        ];
+        let mut e = vec![at(Call, thread, 1), at(Call, serve, 2)];
+        // A request read in two parts, then one in one part.
+        e.extend([sys(nr::RECVFROM, 5, recv, 2), sys(nr::RECVFROM, 5, recv, 2)]);
+        e.extend(request);
+        e.push(sys(nr::RECVFROM, 5, recv, 2));
+        e.extend(request);
+        // End of stream: the connection is closed.
+        e.extend([sys(nr::RECVFROM, 5, recv, 2), sys(nr::CLOSE, 5, close, 2)]);
+        e.extend([at(Return, serve, 1), at(Return, thread, 0)]);
+        let e = timed(e);
+        let receives = receive_at(e.len(), &[2, 3, 7, 11], "conn");
+        let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
+        let cut: Vec<(UnitKind, (usize, usize))> =
+            units.iter().map(|u| (u.kind, u.entries)).collect();
+        assert_eq!(
+            cut,
+            [
+                (UnitKind::Initializer, (0, 2)),
+                (UnitKind::Handler, (2, 7)),
+                (UnitKind::Handler, (7, 11)),
+                (UnitKind::Handler, (11, 13)),
+                (UnitKind::Finalizer, (13, 15)),
+            ]
+        );
+        assert!(units.iter().all(|u| u.open.is_empty() && !u.cut));
+        // The receive stays in its unit (no event-loop wait to leave out);
+        // the unit is dated when it returned, at the thread's next entry.
+        assert!(units[2].nodes.contains(&recv), "{:?}", units[2].nodes);
+        assert_eq!(units[2].start_ns, 8);
+        assert_eq!(units[3].start_ns, 12);
+
+        // A thread that receives once is no loop.
+        let once = receive_at(e.len(), &[2], "conn");
+        let units = decompose(&t, 1, &e[..7], &once, Variant::Paper000);
+        assert_eq!(
+            units.iter().map(|u| u.kind).collect::<Vec<_>>(),
+            [UnitKind::Initializer]
+        );
+    }
+
+    /// A blocking receive made in a function of its own (`recv_request`):
+    /// the unit begins at that call, and all of it up to the receive's
+    /// return is dated then, not when the thread began to wait.
+    #[test]
+    fn a_blocking_unit_is_dated_when_its_receive_returned() {
+        let mut t = NodeTable::default();
+        let serve = node(&mut t, NodeTable::ROOT, "", "serve_conn");
+        let read = node(&mut t, serve, "serve_conn+0x2a", "recv_request");
+        let route = node(&mut t, serve, "serve_conn+0x38", "route_request");
+        let recv = sys_node(&mut t, read, nr::RECVFROM);
+        let request = |ts: u64| {
+            [
+                at(Call, read, 2),
+                sys(nr::RECVFROM, 5, recv, 2),
+                at(Return, read, 1),
+                at(Call, route, 2),
+                at(Return, route, 1),
+            ]
+            .map(|mut e| {
+                e.ts_ns = ts;
+                e
+            })
+        };
+        let mut e = vec![at(Call, serve, 1)];
+        // Waits from 10 to 500 for the second request.
+        for (i, base) in [(0, 0), (1, 10)] {
+            let mut r = request(base);
+            for (k, entry) in r.iter_mut().enumerate() {
+                entry.ts_ns += k as u64;
+                if i == 1 && k >= 2 {
+                    entry.ts_ns += 490;
+                }
+            }
+            e.extend(r);
+        }
+        e.push(at(Return, serve, 0));
+        let receives = receive_at(e.len(), &[2, 7], "conn");
+        let units = decompose(&t, 1, &e, &receives, Variant::Paper000);
+        let second = units
+            .iter()
+            .filter(|u| u.kind == UnitKind::Handler)
+            .nth(1)
+            .expect("two handler units");
+        assert_eq!(second.entries, (6, 11));
+        assert_eq!(second.start_ns, 502, "{second:?}");
+        let read_at = second
+            .nodes
+            .iter()
+            .position(|n| *n == read)
+            .map(|i| second.first_ns[i]);
+        assert_eq!(read_at, Some(502));
     }
 }
