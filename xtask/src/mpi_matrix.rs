@@ -212,43 +212,6 @@ fn faults_for(p: &Program, exp: Experiment, rep: usize) -> Vec<Fault> {
     }
 }
 
-/// Gives the matrix's session (its autogroup) the ranks' priority.
-///
-/// With autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`)
-/// nice values only order the processes of one session: the harness's
-/// `nice -n -19` on ranks, hog and recorder did nothing against another
-/// session's jobs, and the ranks of a clean run got half a core each (2
-/// ranks) or a third (4 ranks) while two fuzz runs filled the machine. A
-/// hog or a 25% cap then takes little that the neighbour was not already
-/// taking, and a pinned hog pushes the neighbour's unpinned work to the
-/// other core, so both ranks lose alike. The matrix's own session (start it
-/// with `setsid`) gets nice -19; a neighbour still runs, in the time the
-/// job leaves. Not a session leader: the session is the user's shell, left
-/// alone, with a note.
-fn job_priority() {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command (which may hold spaces): state ppid pgrp session.
-    let session: Option<u32> = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(3)?.parse().ok());
-    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-        .is_ok_and(|s| s.trim() == "1");
-    if !enabled {
-        return;
-    }
-    if session == Some(std::process::id()) {
-        if let Err(e) = std::fs::write("/proc/self/autogroup", "-19") {
-            eprintln!("note: could not raise this session's autogroup priority: {e}");
-        }
-    } else {
-        eprintln!(
-            "note: autogroup scheduling is on and this is not a session leader: ranks compete with \
-             other sessions' jobs at equal weight whatever their nice value; run under `setsid` \
-             to give the job the priority the matrix assumes"
-        );
-    }
-}
-
 fn wanted(list: &[String], name: &str) -> bool {
     list.is_empty() || list.iter().any(|x| x == name)
 }
@@ -261,7 +224,6 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
             bail!("recording loads eBPF programs: run as root (after scripts/setup)");
         }
         let tracer = build_tracer(true)?;
-        job_priority();
         // SAFETY: single-threaded at this point; the harness reads it.
         unsafe { std::env::set_var("TRACER_BIN", &tracer) };
         std::fs::create_dir_all(&a.out)?;
