@@ -69,6 +69,14 @@ fn one(
             c
         }
         Some((bin, extra)) => {
+            // Each traced run writes the same capture: the recorder refuses
+            // to replace one, which failed every traced run after the first.
+            let capture = dir.join("run.capture");
+            match std::fs::remove_file(&capture) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", capture.display())),
+            }
             let mut c = Command::new("/usr/bin/time");
             c.args(["-f", "cpu %U %S"])
                 .arg(bin)

@@ -49,6 +49,10 @@ pub const MIN_PHASE_SCORE: f64 = 0.15;
 /// The lowest threshold on a phase's CPU deficit.
 pub const MIN_CPU_DEFICIT: f64 = 0.3;
 
+/// The most a phase score or a CPU deficit can be: a threshold at or over
+/// it judges nothing.
+pub const MAX_SHARE: f64 = 1.0;
+
 /// Length of a phase for the CPU deficit (the recorder reads every 100 ms).
 pub const CPU_PHASE_NS: u64 = 500_000_000;
 
@@ -374,12 +378,36 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
             });
             continue;
         }
-        monitored.push(r.rank);
         let t = phase_thresholds
             .get(&r.rank)
             .copied()
             .unwrap_or(MIN_PHASE_SCORE);
-        if p.score > t {
+        // Both phase scores are shares (at most 1): a threshold at or over 1
+        // (twice what a held-out clean run reached) can never be exceeded,
+        // so that evidence judges nothing.
+        let phase_usable = t < MAX_SHARE;
+        let cpu_usable = cpu_thresholds.get(&r.rank).is_some_and(|t| *t < MAX_SHARE);
+        let flow_usable = transition_thresholds.contains_key(&r.rank);
+        if !phase_usable && !cpu_usable && !flow_usable {
+            let mut why = vec![format!(
+                "held-out clean runs spent up to {:.0}% of a phase computing beyond habit",
+                50.0 * t
+            )];
+            if let Some(c) = cpu_thresholds.get(&r.rank) {
+                why.push(format!("lacked up to {:.0}% of their usual CPU", 50.0 * c));
+            }
+            not_monitored.push(Unmonitored {
+                rank: r.rank,
+                host: r.host.clone(),
+                reason: format!(
+                    "clean runs too noisy to judge by: {} (a busy machine?)",
+                    why.join(", ")
+                ),
+            });
+            continue;
+        }
+        monitored.push(r.rank);
+        if phase_usable && p.score > t {
             suspects.push(Suspect {
                 rank: r.rank,
                 host: r.host.clone(),
@@ -404,6 +432,7 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
             });
         }
         if let (Some((d, from)), Some(t)) = (cpu_phases.get(&r.rank), cpu_thresholds.get(&r.rank))
+            && cpu_usable
             && d > t
         {
             let deficit = Suspect {

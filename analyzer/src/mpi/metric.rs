@@ -19,6 +19,10 @@ use super::{
 /// Version of the [`Detection`] serde layout.
 pub const DETECTION_VERSION: u32 = 2;
 
+/// The most m(p) and a mean CPU deficit can be: a threshold at or over it
+/// judges nothing.
+pub const MAX_SCORE: f64 = 1.0;
+
 /// One typical sequence's contribution on one processor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SequenceResult {
@@ -182,12 +186,45 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         let threshold = learned.map(|p| p.threshold);
         let cpu_deficit = cpu_deficits.get(&r.rank).copied();
         let cpu_threshold = learned.and_then(|p| p.cpu_threshold);
-        let by_metric = matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
-        let by_cpu = matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
+        // m(p) and the CPU deficit are at most 1: a threshold at or over 1
+        // (twice what a held-out clean run reached) can never be exceeded,
+        // so that evidence judges nothing and is said so.
+        let mut unusable = Vec::new();
+        if let Some(p) = learned
+            && note.is_none()
+            && p.threshold >= MAX_SCORE
+        {
+            unusable.push(format!(
+                "its held-out clean runs reached m = {:.2}, so no run could exceed the threshold ({:.2})",
+                p.clean_metrics.iter().copied().fold(0.0, f64::max),
+                p.threshold
+            ));
+        }
+        if let (Some(_), Some(t)) = (cpu_deficit, cpu_threshold)
+            && t >= MAX_SCORE
+        {
+            unusable.push(format!(
+                "its held-out clean runs lacked up to {:.0}% of their usual CPU, so no run could exceed the CPU threshold ({:.2})",
+                100.0 * learned.map_or(0.0, |p| p.cpu_clean.iter().copied().fold(0.0, f64::max)),
+                t
+            ));
+        }
+        let metric_usable = threshold.is_some_and(|t| t < MAX_SCORE);
+        let cpu_usable = cpu_threshold.is_some_and(|t| t < MAX_SCORE);
+        let by_metric =
+            metric_usable && matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
+        let by_cpu =
+            cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
         let interfered = by_metric || by_cpu;
         let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
-        let judged_by_metric = note.is_none() && metric_value.is_some();
-        let judged_by_cpu = cpu_deficit.is_some() && cpu_threshold.is_some();
+        let judged_by_metric = note.is_none() && metric_value.is_some() && metric_usable;
+        let judged_by_cpu = cpu_deficit.is_some() && cpu_usable;
+        if !unusable.is_empty() && note.is_none() {
+            note = Some(format!(
+                "clean runs too noisy to judge by: {} (a busy machine while learning?)",
+                unusable.join("; ")
+            ));
+        }
         if !judged_by_metric && !judged_by_cpu {
             unmonitored.push(Unmonitored {
                 rank: r.rank,
@@ -364,6 +401,52 @@ mod tests {
         assert_eq!(bigger.verdict.outcome, Outcome::NothingAbnormal);
         let overall = bigger.overall_slowdown.expect("overall");
         assert!((overall - 2.0).abs() < 0.1, "{overall}");
+    }
+
+    /// A processor whose held-out clean runs scored over half the most m(p)
+    /// can be (a busy machine while learning) gets a threshold no run can
+    /// exceed: it is said to be not monitored, with why, and a hog on it is
+    /// not turned into "nothing abnormal" for it.
+    #[test]
+    fn an_unreachable_threshold_is_not_monitored() {
+        let make = |seed: u64, slow: Option<u32>| {
+            run(move |r, i| noise(seed, r, i) * if slow == Some(r) { 2 } else { 1 })
+        };
+        let clean: Vec<Profiles> = (0..3).map(|s| make(s, None)).collect();
+        let mut model = learn(
+            &clean.iter().collect::<Vec<_>>(),
+            &[],
+            &LearnConfig::default(),
+        )
+        .expect("learns");
+        let noisy = model
+            .processors
+            .iter_mut()
+            .find(|p| p.rank == 2)
+            .expect("rank 2");
+        noisy.clean_metrics = vec![0.0, 0.6, 0.01];
+        noisy.threshold = 1.2;
+        let d = detect(&model, &make(7, Some(2)));
+        assert_eq!(
+            d.verdict.outcome,
+            Outcome::NothingAbnormal,
+            "{:?}",
+            d.verdict
+        );
+        assert_eq!(d.verdict.monitored, vec![0, 1, 3]);
+        assert_eq!(d.verdict.not_monitored.len(), 1);
+        let why = &d.verdict.not_monitored[0];
+        assert_eq!(why.rank, 2);
+        assert!(
+            why.reason.contains("clean runs too noisy"),
+            "{}",
+            why.reason
+        );
+        assert!(why.reason.contains("m = 0.60"), "{}", why.reason);
+        assert!(d.verdict.summary.contains("not monitored: rank(s) 2"));
+        // Another processor hogged is still named.
+        let d = detect(&model, &make(8, Some(1)));
+        assert_eq!(d.verdict.suspect_ranks(), vec![1]);
     }
 
     /// Two processors (the paper's threshold cannot split them): a hog on
