@@ -4,8 +4,10 @@
 //! with `--python`, the workers followed) three classes, each at a fixed
 //! daemon and time; normal runs learned. Exact assertions: the faulty
 //! daemon holds the earliest anomaly and the highest-ranked unit, and
-//! fresh normal runs raise nothing. `cargo xtask model-matrix` runs every
-//! class on every program at random daemons and times.
+//! fresh normal runs raise nothing. On the thread-per-connection daemons
+//! (`tpcpool`, blocking receives, no event loop) a skipped handler and a
+//! crash. `cargo xtask model-matrix` runs every class on every program at
+//! random daemons and times.
 
 use std::path::PathBuf;
 
@@ -121,5 +123,22 @@ fn pyjobs_bug_classes_are_localized() {
             (Partial, 2, 4, "exit"),
             (Crash, 0, 3, "raise"),
         ],
+    );
+}
+
+/// A thread-per-connection server blocks in its receive: a skipped handler
+/// of one request shows only when each request is a unit of its own, and
+/// the crash's victim, blocked in its receive since before the crash, is
+/// dated when that receive returned.
+#[test]
+fn tpcpool_bug_classes_are_localized() {
+    if !privileged() {
+        return;
+    }
+    use FaultClass::*;
+    localizes(
+        Program::TpcPool,
+        1,
+        &[(Skip, 2, 12, "exit"), (Crash, 1, 20, "abort")],
     );
 }
