@@ -132,9 +132,10 @@ struct Common {
     #[arg(long, default_value_t = FaultParams::default().disk_bps >> 20)]
     disk_mibps_fault: u64,
     /// disk-throttle: I/O operations/s the faulty server may issue each way
-    /// (0: no limit).
-    #[arg(long, default_value_t = FaultParams::default().disk_iops)]
-    disk_iops: u64,
+    /// (0: no limit; default: 20 on GlusterFS, 60 on MooseFS, where 20
+    /// stalled every write).
+    #[arg(long)]
+    disk_iops: Option<u64>,
     /// cpu-hog: CPUs shared by the faulty server and the hog.
     #[arg(long, default_value_t = FaultParams::default().cpu_share)]
     cpu_share: f64,
@@ -151,15 +152,16 @@ impl Common {
         Ok(self.cluster.system.parse()?)
     }
 
-    fn params(&self) -> FaultParams {
-        FaultParams {
+    fn params(&self) -> anyhow::Result<FaultParams> {
+        let defaults = FaultParams::for_system(self.system()?);
+        Ok(FaultParams {
             loss: self.loss,
             disk_bps: self.disk_mibps_fault << 20,
-            disk_iops: self.disk_iops,
+            disk_iops: self.disk_iops.unwrap_or(defaults.disk_iops),
             cpu_share: self.cpu_share,
             cpu_cap: self.cpu_cap,
-            ..FaultParams::default()
-        }
+            ..defaults
+        })
     }
 
     fn record(&self) -> anyhow::Result<RecordConfig> {
@@ -382,7 +384,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<()> {
         seconds: a.common.seconds,
         fault: fault.map(|k| (k, a.server - 1)),
         fault_after: a.common.fault_after,
-        params: a.common.params(),
+        params: a.common.params()?,
         record: Some(record),
     };
     let info = tests::fs::run(&cluster, &config, &a.output)
@@ -524,7 +526,7 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
             seconds: a.common.seconds,
             fault: f.map(|k| (k, *server)),
             fault_after: a.common.fault_after,
-            params: a.common.params(),
+            params: a.common.params()?,
             record: Some(record.clone()),
         };
         let out = a.output.join(dir);
