@@ -142,14 +142,16 @@ impl Metric {
     /// and the bytes of the block requests on each server's devices. Chosen
     /// on two file systems at once, with [`PeersConfig::default`]'s
     /// normalisation, outlier rule and calibration, no function probes, dd
-    /// and PostMark (`cargo xtask fs matrix --fs glusterfs|moosefs`):
+    /// and PostMark (`cargo xtask fs matrix --fs glusterfs|moosefs`), with
+    /// this set and syscall-time leaving out waits for a peer:
     /// - GlusterFS (2 runs per fault, 6 clean): TP 19/24, one run naming a
     ///   wrong server, no clean run indicting anyone;
-    /// - MooseFS (4 runs per fault, 8 clean): TP 19/41, 8 runs naming a
-    ///   wrong server, one clean run (a real burst of retransmissions).
+    /// - MooseFS (4 runs per fault, 8 clean): TP 17/41 with 4 runs naming
+    ///   a wrong server on one matrix, 15/48 with 9 on another; one clean
+    ///   run indicted on each.
     ///
-    /// `block-bytes` alone finds every disk hog on both, and indicts no
-    /// clean server. Left out: function latency, `file-*`, `block-requests`,
+    /// `block-bytes` found 19 of the 20 disk hogs of those three matrices
+    /// (before it, none), and indicted one clean MooseFS run. Left out: function latency, `file-*`, `block-requests`,
     /// `block-time`, `block-latency`, `net-*`: each found faults on one
     /// system but named wrong servers or clean ones on it or on the other.
     /// These are far from the targets (≥ 90 % TP, no wrong server):
