@@ -132,9 +132,10 @@ struct Common {
     #[arg(long, default_value_t = FaultParams::default().disk_bps >> 20)]
     disk_mibps_fault: u64,
     /// disk-throttle: I/O operations/s the faulty server may issue each way
-    /// (0: no limit).
-    #[arg(long, default_value_t = FaultParams::default().disk_iops)]
-    disk_iops: u64,
+    /// (0: no limit; default: 20 on GlusterFS, 60 on MooseFS, where 20
+    /// stalled every write).
+    #[arg(long)]
+    disk_iops: Option<u64>,
     /// cpu-hog: CPUs shared by the faulty server and the hog.
     #[arg(long, default_value_t = FaultParams::default().cpu_share)]
     cpu_share: f64,
@@ -151,15 +152,16 @@ impl Common {
         Ok(self.cluster.system.parse()?)
     }
 
-    fn params(&self) -> FaultParams {
-        FaultParams {
+    fn params(&self) -> anyhow::Result<FaultParams> {
+        let defaults = FaultParams::for_system(self.system()?);
+        Ok(FaultParams {
             loss: self.loss,
             disk_bps: self.disk_mibps_fault << 20,
-            disk_iops: self.disk_iops,
+            disk_iops: self.disk_iops.unwrap_or(defaults.disk_iops),
             cpu_share: self.cpu_share,
             cpu_cap: self.cpu_cap,
-            ..FaultParams::default()
-        }
+            ..defaults
+        })
     }
 
     fn record(&self) -> anyhow::Result<RecordConfig> {
@@ -382,7 +384,7 @@ fn run_one(a: RunArgs) -> anyhow::Result<()> {
         seconds: a.common.seconds,
         fault: fault.map(|k| (k, a.server - 1)),
         fault_after: a.common.fault_after,
-        params: a.common.params(),
+        params: a.common.params()?,
         record: Some(record),
     };
     let info = tests::fs::run(&cluster, &config, &a.output)
@@ -405,6 +407,10 @@ struct MatrixEntry {
     fault: Option<FaultKind>,
     /// Label of the faulty server.
     server: Option<String>,
+    /// Why the run failed (a workload the harness had to kill, a fault that
+    /// could not be set up): it has no verdict, and the table lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed: Option<String>,
 }
 
 /// matrix.json.
@@ -478,7 +484,12 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                 index.probes
             );
         }
-        index.runs = old.runs;
+        // Failed runs are tried again.
+        index.runs = old
+            .runs
+            .into_iter()
+            .filter(|r| r.failed.is_none())
+            .collect();
     }
     let clean = a.clean.unwrap_or(a.runs);
     let mut plan: Vec<(Workload, Option<FaultKind>, usize, String)> = Vec::new();
@@ -507,31 +518,64 @@ fn run_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     // One cluster for the whole matrix: the servers keep their pids, and each
     // workload starts from an empty directory.
-    let cluster = start_cluster(a.common.cluster.config()?)?;
+    let mut cluster = start_cluster(a.common.cluster.config()?)?;
+    let mut failed = 0;
     for (i, (w, f, server, dir)) in plan.iter().enumerate() {
         let config = RunConfig {
             workload: *w,
             seconds: a.common.seconds,
             fault: f.map(|k| (k, *server)),
             fault_after: a.common.fault_after,
-            params: a.common.params(),
+            params: a.common.params()?,
             record: Some(record.clone()),
         };
         let out = a.output.join(dir);
         let _ = std::fs::remove_dir_all(&out);
-        let info = tests::fs::run(&cluster, &config, &out).with_context(|| format!("run {dir}"))?;
-        println!("[{}/{}] {dir}: {}", i + 1, plan.len(), describe(&info));
-        index.runs.push(MatrixEntry {
-            dir: dir.clone(),
-            workload: *w,
-            fault: *f,
-            server: info.fault.as_ref().map(|f| f.server.clone()),
-        });
+        // A run that fails (MooseFS under a 20 IOPS disk throttle stalled
+        // a dd past the harness's bound, which killed it) is recorded as
+        // failed, with why, and the matrix goes on; the one before this
+        // ended the whole matrix.
+        let entry = match tests::fs::run(&cluster, &config, &out) {
+            Ok(info) => {
+                println!("[{}/{}] {dir}: {}", i + 1, plan.len(), describe(&info));
+                MatrixEntry {
+                    dir: dir.clone(),
+                    workload: *w,
+                    fault: *f,
+                    server: info.fault.as_ref().map(|f| f.server.clone()),
+                    failed: None,
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                let label = match f {
+                    Some(_) => Some(cluster.server(*server)?.label.clone()),
+                    None => None,
+                };
+                let why = format!("{e:#}");
+                println!("[{}/{}] {dir}: FAILED: {why}", i + 1, plan.len());
+                // What stalled may still hold the cluster (a hung mount, a
+                // chunk write waiting on the throttled server): the next
+                // run starts on a fresh one.
+                if let Err(e) = cluster.stop() {
+                    eprintln!("fs: stopping the cluster after a failed run: {e:#}");
+                }
+                cluster = start_cluster(a.common.cluster.config()?)?;
+                MatrixEntry {
+                    dir: dir.clone(),
+                    workload: *w,
+                    fault: *f,
+                    server: label,
+                    failed: Some(why),
+                }
+            }
+        };
+        index.runs.push(entry);
         std::fs::write(&index_path, serde_json::to_string_pretty(&index)?)?;
     }
     cluster.stop()?;
     eprintln!(
-        "fs: matrix done in {:.0} s",
+        "fs: matrix done in {:.0} s ({failed} runs failed)",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -603,6 +647,8 @@ struct TableJson {
     probes: String,
     config: analyzer::peers::PeersConfig,
     runs: Vec<RunVerdict>,
+    /// Runs that failed while recording (not scored).
+    failed: Vec<MatrixEntry>,
     /// (fault, column) → cell; columns are metrics, `combined`, and
     /// `combined WORKLOAD`.
     cells: Vec<(Option<FaultKind>, String, Cell)>,
@@ -622,7 +668,10 @@ struct RunVerdict {
 
 /// Every run of a matrix directory, scored once.
 struct ScoredMatrix {
+    /// The runs scored (failed runs left out).
     index: MatrixIndex,
+    /// Runs that failed while recording: no captures to judge.
+    failed: Vec<MatrixEntry>,
     cfg: analyzer::peers::PeersConfig,
     runs: Vec<(analyzer::peers::Scored, RunInfo)>,
 }
@@ -644,6 +693,8 @@ fn score_matrix(
         (workloads.is_empty() || workloads.contains(&r.workload))
             && (faults.is_empty() || r.fault.is_none_or(|f| faults.contains(&f)))
     });
+    let (failed, ok): (Vec<_>, Vec<_>) = index.runs.into_iter().partition(|r| r.failed.is_some());
+    index.runs = ok;
     let mut runs = Vec::new();
     let mut cfg = None;
     for (i, run) in index.runs.iter().enumerate() {
@@ -663,7 +714,12 @@ fn score_matrix(
     let Some(cfg) = cfg else {
         bail!("{} lists no runs", index_path.display());
     };
-    Ok(ScoredMatrix { index, cfg, runs })
+    Ok(ScoredMatrix {
+        index,
+        failed,
+        cfg,
+        runs,
+    })
 }
 
 /// Every run judged by thresholds trained on the clean runs of its
@@ -810,7 +866,7 @@ fn table(
             };
             cfg.validate()?;
             let cells = cells_of(&judge(&m, &cfg, None)?);
-            println!("{:<24} {}", c.to_string(), headline(&cells));
+            println!("{:<24} {}", c.to_string(), headline(&cells, &m.failed));
         }
         return Ok(());
     }
@@ -841,6 +897,14 @@ fn table(
             v.verdict
         );
     }
+    for f in &m.failed {
+        println!(
+            "{:<28} faulty {:<8} FAILED (not scored): {}",
+            f.dir,
+            f.server.as_deref().unwrap_or("-"),
+            f.failed.as_deref().unwrap_or("")
+        );
+    }
     println!(
         "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds {} per workload from the other clean runs",
         m.index.system,
@@ -860,7 +924,7 @@ fn table(
     print_table(&metrics);
     print_table(&workloads);
     print_impact(&m);
-    println!("\n{}", headline(&cells));
+    println!("\n{}", headline(&cells, &m.failed));
     if let Some(path) = &a.json {
         let out = TableJson {
             version: 1,
@@ -868,6 +932,7 @@ fn table(
             probes: m.index.probes.clone(),
             config: cfg.clone(),
             runs: verdicts,
+            failed: m.failed.clone(),
             cells: cells.into_iter().map(|((f, m), c)| (f, m, c)).collect(),
         };
         std::fs::write(path, serde_json::to_string_pretty(&out)?)
@@ -898,8 +963,10 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
 }
 
 /// The headline figures: combined TP over the faulty runs, runs naming a
-/// wrong server, clean runs indicting anyone, and every fault class's TP.
-fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) -> String {
+/// wrong server, clean runs indicting anyone, and every fault class's TP;
+/// runs that failed while recording are counted apart (they have no
+/// verdict, right or wrong).
+fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>, failed: &[MatrixEntry]) -> String {
     let (mut runs, mut tp, mut wrong, mut clean, mut clean_wrong) = (0, 0, 0, 0, 0);
     let mut per_fault = Vec::new();
     for ((f, m), c) in cells {
@@ -911,7 +978,12 @@ fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) -> String {
                 runs += c.runs;
                 tp += c.tp;
                 wrong += c.wrong;
-                per_fault.push(format!("{k} {}/{}", c.tp, c.runs));
+                let lost = failed.iter().filter(|r| r.fault == Some(*k)).count();
+                per_fault.push(if lost > 0 {
+                    format!("{k} {}/{} (+{lost} failed)", c.tp, c.runs)
+                } else {
+                    format!("{k} {}/{}", c.tp, c.runs)
+                });
             }
             None => {
                 clean += c.runs;
@@ -919,8 +991,25 @@ fn headline(cells: &BTreeMap<(Option<FaultKind>, String), Cell>) -> String {
             }
         }
     }
+    // A fault whose every run failed has no cell.
+    for r in failed {
+        if let Some(k) = r.fault
+            && !cells.contains_key(&(Some(k), "combined".to_string()))
+        {
+            let name = format!("{k} 0/0 (+");
+            if !per_fault.iter().any(|p| p.starts_with(&name)) {
+                let lost = failed.iter().filter(|x| x.fault == Some(k)).count();
+                per_fault.push(format!("{name}{lost} failed)"));
+            }
+        }
+    }
+    let failed_note = if failed.is_empty() {
+        String::new()
+    } else {
+        format!("; {} runs failed while recording, not scored", failed.len())
+    };
     format!(
-        "TP {tp}/{runs} ({:.1}%), wrong {wrong}/{runs}, clean FP {clean_wrong}/{clean}; {}",
+        "TP {tp}/{runs} ({:.1}%), wrong {wrong}/{runs}, clean FP {clean_wrong}/{clean}; {}{failed_note}",
         100.0 * f64::from(tp) / f64::from(runs.max(1)),
         per_fault.join(", ")
     )
@@ -1213,5 +1302,48 @@ mod tests_table {
                 wrong: 0
             }
         );
+    }
+
+    /// A run that failed while recording is listed apart in the headline,
+    /// beside its fault class, and a fault whose every run failed still
+    /// shows; an older matrix.json without `failed` reads as all recorded.
+    #[test]
+    fn failed_runs_show_in_the_headline_without_a_verdict() {
+        let verdicts = vec![
+            (
+                Some(FaultKind::PacketLoss),
+                Some("server1".to_string()),
+                vec![v("combined", &["server1"])],
+            ),
+            (None, None, vec![v("combined", &[])]),
+        ];
+        let entry = |dir: &str, fault| MatrixEntry {
+            dir: dir.into(),
+            workload: Workload::Dd,
+            fault,
+            server: Some("server2".into()),
+            failed: Some("dd killed by its bound".into()),
+        };
+        let failed = vec![
+            entry("dd/packet-loss/run2", Some(FaultKind::PacketLoss)),
+            entry("dd/disk-throttle/run1", Some(FaultKind::DiskThrottle)),
+            entry("dd/disk-throttle/run2", Some(FaultKind::DiskThrottle)),
+        ];
+        let line = headline(&tally(&verdicts), &failed);
+        assert!(
+            line.starts_with("TP 1/1 (100.0%), wrong 0/1, clean FP 0/1; "),
+            "{line}"
+        );
+        assert!(line.contains("packet-loss 1/1 (+1 failed)"), "{line}");
+        assert!(line.contains("disk-throttle 0/0 (+2 failed)"), "{line}");
+        assert_eq!(line.matches("disk-throttle").count(), 1, "{line}");
+        assert!(line.ends_with("; 3 runs failed while recording, not scored"));
+        assert!(!headline(&tally(&verdicts), &[]).contains("failed"));
+
+        let old: MatrixEntry = serde_json::from_str(
+            r#"{"dir":"dd/none/run1","workload":"dd","fault":null,"server":null}"#,
+        )
+        .expect("old entry");
+        assert!(old.failed.is_none());
     }
 }

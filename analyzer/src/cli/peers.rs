@@ -135,7 +135,7 @@ pub(crate) struct FeatureArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "samples,count,time,retransmits,socket-bytes,syscalls,syscall-time,syscall-latency"
+        default_values_t = Metric::DEFAULT
     )]
     metrics: Vec<Metric>,
     /// Metrics compared in shares of the window's work: each server's

@@ -39,8 +39,12 @@ struct Fault {
     busy_from: Option<f64>,
     /// Its connections retransmit.
     retransmit_from: Option<f64>,
-    /// Its socket reads take 40× as long (a slow link under it).
+    /// Its socket reads take 40× as long (a slow link under it, or a slow
+    /// peer it waits for).
     slow_reads_from: Option<f64>,
+    /// Its replies (`sendto`) take 40× as long (descheduled in the call, as
+    /// under a CPU cap).
+    slow_sends_from: Option<f64>,
     /// Its disk is 5× slower: file reads and block requests take longer.
     slow_disk_from: Option<f64>,
     /// Someone floods its network namespace with 50 MB a second.
@@ -181,6 +185,22 @@ fn server_records(
         };
         own.push((now + read_ns, read.as_bytes().to_vec()));
         host.push(sample(now + 50_000, p, 1));
+        // The reply follows the read (function times left as they were).
+        let sent = now + read_ns;
+        let send_ns = if after(fault.slow_sends_from, t) {
+            4 * MS
+        } else {
+            100_000
+        };
+        let send = Syscall {
+            header: header(sent + send_ns, p, kind::SYSCALL, 88),
+            enter_ns: sent,
+            nr: nr::SENDTO,
+            fd: 5,
+            ret: 512,
+            ..Default::default()
+        };
+        own.push((sent + send_ns, send.as_bytes().to_vec()));
         now += MS;
         own.push(ret(now, 0));
         if hog {
@@ -1218,53 +1238,100 @@ fn thresholds_round_trip_through_json_with_a_version() {
 }
 
 /// Socket reads that take 40× as long on one server (function calls and
-/// their times unchanged) indict it by time in system calls and by latency
-/// per system call, and the read tops the root cause.
+/// their times unchanged) indict it by latency per system call, and the
+/// read tops the root cause (a receive from a lossy link brings fewer
+/// bytes per call).
 #[test]
-fn slower_socket_reads_indict_their_server_by_syscall_time_and_latency() {
-    for metric in [Metric::SyscallTime, Metric::SyscallLatency] {
-        let cfg = PeersConfig {
-            metrics: vec![Metric::Time, metric],
-            // Training's reads take 4 ms a window: keep them (at 50 ms a
-            // minute) so there is a syscall-time component to train.
-            min_time_ms: 50.0,
-            ..config(ServerSplit::PerCapture)
-        };
-        let t = trained(&cfg, false);
-        let slow = diagnosed(
-            &cfg,
-            &t,
-            &[(
-                3,
-                Fault {
-                    slow_reads_from: Some(12.0),
-                    ..Default::default()
-                },
-            )],
-            false,
-            false,
-        );
-        let text = render::report_text(&slow, cfg.distance);
-        assert_eq!(slow.faulty, vec!["server3"], "{metric:?}: {text}");
-        assert_eq!(
-            slow.faulty_by_metric[&metric],
-            vec!["server3"],
-            "{metric:?}: {text}"
-        );
-        let rc = slow
-            .root_causes
-            .iter()
-            .find(|c| c.metric == metric)
-            .expect("root cause");
-        assert_eq!(rc.top[0].component, "read", "{text}");
-        assert!(rc.top[0].mean_delta > 0.0, "slower, not faster");
-        let clean = diagnosed(&cfg, &t, &[], false, false);
-        assert!(
-            clean.faulty.is_empty(),
-            "{}",
-            render::report_text(&clean, cfg.distance)
-        );
-    }
+fn slower_socket_reads_indict_their_server_by_syscall_latency() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::Time, Metric::SyscallLatency],
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    let slow = diagnosed(
+        &cfg,
+        &t,
+        &[(
+            3,
+            Fault {
+                slow_reads_from: Some(12.0),
+                ..Default::default()
+            },
+        )],
+        false,
+        false,
+    );
+    let text = render::report_text(&slow, cfg.distance);
+    assert_eq!(slow.faulty, vec!["server3"], "{text}");
+    assert_eq!(
+        slow.faulty_by_metric[&Metric::SyscallLatency],
+        vec!["server3"],
+        "{text}"
+    );
+    let rc = slow
+        .root_causes
+        .iter()
+        .find(|c| c.metric == Metric::SyscallLatency)
+        .expect("root cause");
+    assert_eq!(rc.top[0].component, "read", "{text}");
+    assert!(rc.top[0].mean_delta > 0.0, "slower, not faster");
+    let clean = diagnosed(&cfg, &t, &[], false, false);
+    assert!(
+        clean.faulty.is_empty(),
+        "{}",
+        render::report_text(&clean, cfg.distance)
+    );
+}
+
+/// Lock-step: server2 is slow to reply (its sends take 40× as long, as
+/// under a CPU cap), and server3, whose requests wait on server2, spends
+/// 40× as long in its blocking socket reads. Time in system calls names
+/// server2 alone, by its sends: the reads' time is server2's slowness, not
+/// server3's work (before, server3 stood out as much and was named too).
+#[test]
+fn time_waiting_for_a_slow_peer_does_not_indict_the_waiting_server() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::SyscallTime],
+        // Training's reads and sends take 4 ms a window each: keep them
+        // (at 50 ms a minute) so there are components to train.
+        min_time_ms: 50.0,
+        ..config(ServerSplit::PerCapture)
+    };
+    let t = trained(&cfg, false);
+    let faults = [
+        (
+            2,
+            Fault {
+                slow_sends_from: Some(12.0),
+                ..Default::default()
+            },
+        ),
+        (
+            3,
+            Fault {
+                slow_reads_from: Some(12.0),
+                ..Default::default()
+            },
+        ),
+    ];
+    let r = diagnosed(&cfg, &t, &faults, false, false);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    let metric = &r.metrics;
+    assert_eq!(metric, &vec![Metric::SyscallTime], "{text}");
+    let rc = &r.root_causes[0];
+    assert_eq!(rc.top[0].component, "sendto", "{text}");
+    assert!(
+        rc.top.iter().all(|c| c.component != "read"),
+        "reads are not compared by time: {text}"
+    );
+    // server3's reads alone (its peer's slowness unrecorded) indict nobody.
+    let waiting = diagnosed(&cfg, &t, &faults[1..], false, false);
+    assert!(
+        waiting.faulty.is_empty(),
+        "{}",
+        render::report_text(&waiting, cfg.distance)
+    );
 }
 
 /// The same busier server, with counts compared in shares of the window's
