@@ -54,6 +54,9 @@ pub mod maps {
     /// Forked processes whose inherited sockets user space has not copied
     /// yet: key tgid, value (parent tgid, pad, fork time) as 16 bytes.
     pub const PARENT: &str = "PARENT";
+    /// Sockets of traced processes closed lately: key `(tgid << 32) | fd`,
+    /// value the close's time (`CLOCK_MONOTONIC` ns).
+    pub const CLOSED: &str = "CLOSED";
     /// System calls in progress: key tid, value [`crate::record::SyscallEnter`].
     pub const INFLIGHT: &str = "INFLIGHT";
     /// Per-CPU counters indexed by [`crate::stats::Stat`].

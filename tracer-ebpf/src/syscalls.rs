@@ -23,7 +23,10 @@ use crate::{
 };
 
 /// Whether `fd` of `pid` is a known socket, or one inherited across fork
-/// from a (grand)parent that had it (then it becomes known).
+/// from a (grand)parent that had it (then it becomes known). A parent's
+/// socket may have been made after the fork under a number the child uses
+/// for something else (a forked worker's epoll descriptor): the child's
+/// descriptor itself decides, where the kernel's view can be read.
 #[inline(always)]
 fn is_socket(pid: u32, fd: i64) -> bool {
     let key = fd_key(pid, fd);
@@ -36,6 +39,7 @@ fn is_socket(pid: u32, fd: i64) -> bool {
         return false;
     }
     let mut p = pid;
+    let mut found = false;
     for _ in 0..4 {
         // SAFETY: the value is copied out.
         let Some(forked) = (unsafe { PARENT.get(&p) }).copied() else {
@@ -47,12 +51,19 @@ fn is_socket(pid: u32, fd: i64) -> bool {
         let inherited = unsafe { SOCKET_FDS.get(&parent_key) }.is_some()
             || unsafe { CLOSED.get(&parent_key) }.is_some_and(|at| *at > forked.at_ns);
         if inherited {
-            let _ = SOCKET_FDS.insert(&key, &1, 0);
-            return true;
+            found = true;
+            break;
         }
         p = forked.parent;
     }
-    false
+    if !found {
+        return false;
+    }
+    let socket = kernel::fd_file(fd).is_none_or(|f| f.kind == mode::S_IFSOCK);
+    if socket {
+        let _ = SOCKET_FDS.insert(&key, &1, 0);
+    }
+    socket
 }
 
 /// Offset of `r10` in x86-64 `struct pt_regs` (a stable ABI: ptrace's

@@ -199,6 +199,8 @@ pub struct Loaded {
     traced: HashMap<MapData, u32, u32>,
     traced_bits: TracedBits,
     sockets: HashMap<MapData, u64, u64>,
+    /// `CLOSED`: when a socket of a traced process was closed.
+    closed: HashMap<MapData, u64, u64>,
     /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
     parents: HashMap<MapData, u32, [u8; 16]>,
     inflight: HashMap<MapData, u32, SyscallEnter>,
@@ -333,6 +335,7 @@ impl Loaded {
             })?;
         let sockets = take(&mut ebpf, maps::SOCKET_FDS)?;
         let parents = take(&mut ebpf, maps::PARENT)?;
+        let closed = take(&mut ebpf, maps::CLOSED)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
         let stats = take(&mut ebpf, maps::STATS)?;
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
@@ -351,6 +354,7 @@ impl Loaded {
             traced,
             traced_bits,
             sockets,
+            closed,
             parents,
             inflight,
             stats,
@@ -1114,11 +1118,34 @@ impl Loaded {
     /// parent's). Then its `PARENT` entry goes: the eBPF side walks the
     /// ancestry on every fd call it does not know, a walk needed only until
     /// the inherited sockets are copied here.
+    ///
+    /// The process runs meanwhile: a socket listed here may be closed
+    /// before its mark is written (a forked worker closing what it
+    /// inherited), and a mark written after that close would make whatever
+    /// next gets the number (an epoll descriptor) a socket. A socket the
+    /// programs saw closed since the listing began is not marked, or is
+    /// unmarked again.
     pub fn register_sockets(&mut self, pid: u32) {
+        let listed_at = crate::session::monotonic_ns();
+        let closed_since = |closed: &HashMap<MapData, u64, u64>, key: u64| {
+            closed.get(&key, 0).is_ok_and(|at| at >= listed_at)
+        };
+        let mut marked = Vec::new();
         for fd in crate::procfs::socket_fds(pid) {
-            let _ = self
-                .sockets
-                .insert((u64::from(pid) << 32) | u64::from(fd), 1u64, 0);
+            let key = (u64::from(pid) << 32) | u64::from(fd);
+            if closed_since(&self.closed, key) {
+                continue;
+            }
+            if self.sockets.insert(key, 1u64, 0).is_ok() {
+                marked.push(key);
+            }
+        }
+        // A close between the check and the mark: the programs unmark, then
+        // note the close, so look again once every mark is written.
+        for key in marked {
+            if closed_since(&self.closed, key) {
+                let _ = self.sockets.remove(&key);
+            }
         }
         let _ = self.parents.remove(&pid);
     }

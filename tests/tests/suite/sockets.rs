@@ -141,3 +141,56 @@ fn socketpair_ends_are_traced() {
     assert_eq!(reads.iter().sum::<i64>(), 5 * 16, "{reads:?}");
     assert_eq!(reads.last(), Some(&0), "the parent reads EOF: {reads:?}");
 }
+
+/// A child's descriptor is its parent's socket only if it was one at the
+/// fork: a socket the parent made afterwards may share the number of
+/// something else in the child (an epoll descriptor, as a forked Python
+/// worker's selector has), whose close is no socket call.
+#[test]
+fn a_parents_later_socket_does_not_make_the_childs_descriptor_one() {
+    if !privileged() {
+        return;
+    }
+    let pair = fixture("pair", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("reuse.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        pair.to_str().expect("utf8"),
+        "reuse",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let number = |what: &str| -> i32 {
+        run.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(what))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what}in {:?}", run.stdout))
+    };
+    let fd = number("socket ");
+    assert_eq!(fd, number("epoll "), "the fixture reuses the number");
+    let cap = capture(&out);
+    let calls: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Syscall(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let parent = calls
+        .iter()
+        .find(|s| syscall_name(s.nr) == "socket")
+        .map(|s| s.header.pid)
+        .expect("the parent's socket is recorded");
+    let closes: Vec<_> = calls
+        .iter()
+        .filter(|s| syscall_name(s.nr) == "close" && s.fd == fd)
+        .map(|s| s.header.pid)
+        .collect();
+    assert_eq!(closes, [parent], "only the parent closed a socket {fd}");
+}
