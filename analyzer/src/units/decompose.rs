@@ -356,7 +356,7 @@ fn find_loop(
         .max_by_key(|&(&node, &r)| (r, frame_depth(nodes, node)))
     {
         Some((&node, _)) => Some((node, wrappers_of(node, wrapped))),
-        None => most_recurring(nodes, entries),
+        None => most_recurring(nodes, entries, |_, e| is_wait(e.kind)),
     }
 }
 
@@ -384,40 +384,28 @@ fn blocking_loop(
         .into_iter()
         .filter(|(_, (count, _))| *count >= 2)
         .max_by_key(|&(_, (count, first))| (count, std::cmp::Reverse(first)))?;
-    let mut recurred: FxHashMap<u32, usize> = Default::default();
-    // (frame of the last receive, its depth, lowest stack depth since)
-    let mut last: Option<(u32, u32, u32)> = None;
-    for (i, e) in entries.iter().enumerate() {
-        if e.node == receive && receives.contains(i) {
-            let frame = nodes.parent(e.node);
-            if let Some((at, d, low)) = last {
-                *recurred
-                    .entry(open_frame(nodes, at, d, low.min(e.depth)))
-                    .or_default() += 1;
-            }
-            last = Some((frame, e.depth, e.depth));
-        } else if e.kind == TraceEntryKind::Return
-            && let Some((_, _, low)) = last.as_mut()
-        {
-            *low = (*low).min(e.depth);
-        }
-    }
-    let (loop_node, _) = recurred
-        .into_iter()
-        .max_by_key(|&(node, r)| (r, frame_depth(nodes, node)))?;
+    let (loop_node, _) = most_recurring(nodes, entries, |i, e| {
+        e.node == receive && receives.contains(i)
+    })?;
     Some((loop_node, receive))
 }
 
 /// The loop of a thread whose waits were followed by no (or too few)
-/// receives: the frame that stays open across most pairs of consecutive
-/// waits, deeper on a tie, with the wrapper frames its waits were made in.
-fn most_recurring(nodes: &NodeTable, entries: &[TraceEntry]) -> Option<(u32, Vec<u32>)> {
+/// receives, or of one that blocks in a receive (`waits` says which
+/// entries wait): the frame that stays open across most pairs of
+/// consecutive waits, deeper on a tie, with the wrapper frames its waits
+/// were made in.
+fn most_recurring(
+    nodes: &NodeTable,
+    entries: &[TraceEntry],
+    waits: impl Fn(usize, &TraceEntry) -> bool,
+) -> Option<(u32, Vec<u32>)> {
     let mut recurred: FxHashMap<u32, usize> = Default::default();
     let mut wrapped: Vec<(u32, u32)> = Vec::new();
     // (frame of the last wait, its depth, lowest stack depth since)
     let mut last: Option<(u32, u32, u32)> = None;
-    for e in entries {
-        if is_wait(e.kind) {
+    for (i, e) in entries.iter().enumerate() {
+        if waits(i, e) {
             let frame = nodes.parent(e.node);
             if let Some((wait_frame, d, low)) = last {
                 let open = open_frame(nodes, wait_frame, d, low.min(e.depth));
