@@ -5,6 +5,18 @@ use analyzer::{
     decode::{addr_string, syscall_name},
 };
 use tests::{capture, events, fixture, privileged, tracer};
+use tracer_common::record::Syscall;
+
+/// The capture's system call records, in order.
+fn syscalls(cap: &analyzer::Capture) -> Vec<Syscall> {
+    events(cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Syscall(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
 
 /// connect/accept carry the right addresses; byte counts add up.
 #[test]
@@ -35,13 +47,7 @@ fn addresses_and_byte_counts_match_the_fixture() {
         .parse()
         .expect("port");
     let cap = capture(&out);
-    let calls: Vec<_> = events(&cap)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Syscall(s) => Some(s),
-            _ => None,
-        })
-        .collect();
+    let calls = syscalls(&cap);
     let named = |name: &str| {
         calls
             .iter()
@@ -113,13 +119,7 @@ fn socketpair_ends_are_traced() {
     ]);
     assert!(run.status.success(), "{}", run.stderr);
     let cap = capture(&out);
-    let calls: Vec<_> = events(&cap)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Syscall(s) => Some(s),
-            _ => None,
-        })
-        .collect();
+    let calls = syscalls(&cap);
     let made: Vec<_> = calls
         .iter()
         .filter(|s| syscall_name(s.nr) == "socketpair")
@@ -175,13 +175,7 @@ fn a_parents_later_socket_does_not_make_the_childs_descriptor_one() {
     let fd = number("socket ");
     assert_eq!(fd, number("epoll "), "the fixture reuses the number");
     let cap = capture(&out);
-    let calls: Vec<_> = events(&cap)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Syscall(s) => Some(s),
-            _ => None,
-        })
-        .collect();
+    let calls = syscalls(&cap);
     let parent = calls
         .iter()
         .find(|s| syscall_name(s.nr) == "socket")
