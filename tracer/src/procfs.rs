@@ -584,7 +584,19 @@ mod tests {
             .args(["30", &long, &long])
             .spawn()
             .expect("spawn sleep");
-        let args = cmdline(child.id());
+        // spawn() returns once the child is forked, maybe before its exec has
+        // replaced the command line: read until it is sleep's (empty or the
+        // test binary's before that).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let args = loop {
+            let args = cmdline(child.id());
+            let is_sleep =
+                matches!(&args, Ok(a) if a.first().is_some_and(|c| c.ends_with("sleep")));
+            if is_sleep || std::time::Instant::now() > deadline {
+                break args;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         child.kill().ok();
         child.wait().ok();
         let args = args.expect("cmdline");
