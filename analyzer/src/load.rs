@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    model::{GlobalModel, MODEL_VERSION},
+    model::{GlobalModel, MODEL_VERSION, OLDEST_MODEL_VERSION},
     mpi,
     peers::{THRESHOLDS_VERSION, Thresholds},
 };
@@ -46,14 +46,17 @@ pub enum LoadError {
     },
     /// It was written by another format version.
     #[error(
-        "{path} {}, this build reads version {wanted}; learn or train it again",
-        .found.map_or("has no format version".to_string(), |v| format!("has format version {v}"))
+        "{path} {}, this build reads {}; learn or train it again",
+        .found.map_or("has no format version".to_string(), |v| format!("has format version {v}")),
+        if .oldest == .wanted { format!("version {wanted}") } else { format!("versions {oldest} to {wanted}") }
     )]
     Version {
         /// The file.
         path: PathBuf,
         /// Its version.
         found: Option<u64>,
+        /// The oldest version read.
+        oldest: u32,
         /// Ours.
         wanted: u32,
     },
@@ -72,6 +75,7 @@ fn check_version(
     bytes: &[u8],
     path: &Path,
     what: &'static str,
+    oldest: u32,
     wanted: u32,
 ) -> Result<(), LoadError> {
     let found = serde_json::from_slice::<serde_json::Value>(bytes)
@@ -82,10 +86,11 @@ fn check_version(
         })?
         .get("version")
         .and_then(serde_json::Value::as_u64);
-    if found != Some(u64::from(wanted)) {
+    if !found.is_some_and(|v| (u64::from(oldest)..=u64::from(wanted)).contains(&v)) {
         return Err(LoadError::Version {
             path: path.to_path_buf(),
             found,
+            oldest,
             wanted,
         });
     }
@@ -102,7 +107,7 @@ pub fn model(path: &Path) -> Result<GlobalModel, LoadError> {
 /// analysis process gets them from the agent, not from the file.
 pub fn model_from_slice(bytes: &[u8], path: &Path) -> Result<GlobalModel, LoadError> {
     const WHAT: &str = "model";
-    check_version(bytes, path, "a model", MODEL_VERSION)?;
+    check_version(bytes, path, "a model", OLDEST_MODEL_VERSION, MODEL_VERSION)?;
     let mut model: GlobalModel =
         serde_json::from_slice(bytes).map_err(|source| LoadError::Parse {
             path: path.to_path_buf(),
@@ -131,7 +136,7 @@ pub fn mpi_model(path: &Path) -> Result<mpi::Model, LoadError> {
 /// [`mpi_model`] from the file's bytes (`path` names it in errors).
 pub fn mpi_model_from_slice(bytes: &[u8], path: &Path) -> Result<mpi::Model, LoadError> {
     const WHAT: &str = "an MPI model";
-    check_version(bytes, path, WHAT, mpi::MODEL_VERSION)?;
+    check_version(bytes, path, WHAT, mpi::MODEL_VERSION, mpi::MODEL_VERSION)?;
     let model: mpi::Model = serde_json::from_slice(bytes).map_err(|source| LoadError::Parse {
         path: path.to_path_buf(),
         what: WHAT,
@@ -153,7 +158,13 @@ pub fn thresholds(path: &Path) -> Result<Thresholds, LoadError> {
 /// [`thresholds`] from the file's bytes (`path` names it in errors).
 pub fn thresholds_from_slice(bytes: &[u8], path: &Path) -> Result<Thresholds, LoadError> {
     const WHAT: &str = "thresholds file";
-    check_version(bytes, path, "a thresholds file", THRESHOLDS_VERSION)?;
+    check_version(
+        bytes,
+        path,
+        "a thresholds file",
+        THRESHOLDS_VERSION,
+        THRESHOLDS_VERSION,
+    )?;
     let t: Thresholds = serde_json::from_slice(bytes).map_err(|source| LoadError::Parse {
         path: path.to_path_buf(),
         what: "a thresholds file",
@@ -252,7 +263,7 @@ mod tests {
         let e = model(&old).expect_err("old");
         assert!(
             e.to_string().contains(&format!(
-                "has format version 1, this build reads version {MODEL_VERSION}"
+                "has format version 1, this build reads versions {OLDEST_MODEL_VERSION} to {MODEL_VERSION}"
             )) && e.to_string().contains("learn or train it again"),
             "{e}"
         );

@@ -248,6 +248,14 @@ fn functions_of(u: &UnitScore, process: &str) -> Vec<Finding> {
                     );
                 }
             }
+            Evidence::OutOfOrder { this, .. } => {
+                paths.extend(this.split(", ").map(|f| {
+                    (
+                        f.to_string(),
+                        "called where normal runs call something else",
+                    )
+                }));
+            }
             _ => {}
         }
     }

@@ -14,14 +14,21 @@ mod tree;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-pub use tree::{Behaviour, CallTreeModel, MAX_BEHAVIOURS, ModelNode, NormalRange};
+pub use tree::{
+    Behaviour, CallTreeModel, Followed, MAX_BEHAVIOURS, MAX_SUCCESSIONS, ModelNode, NO_UNIT,
+    NormalRange, OTHER_BEHAVIOUR, Succession,
+};
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
 
 /// Version of the serialized model. 2: initializer, finalizer and pre/post
 /// trees per thread role. 3: each tree's behaviours (the call-path sets its
-/// units showed, and how often) and their normal ranges.
-pub const MODEL_VERSION: u32 = 3;
+/// units showed, and how often) and their normal ranges. 4: the order of
+/// each tree's units ([`Succession`]s); version 3 still reads, without it.
+pub const MODEL_VERSION: u32 = 4;
+
+/// The oldest model version this build reads.
+pub const OLDEST_MODEL_VERSION: u32 = 3;
 
 /// Trees of one unit kind by key: thread role for initializers,
 /// finalizers and pre/post-processing, connection for handlers.

@@ -83,6 +83,12 @@ pub struct NormalRange {
     /// often than any learned process had them) of one held-out process.
     #[serde(default)]
     pub deviating_per_process: u32,
+    /// Held-out units that came after two others in an order the other
+    /// runs' units never took, where they had followed those two often
+    /// enough for that to count (see `score::out_of_order`): 0 means the
+    /// order of this tree's units tells normal from not.
+    #[serde(default)]
+    pub out_of_order: u64,
 }
 
 impl NormalRange {
@@ -115,6 +121,47 @@ pub struct Behaviour {
 /// "never seen" to mean anything, and its JSON stays bounded.
 pub const MAX_BEHAVIOURS: usize = 256;
 
+/// In a [`Succession`]'s `before`: no unit (the sequence had begun fewer
+/// than two units earlier).
+pub const NO_UNIT: u32 = u32::MAX;
+
+/// In a [`Succession`]: a behaviour not listed (beyond
+/// [`MAX_BEHAVIOURS`], or new to the model).
+pub const OTHER_BEHAVIOUR: u32 = u32::MAX - 1;
+
+/// Distinct successions kept per tree; units of further ones are counted
+/// in [`CallTreeModel::unlisted_successions`].
+pub const MAX_SUCCESSIONS: usize = 4096;
+
+/// How often learned units of one behaviour came right after two others
+/// on the same connection (or, for units without one, the same thread):
+/// the order of a tree's units, beyond which behaviours occur. A request
+/// routed to the wrong handler gives a unit like the handler's normal
+/// ones, and only its place in the sequence is new (an n-gram of units,
+/// as system-call sequence monitors use n-grams of calls).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Succession {
+    /// The behaviours of the two units before, older first ([`NO_UNIT`]
+    /// where there was none).
+    pub before: [u32; 2],
+    /// The behaviour that followed them.
+    pub next: u32,
+    /// Learned units that did.
+    pub units: u64,
+}
+
+/// What learned units did after one pair of behaviours (see
+/// [`CallTreeModel::followed`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// Learned units that came after that pair.
+    pub units: u64,
+    /// Of those, units with the behaviour asked about.
+    pub this: u64,
+    /// The behaviour that came most often after the pair.
+    pub usual: Option<u32>,
+}
+
 /// A call-tree model of one unit kind or connection.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallTreeModel {
@@ -133,6 +180,15 @@ pub struct CallTreeModel {
     /// been seen.
     #[serde(default)]
     pub unlisted: u64,
+    /// The order of the learned units (model version 4; empty in older
+    /// models, which then say nothing about order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub successions: Vec<Succession>,
+    /// Learned units whose succession is not in `successions` (beyond
+    /// [`MAX_SUCCESSIONS`], or dropped from a damaged file): while
+    /// non-zero, an unlisted order may have been seen.
+    #[serde(default)]
+    pub unlisted_successions: u64,
     /// How high normal units score against this tree, when calibrated
     /// (`model learn` on several captures); any change to the tree drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +204,16 @@ pub struct CallTreeModel {
     children: Vec<Vec<u32>>,
     #[serde(skip)]
     behaviour_index: HashMap<Vec<u32>, u32>,
+    /// Indices of `successions` by their `before`.
+    #[serde(skip)]
+    succession_index: HashMap<[u32; 2], Vec<u32>>,
+    /// Successions indexed (the index is rebuilt when this differs from
+    /// their count, as after deserializing).
+    #[serde(skip)]
+    successions_indexed: usize,
+    /// Learned units the indexed successions count.
+    #[serde(skip)]
+    succession_units: u64,
 }
 
 /// The id of `s` in `strings`, added when new.
@@ -225,9 +291,136 @@ impl CallTreeModel {
     pub fn prepare(&mut self) {
         self.rebuild_index();
         let n = self.nodes.len() as u32;
+        let listed = self.behaviours.len();
         self.behaviours
             .retain(|b| b.nodes.iter().all(|&id| id < n) && b.nodes.is_sorted());
         self.rebuild_behaviours();
+        // Successions name behaviours by index: when some were dropped the
+        // indices no longer mean what they did, and the order is unknown.
+        let known = self.behaviours.len() as u32;
+        let valid = |b: u32| b < known || b == OTHER_BEHAVIOUR;
+        let before = self.successions.len();
+        if self.behaviours.len() != listed {
+            self.successions.clear();
+        } else {
+            self.successions
+                .retain(|s| valid(s.next) && s.before.iter().all(|&b| valid(b) || b == NO_UNIT));
+        }
+        if self.successions.len() != before {
+            self.unlisted_successions = self.unlisted_successions.max(1);
+        }
+        self.successions_indexed = usize::MAX;
+        self.rebuild_successions();
+    }
+
+    fn rebuild_successions(&mut self) {
+        if self.successions_indexed == self.successions.len() {
+            return;
+        }
+        self.succession_index.clear();
+        self.succession_units = self.successions.iter().map(|s| s.units).sum();
+        for (i, s) in self.successions.iter().enumerate() {
+            self.succession_index
+                .entry(s.before)
+                .or_default()
+                .push(i as u32);
+        }
+        self.successions_indexed = self.successions.len();
+    }
+
+    /// Adds `units` learned units of behaviour `next` after `before`.
+    fn add_succession(&mut self, before: [u32; 2], next: u32, units: u64) {
+        self.rebuild_successions();
+        self.succession_units += units;
+        let found = self.succession_index.get(&before).and_then(|list| {
+            list.iter()
+                .copied()
+                .find(|&i| self.successions[i as usize].next == next)
+        });
+        match found {
+            Some(i) => self.successions[i as usize].units += units,
+            None if self.successions.len() < MAX_SUCCESSIONS => {
+                self.succession_index
+                    .entry(before)
+                    .or_default()
+                    .push(self.successions.len() as u32);
+                self.successions.push(Succession {
+                    before,
+                    next,
+                    units,
+                });
+                self.successions_indexed = self.successions.len();
+            }
+            None => {
+                self.succession_units -= units;
+                self.unlisted_successions += units;
+            }
+        }
+    }
+
+    /// What learned units did after the behaviours `before` (older first),
+    /// counting those of behaviour `next`. Needs an indexed tree (learned
+    /// in memory, or [`CallTreeModel::prepare`]d).
+    pub fn followed(&self, before: [u32; 2], next: u32) -> Followed {
+        let mut f = Followed::default();
+        let mut most = 0;
+        for &i in self.succession_index.get(&before).into_iter().flatten() {
+            let Some(s) = self.successions.get(i as usize) else {
+                continue;
+            };
+            f.units += s.units;
+            if s.next == next {
+                f.this += s.units;
+            }
+            if s.units > most {
+                most = s.units;
+                f.usual = Some(s.next);
+            }
+        }
+        f
+    }
+
+    /// Whether the order of the learned units is known in full: every
+    /// behaviour and every unit's succession listed (a tree learned before
+    /// successions were kept, version 3, or merged with one, lacks some).
+    pub fn order_known(&self) -> bool {
+        self.unlisted == 0
+            && self.unlisted_successions == 0
+            && self.units > 0
+            && self.succession_units == self.units
+    }
+
+    /// A short name for people of learned behaviour `id`: the functions
+    /// its units called that units of some other behaviour of the tree did
+    /// not, the rarest among the behaviours first (at most three, shown in
+    /// tree order), so two behaviours that differ deep down read apart.
+    pub fn behaviour_label(&self, id: u32) -> String {
+        let Some(b) = self.behaviours.get(id as usize) else {
+            return "a behaviour not listed".to_string();
+        };
+        // (behaviours with the node, position in the unit, callee).
+        let mut telling: Vec<(usize, usize, &str)> = Vec::new();
+        for (i, &n) in b.nodes.iter().enumerate() {
+            let Some(node) = self.nodes.get(n as usize) else {
+                continue;
+            };
+            let with = self
+                .behaviours
+                .iter()
+                .filter(|o| o.nodes.binary_search(&n).is_ok())
+                .count();
+            if with < self.behaviours.len() && !telling.iter().any(|t| t.2 == node.callee) {
+                telling.push((with, i, &node.callee));
+            }
+        }
+        telling.sort_unstable();
+        telling.truncate(3);
+        telling.sort_unstable_by_key(|t| t.1);
+        if telling.is_empty() {
+            "the calls every unit makes".to_string()
+        } else {
+            telling.iter().map(|t| t.2).collect::<Vec<_>>().join(", ")
+        }
     }
 
     fn rebuild_behaviours(&mut self) {
@@ -249,24 +442,30 @@ impl CallTreeModel {
 
     /// Adds `units` learned units with the behaviour `nodes`, at most
     /// `per_process` of them from one process.
-    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32) {
+    /// Its id, or [`OTHER_BEHAVIOUR`] when the tree lists no more.
+    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32) -> u32 {
         self.rebuild_behaviours();
         match self.behaviour_index.get(&nodes) {
             Some(&i) => {
                 let b = &mut self.behaviours[i as usize];
                 b.units += units;
                 b.max_per_process = b.max_per_process.max(per_process);
+                i
             }
             None if self.behaviours.len() < MAX_BEHAVIOURS => {
-                self.behaviour_index
-                    .insert(nodes.clone(), self.behaviours.len() as u32);
+                let id = self.behaviours.len() as u32;
+                self.behaviour_index.insert(nodes.clone(), id);
                 self.behaviours.push(Behaviour {
                     nodes,
                     units,
                     max_per_process: per_process,
                 });
+                id
             }
-            None => self.unlisted += units,
+            None => {
+                self.unlisted += units;
+                OTHER_BEHAVIOUR
+            }
         }
     }
 
@@ -415,6 +614,7 @@ impl CallTreeModel {
         // Each unit's behaviour: its nodes as model nodes (every node's
         // parent is in the unit, so every node was mapped).
         let mut behaviours: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut of_unit: Vec<Vec<u32>> = Vec::with_capacity(units.len());
         for u in units {
             let mut ids: Vec<u32> = u
                 .nodes
@@ -422,14 +622,33 @@ impl CallTreeModel {
                 .filter_map(|n| mapped.get(n).copied())
                 .collect();
             ids.sort_unstable();
-            *behaviours.entry(ids).or_default() += 1;
+            *behaviours.entry(ids.clone()).or_default() += 1;
+            of_unit.push(ids);
         }
         let mut behaviours: Vec<(Vec<u32>, u32)> = behaviours.into_iter().collect();
         // Most frequent first, then by nodes: the kept set does not depend
         // on hash order when the cap is reached.
         behaviours.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut id_of: HashMap<Vec<u32>, u32> = HashMap::with_capacity(behaviours.len());
         for (ids, count) in behaviours {
-            self.add_behaviour(ids, u64::from(count), count);
+            let id = self.add_behaviour(ids.clone(), u64::from(count), count);
+            id_of.insert(ids, id);
+        }
+        // The order: each unit's behaviour after the two before it in its
+        // sequence, counted per distinct succession.
+        let mut successions: HashMap<([u32; 2], u32), u64> = HashMap::new();
+        for seq in sequences(units) {
+            let mut before = [NO_UNIT; 2];
+            for i in seq {
+                let id = id_of.get(&of_unit[i]).copied().unwrap_or(OTHER_BEHAVIOUR);
+                *successions.entry((before, id)).or_default() += 1;
+                before = [before[1], id];
+            }
+        }
+        let mut successions: Vec<(([u32; 2], u32), u64)> = successions.into_iter().collect();
+        successions.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        for ((before, next), count) in successions {
+            self.add_succession(before, next, count);
         }
         self.models += 1;
         self.units += units.len() as u64;
@@ -459,6 +678,7 @@ impl CallTreeModel {
             self.nodes[id as usize].models += n.models;
             mapped.push(id);
         }
+        let mut behaviour_ids = Vec::with_capacity(other.behaviours.len());
         for b in &other.behaviours {
             let mut ids: Vec<u32> = b
                 .nodes
@@ -466,13 +686,41 @@ impl CallTreeModel {
                 .filter_map(|&n| mapped.get(n as usize).copied())
                 .collect();
             ids.sort_unstable();
-            self.add_behaviour(ids, b.units, b.max_per_process);
+            behaviour_ids.push(self.add_behaviour(ids, b.units, b.max_per_process));
         }
+        let map = |b: u32| match b {
+            NO_UNIT => NO_UNIT,
+            b => behaviour_ids
+                .get(b as usize)
+                .copied()
+                .unwrap_or(OTHER_BEHAVIOUR),
+        };
+        for s in &other.successions {
+            self.add_succession([map(s.before[0]), map(s.before[1])], map(s.next), s.units);
+        }
+        self.unlisted_successions += other.unlisted_successions;
         self.unlisted += other.unlisted;
         self.models += other.models;
         self.units += other.units;
         self.normal = None;
     }
+}
+
+/// The sequences of `units` (of one tree and process), as indices into
+/// it in time order: the units of one connection of one thread (the same
+/// descriptor), or of one thread for units without a descriptor.
+pub(crate) fn sequences(units: &[&Unit]) -> Vec<Vec<usize>> {
+    let mut by_key: std::collections::BTreeMap<(u32, Option<i32>), Vec<usize>> = Default::default();
+    for (i, u) in units.iter().enumerate() {
+        by_key.entry((u.tid, u.fd)).or_default().push(i);
+    }
+    by_key
+        .into_values()
+        .map(|mut seq| {
+            seq.sort_by_key(|&i| units[i].start_ns);
+            seq
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,7 +17,10 @@ use crate::{
     units::{ProcessUnits, UnitKind},
 };
 
-use super::{Scoring, score_tree, suspect::match_behaviour};
+use super::{
+    Scoring, score_tree,
+    suspect::{Sequences, match_behaviour, out_of_order},
+};
 
 /// A held-out process's units of one tree: how many had each learned
 /// behaviour, and how many had none.
@@ -74,6 +77,7 @@ pub fn calibrate(
                 // Per tree: this process's units by learned behaviour, and
                 // its units no learned one matched.
                 let mut per_tree: HashMap<(UnitKind, &str), Deviations> = HashMap::new();
+                let mut sequences = Sequences::default();
                 // A unit cut by the end of its thread's trace is judged
                 // only by its calls: it widens no range.
                 for u in p.units.iter().filter(|u| !u.cut) {
@@ -96,7 +100,15 @@ pub fn calibrate(
                         range.open += 1;
                     }
                     let entry = per_tree.entry(key).or_default();
-                    match tree.map(|t| (t, match_behaviour(t, &p.nodes, u).id)) {
+                    let seen = tree.map(|t| (t, match_behaviour(t, &p.nodes, u).id));
+                    if let Some((t, id)) = seen {
+                        let before = sequences.before(u);
+                        sequences.push(u, id);
+                        if out_of_order(t, before, id, u).is_some() {
+                            range.out_of_order += 1;
+                        }
+                    }
+                    match seen {
                         Some((_, Some(id))) => *entry.0.entry(id).or_default() += 1,
                         _ => {
                             range.novel += 1;
@@ -657,6 +669,135 @@ mod tests {
                 ),
             "{:#?}",
             s[0]
+        );
+    }
+
+    /// A request routed to the wrong handler makes a unit just like the
+    /// other handler's normal ones; only its place among the connection's
+    /// units is new. Requests come in a fixed cycle (put, get, put, stats):
+    /// a get where the cycle has a stats, after a put that followed a get,
+    /// is out of order, where none of the learned units that followed
+    /// (get, put) did so and held-out normal runs never came out of order.
+    /// The same behaviours in the learned order are not, and neither is a
+    /// model of version 3, which knows no order.
+    #[test]
+    fn a_normal_unit_in_an_order_no_normal_run_took_is_out_of_order() {
+        use crate::score::Evidence;
+        const STATS: &[&[&str]] = &[&["serve", "recv"], &["serve", "stats"]];
+        let runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &times(&[PUT, GET, PUT, STATS], 20))])
+            .collect();
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        let tree = &model.groups[0].handlers["listen"];
+        assert_eq!(tree.normal.expect("calibrated").out_of_order, 0);
+        assert!(tree.order_known());
+
+        let normal = scores(&model, &process(20, &[PUT, GET, PUT, STATS, PUT, GET]));
+        assert!(normal.iter().all(|u| !u.anomalous), "{normal:#?}");
+
+        // put, get, put, get: the fourth unit is the wrong branch.
+        let wrong = scores(&model, &process(21, &[PUT, GET, PUT, GET, PUT, GET]));
+        let anomalous: Vec<_> = wrong.iter().filter(|u| u.anomalous).collect();
+        assert_eq!(anomalous.len(), 2, "{anomalous:#?}");
+        let first = anomalous.iter().min_by_key(|u| u.start_ns).expect("one");
+        assert_eq!(first.start_ns, 30);
+        match first.evidence.as_slice() {
+            [
+                Evidence::OutOfOrder {
+                    after,
+                    this,
+                    usual,
+                    followed,
+                },
+            ] => {
+                assert_eq!(after, &["get", "put, write"]);
+                assert_eq!(this, "get");
+                assert_eq!(usual, "stats");
+                // Every (get, put) pair of the 4 learned runs was followed
+                // by a stats: 20 a run.
+                assert_eq!(*followed, 80);
+            }
+            other => panic!("{other:#?}"),
+        }
+
+        // A model written before the order was kept merges into one that
+        // then knows none: no order evidence.
+        let mut old = model.clone();
+        for t in old.groups[0].handlers.values_mut() {
+            t.successions.clear();
+            t.unlisted_successions = 0;
+        }
+        let mut merged = GlobalModel::new(Variant::Paper000);
+        merged.merge(&old);
+        merged.merge(&model);
+        assert!(!merged.groups[0].handlers["listen"].order_known());
+        let mut plain = old.clone();
+        for t in plain.groups[0].handlers.values_mut() {
+            t.prepare();
+        }
+        let s = scores(&plain, &process(22, &[PUT, GET, PUT, GET, PUT, GET]));
+        assert!(s.iter().all(|u| !u.anomalous), "{s:#?}");
+    }
+
+    /// Where requests come in a random mix, a rare one (1 in 16) that has
+    /// not yet followed some pair of units is chance, not order: 20 fresh
+    /// runs of the mix raise nothing. And where held-out normal runs came
+    /// out of order, the order of that tree is not used at all.
+    #[test]
+    fn order_counts_only_where_normal_units_keep_it() {
+        use crate::score::Evidence;
+        const STATS: &[&[&str]] = &[&["serve", "recv"], &["serve", "stats"]];
+        // A pseudo-random mix of put and get, a stats rarely.
+        let mix = |seed: u64, n: usize| {
+            let mut x = seed;
+            (0..n)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    match (x >> 33) % 16 {
+                        0 => STATS,
+                        k if k % 2 == 0 => PUT,
+                        _ => GET,
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &mix(u64::from(i), 80))])
+            .collect();
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        for seed in 100..120 {
+            let s = scores(&model, &process(30, &mix(seed, 80)));
+            assert!(
+                !s.iter().any(|u| u
+                    .evidence
+                    .iter()
+                    .any(|e| matches!(e, Evidence::OutOfOrder { .. }))),
+                "seed {seed}: {:#?}",
+                s.iter().filter(|u| u.anomalous).collect::<Vec<_>>()
+            );
+        }
+
+        // Learned in a fixed cycle, but one held-out run breaks it: the
+        // tree's order is not evidence.
+        let mut runs: Vec<Vec<ProcessUnits>> = (0..4)
+            .map(|i| vec![process(10 + i, &times(&[PUT, GET, PUT, STATS], 20))])
+            .collect();
+        runs.push(vec![process(14, &times(&[PUT, GET, PUT, GET], 20))]);
+        let mut model = learned(&runs);
+        calibrate(&mut model, None, &runs);
+        let tree = &model.groups[0].handlers["listen"];
+        assert!(tree.normal.expect("calibrated").out_of_order > 0);
+        let s = scores(&model, &process(21, &[PUT, GET, PUT, STATS, STATS, PUT]));
+        assert!(
+            !s.iter().any(|u| u
+                .evidence
+                .iter()
+                .any(|e| matches!(e, Evidence::OutOfOrder { .. }))),
+            "{s:#?}"
         );
     }
 }

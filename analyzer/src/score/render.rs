@@ -38,6 +38,9 @@ pub fn why(s: &UnitScore) -> String {
                 if *waiting { ", waiting" } else { "" },
                 frames.last().map_or("?".to_string(), |f| last(f))
             ),
+            Evidence::OutOfOrder { this, usual, .. } => {
+                format!("{this} out of order (normally {usual})")
+            }
             Evidence::AboveRange { .. } => "score above the normal range".to_string(),
             Evidence::Repeated { units, peers, .. } => format!(
                 "deviated {units} times in this tree (peers: {})",

@@ -400,6 +400,9 @@ fn deviation(u: &UnitScore) -> Option<String> {
                 )
             }
             Evidence::Open { frames, .. } => format!("open:{}", frames.join(";")),
+            Evidence::OutOfOrder { after, this, .. } => {
+                format!("order:{}>{this}", after.join(">"))
+            }
             Evidence::AboveRange { .. } => "above".to_string(),
             Evidence::Repeated { .. } => "repeated".to_string(),
         };
@@ -628,6 +631,16 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
                 } else {
                     ""
                 }
+            ),
+            Evidence::OutOfOrder {
+                after,
+                this,
+                usual,
+                followed,
+            } => format!(
+                "its calls ({this}) are a normal unit's, but came after {}: none of the {} learned units that followed those did so (most often: {usual}); held-out normal units never came out of order",
+                after.join(", then "),
+                thousands(*followed)
             ),
             Evidence::AboveRange { score, normal } => format!(
                 "suspect score {score:.3}, above the highest of held-out normal units ({normal:.3})"

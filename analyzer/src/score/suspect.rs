@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::Capture,
-    model::{CallTreeModel, GlobalModel, NormalRange},
+    model::{CallTreeModel, GlobalModel, NO_UNIT, NormalRange, OTHER_BEHAVIOUR},
     units::{NodeTable, ProcessUnits, Unit, UnitKind},
 };
 
@@ -223,6 +223,22 @@ pub enum Evidence {
         #[serde(default)]
         waiting: bool,
     },
+    /// Its call paths are a learned behaviour, but learned units never
+    /// had it right after the two units before it on its connection (or
+    /// thread), though many followed those two: a request handled by the
+    /// wrong branch looks like the right branch's normal units, and only
+    /// its place in the sequence is new. Used where held-out normal units
+    /// never came out of order (see [`out_of_order`]).
+    OutOfOrder {
+        /// The two behaviours before it, older first, for people.
+        after: Vec<String>,
+        /// Its own behaviour, for people.
+        this: String,
+        /// The behaviour that most often came after those two.
+        usual: String,
+        /// Learned units that came after those two.
+        followed: u64,
+    },
     /// Its suspect score is above the tree's normal range by more than
     /// [`NORMAL_MARGIN`].
     AboveRange {
@@ -255,7 +271,7 @@ impl Evidence {
             Self::Open { waiting: false, .. } => 4,
             Self::Open { waiting: true, .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } => 3,
-            Self::NewBehaviour { .. } => 2,
+            Self::NewBehaviour { .. } | Self::OutOfOrder { .. } => 2,
             Self::Repeated { .. } => 1,
             Self::AboveRange { .. } => 0,
         }
@@ -285,6 +301,72 @@ pub const NORMAL_MARGIN: f64 = 0.03;
 /// completed (its thread hung or died in it) is no rare path taken and
 /// still counts.
 pub const MIN_LEARNED_UNITS: u64 = 60;
+
+/// Where each sequence of units (see [`crate::model::sequences`]) stands
+/// while a process's units are read in order: the behaviours of its last
+/// two units.
+#[derive(Default)]
+pub(crate) struct Sequences<'a> {
+    last: HashMap<(UnitKind, &'a str, u32, Option<i32>), [u32; 2]>,
+}
+
+impl<'a> Sequences<'a> {
+    /// The behaviours of the two units before `u` in its sequence.
+    pub(crate) fn before(&self, u: &'a Unit) -> [u32; 2] {
+        self.last
+            .get(&(u.kind, u.model_key(), u.tid, u.fd))
+            .copied()
+            .unwrap_or([NO_UNIT; 2])
+    }
+
+    /// `u` came, with behaviour `id` (`None`: no learned one).
+    pub(crate) fn push(&mut self, u: &'a Unit, id: Option<u32>) {
+        let before = self.before(u);
+        self.last.insert(
+            (u.kind, u.model_key(), u.tid, u.fd),
+            [before[1], id.unwrap_or(OTHER_BEHAVIOUR)],
+        );
+    }
+}
+
+/// How unlikely an order must be, by chance alone, to count: the
+/// probability that the units after a pair of behaviours would all have
+/// missed a behaviour as common as this one, were order random. Small,
+/// because every unit of a run is tested: a run of 10,000 units should
+/// not raise a false alarm in most runs.
+pub const ORDER_CHANCE: f64 = 1e-3;
+
+/// Whether unit `u`, of learned behaviour `id`, came out of order: after
+/// the behaviours `before`, which learned units followed, none with `id`,
+/// so many times that a behaviour as frequent as `id` in the tree would
+/// have followed them at least once by chance alone, but for a chance of
+/// [`ORDER_CHANCE`] (`(1 − p)^n`, `p` its share of the learned units, `n`
+/// the units after the pair), and at least [`MIN_LEARNED_UNITS`] times (a
+/// follower that comes after the pair once in 20 may have been missed by
+/// fewer: in the held-out treeagg, which child's report completes a round
+/// is a race, and a pair 8 learned units followed was no order). In a
+/// request mix a rare request's absence after a pair is chance and counts
+/// only after many more units; in a protocol that keeps an order it is
+/// the order. Returns what usually
+/// followed and how many did. A unit cut short, or after a unit no
+/// learned one matched, says nothing; nor does a tree whose order is not
+/// fully known.
+pub(crate) fn out_of_order(
+    tree: &CallTreeModel,
+    before: [u32; 2],
+    id: Option<u32>,
+    u: &Unit,
+) -> Option<(u32, u64)> {
+    let id = id?;
+    if u.cut || !u.open.is_empty() || !tree.order_known() || before.contains(&OTHER_BEHAVIOUR) {
+        return None;
+    }
+    let share = tree.behaviours.get(id as usize)?.units as f64 / tree.units.max(1) as f64;
+    let f = tree.followed(before, id);
+    let by_chance = (1.0 - share).powf(f.units as f64);
+    (f.this == 0 && f.units >= MIN_LEARNED_UNITS && by_chance <= ORDER_CHANCE)
+        .then(|| (f.usual.unwrap_or(OTHER_BEHAVIOUR), f.units))
+}
 
 /// Scores the trial unit `unit` (nodes of `table`) against `model`.
 pub fn score_tree(
@@ -555,6 +637,7 @@ pub fn score_processes(
     for p in processes {
         let group_index = model.groups.iter().position(|g| g.signature == p.signature);
         let group = group_index.map(|i| &model.groups[i]);
+        let mut sequences = Sequences::default();
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
             let mut evidence = Vec::new();
@@ -602,6 +685,25 @@ pub fn score_processes(
                         });
                         let seen = match_behaviour(tree, &p.nodes, u);
                         evidence = unit_evidence(tree, &seen, &d, s, normal, u, &p.nodes);
+                        let before = sequences.before(u);
+                        sequences.push(u, seen.id);
+                        if evidence.is_empty()
+                            && tree.normal.is_some_and(|n| n.out_of_order == 0)
+                            && let Some((usual, followed)) = out_of_order(tree, before, seen.id, u)
+                        {
+                            evidence.push(Evidence::OutOfOrder {
+                                after: before
+                                    .iter()
+                                    .filter(|b| **b != NO_UNIT)
+                                    .map(|b| tree.behaviour_label(*b))
+                                    .collect(),
+                                this: seen
+                                    .id
+                                    .map_or_else(String::new, |b| tree.behaviour_label(b)),
+                                usual: tree.behaviour_label(usual),
+                                followed,
+                            });
+                        }
                         if tree.units < MIN_LEARNED_UNITS {
                             // A thread that hung or died inside the unit
                             // is no rare path: that stays evidence.
