@@ -9,6 +9,7 @@
 //! | `pyjobs` (Python) | a job manager and the workers it forks (MPD-like) | `--python` |
 //! | `treeagg` (C, held out of tuning) | a tree of select() aggregators | function probes |
 //! | `tpcpool` (C, held out of tuning) | thread-per-connection servers, blocking receives | function probes |
+//! | `gossip` (C, held out of tuning) | a ring of UDP daemons, poll() and a timer, no connections | function probes |
 //!
 //! Each program forks its daemons and prints `daemon K pid P` for each; a
 //! fault switch (`--fault CLASS --fault-node K --fault-at N`) makes daemon K
@@ -114,16 +115,21 @@ pub enum Program {
     /// receives (no event loop), each the client of the next; written
     /// after the defaults were chosen and kept out of tuning.
     TpcPool,
+    /// `fixtures/gossip.c`: a ring of UDP daemons (one socket each, no
+    /// connections) driven by poll() and a timer; written after the order
+    /// rule was chosen and kept out of tuning.
+    Gossip,
 }
 
 impl Program {
     /// Every program.
-    pub const ALL: [Program; 5] = [
+    pub const ALL: [Program; 6] = [
         Self::StatusRing,
         Self::KvCluster,
         Self::PyJobs,
         Self::TreeAgg,
         Self::TpcPool,
+        Self::Gossip,
     ];
 
     /// Its name.
@@ -134,18 +140,19 @@ impl Program {
             Self::PyJobs => "pyjobs",
             Self::TreeAgg => "treeagg",
             Self::TpcPool => "tpcpool",
+            Self::Gossip => "gossip",
         }
     }
 
     /// Kept out of tuning: its results are reported apart.
     pub fn held_out(self) -> bool {
-        matches!(self, Self::TreeAgg | Self::TpcPool)
+        matches!(self, Self::TreeAgg | Self::TpcPool | Self::Gossip)
     }
 
     /// How many daemons a fault may be injected into.
     pub fn daemons(self) -> u32 {
         match self {
-            Self::StatusRing | Self::PyJobs | Self::TpcPool => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 6,
         }
@@ -160,6 +167,8 @@ impl Program {
             Self::PyJobs => 2..=10,
             Self::TreeAgg => 3..=20,
             Self::TpcPool => 3..=30,
+            // About 5 messages a round, 40 rounds.
+            Self::Gossip => 5..=150,
         }
     }
 
@@ -174,7 +183,7 @@ impl Program {
     /// Ports a run uses from its base.
     pub fn ports(self) -> u16 {
         match self {
-            Self::StatusRing | Self::PyJobs | Self::TpcPool => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 7,
         }
@@ -236,6 +245,21 @@ impl Program {
                 "listen_port",
                 "finish",
             ],
+            Self::Gossip => &[
+                "handle_*",
+                "*_msg",
+                "dispatch",
+                "forward_data",
+                "apply_update",
+                "mark_alive",
+                "retry_send",
+                "drop_bad",
+                "do_round",
+                "say_bye",
+                "gossip_loop",
+                "bind_port",
+                "finish",
+            ],
         }
     }
 }
@@ -253,7 +277,9 @@ impl FromStr for Program {
             .into_iter()
             .find(|p| p.name() == s)
             .ok_or_else(|| {
-                format!("unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg, tpcpool)")
+                format!(
+                    "unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg, tpcpool, gossip)"
+                )
             })
     }
 }
@@ -320,7 +346,9 @@ pub fn command(program: Program, exe: &Path, port: u16, fault: Option<&Injection
             "60".into(),
         ],
         Program::TreeAgg => vec![exe.display().to_string(), "6".into(), "30".into()],
-        Program::TpcPool => vec![exe.display().to_string(), "4".into(), "40".into()],
+        Program::TpcPool | Program::Gossip => {
+            vec![exe.display().to_string(), "4".into(), "40".into()]
+        }
     };
     args.push(port.to_string());
     if let Some(f) = fault {

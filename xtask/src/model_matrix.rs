@@ -29,8 +29,8 @@ const RUNS_VERSION: u32 = 1;
 #[derive(Debug, Args)]
 pub(crate) struct ModelMatrixArgs {
     /// Programs, comma-separated (statusring, kvcluster, pyjobs, treeagg,
-    /// tpcpool); default: all. treeagg and tpcpool are held out of tuning
-    /// and reported apart.
+    /// tpcpool, gossip); default: all. treeagg, tpcpool and gossip are held
+    /// out of tuning and reported apart.
     #[arg(long, value_delimiter = ',')]
     programs: Vec<String>,
     /// Fault classes, comma-separated (skip, extra, branch, partial, hang,
