@@ -39,6 +39,11 @@ use crate::{
     usdt::{self, UsdtSite},
 };
 
+/// When an overhead budget first weighs the probes: soon, because until
+/// then every probe runs at full cost; later intervals are
+/// `--overhead-interval` long.
+const FIRST_LOOK: Duration = Duration::from_millis(250);
+
 fn clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -1246,9 +1251,15 @@ impl Session {
             budget.cpu.read(pids.into_iter());
         }
         let again = self.config.overhead_percent.is_some() && !budget.stuck;
-        if budget.window.at.elapsed() < self.config.overhead_interval
-            || (budget.item.is_some() && !again)
-        {
+        // With a budget the first look comes early: until it, every probe
+        // runs at full cost (a 2 s first interval cost GlusterFS about 7
+        // points of a 15 s run at 50% over budget).
+        let due = if budget.item.is_none() && self.config.overhead_percent.is_some() {
+            FIRST_LOOK.min(self.config.overhead_interval)
+        } else {
+            self.config.overhead_interval
+        };
+        if budget.window.at.elapsed() < due || (budget.item.is_some() && !again) {
             return Ok(());
         }
         self.evaluate()

@@ -298,7 +298,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub overhead: Option<f64>,
     /// How long function probes are counted before they are weighed
-    /// against --overhead.
+    /// against --overhead (with a budget the first look comes after 250 ms,
+    /// so that a probe set over budget does not run at full cost for a
+    /// whole interval).
     #[arg(long, value_name = "TIME", default_value = "2s", value_parser = parse_duration)]
     pub overhead_interval: Duration,
     /// Do not follow children forked by traced processes.
