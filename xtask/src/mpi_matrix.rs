@@ -158,6 +158,10 @@ struct RunRecord {
     elapsed_s: f64,
     /// Load average when the run started.
     load: f64,
+    /// Where the job ran: its cpu group, or why it had none (absent in
+    /// indexes written before jobs had groups).
+    #[serde(default)]
+    cpu_group: Option<String>,
 }
 
 fn load_average() -> f64 {
@@ -270,6 +274,10 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                     let capture = dir.join(format!("{name}.capture"));
                     let load = load_average();
                     let o = record(&job, fault, &capture);
+                    // Said once, and for every run without a group of its own.
+                    if runs.is_empty() || o.cpu_group.starts_with("no ") {
+                        println!("job in: {}", o.cpu_group);
+                    }
                     println!(
                         "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1})",
                         started.elapsed().as_secs_f64(),
@@ -287,6 +295,7 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         status: o.status.and_then(|s| s.code()),
                         elapsed_s: o.elapsed.as_secs_f64(),
                         load,
+                        cpu_group: Some(o.cpu_group.clone()),
                     });
                     std::fs::write(&index, serde_json::to_vec_pretty(&runs)?)?;
                 }
