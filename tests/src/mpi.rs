@@ -151,6 +151,10 @@ pub struct Outcome {
     pub summary: String,
     /// Where the job ran: its cpu group, or why it had none.
     pub cpu_group: String,
+    /// Whether the fault was made: false when a pause or a cap was due
+    /// after the job had ended (or its rank was never seen), so the run is
+    /// in fact clean.
+    pub fault_applied: bool,
 }
 
 /// Processes running `exe`, with their `PMI_RANK`.
@@ -378,6 +382,8 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
     let started = Instant::now();
     let pid_of = |r: u32| ranks.iter().find(|(rank, _)| *rank == r).map(|(_, p)| *p);
     let mut pending: Option<(Duration, Box<dyn FnMut()>)> = None;
+    // Faults with no timed action are made by the launch itself.
+    let mut fault_applied = !matches!(fault, Fault::Pause { .. } | Fault::Cap { .. });
     match fault {
         Fault::Pause { rank, at, length } => {
             if let Some(pid) = pid_of(rank) {
@@ -419,6 +425,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
             && let Some((_, mut act)) = pending.take()
         {
             act();
+            fault_applied = true;
         }
         if let Some(status) = launched.child.try_wait().ok().flatten() {
             break Some(status);
@@ -442,6 +449,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         ranks,
         summary: out_status,
         cpu_group,
+        fault_applied,
     }
 }
 

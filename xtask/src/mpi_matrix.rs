@@ -162,6 +162,14 @@ struct RunRecord {
     /// indexes written before jobs had groups).
     #[serde(default)]
     cpu_group: Option<String>,
+    /// Whether the fault was made (a pause or cap due after the job ended
+    /// was not); absent in older indexes: taken as made.
+    #[serde(default = "made")]
+    fault_applied: bool,
+}
+
+fn made() -> bool {
+    true
 }
 
 fn load_average() -> f64 {
@@ -279,12 +287,17 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         println!("job in: {}", o.cpu_group);
                     }
                     println!(
-                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1})",
+                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1}){}",
                         started.elapsed().as_secs_f64(),
                         p.name,
                         exp,
                         o.elapsed.as_secs_f64(),
                         o.status.and_then(|s| s.code()),
+                        if o.fault_applied {
+                            ""
+                        } else {
+                            "; fault NOT made: the job ended first"
+                        },
                     );
                     runs.push(RunRecord {
                         program: p.name.into(),
@@ -296,6 +309,7 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         elapsed_s: o.elapsed.as_secs_f64(),
                         load,
                         cpu_group: Some(o.cpu_group.clone()),
+                        fault_applied: o.fault_applied,
                     });
                     std::fs::write(&index, serde_json::to_vec_pretty(&runs)?)?;
                 }
@@ -333,6 +347,9 @@ struct Judged {
 
 fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
     let mut judged: Vec<Judged> = Vec::new();
+    // Runs whose fault was never made are not runs of that fault: counted
+    // apart, not scored.
+    let mut not_made: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut programs: Vec<&str> = runs.iter().map(|r| r.program.as_str()).collect();
     programs.dedup();
     for prog in programs {
@@ -379,6 +396,12 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                 if !wanted(&a.faults, r.fault.name()) {
                     continue;
                 }
+                if !r.fault_applied {
+                    *not_made
+                        .entry((prog.to_string(), r.fault.name().to_string()))
+                        .or_default() += 1;
+                    continue;
+                }
                 let (cap, profiles) = open(&r.capture)?;
                 let j = match (&model, exp) {
                     (Some(model), _) => judge_interference(model, &profiles, r),
@@ -415,6 +438,9 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
             if held { " (held out)" } else { "" },
             misses.join("; ")
         );
+    }
+    for ((p, f), n) in &not_made {
+        println!("{p} {f}: {n} run(s) not scored: the job ended before the fault was due");
     }
     let total = judged.len();
     let right = judged.iter().filter(|j| j.right).count();
