@@ -17,6 +17,7 @@ use std::{
 use analyzer::{Capture, Event, Symbolizer};
 
 pub mod bugclass;
+pub mod cpugroup;
 pub mod fs;
 pub mod mpi;
 pub mod sandbox;

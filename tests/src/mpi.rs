@@ -7,6 +7,15 @@
 //! `FAULT` switch, see `fixtures/mpi_fault.h`): a rank hung in computation,
 //! a rank that exits (a dead peer), an extra collective.
 //!
+//! Each run's job (mpiexec and its ranks, the injected hog, the recorder)
+//! runs in a cpu cgroup of its own with a high weight ([`CpuGroup`]), so
+//! the hog competes with the ranks on equal terms and other load on a
+//! shared machine barely reaches them; a capped rank goes into a capped
+//! leaf of that group. Without a usable cpu controller the run says so
+//! ([`Outcome::cpu_group`]) and the job runs in the caller's session at
+//! nice -19, which under autogroup scheduling orders it only against that
+//! session's own tasks.
+//!
 //! Every cgroup, hog and job is named after this process and removed or
 //! killed on drop, also when a test fails.
 
@@ -17,7 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::Background;
+use crate::{Background, cpugroup::CpuGroup};
 
 /// A fault to inject into one run.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -25,8 +34,8 @@ use crate::Background;
 pub enum Fault {
     /// A clean run.
     None,
-    /// `stress-ng --cpu 1` on `cpu`, at the ranks' priority, for the whole
-    /// run or (`on_off`) 0.4 s on, 0.4 s off.
+    /// `stress-ng --cpu 1` on `cpu`, in the job's cpu group at the ranks'
+    /// nice value, for the whole run or (`on_off`) 0.4 s on, 0.4 s off.
     Hog {
         /// The core.
         cpu: u32,
@@ -42,8 +51,8 @@ pub enum Fault {
         /// How long.
         length: Duration,
     },
-    /// `rank` limited to `percent` of a core (cgroup v1 cpu quota) from
-    /// `at` on.
+    /// `rank` limited to `percent` of a core (a cpu quota: cgroup v1
+    /// `cpu.cfs_quota_us` or v2 `cpu.max`) from `at` on.
     Cap {
         /// The rank.
         rank: u32,
@@ -140,6 +149,12 @@ pub struct Outcome {
     pub ranks: Vec<(u32, u32)>,
     /// The tracer's summary lines.
     pub summary: String,
+    /// Where the job ran: its cpu group, or why it had none.
+    pub cpu_group: String,
+    /// Whether the fault was made: false when a pause or a cap was due
+    /// after the job had ended (or its rank was never seen), so the run is
+    /// in fact clean.
+    pub fault_applied: bool,
 }
 
 /// Processes running `exe`, with their `PMI_RANK`.
@@ -186,25 +201,30 @@ fn signal(pid: u32, sig: &str) {
 struct Hog(Option<Child>);
 
 impl Hog {
-    fn start(cpu: u32, on_off: bool) -> Self {
+    fn start(cpu: u32, on_off: bool, group: Option<&CpuGroup>) -> Self {
         let script = if on_off {
             "while :; do timeout 0.4 stress-ng --cpu 1 -q; sleep 0.4; done"
         } else {
             "exec stress-ng --cpu 1 -q --timeout 300"
         };
-        // The ranks' priority (see `record`), so the hog takes its fair half
-        // of the core whatever else runs on this shared machine.
-        let child = Command::new("nice")
-            .args([
-                "-n",
-                "-19",
-                "taskset",
-                "-c",
-                &cpu.to_string(),
-                "sh",
-                "-c",
-                script,
-            ])
+        // In the job's group at the ranks' nice value (see `record`): the
+        // hog and the rank on its core share that core equally.
+        let mut cmd = Command::new("nice");
+        cmd.args([
+            "-n",
+            "-19",
+            "taskset",
+            "-c",
+            &cpu.to_string(),
+            "sh",
+            "-c",
+            script,
+        ]);
+        let mut cmd = match group {
+            Some(g) => g.wrap(&cmd),
+            None => cmd,
+        };
+        let child = cmd
             .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -224,41 +244,6 @@ impl Drop for Hog {
                 .status();
             let _ = child.wait();
         }
-    }
-}
-
-/// A cgroup v1 cpu group with a quota, removed on drop (its tasks moved
-/// back to the root group first).
-struct CpuCap {
-    dir: PathBuf,
-}
-
-impl CpuCap {
-    const ROOT: &'static str = "/sys/fs/cgroup/cpu";
-
-    fn new(percent: u32) -> std::io::Result<Self> {
-        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = Path::new(Self::ROOT).join(format!("eftrace-mpi-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir)?;
-        let cap = Self { dir };
-        std::fs::write(cap.dir.join("cpu.cfs_period_us"), "100000")?;
-        std::fs::write(
-            cap.dir.join("cpu.cfs_quota_us"),
-            (percent.clamp(1, 100) * 1000).to_string(),
-        )?;
-        Ok(cap)
-    }
-}
-
-impl Drop for CpuCap {
-    fn drop(&mut self) {
-        if let Ok(tasks) = std::fs::read_to_string(self.dir.join("tasks")) {
-            for t in tasks.lines() {
-                let _ = std::fs::write(Path::new(Self::ROOT).join("tasks"), t);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -299,8 +284,9 @@ pub fn tracer_for(exe: &Path, out: &Path) -> Background {
         "-o",
         &out,
     ]);
-    // The ranks' priority (see `record`): at a lower one, ranks and a hog
-    // that busy-poll both cores starve the recorder of its ticks.
+    // The ranks' nice value (see `record`): at a lower one, ranks and a hog
+    // that busy-poll both cores in the same group or session starve the
+    // recorder of its ticks.
     let _ = Command::new("renice")
         .args(["-n", "-19", "-p", &tracer.child.id().to_string()])
         .stdout(Stdio::null())
@@ -310,14 +296,35 @@ pub fn tracer_for(exe: &Path, out: &Path) -> Background {
 
 /// Records one run of `job` with `fault` into `out`.
 pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
+    // The job's own cpu group (dropped last: after the job, hog and
+    // recorder have ended).
+    let group = CpuGroup::new();
+    let cpu_group = match &group {
+        Ok(g) => g.describe(),
+        Err(e) => format!(
+            "no cpu group ({}); the job runs at nice -19 in this session, which under autogroup scheduling does not order it against other sessions",
+            error_chain(e)
+        ),
+    };
     let tracer = tracer_for(&job.exe, out);
+    if let Ok(g) = &group
+        && let Err(e) = g.add(tracer.child.id())
+    {
+        panic!(
+            "moving the recorder into {}: {}",
+            g.describe(),
+            error_chain(&e)
+        );
+    }
     let _hog = match fault {
-        Fault::Hog { cpu, on_off } => Some(Hog::start(cpu, on_off)),
+        Fault::Hog { cpu, on_off } => Some(Hog::start(cpu, on_off, group.as_ref().ok())),
         _ => None,
     };
-    // Ranks at nice -19: other work on this shared machine barely touches
-    // their computation times. Two ranks are pinned to the two cores
-    // (oversubscribed ranks busy-poll each other's cores).
+    // mpiexec, its proxy and the ranks start inside the job's group, all at
+    // nice -19 like the hog and the recorder: inside the group nice values
+    // order them against each other, so they are equal. (Without a group
+    // nice -19 is all there is; see the module's doc.) Two ranks are pinned
+    // to the two cores (oversubscribed ranks busy-poll each other's cores).
     let mut cmd = Command::new("timeout");
     cmd.args(["-s", "KILL"])
         .arg(format!("{}", job.limit.as_secs() + 30))
@@ -331,10 +338,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
     }
     cmd.args(["-n", &job.ranks.to_string()])
         .arg(&job.exe)
-        .args(&job.args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
+        .args(&job.args);
     match fault {
         Fault::Hang { rank, iter }
         | Fault::Exit { rank, iter }
@@ -350,6 +354,13 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         }
         _ => {}
     }
+    let mut cmd = match &group {
+        Ok(g) => g.wrap(&cmd),
+        Err(_) => cmd,
+    };
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
     let start = Instant::now();
     let mut launched = Launched {
         child: cmd.spawn().expect("mpiexec starts"),
@@ -371,7 +382,8 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
     let started = Instant::now();
     let pid_of = |r: u32| ranks.iter().find(|(rank, _)| *rank == r).map(|(_, p)| *p);
     let mut pending: Option<(Duration, Box<dyn FnMut()>)> = None;
-    let mut _cap: Option<CpuCap> = None;
+    // Faults with no timed action are made by the launch itself.
+    let mut fault_applied = !matches!(fault, Fault::Pause { .. } | Fault::Cap { .. });
     match fault {
         Fault::Pause { rank, at, length } => {
             if let Some(pid) = pid_of(rank) {
@@ -387,14 +399,20 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         }
         Fault::Cap { rank, percent, at } => {
             if let Some(pid) = pid_of(rank) {
-                let cap = CpuCap::new(percent).expect("cgroup v1 cpu group (run as root)");
-                let dir = cap.dir.clone();
-                _cap = Some(cap);
+                let procs = match &group {
+                    Ok(g) => g.cap(percent),
+                    Err(e) => panic!(
+                        "a CPU cap needs a cpu cgroup (run as root): {}",
+                        error_chain(e)
+                    ),
+                };
+                let procs =
+                    procs.unwrap_or_else(|e| panic!("capping rank {rank}: {}", error_chain(&e)));
                 pending = Some((
                     at,
                     Box::new(move || {
                         // Every thread of the rank.
-                        let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
+                        let _ = std::fs::write(&procs, pid.to_string());
                     }),
                 ));
             }
@@ -407,6 +425,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
             && let Some((_, mut act)) = pending.take()
         {
             act();
+            fault_applied = true;
         }
         if let Some(status) = launched.child.try_wait().ok().flatten() {
             break Some(status);
@@ -421,14 +440,28 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
     // capture ends with where every rank is; then the job is ended.
     let out_status = stop(tracer);
     drop(launched);
-    drop(_cap);
+    drop(_hog);
+    drop(group);
     Outcome {
         capture: out.to_path_buf(),
         status,
         elapsed,
         ranks,
         summary: out_status,
+        cpu_group,
+        fault_applied,
     }
+}
+
+/// An error and its causes, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out += &format!(": {s}");
+        source = s.source();
+    }
+    out
 }
 
 /// Stops the tracer (SIGINT) and returns the rest of its output.

@@ -158,6 +158,18 @@ struct RunRecord {
     elapsed_s: f64,
     /// Load average when the run started.
     load: f64,
+    /// Where the job ran: its cpu group, or why it had none (absent in
+    /// indexes written before jobs had groups).
+    #[serde(default)]
+    cpu_group: Option<String>,
+    /// Whether the fault was made (a pause or cap due after the job ended
+    /// was not); absent in older indexes: taken as made.
+    #[serde(default = "made")]
+    fault_applied: bool,
+}
+
+fn made() -> bool {
+    true
 }
 
 fn load_average() -> f64 {
@@ -270,13 +282,22 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                     let capture = dir.join(format!("{name}.capture"));
                     let load = load_average();
                     let o = record(&job, fault, &capture);
+                    // Said once, and for every run without a group of its own.
+                    if runs.is_empty() || o.cpu_group.starts_with("no ") {
+                        println!("job in: {}", o.cpu_group);
+                    }
                     println!(
-                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1})",
+                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1}){}",
                         started.elapsed().as_secs_f64(),
                         p.name,
                         exp,
                         o.elapsed.as_secs_f64(),
                         o.status.and_then(|s| s.code()),
+                        if o.fault_applied {
+                            ""
+                        } else {
+                            "; fault NOT made: the job ended first"
+                        },
                     );
                     runs.push(RunRecord {
                         program: p.name.into(),
@@ -287,6 +308,8 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         status: o.status.and_then(|s| s.code()),
                         elapsed_s: o.elapsed.as_secs_f64(),
                         load,
+                        cpu_group: Some(o.cpu_group.clone()),
+                        fault_applied: o.fault_applied,
                     });
                     std::fs::write(&index, serde_json::to_vec_pretty(&runs)?)?;
                 }
@@ -324,6 +347,9 @@ struct Judged {
 
 fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
     let mut judged: Vec<Judged> = Vec::new();
+    // Runs whose fault was never made are not runs of that fault: counted
+    // apart, not scored.
+    let mut not_made: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut programs: Vec<&str> = runs.iter().map(|r| r.program.as_str()).collect();
     programs.dedup();
     for prog in programs {
@@ -370,6 +396,12 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                 if !wanted(&a.faults, r.fault.name()) {
                     continue;
                 }
+                if !r.fault_applied {
+                    *not_made
+                        .entry((prog.to_string(), r.fault.name().to_string()))
+                        .or_default() += 1;
+                    continue;
+                }
                 let (cap, profiles) = open(&r.capture)?;
                 let j = match (&model, exp) {
                     (Some(model), _) => judge_interference(model, &profiles, r),
@@ -406,6 +438,9 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
             if held { " (held out)" } else { "" },
             misses.join("; ")
         );
+    }
+    for ((p, f), n) in &not_made {
+        println!("{p} {f}: {n} run(s) not scored: the job ended before the fault was due");
     }
     let total = judged.len();
     let right = judged.iter().filter(|j| j.right).count();

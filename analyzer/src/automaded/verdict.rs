@@ -25,7 +25,9 @@
 //!   peers ([`crate::mpi::cpu`]): a paused or capped rank gets less even
 //!   when it spends its time polling inside MPI, where its computation
 //!   times cannot show it. Thresholds as above, at least 0.3 (a pause
-//!   lacks all, a quarter-core cap about half).
+//!   lacks all, a quarter-core cap about half). While a rank is stopped
+//!   the others' deficits are not judged ([`cpu::excuse_stopped`]): what
+//!   they lack then is the stop's doing, not theirs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -317,10 +319,8 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                 .collect();
             let to_s = |ns: u64| ns.saturating_sub(t0) as f64 / 1e9;
             if clean_cpu.is_empty() {
-                let worst = cpu::worst_phase(
-                    &cpu::deficits(&test_cpu, &Baseline::learn(&[&test_cpu])),
-                    CPU_PHASE_NS,
-                );
+                let worst =
+                    cpu::worst_phases(&test_cpu, &Baseline::learn(&[&test_cpu]), CPU_PHASE_NS);
                 let mut all: Vec<f64> = worst.values().map(|w| w.0).collect();
                 let t = (3.0 * median(&mut all)).max(MIN_CPU_DEFICIT);
                 (
@@ -330,14 +330,14 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
             } else {
                 let mut held: BTreeMap<u32, f64> = BTreeMap::new();
                 for (fold, base) in held_out_baselines(&clean_cpu) {
-                    let w = cpu::worst_phase(&cpu::deficits(&fold, &base), CPU_PHASE_NS);
+                    let w = cpu::worst_phases(&fold, &base, CPU_PHASE_NS);
                     for (r, (d, _)) in w {
                         let e = held.entry(r).or_insert(0.0);
                         *e = e.max(d);
                     }
                 }
                 let base = Baseline::learn(&clean_cpu.iter().collect::<Vec<_>>());
-                let worst = cpu::worst_phase(&cpu::deficits(&test_cpu, &base), CPU_PHASE_NS);
+                let worst = cpu::worst_phases(&test_cpu, &base, CPU_PHASE_NS);
                 (
                     worst.iter().map(|(r, w)| (*r, (w.0, to_s(w.1)))).collect(),
                     worst

@@ -14,6 +14,12 @@
 //! its deficit, max(0, 1 − that), is the share of its usual CPU it lacked.
 //! (A rank waiting for a slowed one keeps polling: its share does not
 //! drop.)
+//!
+//! A stopped rank lacks all of its CPU; while it is stopped the others'
+//! shares move for reasons of the machine and the program, not of their
+//! own (issue 17: on a loaded machine a peer of a paused rank lacked
+//! 0.3-0.6 of its CPU in the same seconds, and was named beside it).
+//! [`excuse_stopped`] leaves those intervals out of the peers' deficits.
 
 use std::collections::BTreeMap;
 
@@ -92,6 +98,68 @@ pub fn deficits(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<(u64, f64)>)
             )
         })
         .collect()
+}
+
+/// A rank lacking at least this share of its usual CPU in an interval is
+/// taken as stopped there (a `SIGSTOP`, a job-control stop, a debugger):
+/// it lacks all of it but for the interval's edges.
+pub const STOPPED_DEFICIT: f64 = 0.9;
+
+/// `d` without each rank's intervals that overlap a stretch in which
+/// another rank was stopped ([`STOPPED_DEFICIT`]), widened by one of that
+/// rank's intervals on either side (a stop starts and ends inside an
+/// interval). A rank stopped at the same time keeps its own intervals, so
+/// two ranks stopped together are both still seen.
+pub fn excuse_stopped(d: &[(u32, Vec<(u64, f64)>)]) -> Vec<(u32, Vec<(u64, f64)>)> {
+    // Each rank's typical interval length, from its interval starts.
+    let spacing = |v: &[(u64, f64)]| -> u64 {
+        let mut gaps: Vec<f64> = v
+            .windows(2)
+            .map(|w| w[1].0.saturating_sub(w[0].0) as f64)
+            .collect();
+        super::baseline::median(&mut gaps) as u64
+    };
+    // (rank, [from, to)) of every stopped stretch, widened.
+    let mut stops: Vec<(u32, u64, u64)> = Vec::new();
+    for (rank, v) in d {
+        let sp = spacing(v);
+        let mut i = 0;
+        while i < v.len() {
+            if v[i].1 < STOPPED_DEFICIT {
+                i += 1;
+                continue;
+            }
+            let first = v[i].0;
+            while i + 1 < v.len() && v[i + 1].1 >= STOPPED_DEFICIT {
+                i += 1;
+            }
+            stops.push((*rank, first.saturating_sub(sp), v[i].0 + 2 * sp));
+            i += 1;
+        }
+    }
+    d.iter()
+        .map(|(rank, v)| {
+            let sp = spacing(v);
+            let kept = v
+                .iter()
+                .filter(|(t, x)| {
+                    *x >= STOPPED_DEFICIT
+                        || !stops
+                            .iter()
+                            .any(|(q, from, to)| q != rank && t + sp > *from && t < to)
+                })
+                .copied()
+                .collect();
+            (*rank, kept)
+        })
+        .collect()
+}
+
+/// Each rank's worst phase of deficits against `base` ([`worst_phase`]),
+/// with the intervals in which another rank was stopped left out
+/// ([`excuse_stopped`]): what the outlier verdict judges.
+pub fn worst_phases(run: &RunSamples, base: &Baseline, phase_ns: u64) -> BTreeMap<u32, (f64, u64)> {
+    worst_phase(&excuse_stopped(&deficits(run, base)), phase_ns)
 }
 
 /// The mean deficit of each rank over the run: the share of its usual CPU
@@ -185,5 +253,46 @@ mod tests {
         assert!((m[&2] - (1.0 - 0.5 / 1.1)).abs() < 0.01, "{m:?}");
         assert_eq!(m[&0], 0.0);
         assert!(recorded(&clean));
+    }
+
+    /// Rank 2 stopped for a second; meanwhile rank 3 got a quarter core
+    /// instead of its usual half (the machine or the program moved CPU
+    /// away from it while its peer was stopped). Only rank 2 lacks CPU by
+    /// its own doing. Two ranks stopped together are both seen, and a
+    /// deficit away from any stop still counts.
+    #[test]
+    fn a_peer_of_a_stopped_rank_is_not_judged_while_it_is_stopped() {
+        let clean = run(|_, _| 0.5);
+        let base = Baseline::learn(&[&samples(&clean)]);
+        let paused = run(|r, i| match (r, (10..20).contains(&i)) {
+            (2, true) => 0.0,
+            (3, true) => 0.25,
+            (_, true) => 0.66,
+            _ => 0.5,
+        });
+        let worst = worst_phases(&samples(&paused), &base, 300_000_000);
+        assert!((worst[&2].0 - 1.0).abs() < 1e-9, "{worst:?}");
+        assert!(worst.get(&3).is_none_or(|w| w.0 < 0.1), "{worst:?}");
+        // Without leaving the stop out, rank 3 lacked over half its CPU.
+        let raw = worst_phase(&deficits(&samples(&paused), &base), 300_000_000);
+        assert!(raw[&3].0 > 0.5, "{raw:?}");
+
+        let both = run(|r, i| match (r, (10..20).contains(&i)) {
+            (1 | 2, true) => 0.0,
+            _ => 0.5,
+        });
+        let worst = worst_phases(&samples(&both), &base, 300_000_000);
+        for r in [1, 2] {
+            assert!((worst[&r].0 - 1.0).abs() < 1e-9, "{worst:?}");
+        }
+
+        let later = run(|r, i| match (r, i) {
+            (2, 10..20) => 0.0,
+            (3, 30..36) => 0.25,
+            (_, 10..20) => 0.66,
+            _ => 0.5,
+        });
+        let worst = worst_phases(&samples(&later), &base, 300_000_000);
+        assert!(worst[&3].0 > 0.4, "{worst:?}");
     }
 }
