@@ -66,6 +66,9 @@ pub struct RecordConfig {
     pub stats_interval: Duration,
     /// Record each traced process's CPU times every flush interval.
     pub cpu_times: bool,
+    /// Record each traced process's CPU times every stats interval (when
+    /// not every flush interval already).
+    pub cpu_stats: bool,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -122,6 +125,7 @@ impl Default for RecordConfig {
             net_stats: true,
             stats_interval: Duration::from_millis(250),
             cpu_times: false,
+            cpu_stats: true,
             sample_hz: 0,
             sample_all: false,
             follow: true,

@@ -87,6 +87,14 @@ pub enum Metric {
     /// and errors, TCP retransmitted segments, timeouts and input errors,
     /// IP discards, listen drops.
     NetErrors,
+    /// Time the server's threads were runnable but waiting for a CPU, ms
+    /// (the kernel's run-queue delay, `/proc/PID/task/TID/schedstat`, read
+    /// by the recorder every stats interval): another task had the CPU (a
+    /// CPU hog beside the server) or a CPU quota throttled the server (a
+    /// throttled thread stays runnable). A server that waits for a slow
+    /// peer sleeps, which this does not count: under lock-step the victims
+    /// of a slow server do not grow here, the culprit does.
+    CpuWait,
     /// Mean exclusive time per call of each traced function, µs (beyond the
     /// paper): derived from `time` and `count`, it does not scale with the
     /// request rate, so a server that is slower (or faster) per request than
@@ -112,7 +120,7 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 19] = [
         Self::Samples,
         Self::Count,
         Self::Time,
@@ -127,15 +135,16 @@ impl Metric {
         Self::BlockTime,
         Self::NetBytes,
         Self::NetErrors,
+        Self::CpuWait,
         Self::Latency,
         Self::SyscallLatency,
         Self::FileLatency,
         Self::BlockLatency,
     ];
 
-    /// Metrics with series of their own (the first fourteen of
+    /// Metrics with series of their own (the first fifteen of
     /// [`Metric::ALL`]); the others are derived from them per window.
-    pub const MEASURED: usize = 14;
+    pub const MEASURED: usize = 15;
 
     /// The metrics used unless others are asked for: the paper's three, the
     /// kernel's network signals, the system-call count, time and latency,
@@ -190,6 +199,7 @@ impl Metric {
             Self::BlockTime => "block-time",
             Self::NetBytes => "net-bytes",
             Self::NetErrors => "net-errors",
+            Self::CpuWait => "cpu-wait",
             Self::Latency => "latency",
             Self::SyscallLatency => "syscall-latency",
             Self::FileLatency => "file-latency",
@@ -218,7 +228,7 @@ impl Metric {
             Self::Syscalls => "calls",
             Self::SyscallTime => "ms",
             Self::FileIo => "calls",
-            Self::FileTime | Self::BlockTime => "ms",
+            Self::FileTime | Self::BlockTime | Self::CpuWait => "ms",
             Self::BlockRequests => "requests",
             Self::BlockBytes | Self::NetBytes => "bytes",
             Self::NetErrors => "events",
