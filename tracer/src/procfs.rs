@@ -642,10 +642,10 @@ mod tests {
     #[test]
     fn schedstat_fields_are_read_or_refused() {
         assert_eq!(
-            super::parse_schedstat("564083962 4931404820 79\n"),
+            parse_schedstat("564083962 4931404820 79\n"),
             Some([564_083_962, 4_931_404_820, 79])
         );
-        assert_eq!(super::parse_schedstat("12 x 3"), None);
-        assert_eq!(super::parse_schedstat("12 3"), None);
+        assert_eq!(parse_schedstat("12 x 3"), None);
+        assert_eq!(parse_schedstat("12 3"), None);
     }
 }

@@ -781,8 +781,11 @@ impl Drop for Unfinished {
 #[derive(Debug, Default)]
 struct CpuTally {
     /// By pid: (last reading per thread id, sums of exited threads).
-    procs: HashMap<u32, (HashMap<u32, [u64; 3]>, [u64; 3])>,
+    procs: HashMap<u32, (ThreadTimes, [u64; 3])>,
 }
+
+/// CPU times (run, wait, slices) by thread id.
+type ThreadTimes = HashMap<u32, [u64; 3]>;
 
 impl CpuTally {
     /// Forgets processes not in `live`.
@@ -794,7 +797,7 @@ impl CpuTally {
     /// the exited ones at their last reading; threads alive).
     fn read(&mut self, pid: u32, threads: &[(u32, [u64; 3])]) -> ([u64; 3], u32) {
         let (last, exited) = self.procs.entry(pid).or_default();
-        let now: HashMap<u32, [u64; 3]> = threads.iter().copied().collect();
+        let now: ThreadTimes = threads.iter().copied().collect();
         for (tid, t) in last.iter() {
             if !now.contains_key(tid) {
                 for (e, v) in exited.iter_mut().zip(t) {
@@ -1946,7 +1949,7 @@ fn drain(
     let mut n = 0u32;
     while sink.bytes() - start < limit {
         n = n.wrapping_add(1);
-        if n % 256 == 0 && until.is_some_and(|u| Instant::now() >= u) {
+        if n.is_multiple_of(256) && until.is_some_and(|u| Instant::now() >= u) {
             return Ok(true);
         }
         let Some(item) = ring.next() else {
