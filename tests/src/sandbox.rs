@@ -252,3 +252,42 @@ impl Drop for BlkioCgroup {
         let _ = std::fs::remove_dir(&self.path);
     }
 }
+
+/// A cgroup v1 cpu group (CFS bandwidth control: a CPU cap).
+pub struct CpuCgroup {
+    /// Its directory.
+    pub path: PathBuf,
+}
+
+impl CpuCgroup {
+    /// A new group, or `None` (with the reason printed) where cgroup v1
+    /// cpu bandwidth control is not mounted.
+    pub fn new(name: &str) -> Option<Self> {
+        let root = Path::new("/sys/fs/cgroup/cpu");
+        if !root.join("cpu.cfs_quota_us").exists() {
+            eprintln!("no cgroup v1 cpu bandwidth control at {}", root.display());
+            return None;
+        }
+        let path = root.join(format!("eftcap-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("cgroup");
+        Some(Self { path })
+    }
+
+    /// Caps the group at `cpus` CPUs (a quota per 100 ms period).
+    pub fn cap(&self, cpus: f64) {
+        std::fs::write(self.path.join("cpu.cfs_period_us"), "100000").expect("period");
+        let quota = ((cpus * 100_000.0) as u64).max(1000);
+        std::fs::write(self.path.join("cpu.cfs_quota_us"), quota.to_string()).expect("quota");
+    }
+
+    /// The `cgroup.procs` file a process joins the group by.
+    pub fn procs(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+}
+
+impl Drop for CpuCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}

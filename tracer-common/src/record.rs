@@ -122,10 +122,18 @@ pub struct FuncEntryStack {
 
 /// The CPU a traced process has had, read by the recorder from
 /// `/proc/PID/task/*/schedstat` (summed over its threads) every flush
-/// interval, 56 bytes. Cumulative: the change between two records is what
-/// the process got in between: time running, time runnable but waiting
-/// for a CPU (another task had it, or a CPU quota throttled it), and the
-/// rest of the wall time it slept or was stopped.
+/// interval (`--cpu-times`, `--mpi`) or every stats interval (by default),
+/// 56 bytes. Cumulative: the change between two records is what the
+/// process got in between: time running, time runnable but waiting for a
+/// CPU (another task had it, or a CPU quota throttled it: a throttled task
+/// stays runnable), and the rest of the wall time it slept or was stopped.
+///
+/// With [`cpu_times_flags::KEEPS_EXITED`] set in `flags`, the sums also
+/// hold the last reading of every thread that has exited since the
+/// recorder first read the process, so they never go down when a thread
+/// ends. Older recorders wrote 0 there: their sums cover the current
+/// threads only, and an interval in which a thread ended is not the
+/// process's.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTimes {
@@ -137,10 +145,16 @@ pub struct CpuTimes {
     pub wait_ns: u64,
     /// Time slices run, summed over the current threads.
     pub slices: u64,
-    /// Threads summed.
+    /// Threads alive at the reading.
     pub threads: u32,
-    /// Padding, zero.
-    pub _pad: u32,
+    /// [`cpu_times_flags`] (0 from older recorders).
+    pub flags: u32,
+}
+
+/// Bits of [`CpuTimes::flags`].
+pub mod cpu_times_flags {
+    /// The sums keep the last reading of threads that exited.
+    pub const KEEPS_EXITED: u32 = 1;
 }
 
 /// Return from a traced function (uretprobe), 40 bytes.

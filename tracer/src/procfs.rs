@@ -122,27 +122,51 @@ fn parse_state(stat: &str) -> Option<String> {
 /// `/proc/PID/task/*/schedstat` (run ns, run-queue wait ns, time slices):
 /// (run, wait, slices, threads), or `None` when the process is gone.
 pub fn cpu_times(pid: u32) -> Option<(u64, u64, u64, u32)> {
-    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let threads = thread_cpu_times(pid)?;
     let mut total = (0u64, 0u64, 0u64, 0u32);
-    // Bounded: a process with more threads than this is summed partially.
-    for entry in dir.flatten().take(4096) {
+    for (_, t) in &threads {
+        total.0 = total.0.saturating_add(t[0]);
+        total.1 = total.1.saturating_add(t[1]);
+        total.2 = total.2.saturating_add(t[2]);
+        total.3 += 1;
+    }
+    Some(total)
+}
+
+/// Most threads of one process read by [`thread_cpu_times`]: a process
+/// with more is summed partially.
+pub const MAX_THREADS_READ: usize = 4096;
+
+/// Each current thread's CPU times (run ns, run-queue wait ns, time
+/// slices), from `/proc/PID/task/TID/schedstat`, at most
+/// [`MAX_THREADS_READ`] threads; `None` when the process is gone or has no
+/// readable thread.
+pub fn thread_cpu_times(pid: u32) -> Option<Vec<(u32, [u64; 3])>> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    for entry in dir.flatten().take(MAX_THREADS_READ) {
+        let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let Ok(text) = read(entry.path().join("schedstat"), limit::SMALL) else {
             continue;
         };
-        let mut f = text
-            .split_whitespace()
-            .map(|x| x.parse::<u64>().unwrap_or(0));
-        let (run, wait, slices) = (
-            f.next().unwrap_or(0),
-            f.next().unwrap_or(0),
-            f.next().unwrap_or(0),
-        );
-        total.0 = total.0.saturating_add(run);
-        total.1 = total.1.saturating_add(wait);
-        total.2 = total.2.saturating_add(slices);
-        total.3 += 1;
+        if let Some(t) = parse_schedstat(&text) {
+            out.push((tid, t));
+        }
     }
-    (total.3 > 0).then_some(total)
+    (!out.is_empty()).then_some(out)
+}
+
+/// The three fields of a `schedstat` file: time on a CPU (ns), time
+/// runnable on a run queue (ns), time slices.
+pub fn parse_schedstat(text: &str) -> Option<[u64; 3]> {
+    let mut f = text.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some([f.next()??, f.next()??, f.next()??])
 }
 
 /// Path of the executable of `pid`.
@@ -613,5 +637,15 @@ mod tests {
         );
         assert_eq!(parse_state("4242 (sh) R 1").as_deref(), Some("R"));
         assert_eq!(parse_state("garbage"), None);
+    }
+
+    #[test]
+    fn schedstat_fields_are_read_or_refused() {
+        assert_eq!(
+            parse_schedstat("564083962 4931404820 79\n"),
+            Some([564_083_962, 4_931_404_820, 79])
+        );
+        assert_eq!(parse_schedstat("12 x 3"), None);
+        assert_eq!(parse_schedstat("12 3"), None);
     }
 }

@@ -66,6 +66,9 @@ pub struct RecordConfig {
     pub stats_interval: Duration,
     /// Record each traced process's CPU times every flush interval.
     pub cpu_times: bool,
+    /// Record each traced process's CPU times every stats interval (when
+    /// not every flush interval already).
+    pub cpu_stats: bool,
     /// Sampling frequency (0: off).
     pub sample_hz: u64,
     /// Sample every process on the node.
@@ -122,6 +125,7 @@ impl Default for RecordConfig {
             net_stats: true,
             stats_interval: Duration::from_millis(250),
             cpu_times: false,
+            cpu_stats: true,
             sample_hz: 0,
             sample_all: false,
             follow: true,
@@ -397,6 +401,40 @@ pub fn kind_name(kind: u16) -> &'static str {
     }
 }
 
+/// The recorder's periodic work (drain, counters, flush, live progress
+/// once a second); returns a reason to stop.
+fn periodic(
+    session: &mut Session,
+    progress: &mut dyn FnMut(&str),
+    live: &mut dyn FnMut(&Progress),
+    started: std::time::Instant,
+    (last_at, last_records): &mut (std::time::Instant, u64),
+) -> Result<Option<String>, RecordError> {
+    let stop = session.tick()?;
+    for line in session.take_notices() {
+        progress(&line);
+    }
+    if stop.is_some() {
+        return Ok(stop);
+    }
+    if last_at.elapsed() >= Duration::from_secs(1) {
+        let records: u64 = session.records().iter().sum();
+        let losses = session.losses();
+        let lost = losses.get("ring_full").copied().unwrap_or(0);
+        live(&Progress {
+            elapsed: started.elapsed(),
+            records,
+            rate: (records - (*last_records).min(records)) as f64 / last_at.elapsed().as_secs_f64(),
+            lost,
+            other_losses: losses.values().sum::<u64>() - lost,
+            processes: session.live_processes().count(),
+            bytes: session.current_file().1,
+        });
+        (*last_at, *last_records) = (std::time::Instant::now(), records);
+    }
+    Ok(None)
+}
+
 /// Runs a recording to its end and returns its summary. `progress` receives
 /// one-line status messages meant for a person (attach steps, notes) and,
 /// last, the multi-line summary (before the slow detach); `live` receives
@@ -421,7 +459,13 @@ pub async fn record(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = config.duration.map(|d| tokio::time::Instant::now() + d);
     let started = std::time::Instant::now();
-    let (mut last_at, mut last_records) = (started, 0u64);
+    let mut live_at = (started, 0u64);
+    // When the periodic work last ran. A ring that is never empty (a busy
+    // server) keeps `session.next()` ready, and the interval's tick alone
+    // then lost to it for seconds on end: no counters, no CPU times, no
+    // flush until the load eased (issue 16: a chunkserver's first 7 s of
+    // 22 had none). The drain branch runs the work too once it is due.
+    let mut last_tick = std::time::Instant::now();
     let reason = loop {
         let sleep_until = async {
             match deadline {
@@ -429,42 +473,25 @@ pub async fn record(
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let due = tokio::select! {
             activity = session.next() => {
                 if let Activity::CommandExited(_) = activity?
                     && let Some(reason) = session.command_done()
                 {
                     break reason;
                 }
+                last_tick.elapsed() >= config.flush_interval
             }
-            _ = tick.tick() => {
-                let stop = session.tick()?;
-                for line in session.take_notices() {
-                    progress(&line);
-                }
-                if let Some(reason) = stop {
-                    break reason;
-                }
-                if last_at.elapsed() >= Duration::from_secs(1) {
-                    let records: u64 = session.records().iter().sum();
-                    let losses = session.losses();
-                    let lost = losses.get("ring_full").copied().unwrap_or(0);
-                    live(&Progress {
-                        elapsed: started.elapsed(),
-                        records,
-                        rate: (records - last_records.min(records)) as f64
-                            / last_at.elapsed().as_secs_f64(),
-                        lost,
-                        other_losses: losses.values().sum::<u64>() - lost,
-                        processes: session.live_processes().count(),
-                        bytes: session.current_file().1,
-                    });
-                    (last_at, last_records) = (std::time::Instant::now(), records);
-                }
-            }
+            _ = tick.tick() => true,
             _ = sleep_until => break "duration reached".to_string(),
             _ = sigint.recv() => break "interrupted (SIGINT)".to_string(),
             _ = sigterm.recv() => break "terminated (SIGTERM)".to_string(),
+        };
+        if due {
+            last_tick = std::time::Instant::now();
+            if let Some(reason) = periodic(&mut session, progress, live, started, &mut live_at)? {
+                break reason;
+            }
         }
     };
     session.finish(reason, progress).await

@@ -4,7 +4,7 @@
 //! sessions for as long as it lives, rotating their capture files.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     ffi::OsString,
     io::Write as _,
     os::fd::{AsRawFd as _, OwnedFd},
@@ -779,6 +779,49 @@ impl Drop for Unfinished {
     }
 }
 
+/// Per traced process, the CPU times of its threads as last read and the
+/// sums of those that exited, so that a process's [`CpuTimes`] never go
+/// down when a thread ends (a server's thread pool shrinking must not look
+/// like negative time).
+#[derive(Debug, Default)]
+struct CpuTally {
+    /// By pid: (last reading per thread id, sums of exited threads).
+    procs: HashMap<u32, (ThreadTimes, [u64; 3])>,
+}
+
+/// CPU times (run, wait, slices) by thread id.
+type ThreadTimes = HashMap<u32, [u64; 3]>;
+
+impl CpuTally {
+    /// Forgets processes not in `live`.
+    fn retain(&mut self, live: &[u32]) {
+        self.procs.retain(|pid, _| live.contains(pid));
+    }
+
+    /// Takes a reading of `pid`'s threads: (sums over every thread seen,
+    /// the exited ones at their last reading; threads alive).
+    fn read(&mut self, pid: u32, threads: &[(u32, [u64; 3])]) -> ([u64; 3], u32) {
+        let (last, exited) = self.procs.entry(pid).or_default();
+        let now: ThreadTimes = threads.iter().copied().collect();
+        for (tid, t) in last.iter() {
+            if !now.contains_key(tid) {
+                for (e, v) in exited.iter_mut().zip(t) {
+                    *e = e.saturating_add(*v);
+                }
+            }
+        }
+        let mut sum = *exited;
+        for t in now.values() {
+            for (s, v) in sum.iter_mut().zip(t) {
+                *s = s.saturating_add(*v);
+            }
+        }
+        let alive = u32::try_from(now.len()).unwrap_or(u32::MAX);
+        *last = now;
+        (sum, alive)
+    }
+}
+
 /// CPU time of traced processes since each was first metered.
 #[derive(Debug, Default)]
 struct CpuMeter {
@@ -855,6 +898,7 @@ pub struct Session {
     view: KernelView,
     kstats: KernelStats,
     last_kstats: Instant,
+    cpu_tally: CpuTally,
     budget: Option<Budget>,
     /// Messages for a person since the last [`Session::take_notices`].
     notices: Vec<String>,
@@ -1077,6 +1121,13 @@ impl Session {
         )?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        // The kernel's symbols, read now when samples will need them: read
+        // at the first kernel sample, they held the loop for 5-7 s of a
+        // 20 s run on a loaded machine (debug build), with no counters or
+        // CPU times written meanwhile (issue 16).
+        if config.sample_hz > 0 {
+            tracker.kallsyms = Some(read_kallsyms());
+        }
         // The targets' objects' symbols, read now: read when their first
         // snapshot comes, they held the drain loop for 100-200 ms while a
         // launcher forked its daemons, whose fork records were then read
@@ -1190,6 +1241,7 @@ impl Session {
             ),
             view,
             last_kstats: Instant::now(),
+            cpu_tally: CpuTally::default(),
             budget: budget.map(|costs| Budget {
                 costs,
                 cpu: CpuMeter::default(),
@@ -1449,6 +1501,7 @@ impl Session {
                     &mut self.loaded,
                     self.taps.as_mut(),
                     drain_limit(&self.config),
+                    Some(Instant::now() + self.config.flush_interval),
                 )?;
                 if more {
                     // Stopped at the limit: come back at once for the rest.
@@ -1485,8 +1538,13 @@ impl Session {
         if self.last_kstats.elapsed() >= self.config.stats_interval {
             self.last_kstats = Instant::now();
             self.collect_kstats()?;
+            if !self.config.cpu_times {
+                self.cpu_times()?;
+            }
         }
-        self.cpu_times()?;
+        if self.config.cpu_times {
+            self.cpu_times()?;
+        }
         self.budget_step()?;
         self.tracker.settle(&mut self.sink)?;
         self.sink.flush()?;
@@ -1517,7 +1575,7 @@ impl Session {
 
     /// A [`CpuTimes`] record of every traced process alive, when asked for.
     fn cpu_times(&mut self) -> Result<(), RecordError> {
-        if !self.config.cpu_times {
+        if !self.config.cpu_times && !self.config.cpu_stats {
             return Ok(());
         }
         let pids: Vec<u32> = self
@@ -1527,10 +1585,12 @@ impl Session {
             .copied()
             .filter(|pid| self.loaded.is_traced(*pid))
             .collect();
+        self.cpu_tally.retain(&pids);
         for pid in pids {
-            let Some((run_ns, wait_ns, slices, threads)) = procfs::cpu_times(pid) else {
+            let Some(threads) = procfs::thread_cpu_times(pid) else {
                 continue;
             };
+            let ([run_ns, wait_ns, slices], alive) = self.cpu_tally.read(pid, &threads);
             let rec = CpuTimes {
                 header: Header {
                     ts_ns: monotonic_ns(),
@@ -1543,8 +1603,8 @@ impl Session {
                 run_ns,
                 wait_ns,
                 slices,
-                threads,
-                _pad: 0,
+                threads: alive,
+                flags: record::cpu_times_flags::KEEPS_EXITED,
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
@@ -1559,6 +1619,7 @@ impl Session {
             &mut self.loaded,
             self.taps.as_mut(),
             drain_limit(&self.config),
+            Some(Instant::now() + self.config.flush_interval),
         )?;
         Ok(())
     }
@@ -1701,6 +1762,7 @@ impl Session {
             &mut self.loaded,
             self.taps.as_mut(),
             u64::MAX,
+            None,
         )?;
         self.cpu_times()?;
         let stop_ns = monotonic_ns();
@@ -1880,8 +1942,11 @@ fn drain_limit(config: &RecordConfig) -> u64 {
     u64::from(config.ring_bytes) / 2
 }
 
-/// Moves records from the ring to the sink until the ring is empty or the
-/// file grew by `limit` bytes; returns whether it stopped at the limit.
+/// Moves records from the ring to the sink until the ring is empty, the
+/// file grew by `limit` bytes, or it is `until`; returns whether it stopped
+/// at a limit. A ring that fills as fast as it is drained is never empty:
+/// without `until`, a busy server's records could keep the recorder here
+/// while its counters, CPU times and stop conditions waited.
 fn drain(
     ring: &mut RingBuf<MapData>,
     sink: &mut Sink,
@@ -1889,9 +1954,15 @@ fn drain(
     loaded: &mut Loaded,
     mut taps: Option<&mut Taps>,
     limit: u64,
+    until: Option<Instant>,
 ) -> Result<bool, RecordError> {
     let start = sink.bytes();
+    let mut n = 0u32;
     while sink.bytes() - start < limit {
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(256) && until.is_some_and(|u| Instant::now() >= u) {
+            return Ok(true);
+        }
         let Some(item) = ring.next() else {
             return Ok(false);
         };
@@ -2042,5 +2113,28 @@ impl Taps {
     /// Processes with a preamble.
     pub fn processes(&self) -> usize {
         self.preambles.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CpuTally;
+
+    #[test]
+    fn cpu_times_keep_the_threads_that_exited() {
+        let mut tally = CpuTally::default();
+        assert_eq!(
+            tally.read(7, &[(7, [100, 10, 1]), (8, [50, 5, 2])]),
+            ([150, 15, 3], 2)
+        );
+        // Thread 8 ended after its last reading; thread 9 began.
+        assert_eq!(
+            tally.read(7, &[(7, [120, 12, 2]), (9, [4, 1, 1])]),
+            ([174, 18, 5], 2)
+        );
+        // The sums never go down while threads come and go.
+        assert_eq!(tally.read(7, &[(9, [6, 1, 2])]), ([176, 18, 6], 1));
+        tally.retain(&[]);
+        assert_eq!(tally.read(7, &[(7, [1, 1, 1])]), ([1, 1, 1], 1));
     }
 }

@@ -438,6 +438,7 @@ fn in_words(m: peers::Metric) -> &'static str {
         M::BlockLatency => "times per disk request",
         M::NetBytes => "network traffic of its namespace",
         M::NetErrors => "network drops and errors",
+        M::CpuWait => "time waiting for a CPU",
     }
 }
 

@@ -57,7 +57,7 @@ use std::{
 
 use tracer_common::{
     kernel::{BlockIo, NET_SNMP_COUNTERS, NetSnmp, TcpRetransmitSock, dev_parts},
-    record::{SYSCALL_UNFINISHED, lifecycle},
+    record::{CpuTimes, SYSCALL_UNFINISHED, cpu_times_flags, lifecycle},
     syscall::{self, nr},
 };
 
@@ -78,6 +78,8 @@ pub const FILE_COMPONENTS: [&str; 5] = ["read", "write", "sync", "metadata", "as
 pub const BLOCK_COMPONENTS: [&str; 5] = ["read", "write", "flush", "discard", "other"];
 /// Components of [`Metric::NetBytes`].
 pub const NET_BYTE_COMPONENTS: [&str; 2] = ["bytes received", "bytes sent"];
+/// Components of [`Metric::CpuWait`].
+pub const CPU_WAIT_COMPONENTS: [&str; 1] = ["runnable, waiting for a CPU"];
 /// Components of [`Metric::NetErrors`].
 pub const NET_ERROR_COMPONENTS: [&str; 8] = [
     "packets dropped on receive",
@@ -149,6 +151,9 @@ pub struct Features {
     pub events: u64,
     /// Things worth knowing (unattributed records).
     pub notes: Vec<String>,
+    /// Servers whose captures hold no CPU times while others' do (then
+    /// [`Metric::CpuWait`] has no data rather than zeros for them).
+    pub cpu_missing: Vec<String>,
 }
 
 /// Feature vectors of one metric in every window.
@@ -739,6 +744,8 @@ pub fn extract(
     let mut events = 0u64;
     let mut unattributed = 0u64;
     let mut malformed = 0u64;
+    // Servers with CPU times in their captures.
+    let mut cpu_seen = vec![false; servers.len()];
 
     // Pass 1, per capture: function calls, socket calls, spans.
     for (ci, src) in sources.iter().enumerate() {
@@ -781,6 +788,8 @@ pub fn extract(
             }
         };
         let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
+        // Previous CPU times of this capture's processes.
+        let mut last_cpu: HashMap<u32, CpuTimes> = HashMap::new();
         // Previous network counters of this capture: per (namespace,
         // interface), and per namespace.
         let mut last_dev: HashMap<(u64, [u8; 16]), (u64, [u64; 8])> = HashMap::new();
@@ -1042,7 +1051,29 @@ pub fn extract(
                     }
                 }
                 Event::Sample(smp) => samples[ci].push(smp),
-                Event::Usdt(_) | Event::UsdtString(_) | Event::CpuTimes(_) | Event::Unknown(_) => {}
+                Event::CpuTimes(c) => {
+                    let Some(s) = server(map, h.pid) else {
+                        unattributed += 1;
+                        continue;
+                    };
+                    cpu_seen[s] = true;
+                    let Some(before) = last_cpu.insert(h.pid, c) else {
+                        continue;
+                    };
+                    // Older recorders summed the current threads only: an
+                    // interval in which a thread came or went is not the
+                    // process's.
+                    if c.flags & cpu_times_flags::KEEPS_EXITED == 0 && c.threads != before.threads {
+                        continue;
+                    }
+                    let Some(wait) = c.wait_ns.checked_sub(before.wait_ns) else {
+                        continue;
+                    };
+                    // Its one component (named below, once a reading is seen).
+                    let (t0, t1) = (to_rt(off, before.header.ts_ns), to_rt(off, h.ts_ns));
+                    spread(&mut bins, s, Metric::CpuWait, 0, t0, t1, wait as f64 / 1e6);
+                }
+                Event::Usdt(_) | Event::UsdtString(_) | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap
@@ -1069,6 +1100,9 @@ pub fn extract(
         if let Some(s) = capture_server[ci] {
             servers[s].span = span;
         }
+    }
+    if cpu_seen.iter().any(|x| *x) {
+        interners[Metric::CpuWait.index()].id(CPU_WAIT_COMPONENTS[0]);
     }
     interners[Metric::Count.index()] = Interner {
         names: interners[Metric::Time.index()].names.clone(),
@@ -1353,6 +1387,25 @@ pub fn extract(
         ));
     }
 
+    // CPU times from some servers only: none is compared by them (a
+    // missing reading is no data, not zero wait).
+    let cpu_missing: Vec<String> = if cpu_seen.iter().any(|x| *x) {
+        servers
+            .iter()
+            .zip(&cpu_seen)
+            .filter(|(_, seen)| !**seen)
+            .map(|(s, _)| s.label.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !cpu_missing.is_empty() {
+        interners[Metric::CpuWait.index()] = Interner::default();
+        for series in &mut bins.series {
+            series[Metric::CpuWait.index()].clear();
+        }
+    }
+
     Ok(Features {
         run: run.to_string(),
         servers,
@@ -1364,6 +1417,7 @@ pub fn extract(
         sample_hz,
         events,
         notes,
+        cpu_missing,
     })
 }
 
@@ -1488,6 +1542,13 @@ impl Features {
                 Metric::NetBytes | Metric::NetErrors => {
                     "the captures hold no network interface counters (recorded with --no-net-stats)".into()
                 }
+                Metric::CpuWait if !self.cpu_missing.is_empty() => format!(
+                    "the captures of {} hold no CPU times (recorded by an older tracer or with --no-cpu-times), so servers cannot be compared by them",
+                    self.cpu_missing.join(", ")
+                ),
+                Metric::CpuWait => {
+                    "the captures hold no CPU times (recorded by an older tracer or with --no-cpu-times)".into()
+                }
                 _ => "the captures hold no system calls of the servers".into(),
             };
         }
@@ -1556,7 +1617,8 @@ impl Features {
             | Metric::BlockBytes
             | Metric::BlockTime
             | Metric::NetBytes
-            | Metric::NetErrors => "no components".into(),
+            | Metric::NetErrors
+            | Metric::CpuWait => "no components".into(),
         }
     }
 
@@ -1718,7 +1780,8 @@ impl Features {
                 | Metric::BlockBytes
                 | Metric::BlockTime
                 | Metric::NetBytes
-                | Metric::NetErrors => (0..n).collect(),
+                | Metric::NetErrors
+                | Metric::CpuWait => (0..n).collect(),
                 // Means over enough calls (or requests) in a window.
                 Metric::FileLatency => (0..n)
                     .filter(|c| peak(Metric::FileIo, *c) >= cfg.scaled(cfg.min_calls.max(1.0)))

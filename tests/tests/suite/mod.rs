@@ -3,6 +3,7 @@ mod agent_live;
 mod bugclass;
 mod capture_file;
 mod conventions;
+mod cpu;
 mod diagnose;
 mod errors;
 mod export;

@@ -521,6 +521,7 @@ impl<'a> Formatter<'a> {
                 obj.insert("wait_ns".into(), json!(c.wait_ns));
                 obj.insert("slices".into(), json!(c.slices));
                 obj.insert("threads".into(), json!(c.threads));
+                obj.insert("flags".into(), json!(c.flags));
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

@@ -210,10 +210,16 @@ pub struct RecordArgs {
     #[arg(long)]
     pub mpi: bool,
     /// Record each traced process's CPU times (running, waiting for a CPU)
-    /// every flush interval, from /proc/PID/task/*/schedstat: what a CPU
-    /// hog, a pause or a CPU cap take from a process. On with --mpi.
-    #[arg(long)]
+    /// every flush interval, not only every stats interval (the default):
+    /// what a CPU hog, a pause or a CPU cap take from a process, from
+    /// /proc/PID/task/*/schedstat. On with --mpi.
+    #[arg(long, conflicts_with = "no_cpu_times")]
     pub cpu_times: bool,
+    /// Do not read the traced processes' CPU times (read by default every
+    /// stats interval: time running and time runnable but waiting for a
+    /// CPU, which a CPU hog beside a server or a CPU cap on it raises).
+    #[arg(long)]
+    pub no_cpu_times: bool,
     /// Attach the USDT probes matching [OBJECT:]PROVIDER:NAME (globs) in the
     /// target's executable and shared objects, e.g. 'python:function__entry'
     /// or 'python:*', and record their arguments; probe semaphores are
@@ -274,7 +280,7 @@ pub struct RecordArgs {
     /// retransmitted segments, from /proc/PID/net).
     #[arg(long)]
     pub no_net_stats: bool,
-    /// How often file, block and network counters are written.
+    /// How often file, block and network counters and CPU times are written.
     #[arg(long, value_name = "TIME", default_value = "250ms", value_parser = parse_duration)]
     pub stats_interval: Duration,
     /// CPU samples per second per CPU (perf cpu-clock); 0 turns sampling off.
@@ -382,6 +388,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             net_stats: !a.no_net_stats,
             stats_interval: a.stats_interval,
             cpu_times: a.cpu_times || a.mpi,
+            cpu_stats: !a.no_cpu_times,
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
