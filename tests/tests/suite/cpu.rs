@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 
 use analyzer::peers::{self, CaptureSource, Metric, PeersConfig};
-use tests::{capture, privileged, sandbox::CpuCgroup, tracer};
+use tests::{capture, cpugroup::CpuGroup, privileged, tracer};
 
 /// Three processes in lock-step: server1 computes and hands each result to
 /// server0 and server2, which wait for it in blocking reads. server1 is
-/// capped at a tenth of a CPU (cgroup v1 CFS quota). All three slow down
+/// capped at a tenth of a CPU (a cgroup CFS quota). All three slow down
 /// alike, but only server1 is runnable while it waits: its run-queue delay
 /// per window is many times its peers', which sleep while they wait for it.
 #[test]
@@ -17,10 +17,14 @@ fn a_cpu_capped_server_waits_for_a_cpu_and_its_waiting_peers_do_not() {
     if !privileged() {
         return;
     }
-    let Some(cgroup) = CpuCgroup::new("cap") else {
-        return;
+    let group = match CpuGroup::new() {
+        Ok(group) => group,
+        Err(e) => {
+            eprintln!("no cpu cgroup to cap a process in: {e}");
+            return;
+        }
     };
-    cgroup.cap(0.1);
+    let capped = group.cap(10).expect("a capped leaf");
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = |i: usize| dir.path().join(format!("to{i}"));
     for i in [0, 2] {
@@ -40,7 +44,7 @@ fn a_cpu_capped_server_waits_for_a_cpu_and_its_waiting_peers_do_not() {
                     "echo $$ > {} && exec timeout 6 sh -c 'exec 3>{} 4>{}; i=0; \
                      while :; do i=$((i+1)); if [ $((i % 50)) = 0 ]; then \
                      echo $i >&3; echo $i >&4; fi; done'",
-                    cgroup.procs().display(),
+                    capped.display(),
                     fifo(0).display(),
                     fifo(2).display()
                 )
