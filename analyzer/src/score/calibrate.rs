@@ -678,8 +678,9 @@ mod tests {
     /// a get where the cycle has a stats, after a put that followed a get,
     /// is out of order, where none of the learned units that followed
     /// (get, put) did so and held-out normal runs never came out of order.
-    /// The same behaviours in the learned order are not, and neither is a
-    /// model of version 3, which knows no order.
+    /// The same behaviours in the learned order are not; nor is anything
+    /// where a learned order was seen only once, or in a model of version
+    /// 3, which knows no order.
     #[test]
     fn a_normal_unit_in_an_order_no_normal_run_took_is_out_of_order() {
         use crate::score::Evidence;
@@ -720,6 +721,23 @@ mod tests {
             }
             other => panic!("{other:#?}"),
         }
+
+        // One learned run that once took another order (a succession seen
+        // only once): by Good-Turing new orders keep coming, and the tree's
+        // order is no evidence.
+        let mut varied = runs.clone();
+        varied.push(vec![process(15, &[PUT, GET, PUT, GET, PUT, STATS])]);
+        let mut once = learned(&varied);
+        calibrate(&mut once, None, &varied);
+        assert!(!once.groups[0].handlers["listen"].order_known());
+        let s = scores(&once, &process(23, &[PUT, GET, PUT, GET, PUT, GET]));
+        assert!(
+            !s.iter().any(|u| u
+                .evidence
+                .iter()
+                .any(|e| matches!(e, Evidence::OutOfOrder { .. }))),
+            "{s:#?}"
+        );
 
         // A model written before the order was kept merges into one that
         // then knows none: no order evidence.
