@@ -308,6 +308,8 @@ impl CallTreeModel {
         } else {
             self.successions
                 .retain(|s| valid(s.next) && s.before.iter().all(|&b| valid(b) || b == NO_UNIT));
+            // A file may list more than learning keeps.
+            self.successions.truncate(MAX_SUCCESSIONS);
         }
         if self.successions.len() != before {
             self.unlisted_successions = self.unlisted_successions.max(1);
@@ -321,7 +323,10 @@ impl CallTreeModel {
             return;
         }
         self.succession_index.clear();
-        self.succession_units = self.successions.iter().map(|s| s.units).sum();
+        self.succession_units = self
+            .successions
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.units));
         self.successions_once = self.successions.iter().filter(|s| s.units == 1).count();
         for (i, s) in self.successions.iter().enumerate() {
             self.succession_index
@@ -335,7 +340,6 @@ impl CallTreeModel {
     /// Adds `units` learned units of behaviour `next` after `before`.
     fn add_succession(&mut self, before: [u32; 2], next: u32, units: u64) {
         self.rebuild_successions();
-        self.succession_units += units;
         let found = self.succession_index.get(&before).and_then(|list| {
             list.iter()
                 .copied()
@@ -347,12 +351,15 @@ impl CallTreeModel {
                 if s.units == 1 {
                     self.successions_once -= 1;
                 }
-                s.units += units;
+                // Saturating: counts of a model file are input.
+                s.units = s.units.saturating_add(units);
+                self.succession_units = self.succession_units.saturating_add(units);
             }
             None if self.successions.len() < MAX_SUCCESSIONS => {
                 if units == 1 {
                     self.successions_once += 1;
                 }
+                self.succession_units = self.succession_units.saturating_add(units);
                 self.succession_index
                     .entry(before)
                     .or_default()
@@ -364,10 +371,7 @@ impl CallTreeModel {
                 });
                 self.successions_indexed = self.successions.len();
             }
-            None => {
-                self.succession_units -= units;
-                self.unlisted_successions += units;
-            }
+            None => self.unlisted_successions = self.unlisted_successions.saturating_add(units),
         }
     }
 
@@ -381,9 +385,9 @@ impl CallTreeModel {
             let Some(s) = self.successions.get(i as usize) else {
                 continue;
             };
-            f.units += s.units;
+            f.units = f.units.saturating_add(s.units);
             if s.next == next {
-                f.this += s.units;
+                f.this = f.this.saturating_add(s.units);
             }
             if s.units > most {
                 most = s.units;
@@ -857,5 +861,39 @@ mod tests {
         assert_eq!(a, b);
         let callees: Vec<&str> = a.iter().map(|(_, c)| c.as_str()).collect();
         assert_eq!(callees, ["init", "main", "a", "b", "x", "y"]);
+    }
+
+    /// Successions from a file are input: counts near u64::MAX merge
+    /// without overflow, and more than [`MAX_SUCCESSIONS`] are cut to it
+    /// with the order then unknown.
+    #[test]
+    fn successions_from_a_file_are_bounded() {
+        let mut table = NodeTable::default();
+        let key = table.key(NodeKey {
+            site: String::new(),
+            callee: "serve".into(),
+        });
+        let u = unit(vec![table.child(NodeTable::ROOT, key)]);
+        let mut tree = CallTreeModel::default();
+        tree.merge_process(&table, &[&u, &u]);
+        for s in &mut tree.successions {
+            s.units = u64::MAX;
+        }
+        let mut merged = tree.clone();
+        merged.prepare();
+        merged.merge(&tree);
+        assert!(merged.successions.iter().all(|s| s.units == u64::MAX));
+
+        let mut big = tree.clone();
+        big.successions = (0..MAX_SUCCESSIONS as u32 + 10)
+            .map(|i| Succession {
+                before: [NO_UNIT, 0],
+                next: if i % 2 == 0 { 0 } else { OTHER_BEHAVIOUR },
+                units: 2,
+            })
+            .collect();
+        big.prepare();
+        assert_eq!(big.successions.len(), MAX_SUCCESSIONS);
+        assert!(!big.order_known());
     }
 }
