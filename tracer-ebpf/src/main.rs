@@ -70,11 +70,13 @@ static FILE_STATS: PerCpuHashMap<FileKey, FileAgg> =
 static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockAgg> =
     PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Block requests in flight, by `struct request` address. LRU: a request
-/// whose completion was never seen (a flush sequence's internal request)
-/// ages out, and its address is recognised as reused by its bio.
+/// Block requests in flight, by `struct request` address. Not LRU, whose
+/// insert costs several times a plain one on every request of the node: a
+/// request whose completion was never seen (a flush sequence's internal
+/// request) is overwritten when its address is used again, which blk-mq's
+/// preallocated requests are, and is recognised as reused by its bio.
 #[map]
-static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(8192, 0);
+static BLOCK_INFLIGHT: HashMap<u64, BlockStart> = HashMap::with_max_entries(8192, 0);
 
 /// Parent process of each process forked by a traced one: a child's
 /// inherited sockets are its ancestors' (checked on first use).
@@ -99,7 +101,9 @@ pub struct Forked {
     pub at_ns: u64,
 }
 
-/// System calls in progress, by tid.
+/// System calls in progress, by tid: the last call of each thread of a
+/// traced process (`ts_ns` 0 once it returned), removed when the thread
+/// exits.
 #[map]
 static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
 
