@@ -55,6 +55,8 @@ struct TracedRun {
 
 fn traced(tracer: &std::path::Path, args: &[&str], command: &[&str]) -> anyhow::Result<TracedRun> {
     let capture = target_dir().join("xtask/bench.capture");
+    // The recorder refuses to replace an existing capture.
+    let _ = std::fs::remove_file(&capture);
     let out = Command::new(tracer)
         .args(["record", "--no-syscalls", "--sample-hz", "0", "-o"])
         .arg(&capture)

@@ -259,6 +259,8 @@ pub(crate) fn bench_agent(args: &BenchAgentArgs) -> anyhow::Result<()> {
 /// live evaluation.
 fn learn_model(tracer: &Path, calls: &Path, dir: &Path) -> anyhow::Result<std::path::PathBuf> {
     let capture = dir.join("learn.capture");
+    // The recorder refuses to replace an existing capture.
+    let _ = std::fs::remove_file(&capture);
     let out = Command::new(tracer)
         .args([
             "record",

@@ -2,9 +2,11 @@
 //! file system's throughput. One cluster (GlusterFS by default, MooseFS with
 //! `--fs moosefs`), one `tracer record -p` per server, the workload run
 //! untraced, traced without function probes, traced with a broad function
-//! pattern, and traced with the same pattern under `--overhead 5%`; the
-//! modes interleaved in each repetition so that drift in the host's load
-//! hits them alike. Each traced run's throughput is divided by the untraced
+//! pattern, and traced with the same pattern under `--overhead 5%` (or the
+//! modes `--modes` names, such as the ablations that turn one signal off);
+//! the modes interleaved in each repetition, starting at another mode each
+//! time and after a `sync`, so that drift in the host's load and one run's
+//! write-back hit them alike. Each traced run's throughput is divided by the untraced
 //! run of its own repetition; min / median / max of those ratios are
 //! printed, with the load average, and for the budgeted runs what the
 //! budget dropped and the cost the recorders measured.
@@ -75,11 +77,41 @@ pub(crate) struct BenchOverheadArgs {
     /// Where the captures go.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// The modes to run, comma-separated (untraced always runs first):
+    /// no-f, no-f-one (one recorder for all servers), broad, budget, and
+    /// the no-f ablations that each turn one
+    /// signal off, to find where the cost of recording without probes
+    /// goes: no-f-nosample, no-f-nosyscalls, no-f-nofile, no-f-noblock,
+    /// no-f-nonet, no-f-nocpu, and no-f-bare (all of them off).
+    #[arg(long, value_delimiter = ',', default_value = "no-f,broad,budget")]
+    modes: Vec<String>,
 }
+
+/// The recorder's flags of each no-f ablation.
+const ABLATIONS: &[(&str, &[&str])] = &[
+    ("no-f-nosample", &["--sample-hz", "0"]),
+    ("no-f-nosyscalls", &["--no-syscalls"]),
+    ("no-f-nofile", &["--no-file-io"]),
+    ("no-f-noblock", &["--no-block-io"]),
+    ("no-f-nonet", &["--no-net-stats"]),
+    ("no-f-nocpu", &["--no-cpu-times"]),
+    (
+        "no-f-bare",
+        &[
+            "--sample-hz",
+            "0",
+            "--no-syscalls",
+            "--no-file-io",
+            "--no-block-io",
+            "--no-net-stats",
+            "--no-cpu-times",
+        ],
+    ),
+];
 
 /// One traced mode: its name and the recorder's settings.
 struct Mode {
-    name: &'static str,
+    name: String,
     record: Option<RecordConfig>,
 }
 
@@ -119,22 +151,24 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         Ok(r)
     };
     let budget = format!("{}%", a.overhead);
-    let modes = [
-        Mode {
-            name: "untraced",
-            record: None,
-        },
-        Mode {
-            name: "no -f",
-            record: Some(record(&[], &[])?),
-        },
-        Mode {
-            name: "broad -f",
-            record: Some(record(&broad, &[])?),
-        },
-        Mode {
-            name: "broad -f --overhead",
-            record: Some(record(
+    let mut modes = vec![Mode {
+        name: "untraced".into(),
+        record: None,
+    }];
+    for name in &a.modes {
+        let record = match name.as_str() {
+            "untraced" => continue,
+            "no-f" => record(&[], &[])?,
+            "no-f-one" => {
+                // One recorder for every server of the host, as a host
+                // with several servers would be traced: the node-wide
+                // programs (system-call and block tracepoints) run once.
+                let mut r = record(&[], &[])?;
+                r.mode = tests::fs::RecordMode::Single;
+                r
+            }
+            "broad" => record(&broad, &[])?,
+            "budget" => record(
                 &broad,
                 &[
                     "--overhead".into(),
@@ -142,9 +176,41 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     "--overhead-interval".into(),
                     "1s".into(),
                 ],
-            )?),
-        },
-    ];
+            )?,
+            other => match ABLATIONS.iter().find(|(n, _)| *n == other) {
+                Some((_, flags)) => {
+                    // The harness passes --sample-hz itself: set it there.
+                    let mut extra: Vec<String> = Vec::new();
+                    let mut hz = None;
+                    let mut it = flags.iter();
+                    while let Some(f) = it.next() {
+                        if *f == "--sample-hz" {
+                            hz = it.next().and_then(|v| v.parse().ok());
+                        } else {
+                            extra.push(f.to_string());
+                        }
+                    }
+                    let mut r = record(&[], &extra)?;
+                    if let Some(hz) = hz {
+                        r.sample_hz = hz;
+                    }
+                    r
+                }
+                None => anyhow::bail!(
+                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, budget, {}",
+                    ABLATIONS
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        };
+        modes.push(Mode {
+            name: name.clone(),
+            record: Some(record),
+        });
+    }
     let out = a
         .output
         .clone()
@@ -153,7 +219,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     let cluster = tests::fs::Cluster::start(ClusterConfig::new(system))
         .with_context(|| format!("starting the {system} cluster"))?;
     println!(
-        "== recording overhead on {system}, workload {workload}, {:.0} s per run, {} runs per mode, interleaved; one `tracer record -p` per server, 99 Hz samples",
+        "== recording overhead on {system}, workload {workload}, {:.0} s per run, {} runs per mode, interleaved; one `tracer record -p` per server (no-f-one: one for all), 99 Hz samples",
         a.seconds,
         a.repeat.max(3)
     );
@@ -164,7 +230,13 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for rep in 0..reps {
-            for (m, mode) in modes.iter().enumerate() {
+            // Each repetition starts at another mode: a run inherits the
+            // write-back and deletions of the run before it, which in a
+            // fixed order favour the same mode every time.
+            for k in 0..modes.len() {
+                let m = (k + rep) % modes.len();
+                let mode = &modes[m];
+                settle();
                 let dir = out.join(format!(
                     "{}-{}",
                     mode.name.replace([' ', '-'], "_"),
@@ -192,7 +264,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                 );
                 mbps[m].push(v);
                 loads.push(info.load_average);
-                if mode.name.ends_with("--overhead") {
+                if mode.name == "budget" {
                     for t in &info.tracers {
                         let cap = Capture::open(&dir.join(&t.capture))
                             .with_context(|| format!("reading {}", t.capture))?;
@@ -256,4 +328,11 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     }
     println!("captures in {}", out.display());
     Ok(())
+}
+
+/// Writes back what earlier runs left dirty and lets the servers' disks go
+/// idle, so that a run does not pay for the one before it.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(std::time::Duration::from_secs(2));
 }

@@ -59,6 +59,8 @@ pub(crate) fn python_overhead(
     let n = calls.to_string();
     let py_args = [script.as_os_str(), n.as_ref()];
     let traced = |flags: &[&str]| -> anyhow::Result<f64> {
+        // The recorder refuses to replace an existing capture.
+        let _ = std::fs::remove_file(&capture);
         let out = Command::new(tracer)
             .args(["record", "--no-syscalls", "--sample-hz", "0", "-o"])
             .arg(&capture)

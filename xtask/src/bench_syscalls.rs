@@ -36,8 +36,12 @@ fn parse(stdout: &[u8]) -> anyhow::Result<[f64; 4]> {
     }
 }
 
+/// Where a bench recording goes, emptied: the recorder refuses to replace
+/// an existing capture.
 fn capture_path() -> std::path::PathBuf {
-    target_dir().join("xtask/bench-syscalls.capture")
+    let path = target_dir().join("xtask/bench-syscalls.capture");
+    let _ = std::fs::remove_file(&path);
+    path
 }
 
 /// `bench sys calls` under `tracer record ARGS --`, or alone without a tracer.
@@ -287,6 +291,7 @@ pub(crate) fn workload_overhead(
             ];
             let mut cmd = match tracer {
                 Some(t) => {
+                    let _ = std::fs::remove_file(&capture);
                     let mut c = Command::new(t);
                     c.args(["record", "-o"]).arg(&capture).arg("--").args(&fio);
                     c
@@ -311,6 +316,7 @@ pub(crate) fn workload_overhead(
             // Socket server: the echo server under the tracer, one client.
             let port_file = dir.join("port");
             let _ = std::fs::remove_file(&port_file);
+            let _ = std::fs::remove_file(&capture);
             let mut server = match tracer {
                 Some(t) => Command::new(t)
                     .args(["record", "-o"])
