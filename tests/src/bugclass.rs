@@ -10,6 +10,7 @@
 //! | `treeagg` (C, held out of tuning) | a tree of select() aggregators | function probes |
 //! | `tpcpool` (C, held out of tuning) | thread-per-connection servers, blocking receives | function probes |
 //! | `gossip` (C, held out of tuning) | a ring of UDP daemons, poll() and a timer, no connections | function probes |
+//! | `replog` (C, held out of tuning) | a replicated log: a leader with a thread per follower, Unix sockets, a strict order per connection | function probes |
 //!
 //! Each program forks its daemons and prints `daemon K pid P` for each; a
 //! fault switch (`--fault CLASS --fault-node K --fault-at N`) makes daemon K
@@ -119,17 +120,24 @@ pub enum Program {
     /// connections) driven by poll() and a timer; written after the order
     /// rule was chosen and kept out of tuning.
     Gossip,
+    /// `fixtures/replog.c`: a replicated log, a leader with a thread per
+    /// follower over Unix stream sockets, blocking calls, a strict order
+    /// of messages on every connection; written after the order rule was
+    /// chosen and kept out of tuning. Faults drawn for the leader (daemon
+    /// 0) never fire and are drawn again.
+    RepLog,
 }
 
 impl Program {
     /// Every program.
-    pub const ALL: [Program; 6] = [
+    pub const ALL: [Program; 7] = [
         Self::StatusRing,
         Self::KvCluster,
         Self::PyJobs,
         Self::TreeAgg,
         Self::TpcPool,
         Self::Gossip,
+        Self::RepLog,
     ];
 
     /// Its name.
@@ -141,18 +149,22 @@ impl Program {
             Self::TreeAgg => "treeagg",
             Self::TpcPool => "tpcpool",
             Self::Gossip => "gossip",
+            Self::RepLog => "replog",
         }
     }
 
     /// Kept out of tuning: its results are reported apart.
     pub fn held_out(self) -> bool {
-        matches!(self, Self::TreeAgg | Self::TpcPool | Self::Gossip)
+        matches!(
+            self,
+            Self::TreeAgg | Self::TpcPool | Self::Gossip | Self::RepLog
+        )
     }
 
     /// How many daemons a fault may be injected into.
     pub fn daemons(self) -> u32 {
         match self {
-            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip | Self::RepLog => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 6,
         }
@@ -169,6 +181,8 @@ impl Program {
             Self::TpcPool => 3..=30,
             // About 5 messages a round, 40 rounds.
             Self::Gossip => 5..=150,
+            // 50 messages a follower (40 entries, 10 commits).
+            Self::RepLog => 3..=45,
         }
     }
 
@@ -183,7 +197,7 @@ impl Program {
     /// Ports a run uses from its base.
     pub fn ports(self) -> u16 {
         match self {
-            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip => 4,
+            Self::StatusRing | Self::PyJobs | Self::TpcPool | Self::Gossip | Self::RepLog => 4,
             Self::KvCluster => 3,
             Self::TreeAgg => 7,
         }
@@ -260,6 +274,24 @@ impl Program {
                 "bind_port",
                 "finish",
             ],
+            Self::RepLog => &[
+                "handle_*",
+                "*_msg",
+                "send_ack",
+                "resend_ack",
+                "store_entry",
+                "apply_entr*",
+                "flush_log",
+                "abort_conn",
+                "follow",
+                "listen_on",
+                "await_ack",
+                "replicate_entry",
+                "commit_upto",
+                "lost_follower",
+                "close_follower",
+                "connect_follower",
+            ],
         }
     }
 }
@@ -278,7 +310,7 @@ impl FromStr for Program {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg, tpcpool, gossip)"
+                    "unknown program '{s}' (statusring, kvcluster, pyjobs, treeagg, tpcpool, gossip, replog)"
                 )
             })
     }
@@ -346,7 +378,7 @@ pub fn command(program: Program, exe: &Path, port: u16, fault: Option<&Injection
             "60".into(),
         ],
         Program::TreeAgg => vec![exe.display().to_string(), "6".into(), "30".into()],
-        Program::TpcPool | Program::Gossip => {
+        Program::TpcPool | Program::Gossip | Program::RepLog => {
             vec![exe.display().to_string(), "4".into(), "40".into()]
         }
     };

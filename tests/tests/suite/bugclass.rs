@@ -6,8 +6,9 @@
 //! daemon holds the earliest anomaly and the highest-ranked unit, and
 //! fresh normal runs raise nothing. On the thread-per-connection daemons
 //! (`tpcpool`, blocking receives, no event loop) a skipped handler and a
-//! crash. `cargo xtask model-matrix` runs every class on every program at
-//! random daemons and times.
+//! crash; on the replicated log (`replog`, a strict order per connection) a
+//! wrong branch and a message read in part. `cargo xtask model-matrix` runs
+//! every class on every program at random daemons and times.
 
 use std::path::PathBuf;
 
@@ -147,5 +148,24 @@ fn tpcpool_bug_classes_are_localized() {
             (Branch, 3, 16, "exit"),
             (Crash, 1, 20, "abort"),
         ],
+    );
+}
+
+/// A replicated log: the leader's thread per follower, blocking calls on
+/// Unix sockets, a strict order of messages on every connection (written
+/// after the order rule was chosen, kept out of tuning). Message 7, an
+/// APPEND handled as a COMMIT, makes a unit like every normal COMMIT:
+/// only its place on the connection is new. A message read in part makes
+/// the follower drop its leader.
+#[test]
+fn replog_bug_classes_are_localized() {
+    if !privileged() {
+        return;
+    }
+    use FaultClass::*;
+    localizes(
+        Program::RepLog,
+        1,
+        &[(Branch, 2, 7, "exit"), (Partial, 1, 12, "exit")],
     );
 }
