@@ -414,6 +414,14 @@ pub struct Overhead {
     /// The span `measured_percent` covers, ms.
     #[serde(default)]
     pub measured_ms: u64,
+    /// CPU the programs on tracepoints and perf events (system calls, file
+    /// and block I/O, lifecycle, samples) used over the whole recording,
+    /// ms per second, measured by the kernel's run-time statistics, on
+    /// every process of the node: a cost the function-probe budget does
+    /// not cover (those signals are never dropped). `None` when it was not
+    /// measured.
+    #[serde(default)]
+    pub kernel_ms_per_s: Option<f64>,
     /// The probes left out, hottest first.
     pub dropped: Vec<DroppedProbe>,
 }
@@ -463,6 +471,12 @@ impl Overhead {
             lines.push(format!(
                 "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the calibrated cost)",
                 o.measured_ms
+            ));
+        }
+        if let Some(k) = o.kernel_ms_per_s {
+            lines.push(format!(
+                "kernel programs (system calls, file and block I/O, lifecycle, samples): {k:.1} ms of CPU per second ({:.1}% of one core), on every process of the node; not part of the function-probe budget",
+                k / 10.0
             ));
         }
         lines

@@ -727,6 +727,28 @@ impl Loaded {
         links
     }
 
+    /// CPU the programs on tracepoints and perf events (system calls, file
+    /// and block I/O, lifecycle, retransmissions, samples) have used since
+    /// they were loaded, ns, on every process of the node: counted by the
+    /// kernel only while run-time statistics are on (see
+    /// [`aya::sys::enable_stats`]); `None` when it cannot be read. The
+    /// function probes' programs are left out: their cost is the trap's,
+    /// which the budget's calibration measures whole.
+    pub fn kernel_program_ns(&self) -> Option<u64> {
+        let mut total = 0u64;
+        let mut read = false;
+        for (_, program) in self.ebpf.programs() {
+            if matches!(program, aya::programs::Program::UProbe(_)) {
+                continue;
+            }
+            if let Ok(info) = program.info() {
+                total = total.saturating_add(info.run_time().as_nanos() as u64);
+                read = true;
+            }
+        }
+        read.then_some(total)
+    }
+
     /// Calls of each function probe recorded so far (by traced processes,
     /// through the current generation's links), indexed by function id, for
     /// ids below `count`; ids past [`FUNC_HITS_ENTRIES`] read 0.

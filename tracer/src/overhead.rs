@@ -236,6 +236,7 @@ pub fn first_item(costs: Costs, interval: Interval, budget: Option<f64>, plan: &
         kept_percent: plan.kept_percent,
         measured_percent: None,
         measured_ms: 0,
+        kernel_ms_per_s: None,
         dropped: plan.dropped.clone(),
     }
 }

@@ -900,8 +900,45 @@ pub struct Session {
     last_kstats: Instant,
     cpu_tally: CpuTally,
     budget: Option<Budget>,
+    /// The node-wide programs' CPU, measured while a budget is given.
+    kernel_cost: Option<KernelCost>,
     /// Messages for a person since the last [`Session::take_notices`].
     notices: Vec<String>,
+}
+
+/// The CPU of the programs on tracepoints and perf events, measured with
+/// the kernel's run-time statistics. Only while a budget is given: the
+/// statistics cost every eBPF program of the node two clock reads a run.
+struct KernelCost {
+    /// Keeps the statistics on until the recording ends.
+    _stats: OwnedFd,
+    at: Instant,
+    ns: u64,
+}
+
+impl KernelCost {
+    /// Turns the statistics on; what to tell a person where they cannot be.
+    fn start(loaded: &Loaded) -> Result<Self, String> {
+        let unmeasured =
+            "the CPU of the system-call, file, block and sampling programs is not measured";
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
+            format!("the kernel's run-time statistics are not available ({e}): {unmeasured}")
+        })?;
+        let ns = loaded
+            .kernel_program_ns()
+            .ok_or_else(|| format!("the programs' statistics cannot be read: {unmeasured}"))?;
+        Ok(Self {
+            _stats: fd,
+            at: Instant::now(),
+            ns,
+        })
+    }
+
+    /// Their CPU since the start, ms per second.
+    fn ms_per_s(&self, loaded: &Loaded) -> Option<f64> {
+        let ns = loaded.kernel_program_ns()?.saturating_sub(self.ns);
+        Some(ns as f64 / 1e6 / self.at.elapsed().as_secs_f64().max(1e-3))
+    }
 }
 
 impl Session {
@@ -1255,8 +1292,15 @@ impl Session {
                 item: None,
                 stuck: false,
             }),
+            kernel_cost: None,
             notices: Vec::new(),
         };
+        if session.config.overhead_percent.is_some() {
+            match KernelCost::start(&session.loaded) {
+                Ok(k) => session.kernel_cost = Some(k),
+                Err(why) => progress(&why),
+            }
+        }
         // The CPU the first interval is weighed against starts now, with
         // the calls counted: read later (the first tick of a loaded
         // machine), the calls in between would be weighed against nothing.
@@ -1802,7 +1846,21 @@ impl Session {
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
         self.tracker.settle(&mut self.sink)?;
-        if let Some(item) = self.final_overhead() {
+        let kernel_ms = self
+            .kernel_cost
+            .as_ref()
+            .and_then(|k| k.ms_per_s(&self.loaded));
+        let mut overhead = self.final_overhead();
+        if let Some(item) = &mut overhead {
+            item.kernel_ms_per_s = kernel_ms;
+        }
+        if let Some(k) = kernel_ms {
+            progress(&format!(
+                "kernel programs (system calls, file and block I/O, lifecycle, samples): {k:.1} ms of CPU per second ({:.1}% of one core) on every process of the node, beyond the function-probe budget",
+                k / 10.0
+            ));
+        }
+        if let Some(item) = overhead {
             if item.decided_ns == 0 && self.config.overhead_percent.is_some() {
                 progress(
                     "the recording ended before the probes' first interval: nothing was weighed against the budget",

@@ -270,7 +270,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                             .with_context(|| format!("reading {}", t.capture))?;
                         if let Some(o) = cap.overhead {
                             budget_notes.push(format!(
-                                "run {} {}: {} probes, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}",
+                                "run {} {}: {} probes, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}; kernel programs {}",
                                 rep + 1,
                                 t.servers.join(","),
                                 cap.probes.len(),
@@ -284,7 +284,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                                 o.estimated_percent,
                                 o.kept_percent,
                                 o.measured_percent
-                                    .map_or("-".into(), |m| format!("{m:.1}%"))
+                                    .map_or("-".into(), |m| format!("{m:.1}%")),
+                                o.kernel_ms_per_s
+                                    .map_or("-".into(), |k| format!("{k:.1} ms/s"))
                             ));
                         }
                     }

@@ -56,6 +56,13 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
     assert_eq!(dropped, ["leaf"], "{o:?}");
     assert!(o.estimated_percent > 5.0, "{o:?}");
     assert!(o.kept_percent <= 5.0, "{o:?}");
+    // The node-wide programs' CPU is measured beside the budget (the
+    // system calls of every process of the node pass them).
+    let kernel = o
+        .kernel_ms_per_s
+        .expect("the kernel programs' CPU is measured");
+    assert!(kernel > 0.0, "{o:?}");
+    assert!(run.stderr.contains("kernel programs"), "{}", run.stderr);
     let measured = o.measured_percent.expect("measured at the end");
     assert!(measured <= 5.0, "{o:?}");
 
