@@ -1377,6 +1377,17 @@ impl Session {
             .zip(&budget.kept)
             .map(|((now, then), kept)| if *kept { now.saturating_sub(*then) } else { 0 })
             .collect();
+        // A first look that saw no call has nothing to weigh (a command
+        // not running yet, a server idle at start): with a budget, look
+        // again at the next tick, until calls come or an interval passed,
+        // rather than let every probe run at full cost for an interval.
+        if budget.item.is_none()
+            && self.config.overhead_percent.is_some()
+            && delta.iter().all(|d| *d == 0)
+            && budget.window.at.elapsed() < self.config.overhead_interval
+        {
+            return Ok(());
+        }
         let interval = overhead::Interval {
             ns: budget.window.at.elapsed().as_nanos() as u64,
             traced_cpu_ns: cpu_ns.saturating_sub(budget.window.cpu_ns),

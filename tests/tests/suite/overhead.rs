@@ -5,6 +5,52 @@
 use tests::{analyzer, capture, events, fixture, privileged, tracer};
 use tracer_common::decode::Event;
 
+/// A process idle when recording starts (a server waiting for its first
+/// request) makes no call by the first look: that look decides nothing,
+/// and the budget looks again until calls come, so the hot probe goes
+/// within the run rather than after a whole 30 s interval.
+#[test]
+fn a_budget_waits_for_calls_before_it_decides() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("idle.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "cold",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--overhead-interval",
+        "30s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "3000",
+        "1000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("dropped leaf"), "{}", run.stderr);
+    let cap = capture(&out);
+    let o = cap
+        .overhead
+        .clone()
+        .expect("the capture has the overhead item");
+    assert!(o.estimated_percent > 5.0, "weighed with the calls: {o:?}");
+    assert!(
+        o.interval_ms >= 900,
+        "the first interval waited for the idle second: {o:?}"
+    );
+}
+
 /// A small budget drops the hot probe at its first look and keeps the cold
 /// ones: no `leaf` record after the decision, `cold` recorded throughout,
 /// the call in progress across the switch returns once; the capture names
