@@ -471,8 +471,12 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
         .iter()
         .map(|p| decompose_capture(&crate::capture(p), Variant::Paper000))
         .collect();
-    for p in decomposed.iter().flatten() {
-        model.learn(p);
+    for (path, run) in runs.iter().zip(&decomposed) {
+        for p in run {
+            model.learn(p);
+        }
+        let stop = crate::capture(path).end.map(|e| e.stop_ns);
+        model.learn_quiet(run, stop);
     }
     calibrate(&mut model, None, &decomposed);
     model
@@ -482,20 +486,22 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
 pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
     let cap = crate::capture(capture);
     let name = capture.display().to_string();
-    let units = score_processes(
-        model,
-        &cap,
-        &name,
-        &decompose_capture(&cap, model.variant),
-        Scoring::Nodes,
-    );
-    ScoreReport::new(
+    let processes = decompose_capture(&cap, model.variant);
+    let units = score_processes(model, &cap, &name, &processes, Scoring::Nodes);
+    let mut report = ScoreReport::new(
         model.variant,
         Scoring::Nodes,
         Ranking::Evidence,
-        &[name],
+        std::slice::from_ref(&name),
         units,
-    )
+    );
+    report.judge_quiet(
+        model,
+        &name,
+        analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
+        cap.header.clock.monotonic_ns,
+    );
+    report
 }
 
 /// What a scored run says about its fault.

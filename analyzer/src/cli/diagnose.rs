@@ -241,11 +241,20 @@ fn capture_files(args: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 fn score(model: &analyzer::model::GlobalModel, names: &[String], caps: &[Capture]) -> ScoreReport {
     let scoring = Scoring::default();
     let mut scores = Vec::new();
+    let mut quiet = Vec::with_capacity(caps.len());
     for (name, cap) in names.iter().zip(caps) {
         let processes = decompose_capture(cap, model.variant);
         scores.extend(score_processes(model, cap, name, &processes, scoring));
+        quiet.push((
+            analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
+            cap.header.clock.monotonic_ns,
+        ));
     }
-    ScoreReport::new(model.variant, scoring, Ranking::Evidence, names, scores)
+    let mut report = ScoreReport::new(model.variant, scoring, Ranking::Evidence, names, scores);
+    for (name, (span, origin)) in names.iter().zip(quiet) {
+        report.judge_quiet(model, name, span, origin);
+    }
+    report
 }
 
 /// The peer comparison, trained or untrained, when the run has servers

@@ -252,23 +252,26 @@ pub(crate) fn score_captures(
     let bar = ui.bar(captures.len() as u64, "scoring");
     let mut scores = Vec::new();
     let mut names = Vec::with_capacity(captures.len());
+    let mut quiet = Vec::with_capacity(captures.len());
     for path in captures {
         bar.set_message(path.display().to_string());
         let cap = open(path)?;
         let processes = decompose_capture(&cap, model.variant);
         let name = path.display().to_string();
         scores.extend(score_processes(model, &cap, &name, &processes, scoring));
+        quiet.push((
+            analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
+            cap.header.clock.monotonic_ns,
+        ));
         names.push(name);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(ScoreReport::new(
-        model.variant,
-        scoring,
-        rank,
-        &names,
-        scores,
-    ))
+    let mut report = ScoreReport::new(model.variant, scoring, rank, &names, scores);
+    for (name, (span, origin)) in names.iter().zip(quiet) {
+        report.judge_quiet(model, name, span, origin);
+    }
+    Ok(report)
 }
 
 fn print_scores(
@@ -527,6 +530,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     model.learn(p);
                     processes += 1;
                 }
+                model.learn_quiet(&run, cap.end.as_ref().map(|e| e.stop_ns));
                 model.sources.push(path.display().to_string());
                 if !no_calibrate {
                     runs.push(run);

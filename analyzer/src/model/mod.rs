@@ -127,6 +127,11 @@ pub struct GlobalModel {
     pub groups: Vec<GroupModel>,
     /// Captures learned from.
     pub sources: Vec<String>,
+    /// The longest span, ns, in which no unit of any process began or
+    /// ended in a learned capture (see [`crate::units::quiet_span`]);
+    /// `None` in models learned before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_ns: Option<u64>,
 }
 
 impl GlobalModel {
@@ -137,6 +142,19 @@ impl GlobalModel {
             variant,
             groups: Vec::new(),
             sources: Vec::new(),
+            quiet_ns: None,
+        }
+    }
+
+    /// Learns the longest quiet span of a normal capture, whose units
+    /// `processes` are, recording stopped at `stop_ns`.
+    pub fn learn_quiet(&mut self, processes: &[ProcessUnits], stop_ns: Option<u64>) {
+        // Captures learned into a model that did not keep it: unknown.
+        if self.quiet_ns.is_none() && !self.sources.is_empty() {
+            return;
+        }
+        if let Some((from, to)) = crate::units::quiet_span(processes, stop_ns) {
+            self.quiet_ns = Some(self.quiet_ns.unwrap_or(0).max(to - from));
         }
     }
 
@@ -204,6 +222,11 @@ impl GlobalModel {
 
     /// Merges another global model (learned with the same variant) into this one.
     pub fn merge(&mut self, other: &GlobalModel) {
+        self.quiet_ns = match (self.quiet_ns, other.quiet_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            // A model without it says nothing of quiet spans.
+            _ => None,
+        };
         for g in &other.groups {
             match self
                 .groups

@@ -19,7 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{Evidence, Scoring, UnitScore};
-use crate::units::{ConnectionKey, UnitKind, Variant};
+use crate::{
+    model::GlobalModel,
+    units::{ConnectionKey, UnitKind, Variant},
+};
 
 /// Version of [`ScoreReport`]'s JSON form. 2: verdict, summary, suspects,
 /// explanation; units carry their evidence and behaviour.
@@ -106,7 +109,33 @@ pub struct ScoreReport {
     pub first_anomaly: Option<usize>,
     /// Why `first_anomaly` is anomalous, in sentences.
     pub explanation: Vec<String>,
+    /// Where no unit is anomalous yet a capture went quiet for longer than
+    /// any normal run (see [`ScoreReport::judge_quiet`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<Stall>,
 }
+
+/// A capture in which no unit of any process began or ended for longer
+/// than in any normal run: a stall or hang the units themselves do not show
+/// (every process waiting for another, each wait a normal one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// The capture.
+    pub capture: String,
+    /// When the quiet span began and ended, s from the capture's start.
+    pub from_s: f64,
+    /// See `from_s`.
+    pub to_s: f64,
+    /// The longest quiet span of the normal runs, s.
+    pub normal_s: f64,
+}
+
+/// How much longer than the longest quiet span of the normal runs a span
+/// must be to count: three times as long and a second longer (a loaded
+/// machine stretches every wait alike).
+pub const STALL_FACTOR: f64 = 3.0;
+/// See [`STALL_FACTOR`], ns.
+pub const STALL_MARGIN_NS: u64 = 1_000_000_000;
 
 /// Where the fault first showed in one capture.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,7 +273,50 @@ impl ScoreReport {
             earliest,
             first_anomaly,
             explanation,
+            stall: None,
         }
+    }
+
+    /// Notes a stall where nothing else stands out: `capture`'s longest
+    /// quiet span `span` (see [`crate::units::quiet_span`]; times relative
+    /// to `origin_ns`, the capture's start) against the normal runs' in
+    /// `model`. A run whose every unit looks normal but that stalled is not
+    /// a run in which nothing happened: the summary says so.
+    pub fn judge_quiet(
+        &mut self,
+        model: &GlobalModel,
+        capture: &str,
+        span: Option<(u64, u64)>,
+        origin_ns: u64,
+    ) {
+        if self.verdict != Verdict::NothingStandsOut || self.stall.is_some() {
+            return;
+        }
+        let (Some(normal), Some((from, to))) = (model.quiet_ns, span) else {
+            return;
+        };
+        let quiet = to.saturating_sub(from);
+        let bound = ((normal as f64 * STALL_FACTOR) as u64).max(normal + STALL_MARGIN_NS);
+        if quiet <= bound {
+            return;
+        }
+        let at = |ns: u64| (ns as f64 - origin_ns as f64) / 1e9;
+        let stall = Stall {
+            capture: capture.to_string(),
+            from_s: at(from),
+            to_s: at(to),
+            normal_s: normal as f64 / 1e9,
+        };
+        self.summary = format!(
+            "{}; but {} went quiet: no unit began or ended in any process for {:.2} s (from {:.3} s to {:.3} s), where the normal runs never stayed quiet longer than {:.2} s: a stall or hang that no unit shows (each process waiting as in normal runs)",
+            self.summary,
+            stall.capture,
+            quiet as f64 / 1e9,
+            stall.from_s,
+            stall.to_s,
+            stall.normal_s
+        );
+        self.stall = Some(stall);
     }
 
     /// The earliest anomalous unit of `capture`.
@@ -974,6 +1046,56 @@ mod tests {
             Vec::new(),
         );
         assert_eq!(empty.verdict, Verdict::NoUnits);
+    }
+
+    /// A run whose every unit looks normal but which stalled far longer
+    /// than any normal run says so; a short quiet span, a model without
+    /// the learned span, and a report that already names an anomaly are
+    /// left as they are.
+    #[test]
+    fn a_stall_no_unit_shows_is_said() {
+        let quiet = || {
+            ScoreReport::new(
+                Variant::Paper000,
+                Scoring::Nodes,
+                Ranking::Evidence,
+                &["c".to_string()],
+                vec![unit("c", 0.1, 10, 10, false)],
+            )
+        };
+        let mut model = GlobalModel::new(Variant::Paper000);
+        model.quiet_ns = Some(100_000_000);
+        let mut report = quiet();
+        report.judge_quiet(&model, "c", Some((1_000_000_000, 4_000_000_000)), 0);
+        let stall = report.stall.clone().expect("a stall");
+        assert_eq!((stall.from_s, stall.to_s, stall.normal_s), (1.0, 4.0, 0.1));
+        assert_eq!(report.verdict, Verdict::NothingStandsOut);
+        assert!(report.summary.contains("went quiet"), "{}", report.summary);
+        assert!(report.summary.contains("3.00 s"), "{}", report.summary);
+        // Within a second of the normal runs' longest: nothing said.
+        let mut short = quiet();
+        short.judge_quiet(&model, "c", Some((0, 1_050_000_000)), 0);
+        assert_eq!(short.stall, None);
+        // A model learned before the span was kept says nothing.
+        let mut old = quiet();
+        old.judge_quiet(
+            &GlobalModel::new(Variant::Paper000),
+            "c",
+            Some((0, 9_000_000_000)),
+            0,
+        );
+        assert_eq!(old.stall, None);
+        // An anomaly already named keeps its verdict and summary.
+        let mut named = ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            Ranking::Evidence,
+            &["c".to_string()],
+            vec![unit("c", 0.9, 10, 10, true)],
+        );
+        let before = named.summary.clone();
+        named.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0);
+        assert_eq!((named.stall.clone(), named.summary.clone()), (None, before));
     }
 
     #[test]
