@@ -60,7 +60,10 @@ pub(crate) struct MatrixArgs {
     table_only: bool,
 }
 
-/// A program of the suite and its sizes.
+/// A program of the suite and its sizes. The iteration counts make a run
+/// last about 1.5-3 s when the job gets its cores (load 6-9, issue 17's
+/// session 26): at a third of that, runs of 0.5-1 s held 5-9 of the
+/// recorder's 100 ms CPU readings, fewer than a CPU-deficit phase needs.
 struct Program {
     name: &'static str,
     /// Fixture name.
@@ -81,8 +84,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "halo",
         fixture: "mpi_halo",
-        args2: &["1500", "20000"],
-        args4: &["200", "4000"],
+        args2: &["4500", "20000"],
+        args4: &["600", "4000"],
         faulty: &[0, 1, 2, 3],
         fault_iter: 40,
         held_out: false,
@@ -90,8 +93,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "wavefront",
         fixture: "mpi_wavefront",
-        args2: &["400", "2048"],
-        args4: &["60", "512"],
+        args2: &["1200", "2048"],
+        args4: &["180", "512"],
         faulty: &[0, 1, 2, 3],
         fault_iter: 15,
         held_out: false,
@@ -99,8 +102,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "master",
         fixture: "mpi_master",
-        args2: &["400", "800000"],
-        args4: &["300", "400000"],
+        args2: &["1200", "800000"],
+        args4: &["900", "400000"],
         faulty: &[1, 2, 3],
         fault_iter: 20,
         held_out: false,
@@ -108,8 +111,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "collectives",
         fixture: "mpi_collectives",
-        args2: &["600", "40000"],
-        args4: &["50", "20000"],
+        args2: &["1800", "40000"],
+        args4: &["150", "20000"],
         faulty: &[0, 1, 2, 3],
         fault_iter: 10,
         held_out: false,
@@ -117,8 +120,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "nonblocking",
         fixture: "mpi_nonblocking",
-        args2: &["1000", "80000"],
-        args4: &["100", "20000"],
+        args2: &["3000", "80000"],
+        args4: &["300", "20000"],
         faulty: &[0, 1, 2, 3],
         fault_iter: 25,
         held_out: false,
@@ -126,8 +129,8 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "cg",
         fixture: "mpi_cg",
-        args2: &["600", "40000"],
-        args4: &["80", "20000"],
+        args2: &["1800", "40000"],
+        args4: &["240", "20000"],
         faulty: &[0, 1, 2, 3],
         fault_iter: 20,
         held_out: true,
@@ -179,7 +182,22 @@ fn load_average() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn faults_for(p: &Program, exp: Experiment, rep: usize) -> Vec<Fault> {
+/// When a pause and a cap start, from the median wall time of the clean
+/// learning runs (`clean`): a fixed time (0.7 s, 0.3 s) let short jobs end
+/// before the fault (issue 17: master's 4-rank runs end 0.65-0.87 s after
+/// launch). A pause starts at 30% of a clean run, a cap at 15%, neither
+/// before 0.3 s / 0.2 s (MPI_Init and the first calls); without clean runs,
+/// at those floors.
+fn fault_times(clean: &[f64]) -> (Duration, Duration) {
+    let mut v: Vec<f64> = clean.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+    let at = |share: f64, floor: f64| Duration::from_secs_f64((share * median).max(floor));
+    (at(0.3, 0.3), at(0.15, 0.2))
+}
+
+fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fault> {
+    let (pause_at, cap_at) = fault_times(clean);
     let pick = |list: &[u32]| list[(rep * 3 + p.name.len()) % list.len()];
     match exp {
         Experiment::Interference => vec![
@@ -199,13 +217,13 @@ fn faults_for(p: &Program, exp: Experiment, rep: usize) -> Vec<Fault> {
                 Fault::None,
                 Fault::Pause {
                     rank: r,
-                    at: Duration::from_millis(700),
+                    at: pause_at,
                     length: Duration::from_millis(1500),
                 },
                 Fault::Cap {
                     rank: r,
                     percent: 25,
-                    at: Duration::from_millis(300),
+                    at: cap_at,
                 },
                 Fault::Hang {
                     rank: r,
@@ -271,14 +289,26 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         "learn-hog".into(),
                     ));
                 }
-                for rep in 0..a.runs {
-                    for f in faults_for(p, exp, rep) {
-                        if wanted(&a.faults, f.name()) {
-                            plan.push((false, f, format!("{}-{rep}", f.name())));
+                let learning = plan.len();
+                // The faulty runs are planned once the clean learning runs
+                // have said how long the job lasts.
+                let mut clean_s: Vec<f64> = Vec::new();
+                let mut i = 0;
+                while i < plan.len() || (i == learning && a.runs > 0) {
+                    if i == learning {
+                        for rep in 0..a.runs {
+                            for f in faults_for(p, exp, rep, &clean_s) {
+                                if wanted(&a.faults, f.name()) {
+                                    plan.push((false, f, format!("{}-{rep}", f.name())));
+                                }
+                            }
+                        }
+                        if i >= plan.len() {
+                            break;
                         }
                     }
-                }
-                for (learn, fault, name) in plan {
+                    let (learn, fault, name) = plan[i].clone();
+                    i += 1;
                     let capture = dir.join(format!("{name}.capture"));
                     let load = load_average();
                     let o = record(&job, fault, &capture);
@@ -299,6 +329,9 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                             "; fault NOT made: the job ended first"
                         },
                     );
+                    if learn && fault == Fault::None {
+                        clean_s.push(o.elapsed.as_secs_f64());
+                    }
                     runs.push(RunRecord {
                         program: p.name.into(),
                         experiment: exp,
@@ -385,6 +418,25 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                 ),
                 Experiment::Outliers => None,
             };
+            if let Some(m) = &model {
+                // What the thresholds rest on: held-out clean values.
+                let list = |v: &[f64]| {
+                    v.iter()
+                        .map(|x| format!("{x:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                for p in &m.processors {
+                    println!(
+                        "model {prog} rank {}: m clean [{}] -> {:.2}; cpu clean [{}] -> {}",
+                        p.rank,
+                        list(&p.clean_metrics),
+                        p.threshold,
+                        list(&p.cpu_clean),
+                        p.cpu_threshold.map_or("-".into(), |t| format!("{t:.2}"))
+                    );
+                }
+            }
             let clean_runs: Vec<JudgeRun<'_>> = learn_clean
                 .iter()
                 .map(|(c, p)| JudgeRun {
@@ -413,6 +465,16 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                 });
             }
         }
+    }
+    // Every run, with its scores against their thresholds.
+    println!("\nper run:");
+    for j in &judged {
+        let mark = match (j.right, j.false_verdict) {
+            (true, _) => "right",
+            (false, true) => "FALSE",
+            (false, false) => "missed",
+        };
+        println!("- {} {} {mark}: {}", j.program, j.fault, j.what);
     }
     // Per program and fault.
     /// Runs, right, false verdicts, what the misses said.
@@ -481,6 +543,23 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
 fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged {
     let d = mpi::detect(model, p);
     let named = d.verdict.suspect_ranks();
+    // What each rank scored against its thresholds: why a miss stayed under.
+    let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let scores: Vec<String> = d
+        .processors
+        .iter()
+        .map(|x| {
+            format!(
+                "r{} m {}/{} cpu {}/{}",
+                x.rank,
+                num(x.metric),
+                num(x.threshold),
+                num(x.cpu_deficit),
+                num(x.cpu_threshold)
+            )
+        })
+        .collect();
+    let scores = format!(" [{}]", scores.join(", "));
     let (right, false_verdict, what) = match r.fault {
         Fault::Hog { cpu, .. } => {
             let expected: Vec<u32> = p
@@ -494,12 +573,19 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
             (
                 right,
                 wrong,
-                format!("core {cpu} (rank {expected:?}): {}", d.verdict.summary),
+                format!(
+                    "core {cpu} (rank {expected:?}): {}{scores}",
+                    d.verdict.summary
+                ),
             )
         }
         _ => {
             let ok = d.verdict.outcome == Outcome::NothingAbnormal;
-            (ok, !named.is_empty(), d.verdict.summary.clone())
+            (
+                ok,
+                !named.is_empty(),
+                format!("{}{scores}", d.verdict.summary),
+            )
         }
     };
     Judged {
@@ -523,6 +609,19 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
     let mut sites = mpi::sites::Sites::new(&[cap]);
     let hang = waitfor::analyze_sited(p, None, &mut |r, addr| sites.label(&r.host, r.pid, addr));
     let named = j.verdict.suspect_ranks();
+    let scores: Vec<String> = j
+        .phases
+        .iter()
+        .map(|(rank, p)| {
+            let t = j.phase_thresholds.get(rank).copied().unwrap_or(f64::NAN);
+            let cpu = match (j.cpu_phases.get(rank), j.cpu_thresholds.get(rank)) {
+                (Some((d, _)), Some(t)) => format!(" cpu {d:.2}/{t:.2}"),
+                _ => String::new(),
+            };
+            format!("r{rank} phase {:.2}/{t:.2}{cpu}", p.score)
+        })
+        .collect();
+    let scores = format!(" [{}]", scores.join(", "));
     let culprits: Vec<u32> = hang.culprits.iter().map(|c| c.rank).collect();
     let (right, false_verdict, culprit_named, what) = match r.fault {
         Fault::None => (
@@ -530,7 +629,7 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
             !named.is_empty() || hang.hung,
             None,
             format!(
-                "{}{}",
+                "{}{}{scores}",
                 j.verdict.summary,
                 if hang.hung { "; HUNG" } else { "" }
             ),
@@ -539,7 +638,7 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
             named == [rank],
             named.iter().any(|n| *n != rank),
             None,
-            format!("rank {rank}: {}", j.verdict.summary),
+            format!("rank {rank}: {}{scores}", j.verdict.summary),
         ),
         Fault::Hang { rank, .. } | Fault::Exit { rank, .. } | Fault::Collective { rank, .. } => {
             let ok = hang.hung && culprits == [rank];
@@ -559,5 +658,27 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
         false_verdict,
         culprit_named,
         what,
+    }
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    #[test]
+    fn faults_start_inside_short_jobs() {
+        // Clean runs of 0.7-0.9 s: the former fixed 0.7 s pause came after
+        // most of them had ended.
+        let (pause, cap) = fault_times(&[0.9, 0.7, 0.8]);
+        assert!(pause < Duration::from_secs_f64(0.8 / 2.0), "{pause:?}");
+        assert!(cap < pause, "{cap:?} {pause:?}");
+        let (pause, cap) = fault_times(&[3.0, 3.2, 2.8]);
+        assert_eq!(pause, Duration::from_millis(900));
+        assert_eq!(cap, Duration::from_millis(450));
+        // No clean runs: the floors.
+        assert_eq!(
+            fault_times(&[]),
+            (Duration::from_millis(300), Duration::from_millis(200))
+        );
     }
 }

@@ -14,9 +14,10 @@
 //!   makes the faulty rank compute longer than both, while the ranks that
 //!   wait for it wait inside MPI. The run is cut into phases; a rank's
 //!   score is the largest share of a phase's wall time it spent computing
-//!   beyond that expectation. The threshold is twice what held-out clean
-//!   runs reached (at least 0.15); without clean runs, three times the
-//!   median score of the run's ranks.
+//!   beyond that expectation. The threshold is a prediction bound on what
+//!   held-out clean runs reached ([`crate::mpi::bound`]: median + 3 robust
+//!   standard deviations, at least 0.15); without clean runs, three times
+//!   the median score of the run's ranks.
 //! * **Control flow** (with two or more clean runs): calls made between
 //!   call sites the rank never went between in any clean run, against how
 //!   many such calls a held-out clean run makes.
@@ -38,6 +39,7 @@ use crate::{
     mpi::{
         Profiles,
         baseline::{Baseline, Relative, RunSamples, Sample, concurrent, median},
+        bound::Bound,
         cpu,
         learn::held_out_baselines,
         sites::Sites,
@@ -210,8 +212,26 @@ pub struct Judgement {
     pub cpu_phases: BTreeMap<u32, (f64, f64)>,
     /// Their thresholds.
     pub cpu_thresholds: BTreeMap<u32, f64>,
+    /// What each phase threshold rests on ([`Bound`]; with no clean runs,
+    /// the stated multiple of the run's own median, resting on nothing).
+    #[serde(default)]
+    pub phase_bounds: BTreeMap<u32, Bound>,
+    /// What each CPU threshold rests on.
+    #[serde(default)]
+    pub cpu_bounds: BTreeMap<u32, Bound>,
     /// The verdict.
     pub verdict: Verdict,
+}
+
+/// A threshold stated rather than learned from clean runs.
+fn stated(threshold: f64) -> Bound {
+    Bound {
+        threshold,
+        median: 0.0,
+        spread: 0.0,
+        n: 0,
+        exceeded: 0,
+    }
 }
 
 /// Judges `run` against `clean` runs of the same program (none: against
@@ -222,20 +242,19 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
     let clean_samples: Vec<RunSamples> = clean.iter().map(|c| regions(c, &mut names)).collect();
     let span = test.span().unwrap_or((0, 1));
     // Phase scores and their thresholds.
-    let (phases, phase_thresholds) = if clean_samples.is_empty() {
+    let (phases, phase_bounds) = if clean_samples.is_empty() {
         let rel = concurrent(&test, &Baseline::learn(&[&test]));
         let phases = phase_scores(&rel, span, &names);
         let mut all: Vec<f64> = phases.values().map(|p| p.score).collect();
         let t = (3.0 * median(&mut all)).max(MIN_PHASE_SCORE);
-        let th: BTreeMap<u32, f64> = phases.keys().map(|r| (*r, t)).collect();
+        let th: BTreeMap<u32, Bound> = phases.keys().map(|r| (*r, stated(t))).collect();
         (phases, th)
     } else {
-        let mut worst: BTreeMap<u32, f64> = BTreeMap::new();
+        let mut worst: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
         for (fold, base) in held_out_baselines(&clean_samples) {
             let rel = concurrent(&fold, &base);
             for (rank, p) in phase_scores(&rel, fold.span().unwrap_or((0, 1)), &names) {
-                let e = worst.entry(rank).or_insert(0.0);
-                *e = e.max(p.score);
+                worst.entry(rank).or_default().push(p.score);
             }
         }
         let base = Baseline::learn(&clean_samples.iter().collect::<Vec<_>>());
@@ -243,8 +262,8 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         let th = phases
             .keys()
             .map(|r| {
-                let w = worst.get(r).copied().unwrap_or(0.0);
-                (*r, (2.0 * w).max(MIN_PHASE_SCORE))
+                let w = worst.get(r).map_or(&[][..], Vec::as_slice);
+                (*r, Bound::learn(w, MIN_PHASE_SCORE))
             })
             .collect();
         (phases, th)
@@ -307,7 +326,7 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
 
     // CPU deficits by phase.
     let t0 = span.0;
-    let (cpu_phases, cpu_thresholds): (BTreeMap<u32, (f64, f64)>, BTreeMap<u32, f64>) =
+    let (cpu_phases, cpu_bounds): (BTreeMap<u32, (f64, f64)>, BTreeMap<u32, Bound>) =
         if !cpu::recorded(run.profiles) {
             (BTreeMap::new(), BTreeMap::new())
         } else {
@@ -325,15 +344,14 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                 let t = (3.0 * median(&mut all)).max(MIN_CPU_DEFICIT);
                 (
                     worst.iter().map(|(r, w)| (*r, (w.0, to_s(w.1)))).collect(),
-                    worst.keys().map(|r| (*r, t)).collect(),
+                    worst.keys().map(|r| (*r, stated(t))).collect(),
                 )
             } else {
-                let mut held: BTreeMap<u32, f64> = BTreeMap::new();
+                let mut held: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
                 for (fold, base) in held_out_baselines(&clean_cpu) {
                     let w = cpu::worst_phases(&fold, &base, CPU_PHASE_NS);
                     for (r, (d, _)) in w {
-                        let e = held.entry(r).or_insert(0.0);
-                        *e = e.max(d);
+                        held.entry(r).or_default().push(d);
                     }
                 }
                 let base = Baseline::learn(&clean_cpu.iter().collect::<Vec<_>>());
@@ -343,17 +361,22 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                     worst
                         .keys()
                         .map(|r| {
-                            let h = held.get(r).copied().unwrap_or(0.0);
-                            (*r, (2.0 * h).max(MIN_CPU_DEFICIT))
+                            let h = held.get(r).map_or(&[][..], Vec::as_slice);
+                            (*r, Bound::learn(h, MIN_CPU_DEFICIT))
                         })
                         .collect(),
                 )
             }
         };
 
+    let thresholds = |b: &BTreeMap<u32, Bound>| -> BTreeMap<u32, f64> {
+        b.iter().map(|(r, b)| (*r, b.threshold)).collect()
+    };
+    let (phase_thresholds, cpu_thresholds) = (thresholds(&phase_bounds), thresholds(&cpu_bounds));
     let mut suspects = Vec::new();
     let mut not_monitored = Vec::new();
     let mut monitored = Vec::new();
+    let mut cannot = Vec::new();
     let clean_ranks: BTreeSet<u32> = clean
         .iter()
         .flat_map(|c| c.profiles.ranks.iter().map(|r| r.rank))
@@ -388,25 +411,31 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         let phase_usable = t < MAX_SHARE;
         let cpu_usable = cpu_thresholds.get(&r.rank).is_some_and(|t| *t < MAX_SHARE);
         let flow_usable = transition_thresholds.contains_key(&r.rank);
+        let mut unusable = Vec::new();
+        if !phase_usable && let Some(b) = phase_bounds.get(&r.rank) {
+            unusable.push(b.too_wide("its computation beyond habit"));
+        }
+        if !cpu_usable && let Some(b) = cpu_bounds.get(&r.rank) {
+            unusable.push(b.too_wide("its CPU deficit"));
+        }
         if !phase_usable && !cpu_usable && !flow_usable {
-            let mut why = vec![format!(
-                "held-out clean runs spent up to {:.0}% of a phase computing beyond habit",
-                50.0 * t
-            )];
-            if let Some(c) = cpu_thresholds.get(&r.rank) {
-                why.push(format!("lacked up to {:.0}% of their usual CPU", 50.0 * c));
-            }
             not_monitored.push(Unmonitored {
                 rank: r.rank,
                 host: r.host.clone(),
                 reason: format!(
-                    "clean runs too noisy to judge by: {} (a busy machine?)",
-                    why.join(", ")
+                    "clean runs too noisy to judge by (a busy machine?): {}",
+                    unusable.join("; ")
                 ),
             });
             continue;
         }
         monitored.push(r.rank);
+        // Judged, but not by everything: said, not passed over.
+        cannot.extend(unusable.into_iter().map(|why| Unmonitored {
+            rank: r.rank,
+            host: r.host.clone(),
+            reason: why,
+        }));
         if phase_usable && p.score > t {
             suspects.push(Suspect {
                 rank: r.rank,
@@ -485,12 +514,15 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
         transition_thresholds,
         cpu_phases,
         cpu_thresholds,
+        phase_bounds,
+        cpu_bounds,
         verdict: Verdict::new(
             "outliers",
             suspects,
             not_monitored,
             monitored,
             "the computation of",
-        ),
+        )
+        .cannot_judge(cannot),
     }
 }

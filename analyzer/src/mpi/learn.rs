@@ -14,15 +14,16 @@
 //!   no training run still needs a K); sequences that gain less than
 //!   `min_gain` on the interfered processors are not used for them (§4.3).
 //!   Without interfered runs, K = 3 (three robust standard deviations).
-//! * A verdict threshold per processor: twice the highest metric its
-//!   held-out clean runs reached, at least 0.2 (a continuous hog scores
-//!   about 0.9, an on-off one 0.5). Every processor of the clean runs is
+//! * A verdict threshold per processor: a prediction bound on its
+//!   held-out clean runs' metrics ([`super::bound`]: median + 3 robust
+//!   standard deviations, widened for few runs), at least 0.2 (a
+//!   continuous hog scores about 0.9, an on-off one 0.5). Every processor of the clean runs is
 //!   monitored; one without typical sequences or samples is named with the
 //!   reason.
 //! * Beside the paper's metric, when the runs have the recorder's CPU
 //!   readings: the mean CPU deficit of each processor ([`super::cpu`]),
-//!   with a threshold of twice its held-out clean value (at least 0.1: a
-//!   continuous hog takes half).
+//!   with a threshold bounding its held-out clean values the same way (at
+//!   least 0.1: a continuous hog takes half).
 //!   Ranks busy-poll inside MPI, so a hog that lands while a rank polls
 //!   leaves its computation times alone but not its CPU.
 
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     baseline::{Baseline, Relative, RunSamples, concurrent, median},
+    bound::Bound,
     cpu,
     profile::Profiles,
     signals::{RankSequences, ils_end, samples},
@@ -132,6 +134,12 @@ pub struct ProcessorModel {
     /// Its mean CPU deficit in each held-out clean run (or half run).
     #[serde(default)]
     pub cpu_clean: Vec<f64>,
+    /// What `threshold` rests on (absent in models written before it).
+    #[serde(default)]
+    pub bound: Option<Bound>,
+    /// What `cpu_threshold` rests on.
+    #[serde(default)]
+    pub cpu_bound: Option<Bound>,
 }
 
 /// One interfered training run, as learning saw it.
@@ -357,16 +365,21 @@ pub fn learn(
             .map(|fold| metrics_of(&ils_at(fold, &spreads, &counts, k), used))
             .collect()
     };
-    let thresholds = |clean_m: &[BTreeMap<u32, f64>]| -> BTreeMap<u32, f64> {
-        let mut t: BTreeMap<u32, f64> = BTreeMap::new();
+    let bounds = |clean_m: &[BTreeMap<u32, f64>]| -> BTreeMap<u32, Bound> {
+        let mut t: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
         for fold in clean_m {
             for (rank, m) in fold {
-                let e = t.entry(*rank).or_insert(0.0);
-                *e = e.max(*m);
+                t.entry(*rank).or_default().push(*m);
             }
         }
         t.into_iter()
-            .map(|(r, m)| (r, (2.0 * m).max(MIN_THRESHOLD)))
+            .map(|(r, v)| (r, Bound::learn(&v, MIN_THRESHOLD)))
+            .collect()
+    };
+    let thresholds = |clean_m: &[BTreeMap<u32, f64>]| -> BTreeMap<u32, f64> {
+        bounds(clean_m)
+            .into_iter()
+            .map(|(r, b)| (r, b.threshold))
             .collect()
     };
     // Interfered runs against every clean run's baselines.
@@ -455,7 +468,7 @@ pub fn learn(
         }
     }
     let clean_m = clean_metrics_at(k, &used);
-    let th = thresholds(&clean_m);
+    let metric_bounds = bounds(&clean_m);
     let hits = hit_at(k, &used);
     let interfered_runs = hits
         .into_iter()
@@ -526,19 +539,24 @@ pub fn learn(
             } else {
                 None
             };
+            let cpu_bound = cpu_baseline.as_ref().map(|_| {
+                Bound::learn(
+                    cpu_clean.get(&r.rank).map_or(&[][..], Vec::as_slice),
+                    MIN_CPU_THRESHOLD,
+                )
+            });
             ProcessorModel {
                 rank: r.rank,
                 host: r.host.clone(),
                 sequences,
-                threshold: th.get(&r.rank).copied().unwrap_or(MIN_THRESHOLD),
+                threshold: metric_bounds
+                    .get(&r.rank)
+                    .map_or(MIN_THRESHOLD, |b| b.threshold),
+                bound: metric_bounds.get(&r.rank).cloned(),
                 clean_metrics: clean_m.iter().filter_map(|f| f.get(&r.rank).copied()).collect(),
                 unmonitored,
-                cpu_threshold: cpu_baseline.as_ref().map(|_| {
-                    let worst = cpu_clean
-                        .get(&r.rank)
-                        .map_or(0.0, |v| v.iter().copied().fold(0.0, f64::max));
-                    (2.0 * worst).max(MIN_CPU_THRESHOLD)
-                }),
+                cpu_threshold: cpu_bound.as_ref().map(|b| b.threshold),
+                cpu_bound,
                 cpu_clean: cpu_clean.get(&r.rank).cloned().unwrap_or_default(),
             }
         })

@@ -128,6 +128,7 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
     };
     let mut processors = Vec::new();
     let (mut suspects, mut unmonitored, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cannot = Vec::new();
     for r in &profiles.ranks {
         let learned = model.processor(r.rank);
         let mine = rel.iter().find(|(x, _)| *x == r.rank).map(|(_, v)| v);
@@ -194,20 +195,27 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             && note.is_none()
             && p.threshold >= MAX_SCORE
         {
-            unusable.push(format!(
-                "its held-out clean runs reached m = {:.2}, so no run could exceed the threshold ({:.2})",
-                p.clean_metrics.iter().copied().fold(0.0, f64::max),
-                p.threshold
-            ));
+            unusable.push(match &p.bound {
+                Some(b) => b.too_wide("its interference metric"),
+                None => format!(
+                    "cannot judge its interference metric: its held-out clean runs reached m = {:.2}, so no run could exceed the threshold ({:.2})",
+                    p.clean_metrics.iter().copied().fold(0.0, f64::max),
+                    p.threshold
+                ),
+            });
         }
         if let (Some(_), Some(t)) = (cpu_deficit, cpu_threshold)
             && t >= MAX_SCORE
         {
-            unusable.push(format!(
-                "its held-out clean runs lacked up to {:.0}% of their usual CPU, so no run could exceed the CPU threshold ({:.2})",
-                100.0 * learned.map_or(0.0, |p| p.cpu_clean.iter().copied().fold(0.0, f64::max)),
-                t
-            ));
+            unusable.push(match learned.and_then(|p| p.cpu_bound.as_ref()) {
+                Some(b) => b.too_wide("its CPU deficit"),
+                None => format!(
+                    "cannot judge its CPU deficit: its held-out clean runs lacked up to {:.0}% of their usual CPU, so no run could exceed the CPU threshold ({:.2})",
+                    100.0
+                        * learned.map_or(0.0, |p| p.cpu_clean.iter().copied().fold(0.0, f64::max)),
+                    t
+                ),
+            });
         }
         let metric_usable = threshold.is_some_and(|t| t < MAX_SCORE);
         let cpu_usable = cpu_threshold.is_some_and(|t| t < MAX_SCORE);
@@ -233,6 +241,12 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             });
         } else {
             monitored.push(r.rank);
+            // Judged by one, but not the other: said, not passed over.
+            cannot.extend(unusable.iter().map(|why| Unmonitored {
+                rank: r.rank,
+                host: r.host.clone(),
+                reason: why.clone(),
+            }));
         }
         // The stronger evidence (score over threshold) names the suspect.
         let mut evidence: Vec<(f64, f64, &str, String)> = Vec::new();
@@ -309,7 +323,8 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             unmonitored,
             monitored,
             "the interference metrics of",
-        ),
+        )
+        .cannot_judge(cannot),
     }
 }
 
@@ -426,6 +441,8 @@ mod tests {
             .expect("rank 2");
         noisy.clean_metrics = vec![0.0, 0.6, 0.01];
         noisy.threshold = 1.2;
+        // As in a model written before thresholds kept their bound.
+        noisy.bound = None;
         let d = detect(&model, &make(7, Some(2)));
         assert_eq!(
             d.verdict.outcome,

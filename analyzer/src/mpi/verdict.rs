@@ -71,6 +71,11 @@ pub struct Verdict {
     pub not_monitored: Vec<Unmonitored>,
     /// Ranks judged.
     pub monitored: Vec<u32>,
+    /// Evidence that could not be used on a judged rank, with the reason
+    /// (its clean runs varied too much for any run to exceed the
+    /// threshold): what "nothing abnormal" does not cover.
+    #[serde(default)]
+    pub cannot_judge: Vec<Unmonitored>,
 }
 
 impl Verdict {
@@ -130,7 +135,23 @@ impl Verdict {
             suspects,
             not_monitored,
             monitored,
+            cannot_judge: Vec::new(),
         }
+    }
+
+    /// The verdict with `notes` on evidence it could not use on judged
+    /// ranks, said in the summary too.
+    pub fn cannot_judge(mut self, notes: Vec<Unmonitored>) -> Self {
+        if notes.is_empty() {
+            return self;
+        }
+        let said: Vec<String> = notes
+            .iter()
+            .map(|n| format!("rank {}: {}", n.rank, n.reason))
+            .collect();
+        self.summary = format!("{}; {}", self.summary, said.join("; "));
+        self.cannot_judge = notes;
+        self
     }
 
     /// The suspects' ranks, most abnormal first.
@@ -179,6 +200,22 @@ mod tests {
         let ok = Verdict::new("outliers", vec![], vec![], vec![0, 1], "slowdown");
         assert_eq!(ok.outcome, Outcome::NothingAbnormal);
         assert!(ok.summary.starts_with("nothing abnormal"));
+        let partly =
+            Verdict::new("outliers", vec![], vec![], vec![0, 1], "slowdown").cannot_judge(vec![
+                Unmonitored {
+                    rank: 1,
+                    host: "h".into(),
+                    reason: "cannot judge its CPU deficit: clean runs varied by ±0.40".into(),
+                },
+            ]);
+        assert_eq!(partly.outcome, Outcome::NothingAbnormal);
+        assert!(
+            partly
+                .summary
+                .ends_with("; rank 1: cannot judge its CPU deficit: clean runs varied by ±0.40"),
+            "{}",
+            partly.summary
+        );
         let none = Verdict::new("outliers", vec![], vec![], vec![], "slowdown");
         assert_eq!(none.outcome, Outcome::NotMonitored);
         let json = serde_json::to_string(&v).expect("json");
