@@ -226,8 +226,8 @@ fn issue_16_namespaced_servers_own_their_retransmissions_and_traffic() {
 
 /// Issue 16, item 4, on real servers: three echo servers, each in its own
 /// network namespace and recorded by its own tracer, two of them echoing a
-/// client's data (the third idles); a flood that is none of theirs goes into server 1's
-/// namespace. Their interface counters both grow with the echoes
+/// client's data (the third idles); then a flood that is none of theirs
+/// goes into server 1's namespace. Their interface counters both grow with the echoes
 /// (`net-bytes`); the traffic their sockets did not carry (`net-foreign`)
 /// is the flood, on server 1 only, and a few per cent of frame overhead
 /// on server 0, whatever its own traffic.
@@ -277,28 +277,33 @@ fn issue_16_foreign_traffic_is_the_flood_not_the_servers_own() {
             .expect("nc listens"),
     );
     std::thread::sleep(Duration::from_millis(300));
-    // Clients from the host, 3 s each; the flood beside them.
+    // Clients from the host, 3 s each, 4 KiB a round trip (tens to
+    // hundreds of MB a second, as a chunkserver serves).
     let clients: Vec<Child> = nets
         .iter()
         .zip(&ports)
         .take(2)
         .map(|(ns, p)| {
             Command::new(&echo)
-                .args(["client", &ns.addr.to_string(), &p.to_string(), "3"])
+                .args(["client", &ns.addr.to_string(), &p.to_string(), "3", "4096"])
                 .stdout(Stdio::null())
                 .spawn()
                 .expect("client starts")
         })
         .collect();
+    for c in clients {
+        assert!(c.wait_with_output().expect("client").status.success());
+    }
+    // The flood after the echoes: an echo at a GB a second, read every
+    // 250 ms on the link but timed exactly on the socket, would move
+    // tens of MB across a window's edge (in the fs matrices the servers'
+    // own traffic is a tenth of that, and the hogs stand out beside it).
     let flood = Command::new("sh")
         .args([
             "-c",
             &format!("head -c 200M /dev/zero | nc -N {} 5001", nets[1].addr),
         ])
         .status();
-    for c in clients {
-        assert!(c.wait_with_output().expect("client").status.success());
-    }
     std::thread::sleep(Duration::from_millis(600));
     drop(sink);
     for t in tracers {
@@ -345,9 +350,10 @@ fn issue_16_foreign_traffic_is_the_flood_not_the_servers_own() {
         received(Metric::SocketBytes),
     );
     eprintln!("received: net {net:?}, foreign {foreign:?}, socket {socket:?}");
-    // Both echoed megabytes through their sockets, seen on their links.
+    // Both echoed megabytes through their sockets, seen on their links
+    // (counters read every 250 ms: the windows' edges differ a little).
     assert!(socket[0] > 5e6 && socket[1] > 5e6, "{socket:?}");
-    assert!(net[0] > socket[0], "{net:?} {socket:?}");
+    assert!(net[0] > 0.9 * socket[0], "{net:?} {socket:?}");
     // Server 0's foreign traffic is overhead, server 1's the flood.
     assert!(foreign[0] < 0.1 * net[0], "{foreign:?} {net:?}");
     assert!(foreign[1] > 150e6, "{foreign:?}");
