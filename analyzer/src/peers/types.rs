@@ -170,8 +170,13 @@ impl Metric {
     ///   run indicted;
     /// - MooseFS (24 faulty, 6 clean, re-scored from the third stop's
     ///   recording): TP 15/24, one run naming a wrong server, one clean run
-    ///   indicted (the third stop's set: 13/24, 4, 1). See the notes for a
-    ///   fresh matrix.
+    ///   indicted (the third stop's set: 13/24, 4, 1).
+    ///
+    /// Recorded after the choice, at load 5-27 on two cores: MooseFS TP
+    /// 16/23, one wrong server, no clean run indicted (the third stop's
+    /// set: 15/23, 3, 1); GlusterFS (`--runs 1`) TP 12/12 but 4 runs
+    /// also naming a victim (by `block-bytes`, `syscalls`, `cpu-wait`; the
+    /// third stop's set the same).
     ///
     /// `net-foreign` found every network hog on both systems (`net-bytes`
     /// none on MooseFS, where data placed unevenly moves the servers'
