@@ -356,8 +356,13 @@ fn describe(info: &RunInfo) -> String {
     let lost: u64 = info.tracers.iter().map(|t| t.lost).sum();
     let events: u64 = info.tracers.iter().flat_map(|t| t.events.values()).sum();
     let bytes: u64 = info.tracers.iter().map(|t| t.bytes).sum();
+    let quiet = match info.quiet {
+        Some(q) if !q.quiet => format!("; links still busy after {:.0} s", q.waited_s),
+        Some(q) if q.waited_s >= 2.5 => format!("; waited {:.0} s for quiet links", q.waited_s),
+        _ => String::new(),
+    };
     format!(
-        "{} {} {:.1} s, {:.1} MB/s, {}; {} events, {:.1} MB captured, {} lost; load {:.1}",
+        "{} {} {:.1} s, {:.1} MB/s, {}; {} events, {:.1} MB captured, {} lost; load {:.1}{quiet}",
         info.system,
         info.workload,
         info.result.seconds,

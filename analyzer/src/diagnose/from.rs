@@ -437,6 +437,7 @@ fn in_words(m: peers::Metric) -> &'static str {
         M::BlockTime => "disk request times",
         M::BlockLatency => "times per disk request",
         M::NetBytes => "network traffic of its namespace",
+        M::NetForeign => "traffic in its namespace that is not its own",
         M::NetErrors => "network drops and errors",
         M::CpuWait => "time waiting for a CPU",
     }

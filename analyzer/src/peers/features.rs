@@ -154,6 +154,10 @@ pub struct Features {
     /// Servers whose captures hold no CPU times while others' do (then
     /// [`Metric::CpuWait`] has no data rather than zeros for them).
     pub cpu_missing: Vec<String>,
+    /// Per server, the servers whose processes share a network namespace
+    /// with it (itself included): their sockets' bytes are the namespace's
+    /// own traffic in [`Metric::NetForeign`].
+    pub netns_peers: Vec<Vec<usize>>,
 }
 
 /// Feature vectors of one metric in every window.
@@ -1406,6 +1410,8 @@ pub fn extract(
         }
     }
 
+    let netns_peers = netns_peers(servers.len(), &server_netns);
+
     Ok(Features {
         run: run.to_string(),
         servers,
@@ -1418,7 +1424,58 @@ pub fn extract(
         events,
         notes,
         cpu_missing,
+        netns_peers,
     })
+}
+
+/// Per server, the servers whose processes live in one of its network
+/// namespaces (same host), itself included; a server with no known
+/// namespace has only itself. `server_netns`: (host, namespace, server).
+fn netns_peers(servers: usize, server_netns: &[(usize, u64, usize)]) -> Vec<Vec<usize>> {
+    (0..servers)
+        .map(|s| {
+            let mut peers = vec![s];
+            for (host, netns, _) in server_netns.iter().filter(|e| e.2 == s) {
+                for (h, n, other) in server_netns {
+                    if h == host && n == netns && !peers.contains(other) {
+                        peers.push(*other);
+                    }
+                }
+            }
+            peers.sort_unstable();
+            peers
+        })
+        .collect()
+}
+
+/// [`Metric::NetForeign`] of one component: per server and window, the
+/// interface bytes of its namespace less the socket bytes of every server
+/// in it (`peers`), never below 0. `iface` and `socket` are
+/// `[server][window]`; no socket bytes count as 0.
+fn foreign_bytes(
+    iface: &[Vec<f64>],
+    socket: Option<&Vec<Vec<f64>>>,
+    peers: &[Vec<usize>],
+) -> Vec<Vec<f64>> {
+    iface
+        .iter()
+        .enumerate()
+        .map(|(s, windows)| {
+            windows
+                .iter()
+                .enumerate()
+                .map(|(w, bytes)| {
+                    let own: f64 = peers
+                        .get(s)
+                        .map_or(&[s][..], |p| &p[..])
+                        .iter()
+                        .filter_map(|p| socket.and_then(|c| c.get(*p)).and_then(|c| c.get(w)))
+                        .sum();
+                    (bytes - own).max(0.0)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Adds an interface's counter increase over `[t0, t1)` to server `s`.
@@ -1510,6 +1567,7 @@ impl Features {
             Metric::SyscallLatency => &self.components[Metric::SyscallTime.index()],
             Metric::FileLatency => &self.components[Metric::FileTime.index()],
             Metric::BlockLatency => &self.components[Metric::BlockTime.index()],
+            Metric::NetForeign => &self.components[Metric::NetBytes.index()],
             m => &self.components[m.index()],
         }
     }
@@ -1539,7 +1597,7 @@ impl Features {
                 Metric::BlockRequests | Metric::BlockBytes | Metric::BlockTime | Metric::BlockLatency => {
                     "the captures hold no block requests on the servers' devices (recorded with --no-block-io, or none reached a disk)".into()
                 }
-                Metric::NetBytes | Metric::NetErrors => {
+                Metric::NetBytes | Metric::NetErrors | Metric::NetForeign => {
                     "the captures hold no network interface counters (recorded with --no-net-stats)".into()
                 }
                 Metric::CpuWait if !self.cpu_missing.is_empty() => format!(
@@ -1618,6 +1676,7 @@ impl Features {
             | Metric::BlockTime
             | Metric::NetBytes
             | Metric::NetErrors
+            | Metric::NetForeign
             | Metric::CpuWait => "no components".into(),
         }
     }
@@ -1711,8 +1770,26 @@ impl Features {
             Metric::BlockRequests,
             Metric::BlockLatency,
         );
+        // Traffic of the namespace that none of its servers' sockets carried
+        // (components: received, sent, as in both sources).
+        let net_foreign: HashMap<u32, Vec<Vec<f64>>> = if cfg.metrics.contains(&Metric::NetForeign)
+        {
+            let net = &windowed[Metric::NetBytes.index()];
+            let socket = &windowed[Metric::SocketBytes.index()];
+            net.iter()
+                .map(|(comp, iface)| {
+                    (
+                        *comp,
+                        foreign_bytes(iface, socket.get(comp), &self.netns_peers),
+                    )
+                })
+                .collect()
+        } else {
+            HashMap::new()
+        };
         let column = |m: Metric| -> &HashMap<u32, Vec<Vec<f64>>> {
             match m {
+                Metric::NetForeign => &net_foreign,
                 Metric::Latency => &latency,
                 Metric::SyscallLatency => &syscall_latency,
                 Metric::FileLatency => &file_latency,
@@ -1781,6 +1858,7 @@ impl Features {
                 | Metric::BlockTime
                 | Metric::NetBytes
                 | Metric::NetErrors
+                | Metric::NetForeign
                 | Metric::CpuWait => (0..n).collect(),
                 // Means over enough calls (or requests) in a window.
                 Metric::FileLatency => (0..n)
@@ -1852,6 +1930,30 @@ impl Features {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_sharing_a_namespace_on_one_host_are_peers_there() {
+        // server0 and server2 share namespace 7 on host 0; server1 has the
+        // same namespace number on another host; server3 has none known.
+        let peers = netns_peers(4, &[(0, 7, 0), (1, 7, 1), (0, 7, 2)]);
+        assert_eq!(peers, vec![vec![0, 2], vec![1], vec![0, 2], vec![3]]);
+    }
+
+    #[test]
+    fn foreign_bytes_leave_out_the_sockets_of_every_server_in_the_namespace() {
+        // Two windows; server0 and server1 share a namespace (both read its
+        // counters: 100 and 300 bytes), server2 is alone.
+        let iface = vec![vec![100.0, 300.0], vec![100.0, 300.0], vec![50.0, 80.0]];
+        let socket = vec![vec![30.0, 100.0], vec![20.0, 250.0], vec![10.0, 90.0]];
+        let peers = vec![vec![0, 1], vec![0, 1], vec![2]];
+        let foreign = foreign_bytes(&iface, Some(&socket), &peers);
+        // 100 − (30 + 20); 300 − (100 + 250) is below 0: none foreign.
+        assert_eq!(foreign[0], vec![50.0, 0.0]);
+        assert_eq!(foreign[1], vec![50.0, 0.0]);
+        assert_eq!(foreign[2], vec![40.0, 0.0]);
+        // No socket bytes at all: every interface byte is foreign.
+        assert_eq!(foreign_bytes(&iface, None, &peers), iface);
+    }
 
     #[test]
     fn waits_are_told_from_service_calls() {

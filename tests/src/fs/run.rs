@@ -107,6 +107,82 @@ pub struct RunInfo {
     /// The host's 1-minute load average when the workload started (the
     /// host is shared: timings mean little without it).
     pub load_average: f64,
+    /// How long the run waited for the servers' links to fall quiet before
+    /// it started, s, and whether they did (see [`wait_quiet`]); absent in
+    /// runs recorded before the wait.
+    #[serde(default)]
+    pub quiet: Option<QuietWait>,
+}
+
+/// The wait for quiet links before a run.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct QuietWait {
+    /// Seconds waited.
+    pub waited_s: f64,
+    /// Whether the links fell quiet (else the run started at the bound).
+    pub quiet: bool,
+}
+
+/// Traffic on all the servers' links together under which they count as
+/// quiet, bytes a second (heartbeats and metadata are a few KB/s; a chunk
+/// being replicated is tens of MB/s).
+const QUIET_BPS: f64 = 1e6;
+/// How long the links must stay quiet.
+const QUIET_FOR: Duration = Duration::from_secs(2);
+/// The longest wait before a run starts anyway.
+const QUIET_MAX: Duration = Duration::from_secs(60);
+
+/// Whether readings of the links' byte counters show quiet for `QUIET_FOR`:
+/// `readings` are (seconds, total bytes) in time order, the last one now.
+fn quiet_for(readings: &[(f64, u64)], bps: f64, span: f64) -> bool {
+    let Some(&(now, last)) = readings.last() else {
+        return false;
+    };
+    // The latest reading at least `span` old.
+    let Some(&(then, first)) = readings.iter().rev().find(|(t, _)| now - t >= span) else {
+        return false;
+    };
+    // A counter that went back (a link re-created) is no quiet.
+    last >= first && (last - first) as f64 / (now - then) < bps
+}
+
+/// Waits until the servers' links (the host ends of their veths) carry less
+/// than [`QUIET_BPS`] together for [`QUIET_FOR`], at most [`QUIET_MAX`]. A
+/// file system keeps working after a workload ended (MooseFS replicates the
+/// chunks a previous run left short of their goal, and deletes its files):
+/// a clean run recorded meanwhile had 200 MB of replication a window on
+/// some chunkservers and none on others, and trained thresholds on it that
+/// hid a CPU cap (issue 16).
+pub fn wait_quiet(cluster: &Cluster) -> QuietWait {
+    let links: Vec<String> = cluster.servers().iter().map(|s| s.veth.clone()).collect();
+    let bytes = || -> u64 {
+        links
+            .iter()
+            .flat_map(|l| {
+                ["rx_bytes", "tx_bytes"].map(|c| format!("/sys/class/net/{l}/statistics/{c}"))
+            })
+            .filter_map(|p| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
+            .sum()
+    };
+    let started = Instant::now();
+    let mut readings = Vec::new();
+    loop {
+        let t = started.elapsed().as_secs_f64();
+        readings.push((t, bytes()));
+        if quiet_for(&readings, QUIET_BPS, QUIET_FOR.as_secs_f64()) {
+            return QuietWait {
+                waited_s: t,
+                quiet: true,
+            };
+        }
+        if started.elapsed() >= QUIET_MAX {
+            return QuietWait {
+                waited_s: t,
+                quiet: false,
+            };
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// The host's 1-minute load average.
@@ -123,6 +199,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         cluster.server(i)?;
     }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let quiet = wait_quiet(cluster);
     let recording = match &config.record {
         Some(r) => Some(Recording::start(cluster, r, dir)?),
         None => None,
@@ -204,6 +281,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         start_unix_ns,
         end_unix_ns,
         load_average: load,
+        quiet: Some(quiet),
     };
     let path = dir.join("run.json");
     let json = serde_json::to_string_pretty(&info).map_err(|source| FsError::Json {
@@ -493,4 +571,23 @@ pub fn server_label(info: &RunInfo, peers_label: &str) -> String {
         .iter()
         .find(|s| s.server.label == peers_label || s.server.peers_label == peers_label)
         .map_or_else(|| peers_label.to_string(), |s| s.server.label.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_quiet_only_after_a_quiet_span() {
+        // 50 MB/s of replication, then a few KB/s.
+        let mut r = vec![(0.0, 0u64), (1.0, 50_000_000), (2.0, 100_000_000)];
+        assert!(!quiet_for(&r, 1e6, 2.0), "busy");
+        r.push((3.0, 100_004_000));
+        assert!(!quiet_for(&r, 1e6, 2.0), "quiet for 1 s only");
+        r.push((4.0, 100_008_000));
+        assert!(quiet_for(&r, 1e6, 2.0), "quiet for 2 s");
+        // Too early to tell, and a counter that went back.
+        assert!(!quiet_for(&r[..1], 1e6, 2.0));
+        assert!(!quiet_for(&[(0.0, 500), (3.0, 100)], 1e6, 2.0));
+    }
 }

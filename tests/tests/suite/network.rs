@@ -223,3 +223,141 @@ fn issue_16_namespaced_servers_own_their_retransmissions_and_traffic() {
     assert!(total(0, Metric::NetErrors, 3) >= owned.len() as f64);
     assert_eq!(total(2, Metric::NetErrors, 3), 0.0);
 }
+
+/// Issue 16, item 4, on real servers: three echo servers, each in its own
+/// network namespace and recorded by its own tracer, two of them echoing a
+/// client's data (the third idles); then a flood that is none of theirs
+/// goes into server 1's namespace. Their interface counters both grow with the echoes
+/// (`net-bytes`); the traffic their sockets did not carry (`net-foreign`)
+/// is the flood, on server 1 only, and a few per cent of frame overhead
+/// on server 0, whatever its own traffic.
+#[test]
+fn issue_16_foreign_traffic_is_the_flood_not_the_servers_own() {
+    if !privileged() || !installed(&["ip", "nc"], "apt: iproute2 netcat-openbsd") {
+        return;
+    }
+    let echo = fixture("tcpecho", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nets: Vec<Netns> = (0..3).map(Netns::new).collect();
+    let mut servers = Vec::new();
+    let mut ports = Vec::new();
+    for (i, ns) in nets.iter().enumerate() {
+        let port_file = dir.path().join(format!("port{i}"));
+        let child = ns
+            .command(&echo, &["serve", port_file.to_str().expect("utf8")])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("server starts");
+        servers.push(Killed(child));
+        ports.push(port(&port_file));
+    }
+    let outs: Vec<PathBuf> = (0..3)
+        .map(|i| dir.path().join(format!("server{i}.capture")))
+        .collect();
+    let tracers: Vec<Background> = servers
+        .iter()
+        .zip(&outs)
+        .map(|(s, out)| {
+            Background::start(&[
+                "record",
+                "-p",
+                &s.0.id().to_string(),
+                "--sample-hz",
+                "0",
+                "-o",
+                out.to_str().expect("utf8"),
+            ])
+        })
+        .collect();
+    let sink = Killed(
+        Command::new("ip")
+            .args(["netns", "exec", &nets[1].name, "nc", "-l", "5001"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("nc listens"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // Clients from the host, 3 s each, 4 KiB a round trip (tens to
+    // hundreds of MB a second, as a chunkserver serves).
+    let clients: Vec<Child> = nets
+        .iter()
+        .zip(&ports)
+        .take(2)
+        .map(|(ns, p)| {
+            Command::new(&echo)
+                .args(["client", &ns.addr.to_string(), &p.to_string(), "3", "4096"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("client starts")
+        })
+        .collect();
+    for c in clients {
+        assert!(c.wait_with_output().expect("client").status.success());
+    }
+    // The flood after the echoes: an echo at a GB a second, read every
+    // 250 ms on the link but timed exactly on the socket, would move
+    // tens of MB across a window's edge (in the fs matrices the servers'
+    // own traffic is a tenth of that, and the hogs stand out beside it).
+    let flood = Command::new("sh")
+        .args([
+            "-c",
+            &format!("head -c 200M /dev/zero | nc -N {} 5001", nets[1].addr),
+        ])
+        .status();
+    std::thread::sleep(Duration::from_millis(600));
+    drop(sink);
+    for t in tracers {
+        assert!(t.stop("INT").success());
+    }
+    drop(servers);
+    assert!(flood.is_ok_and(|s| s.success()), "the flood ran");
+
+    let caps: Vec<_> = outs.iter().map(|p| capture(p)).collect();
+    let labels = ["server0", "server1", "server2"];
+    let sources: Vec<CaptureSource<'_>> = caps
+        .iter()
+        .zip(&outs)
+        .zip(labels)
+        .map(|((capture, path), label)| CaptureSource {
+            path,
+            label,
+            capture,
+        })
+        .collect();
+    let cfg = PeersConfig {
+        window_ns: 1_000_000_000,
+        shift_ns: 1_000_000_000,
+        metrics: vec![Metric::NetBytes, Metric::NetForeign, Metric::SocketBytes],
+        ..PeersConfig::default()
+    };
+    let f = peers::extract("net", &sources, &cfg).expect("features");
+    let w = f.windows(&cfg);
+    // Bytes received per server over every window.
+    let received = |m: Metric| -> Vec<f64> {
+        let mv = w.metrics.iter().find(|v| v.metric == m).expect("metric");
+        let c = mv
+            .components
+            .iter()
+            .position(|c| c == "bytes received")
+            .expect("received");
+        (0..3)
+            .map(|s| mv.vectors.iter().map(|win| win[s][c]).sum())
+            .collect()
+    };
+    let (net, foreign, socket) = (
+        received(Metric::NetBytes),
+        received(Metric::NetForeign),
+        received(Metric::SocketBytes),
+    );
+    eprintln!("received: net {net:?}, foreign {foreign:?}, socket {socket:?}");
+    // Both echoed megabytes through their sockets, seen on their links
+    // (counters read every 250 ms: the windows' edges differ a little).
+    assert!(socket[0] > 5e6 && socket[1] > 5e6, "{socket:?}");
+    assert!(net[0] > 0.9 * socket[0], "{net:?} {socket:?}");
+    // Server 0's foreign traffic is overhead, server 1's the flood.
+    assert!(foreign[0] < 0.1 * net[0], "{foreign:?} {net:?}");
+    assert!(foreign[1] > 150e6, "{foreign:?}");
+    assert!(foreign[1] > 10.0 * foreign[0], "{foreign:?}");
+    // Server 2 idled: little of anything.
+    assert!(foreign[2] < 1e6 && net[2] < 1e6, "{foreign:?} {net:?}");
+}
