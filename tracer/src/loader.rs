@@ -1189,7 +1189,13 @@ impl Loaded {
 
     /// System calls in progress now, by tid.
     pub fn inflight(&self) -> Vec<(u32, SyscallEnter)> {
-        self.inflight.iter().filter_map(Result::ok).collect()
+        self.inflight
+            .iter()
+            .filter_map(Result::ok)
+            // A thread's entry stays after its call returned, marked done
+            // (`ts_ns` 0): only calls still in progress count.
+            .filter(|(_, enter)| enter.ts_ns != 0)
+            .collect()
     }
 
     /// The file I/O counters, summed over CPUs (cumulative since the key

@@ -5,7 +5,7 @@ use analyzer::{
     decode::{addr_string, syscall_name},
 };
 use tests::{capture, events, fixture, privileged, tracer};
-use tracer_common::record::Syscall;
+use tracer_common::record::{SYSCALL_UNFINISHED, Syscall};
 
 /// The capture's system call records, in order.
 fn syscalls(cap: &analyzer::Capture) -> Vec<Syscall> {
@@ -187,4 +187,52 @@ fn a_parents_later_socket_does_not_make_the_childs_descriptor_one() {
         .map(|s| s.header.pid)
         .collect();
     assert_eq!(closes, [parent], "only the parent closed a socket {fd}");
+}
+
+/// A thread whose last socket call returned and that then waits in a call
+/// we do not trace (a sleep) when recording stops: its finished calls stay
+/// finished, none comes back as a call in progress. The eBPF side keeps
+/// each thread's last call, marked done, until the thread exits: read back
+/// as in progress, it would be a call from time 0 to the stop.
+#[test]
+fn a_finished_call_is_not_in_progress_at_the_stop() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sleeper.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "--duration",
+        "2s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        "python3",
+        "-c",
+        "import socket, time\na, b = socket.socketpair()\na.send(b'x')\nb.recv(1)\ntime.sleep(8)",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let calls = syscalls(&cap);
+    let finished = calls
+        .iter()
+        .filter(|s| s.flags & SYSCALL_UNFINISHED == 0)
+        .count();
+    assert!(finished >= 2, "the send and the receive: {calls:?}");
+    let start = cap.header.clock.monotonic_ns;
+    let unfinished: Vec<&Syscall> = calls
+        .iter()
+        .filter(|s| s.flags & SYSCALL_UNFINISHED != 0)
+        .collect();
+    assert!(
+        unfinished.iter().all(|s| s.enter_ns >= start),
+        "only calls that began while recording: {unfinished:?}"
+    );
+    assert!(
+        unfinished.is_empty(),
+        "the sleeper is in no socket call: {unfinished:?}"
+    );
 }
