@@ -5,10 +5,17 @@
 //! shared machine never meet.
 
 use std::{
+    collections::BTreeSet,
     net::Ipv4Addr,
     path::{Path, PathBuf},
     process::Command,
+    sync::Mutex,
 };
+
+/// Namespace numbers in use by the tests of this process: tests run in
+/// parallel threads, and two with the same number would share (and delete)
+/// each other's namespace.
+static NETNS_IN_USE: Mutex<BTreeSet<u8>> = Mutex::new(BTreeSet::new());
 
 /// Runs `program args`, bounded by 60 s; panics with its output on failure.
 fn run(program: &str, args: &[&str]) -> String {
@@ -92,6 +99,8 @@ fn devno(dev: &str) -> (u32, u32) {
 /// A network namespace joined to the host's by a veth pair on a /30 of its
 /// own (10.213.P.4k+1 on the host, 10.213.P.4k+2 inside, P from the pid).
 pub struct Netns {
+    /// Its number in this process.
+    k: u8,
     /// `ip netns` name.
     pub name: String,
     /// The address inside.
@@ -101,9 +110,18 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Namespace number `k` (0..60) of this test process.
+    /// Namespace number `k` (0..60) of this test process; each test of the
+    /// process takes numbers of its own (panics on one in use).
     pub fn new(k: u8) -> Self {
         assert!(k < 60, "at most 60 namespaces");
+        let fresh = NETNS_IN_USE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(k);
+        assert!(
+            fresh,
+            "network namespace number {k} is in use by another test of this process: give each test numbers of its own"
+        );
         let pid = std::process::id();
         let name = format!("eftcap-{pid}-{k}");
         let (host_if, inner_if) = (
@@ -115,6 +133,7 @@ impl Netns {
         let addr = Ipv4Addr::new(10, 213, subnet, 4 * k + 2);
         run("ip", &["netns", "add", &name]);
         let ns = Self {
+            k,
             name,
             addr,
             host_addr,
@@ -207,6 +226,10 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
+        NETNS_IN_USE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.k);
     }
 }
 
