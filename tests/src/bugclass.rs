@@ -467,15 +467,19 @@ pub fn record(
 /// Learns a calibrated model (000 decomposition) from normal runs.
 pub fn learn(runs: &[PathBuf]) -> GlobalModel {
     let mut model = GlobalModel::new(Variant::Paper000);
-    let decomposed: Vec<Vec<ProcessUnits>> = runs
+    // Each capture read once: its units and when its recording stopped.
+    let (decomposed, stops): (Vec<Vec<ProcessUnits>>, Vec<Option<u64>>) = runs
         .iter()
-        .map(|p| decompose_capture(&crate::capture(p), Variant::Paper000))
-        .collect();
-    for (path, run) in runs.iter().zip(&decomposed) {
+        .map(|p| {
+            let cap = crate::capture(p);
+            let stop = cap.end.as_ref().map(|e| e.stop_ns);
+            (decompose_capture(&cap, Variant::Paper000), stop)
+        })
+        .unzip();
+    for (run, stop) in decomposed.iter().zip(stops) {
         for p in run {
             model.learn(p);
         }
-        let stop = crate::capture(path).end.map(|e| e.stop_ns);
         model.learn_quiet(run, stop);
     }
     calibrate(&mut model, None, &decomposed);

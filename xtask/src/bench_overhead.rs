@@ -87,19 +87,19 @@ pub(crate) struct BenchOverheadArgs {
     modes: Vec<String>,
 }
 
-/// The recorder's flags of each no-f ablation.
-const ABLATIONS: &[(&str, &[&str])] = &[
-    ("no-f-nosample", &["--sample-hz", "0"]),
-    ("no-f-nosyscalls", &["--no-syscalls"]),
-    ("no-f-nofile", &["--no-file-io"]),
-    ("no-f-noblock", &["--no-block-io"]),
-    ("no-f-nonet", &["--no-net-stats"]),
-    ("no-f-nocpu", &["--no-cpu-times"]),
+/// Each no-f ablation: its name, the sample rate (`None`: the harness's
+/// 99 Hz) and the recorder's other flags.
+const ABLATIONS: &[(&str, Option<u32>, &[&str])] = &[
+    ("no-f-nosample", Some(0), &[]),
+    ("no-f-nosyscalls", None, &["--no-syscalls"]),
+    ("no-f-nofile", None, &["--no-file-io"]),
+    ("no-f-noblock", None, &["--no-block-io"]),
+    ("no-f-nonet", None, &["--no-net-stats"]),
+    ("no-f-nocpu", None, &["--no-cpu-times"]),
     (
         "no-f-bare",
+        Some(0),
         &[
-            "--sample-hz",
-            "0",
             "--no-syscalls",
             "--no-file-io",
             "--no-block-io",
@@ -177,22 +177,14 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     "1s".into(),
                 ],
             )?,
-            other => match ABLATIONS.iter().find(|(n, _)| *n == other) {
-                Some((_, flags)) => {
-                    // The harness passes --sample-hz itself: set it there.
-                    let mut extra: Vec<String> = Vec::new();
-                    let mut hz = None;
-                    let mut it = flags.iter();
-                    while let Some(f) = it.next() {
-                        if *f == "--sample-hz" {
-                            hz = it.next().and_then(|v| v.parse().ok());
-                        } else {
-                            extra.push(f.to_string());
-                        }
-                    }
-                    let mut r = record(&[], &extra)?;
+            other => match ABLATIONS.iter().find(|(n, ..)| *n == other) {
+                Some((_, hz, flags)) => {
+                    let mut r = record(
+                        &[],
+                        &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+                    )?;
                     if let Some(hz) = hz {
-                        r.sample_hz = hz;
+                        r.sample_hz = *hz;
                     }
                     r
                 }
@@ -200,7 +192,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     "unknown mode {other:?}: untraced, no-f, no-f-one, broad, budget, {}",
                     ABLATIONS
                         .iter()
-                        .map(|(n, _)| *n)
+                        .map(|(n, ..)| *n)
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

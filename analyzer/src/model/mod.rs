@@ -154,7 +154,7 @@ impl GlobalModel {
             return;
         }
         if let Some((from, to)) = crate::units::quiet_span(processes, stop_ns) {
-            self.quiet_ns = Some(self.quiet_ns.unwrap_or(0).max(to - from));
+            self.quiet_ns = Some(self.quiet_ns.unwrap_or(0).max(to.saturating_sub(from)));
         }
     }
 

@@ -296,7 +296,9 @@ impl ScoreReport {
             return;
         };
         let quiet = to.saturating_sub(from);
-        let bound = ((normal as f64 * STALL_FACTOR) as u64).max(normal + STALL_MARGIN_NS);
+        // `normal` comes from a model file: no overflow whatever it holds.
+        let bound =
+            ((normal as f64 * STALL_FACTOR) as u64).max(normal.saturating_add(STALL_MARGIN_NS));
         if quiet <= bound {
             return;
         }
@@ -1085,6 +1087,12 @@ mod tests {
             0,
         );
         assert_eq!(old.stall, None);
+        // A crafted model's span cannot overflow the bound.
+        let mut huge = quiet();
+        let mut crafted = GlobalModel::new(Variant::Paper000);
+        crafted.quiet_ns = Some(u64::MAX);
+        huge.judge_quiet(&crafted, "c", Some((0, u64::MAX)), 0);
+        assert_eq!(huge.stall, None);
         // An anomaly already named keeps its verdict and summary.
         let mut named = ScoreReport::new(
             Variant::Paper000,
