@@ -3,7 +3,7 @@
 //! block and TCP tracepoints, perf sampling. Owns the maps user space talks to.
 
 use std::{
-    collections::{BTreeMap, HashMap as StdHashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap as StdHashMap, HashSet},
     io,
     os::fd::{AsFd as _, OwnedFd},
     path::{Path, PathBuf},
@@ -77,6 +77,13 @@ pub enum LoadError {
         "attaching USDT probes needs uprobe_multi links with semaphore offsets (Linux 6.6 or later)"
     )]
     UsdtMulti {
+        /// The cause.
+        #[source]
+        source: MultiError,
+    },
+    /// Function probes could not be attached for a followed process.
+    #[error("attaching function probes for a forked process")]
+    ProbeMulti {
         /// The cause.
         #[source]
         source: MultiError,
@@ -218,6 +225,14 @@ pub struct Loaded {
     /// budget can replace them.
     probe_multi_links: Vec<OwnedFd>,
     probe_links: Vec<(&'static str, aya::programs::uprobe::UProbeLinkId)>,
+    /// The processes the function probes fire in ([`Loaded::scope_probes`]);
+    /// `None`: every process of their objects.
+    probe_pids: Option<BTreeSet<u32>>,
+    /// The function probes attached now, to attach for followed processes.
+    attached: Vec<Probe>,
+    /// The function-probe links of processes followed since they were
+    /// attached (scoped probes only), by pid.
+    probe_followed: StdHashMap<u32, Vec<OwnedFd>>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     loaded_uprobes: bool,
     /// Number of kernel attachments made (perf and uprobe_multi links).
@@ -349,6 +364,9 @@ impl Loaded {
             probe_gen: 0,
             probe_multi_links: Vec::new(),
             probe_links: Vec::new(),
+            probe_pids: None,
+            attached: Vec::new(),
+            probe_followed: StdHashMap::new(),
             ebpf,
             ring: Some(ring),
             traced,
@@ -559,14 +577,38 @@ impl Loaded {
         Ok(())
     }
 
-    /// Attaches entry and return probes at every probe, for every process of
-    /// their objects; the programs keep only traced processes' events. One
-    /// uprobe_multi link per object and direction where the kernel has them
-    /// (fast to attach and to detach), else one perf link per probe.
+    /// Makes the function probes attached from now on fire only in `pids`
+    /// (and the processes they fork, as their forks are read: see
+    /// [`Loaded::follow_probes`]), where the kernel has uprobe_multi links.
+    ///
+    /// Without it a probe traps in every process that maps its object: the
+    /// programs drop other processes' hits, but each trap still costs its
+    /// microseconds, so tracing one server's library function slowed every
+    /// other process of the host using that library (a second instance of
+    /// a probed program ran 40 times slower).
+    pub fn scope_probes(&mut self, pids: &[u32]) {
+        self.probe_pids = Some(pids.iter().copied().collect());
+    }
+
+    /// The number of processes the function probes fire in; `None` when
+    /// they fire in every process of their objects.
+    pub fn probe_scope(&self) -> Option<usize> {
+        self.probe_pids
+            .as_ref()
+            .map(|p| p.len() + self.probe_followed.len())
+    }
+
+    /// Attaches entry and return probes at every probe, for the processes
+    /// of [`Loaded::scope_probes`] or else every process of their objects;
+    /// the programs keep only traced processes' events. One uprobe_multi
+    /// link per object, direction (and process) where the kernel has them
+    /// (fast to attach and to detach), else one perf link per probe, for
+    /// every process (a perf uprobe for a pid fires in one thread only).
     pub fn attach_probes(&mut self, probes: &[Probe]) -> Result<(), LoadError> {
         if probes.is_empty() {
             return Ok(());
         }
+        self.attached = probes.to_vec();
         self.load_uprobes()?;
         if self.multi.is_none() && !self.allow_multi {
             self.multi = Some(Err("turned off".into()));
@@ -582,26 +624,22 @@ impl Loaded {
                 .map_err(|e| format!("{e:#}")),
             );
         }
-        if let Some(Ok(multi)) = &self.multi {
-            // Entry-only probes get no return link.
-            let group = |ret: bool| {
-                multi::group_by_object(
-                    probes
-                        .iter()
-                        .filter(|p| !(ret && p.entry_only))
-                        .map(|p| (p.object.as_str(), p.file_offset, self.probe_cookie(p))),
-                )
+        if let Some(Ok(_)) = &self.multi {
+            let pids: Vec<u32> = match &self.probe_pids {
+                Some(pids) => pids.iter().copied().collect(),
+                None => vec![0],
             };
             let mut links = Vec::new();
             let mut failed = None;
-            'links: for ret in [false, true] {
-                for (path, offsets, cookies) in &group(ret) {
-                    match multi.attach(Path::new(path), offsets, cookies, ret) {
-                        Ok(fd) => links.push(fd),
-                        Err(e) => {
-                            failed = Some(e);
-                            break 'links;
-                        }
+            for pid in pids {
+                match self.multi_links_for(probes, pid) {
+                    Ok(l) => links.extend(l),
+                    // A root gone before its probes: it needs none.
+                    Err(MultiError::Link { source, .. })
+                        if pid != 0 && source.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
                     }
                 }
             }
@@ -618,10 +656,81 @@ impl Loaded {
         } else if let Some(Err(e)) = &self.multi {
             log::debug!("no uprobe_multi ({e}); one link per probe");
         }
+        // Perf links fire in every process.
+        self.probe_pids = None;
         for probe in probes {
             self.attach_probe(probe)?;
         }
         Ok(())
+    }
+
+    /// uprobe_multi links of `probes` (entry, then return; one per object)
+    /// for process `pid` (0: every process), with the current generation's
+    /// cookies. On error the links made so far go.
+    fn multi_links_for(&self, probes: &[Probe], pid: u32) -> Result<Vec<OwnedFd>, MultiError> {
+        let Some(Ok(multi)) = &self.multi else {
+            return Ok(Vec::new());
+        };
+        // Entry-only probes get no return link.
+        let group = |ret: bool| {
+            multi::group_by_object(
+                probes
+                    .iter()
+                    .filter(|p| !(ret && p.entry_only))
+                    .map(|p| (p.object.as_str(), p.file_offset, self.probe_cookie(p))),
+            )
+        };
+        let mut links = Vec::new();
+        for ret in [false, true] {
+            for (path, offsets, cookies) in &group(ret) {
+                match multi.attach(Path::new(path), offsets, cookies, ret, pid) {
+                    Ok(fd) => links.push(fd),
+                    Err(e) => {
+                        drop_concurrently(
+                            links
+                                .into_iter()
+                                .map(|l| Box::new(l) as Box<dyn Send>)
+                                .collect(),
+                        );
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(links)
+    }
+
+    /// Attaches the function probes for `pid`, a process a traced one
+    /// forked, when they are scoped to the traced processes (else they fire
+    /// in it already). The child runs from its fork until then: its calls
+    /// in between are not recorded. Returns whether links were made.
+    pub fn follow_probes(&mut self, pid: u32) -> Result<bool, LoadError> {
+        let scoped = self.probe_pids.as_ref();
+        if !self.follow_children
+            || self.attached.is_empty()
+            || scoped.is_none_or(|roots| roots.contains(&pid))
+            || self.probe_followed.contains_key(&pid)
+        {
+            return Ok(false);
+        }
+        let links = self
+            .multi_links_for(&self.attached, pid)
+            .map_err(|source| LoadError::ProbeMulti { source })?;
+        self.links += links.len();
+        self.multi_link_count += links.len();
+        self.probe_followed.insert(pid, links);
+        Ok(true)
+    }
+
+    /// Drops the function-probe links of followed process `pid`, which
+    /// exited: its pid may come back as another process.
+    pub fn unfollow_probes(&mut self, pid: u32) {
+        let Some(links) = self.probe_followed.remove(&pid) else {
+            return;
+        };
+        self.links -= links.len();
+        self.multi_link_count -= links.len();
+        std::thread::spawn(move || drop(links));
     }
 
     /// Attaches entry and return probes at `probe` (only the entry for an
@@ -666,20 +775,49 @@ impl Loaded {
     /// through the new return probe, which the kernel runs for every
     /// consumer registered at return time); then the old links go.
     pub fn replace_probes(&mut self, kept: &[Probe]) -> Result<(), LoadError> {
-        let old_multi = std::mem::take(&mut self.probe_multi_links);
+        let mut old_multi = std::mem::take(&mut self.probe_multi_links);
         let old_links = std::mem::take(&mut self.probe_links);
+        let old_followed = std::mem::take(&mut self.probe_followed);
+        let (old_attached, old_scope) = (self.attached.clone(), self.probe_pids.clone());
         let (links, multi) = (self.links, self.multi_link_count);
         self.probe_gen ^= 1;
-        if let Err(e) = self.attach_probes(kept) {
+        let mut attached = self.attach_probes(kept);
+        if attached.is_ok() && self.probe_pids.is_some() {
+            for pid in old_followed.keys() {
+                match self.multi_links_for(kept, *pid) {
+                    Ok(l) => {
+                        self.links += l.len();
+                        self.multi_link_count += l.len();
+                        self.probe_followed.insert(*pid, l);
+                    }
+                    // Exited: it needs none.
+                    Err(MultiError::Link { source, .. })
+                        if source.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(source) => {
+                        attached = Err(LoadError::ProbeMulti { source });
+                        break;
+                    }
+                }
+            }
+        }
+        if let Err(e) = attached {
             // The new generation's links go; the old ones stay and record.
-            let new_multi = std::mem::replace(&mut self.probe_multi_links, old_multi);
+            let mut new_multi = std::mem::replace(&mut self.probe_multi_links, old_multi);
             let new_links = std::mem::replace(&mut self.probe_links, old_links);
+            new_multi.extend(
+                std::mem::replace(&mut self.probe_followed, old_followed)
+                    .into_values()
+                    .flatten(),
+            );
+            self.attached = old_attached;
+            self.probe_pids = old_scope;
             self.probe_gen ^= 1;
             self.drop_links(new_multi, new_links);
             self.links = links;
             self.multi_link_count = multi;
             return Err(e);
         }
+        old_multi.extend(old_followed.into_values().flatten());
         self.func_gen
             .set(0, self.probe_gen, 0)
             .map_err(|source| LoadError::Map {
@@ -1074,6 +1212,11 @@ impl Loaded {
         for link in std::mem::take(&mut self.multi_links)
             .into_iter()
             .chain(std::mem::take(&mut self.probe_multi_links))
+            .chain(
+                std::mem::take(&mut self.probe_followed)
+                    .into_values()
+                    .flatten(),
+            )
         {
             links.push(Box::new(link));
         }

@@ -84,16 +84,18 @@ impl MultiPrograms {
     }
 
     /// One link with entry (or, with `ret`, return) probes at `offsets` of
-    /// the file at `path`, each with its cookie, for every process.
+    /// the file at `path`, each with its cookie, for process `pid` (0: for
+    /// every process of the file).
     pub fn attach(
         &self,
         path: &Path,
         offsets: &[u64],
         cookies: &[u64],
         ret: bool,
+        pid: u32,
     ) -> Result<OwnedFd, MultiError> {
         let prog = if ret { &self.ret } else { &self.entry };
-        link(prog, path, offsets, None, cookies, ret, 0)
+        link(prog, path, offsets, None, cookies, ret, pid)
     }
 }
 

@@ -223,6 +223,17 @@ fn follow_usdt(loaded: &mut Loaded, pid: u32) {
     }
 }
 
+/// Attaches the function probes for `pid`, a process a traced one forked,
+/// when they fire in the traced processes only. A failure loses that
+/// process's calls, not the session: it may have exited already.
+fn follow_probes(loaded: &mut Loaded, pid: u32) {
+    match loaded.follow_probes(pid) {
+        Err(e) => log::warn!("function probes not attached for forked process {pid}: {e:#}"),
+        Ok(true) => log::debug!("function probes attached for forked process {pid}"),
+        Ok(false) => {}
+    }
+}
+
 /// Process bookkeeping while recording: which pids were seen, snapshotted,
 /// which objects' symbols were written.
 struct Tracker {
@@ -314,6 +325,7 @@ impl Tracker {
                         }
                         if procfs::is_process(lc.child_tid) {
                             follow_usdt(loaded, lc.child_tid);
+                            follow_probes(loaded, lc.child_tid);
                         }
                     }
                     // A new image: new maps.
@@ -338,6 +350,7 @@ impl Tracker {
                         self.live.remove(&header.pid);
                         self.infos.remove(&header.pid);
                         loaded.unfollow_usdt(header.pid);
+                        loaded.unfollow_probes(header.pid);
                     }
                     _ => {}
                 }
@@ -1130,6 +1143,23 @@ impl Session {
                 }
             }
         };
+        // Attached to running processes only, the probes fire in those
+        // (and their children, as their forks are read) and not in every
+        // process of the host that maps a probed object. A launched command
+        // or an executable target keeps probes everywhere: the processes
+        // they start must be recorded from their first call.
+        if enroll.is_empty() && command.is_none() && !root_pids.is_empty() {
+            let mut pids = root_pids.clone();
+            if config.follow {
+                let mut stack = pids.clone();
+                while let Some(pid) = stack.pop() {
+                    let children = procfs::children(pid);
+                    pids.extend(&children);
+                    stack.extend(children);
+                }
+            }
+            loaded.scope_probes(&pids);
+        }
         loaded.attach_probes(&probes)?;
         for probe in &empty_probes {
             loaded.attach_empty_probe(probe)?;
@@ -1138,7 +1168,7 @@ impl Session {
             loaded.attach_enroll(exe, *offset)?;
         }
         progress(&format!(
-            "attached {} function probes ({} links{}) in {:.0} ms",
+            "attached {} function probes ({} links{}) in {:.0} ms{}",
             probes.len(),
             loaded.links,
             if loaded.multi_link_count > 0 {
@@ -1146,7 +1176,14 @@ impl Session {
             } else {
                 String::new()
             },
-            attach_started.elapsed().as_secs_f64() * 1e3
+            attach_started.elapsed().as_secs_f64() * 1e3,
+            match (probes.is_empty(), loaded.probe_scope()) {
+                (true, _) => String::new(),
+                (false, Some(n)) => format!(", firing in the {n} traced process(es) only"),
+                (false, None) => {
+                    ", firing in every process of their objects (others' hits are dropped, each at the cost of a trap)".to_string()
+                }
+            }
         ));
 
         // 4. Write the capture's header (what the kernel let us record) and
@@ -1191,6 +1228,8 @@ impl Session {
                 let mut stack = procfs::children(*pid);
                 while let Some(child) = stack.pop() {
                     loaded.trace_pid(child, false)?;
+                    // Forked since the probes were attached.
+                    follow_probes(&mut loaded, child);
                     tracker.snapshot(child, true, &mut sink)?;
                     stack.extend(procfs::children(child));
                 }

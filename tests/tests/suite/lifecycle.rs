@@ -1,7 +1,9 @@
 //! Following children across fork and exec.
 
 use analyzer::Event;
-use std::process::Command;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use tests::{Background, capture, entries_by_function, events, fixture, privileged, tracer};
 use tracer_common::record::lifecycle;
@@ -120,4 +122,102 @@ fn a_process_gone_before_its_records_are_read_is_named_by_its_exit() {
         "its calls were recorded: {counts:?}"
     );
     assert_eq!(cap.comm(pid), Some("calls"), "{:?}", cap.processes);
+}
+
+/// Whether `pid`'s executable text differs from the file `exe`: a uprobe
+/// installed in a process writes a breakpoint into its copy of the page.
+fn text_patched(pid: u32, exe: &Path) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let file = std::fs::read(exe).expect("exe");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("mem");
+    let mut compared = 0;
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || Path::new(f[5]) != exe {
+            continue;
+        }
+        let (start, end) = f[0].split_once('-').expect("range");
+        let start = u64::from_str_radix(start, 16).expect("hex");
+        let end = u64::from_str_radix(end, 16).expect("hex");
+        let offset = usize::from_str_radix(f[2], 16).expect("hex");
+        let len = ((end - start) as usize).min(file.len().saturating_sub(offset));
+        let mut text = vec![0u8; len];
+        mem.seek(SeekFrom::Start(start)).expect("seek");
+        mem.read_exact(&mut text).expect("read text");
+        compared += len;
+        if text != file[offset..offset + len] {
+            return true;
+        }
+    }
+    assert!(compared > 0, "no text of {} in {pid}", exe.display());
+    false
+}
+
+/// Attached to a running process, function probes are installed in it and
+/// not in another process of the same program (each trap costs
+/// microseconds, recorded or not: a second instance of a probed program
+/// ran 40 times slower), and a child it forks later gets them too.
+#[test]
+fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("scoped.capture");
+    let start = |mode: &str| {
+        Command::new(&calls)
+            .args([mode, "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("calls starts")
+    };
+    let mut traced = start("waitfork");
+    let mut other = start("wait");
+    let pid = traced.id().to_string();
+    let recorder = Background::start(&[
+        "record",
+        "-p",
+        &pid,
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let exe = calls.canonicalize().expect("fixture path");
+    assert!(
+        text_patched(traced.id(), &exe),
+        "the traced process has the probe"
+    );
+    assert!(
+        !text_patched(other.id(), &exe),
+        "the other process has none"
+    );
+    for child in [&mut traced, &mut other] {
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("write");
+    }
+    assert!(traced.wait().expect("traced exits").success());
+    assert!(other.wait().expect("other exits").success());
+    assert!(recorder.stop("INT").success());
+
+    let cap = capture(&out);
+    let fork = events(&cap)
+        .iter()
+        .find_map(|e| match e {
+            Event::Lifecycle(l) if l.event == lifecycle::FORK => Some(l.child_tid),
+            _ => None,
+        })
+        .expect("a fork event");
+    let counts = entries_by_function(&cap);
+    // run(4): 4 calls from site_a, 3 from site_b, all in the child.
+    assert_eq!(
+        counts.get(&(fork, "leaf".to_string())),
+        Some(&7),
+        "{counts:?}"
+    );
+    assert_eq!(counts.len(), 1, "only the child called leaf: {counts:?}");
 }
