@@ -226,6 +226,13 @@ pub struct ProcessInfo {
     /// kernel's network records name it; 0 when unknown (older captures).
     #[serde(default)]
     pub netns: u64,
+    /// When its function probes were attached, `CLOCK_MONOTONIC` ns, for a
+    /// process forked by one traced by pid: probes fire in the traced
+    /// processes only, and a child gets its own once the recorder reads its
+    /// fork, so its calls before then are not recorded. `None`: probed from
+    /// its start (or from the recording's), or no function probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes_from_ns: Option<u64>,
 }
 
 /// A TCP socket of a process, from `/proc/PID/fd` and `/proc/PID/net/tcp{,6}`.

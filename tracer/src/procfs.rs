@@ -295,6 +295,7 @@ pub fn snapshot(pid: u32, now_ns: u64, traced: bool) -> Result<ProcessInfo, Proc
         maps: exec_maps(pid)?,
         sockets: tcp_sockets(pid),
         netns: netns(pid).unwrap_or(0),
+        probes_from_ns: None,
     })
 }
 

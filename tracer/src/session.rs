@@ -226,11 +226,18 @@ fn follow_usdt(loaded: &mut Loaded, pid: u32) {
 /// Attaches the function probes for `pid`, a process a traced one forked,
 /// when they fire in the traced processes only. A failure loses that
 /// process's calls, not the session: it may have exited already.
-fn follow_probes(loaded: &mut Loaded, pid: u32) {
+/// Returns whether they were attached just now.
+fn follow_probes(loaded: &mut Loaded, pid: u32) -> bool {
     match loaded.follow_probes(pid) {
-        Err(e) => log::warn!("function probes not attached for forked process {pid}: {e:#}"),
-        Ok(true) => log::debug!("function probes attached for forked process {pid}"),
-        Ok(false) => {}
+        Err(e) => {
+            log::warn!("function probes not attached for forked process {pid}: {e:#}");
+            false
+        }
+        Ok(true) => {
+            log::debug!("function probes attached for forked process {pid}");
+            true
+        }
+        Ok(false) => false,
     }
 }
 
@@ -257,6 +264,9 @@ struct Tracker {
     /// The parent of each process forked while recording: a child gone
     /// before `/proc` could be read had its parent's mappings.
     forked_from: BTreeMap<u32, u32>,
+    /// When followed processes' function probes were attached (probes
+    /// scoped to the traced processes), for their snapshots.
+    probes_from: BTreeMap<u32, u64>,
     /// Processes whose last snapshot was taken at their exec: before the
     /// dynamic loader mapped their libraries. Snapshotted again when they
     /// fork (a child inherits what they map) or at the next tick.
@@ -283,6 +293,7 @@ impl Tracker {
             names: BTreeMap::new(),
             stubbed: HashSet::new(),
             forked_from: BTreeMap::new(),
+            probes_from: BTreeMap::new(),
             exec_snapshots: BTreeSet::new(),
             remapped: BTreeMap::new(),
         }
@@ -314,6 +325,12 @@ impl Tracker {
                         if self.exec_snapshots.remove(&header.pid) {
                             self.snapshot(header.pid, true, sink)?;
                         }
+                        if procfs::is_process(lc.child_tid) {
+                            follow_usdt(loaded, lc.child_tid);
+                            if follow_probes(loaded, lc.child_tid) {
+                                self.probes_from.insert(lc.child_tid, monotonic_ns());
+                            }
+                        }
                         // A new process (a new thread's snapshot fails: not a tgid).
                         if !self.snapshotted.contains(&lc.child_tid) {
                             self.snapshot(lc.child_tid, true, sink)?;
@@ -322,10 +339,6 @@ impl Tracker {
                                 // as a process, if any, writes a stub.
                                 self.snapshotted.remove(&lc.child_tid);
                             }
-                        }
-                        if procfs::is_process(lc.child_tid) {
-                            follow_usdt(loaded, lc.child_tid);
-                            follow_probes(loaded, lc.child_tid);
                         }
                     }
                     // A new image: new maps.
@@ -351,6 +364,7 @@ impl Tracker {
                         self.infos.remove(&header.pid);
                         loaded.unfollow_usdt(header.pid);
                         loaded.unfollow_probes(header.pid);
+                        self.probes_from.remove(&header.pid);
                     }
                     _ => {}
                 }
@@ -455,9 +469,10 @@ impl Tracker {
     /// Writes a snapshot of `pid` now; its objects' symbols follow in [`Tracker::settle`].
     fn snapshot(&mut self, pid: u32, traced: bool, sink: &mut Sink) -> Result<(), RecordError> {
         self.snapshotted.insert(pid);
-        let Ok(info) = procfs::snapshot(pid, monotonic_ns(), traced) else {
+        let Ok(mut info) = procfs::snapshot(pid, monotonic_ns(), traced) else {
             return Ok(());
         };
+        info.probes_from_ns = self.probes_from.get(&pid).copied();
         if traced {
             self.live.insert(pid);
         }
@@ -485,6 +500,7 @@ impl Tracker {
         self.snapshotted.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
         self.forked_from.retain(|pid, _| live.contains(pid));
+        self.probes_from.retain(|pid, _| live.contains(pid));
         self.remapped.retain(|pid, _| live.contains(pid));
         self.stubbed.clear();
         for info in self.infos.values() {
@@ -1229,7 +1245,9 @@ impl Session {
                 while let Some(child) = stack.pop() {
                     loaded.trace_pid(child, false)?;
                     // Forked since the probes were attached.
-                    follow_probes(&mut loaded, child);
+                    if follow_probes(&mut loaded, child) {
+                        tracker.probes_from.insert(child, monotonic_ns());
+                    }
                     tracker.snapshot(child, true, &mut sink)?;
                     stack.extend(procfs::children(child));
                 }

@@ -220,4 +220,13 @@ fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
         "{counts:?}"
     );
     assert_eq!(counts.len(), 1, "only the child called leaf: {counts:?}");
+    // The capture says when the child's probes came: its calls before were
+    // not recorded.
+    let summary = analyzer::decode::format::Summary::of(&cap);
+    let late: Vec<&String> = summary.late_probes.keys().collect();
+    assert_eq!(late, [&format!("calls[{fork}]")], "{summary}");
+    assert!(
+        summary.to_string().contains("attached after the fork"),
+        "{summary}"
+    );
 }

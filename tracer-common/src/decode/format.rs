@@ -623,6 +623,11 @@ pub struct Summary {
     /// The function probes' cost and what the overhead budget dropped
     /// (functions missing on purpose), when the recorder weighed them.
     pub overhead: Option<crate::capture::Overhead>,
+    /// Followed processes whose function probes were attached after they
+    /// were forked ([`crate::capture::ProcessInfo::probes_from_ns`]), keyed
+    /// "comm[pid]": ms from the fork (or, fork unseen, from the process's
+    /// first record) to the probes; its calls before were not recorded.
+    pub late_probes: BTreeMap<String, f64>,
     /// Whether the recorder closed the file.
     pub complete: bool,
     /// The truncation, when the file ends inside a chunk.
@@ -651,6 +656,8 @@ impl Summary {
         // Names of sampled processes the capture has no snapshot of
         // (`--sample-all`): the sample carries the thread's name.
         let mut sampled: BTreeMap<u32, String> = BTreeMap::new();
+        // When each process was forked, else its first record.
+        let mut born: BTreeMap<u32, u64> = BTreeMap::new();
         for event in capture.events() {
             let Ok(event) = event else {
                 s.malformed += 1;
@@ -659,6 +666,15 @@ impl Summary {
             let h = event.header();
             first = first.min(h.ts_ns);
             last = last.max(h.ts_ns);
+            match &event {
+                Event::Lifecycle(l) if l.event == lifecycle::FORK => {
+                    let t = born.entry(l.child_tid).or_insert(h.ts_ns);
+                    *t = (*t).min(h.ts_ns);
+                }
+                _ => {
+                    born.entry(h.pid).or_insert(h.ts_ns);
+                }
+            }
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
             match &event {
                 // A retransmission fires in softirq or timer context: its pid
@@ -741,6 +757,17 @@ impl Summary {
                 (format!("{comm}[{pid}]"), n)
             })
             .collect();
+        for (pid, snaps) in &capture.processes {
+            let Some(from) = snaps.iter().filter_map(|p| p.probes_from_ns).min() else {
+                continue;
+            };
+            let comm = capture.comm(*pid).unwrap_or("?");
+            let since = born.get(pid).copied().unwrap_or(from);
+            s.late_probes.insert(
+                format!("{comm}[{pid}]"),
+                from.saturating_sub(since) as f64 / 1e6,
+            );
+        }
         if let Some(stats) = &capture.stats {
             for (k, v) in stats.counters.iter().filter(|(_, v)| **v > 0) {
                 let kept =
@@ -815,6 +842,18 @@ impl std::fmt::Display for Summary {
             for line in o.describe() {
                 writeln!(f, "  overhead:  {line}")?;
             }
+        }
+        if !self.late_probes.is_empty() {
+            let shown: Vec<String> = self
+                .late_probes
+                .iter()
+                .map(|(k, ms)| format!("{k} +{ms:.0} ms"))
+                .collect();
+            writeln!(
+                f,
+                "  followed:  function probes attached after the fork (calls before not recorded): {}",
+                shown.join(", ")
+            )?;
         }
         if self.losses.is_empty() {
             writeln!(f, "  losses:    none")?;
