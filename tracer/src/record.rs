@@ -75,6 +75,9 @@ pub struct RecordConfig {
     pub sample_all: bool,
     /// Follow children of traced processes.
     pub follow: bool,
+    /// Function probes in every process of their objects, also with pid
+    /// targets only (see [`crate::loader::Loaded::scope_probes`]).
+    pub probe_everywhere: bool,
     /// Ring buffer size, bytes.
     pub ring_bytes: u32,
     /// Pending ring bytes that force a wakeup.
@@ -129,6 +132,7 @@ impl Default for RecordConfig {
             sample_hz: 0,
             sample_all: false,
             follow: true,
+            probe_everywhere: false,
             ring_bytes: 8 << 20,
             wakeup_bytes: 512 << 10,
             chunk_bytes: 1 << 20,

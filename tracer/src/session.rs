@@ -1164,7 +1164,11 @@ impl Session {
         // process of the host that maps a probed object. A launched command
         // or an executable target keeps probes everywhere: the processes
         // they start must be recorded from their first call.
-        if enroll.is_empty() && command.is_none() && !root_pids.is_empty() {
+        if enroll.is_empty()
+            && command.is_none()
+            && !root_pids.is_empty()
+            && !config.probe_everywhere
+        {
             let mut pids = root_pids.clone();
             if config.follow {
                 let mut stack = pids.clone();

@@ -78,7 +78,9 @@ pub(crate) struct BenchOverheadArgs {
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// The modes to run, comma-separated (untraced always runs first):
-    /// no-f, no-f-one (one recorder for all servers), broad, budget, and
+    /// no-f, no-f-one (one recorder for all servers), broad,
+    /// broad-everywhere (probes in every process of their objects,
+    /// `--probe-everywhere`), budget, and
     /// the no-f ablations that each turn one
     /// signal off, to find where the cost of recording without probes
     /// goes: no-f-nosample, no-f-nosyscalls, no-f-nofile, no-f-noblock,
@@ -168,6 +170,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                 r
             }
             "broad" => record(&broad, &[])?,
+            // As recorders did before probes were scoped to the traced
+            // processes: every process mapping a probed library traps.
+            "broad-everywhere" => record(&broad, &["--probe-everywhere".into()])?,
             "budget" => record(
                 &broad,
                 &[
@@ -189,7 +194,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     r
                 }
                 None => anyhow::bail!(
-                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, budget, {}",
+                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {}",
                     ABLATIONS
                         .iter()
                         .map(|(n, ..)| *n)

@@ -230,3 +230,56 @@ fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
         "{summary}"
     );
 }
+
+/// `--probe-everywhere` installs the probes in every process of the
+/// program, as a command or `--exe` target does.
+#[test]
+fn probe_everywhere_reaches_other_processes_of_the_program() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("everywhere.capture");
+    let start = || {
+        Command::new(&calls)
+            .args(["wait", "1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("calls starts")
+    };
+    let (mut traced, mut other) = (start(), start());
+    let pid = traced.id().to_string();
+    let recorder = Background::start(&[
+        "record",
+        "-p",
+        &pid,
+        "-f",
+        "leaf",
+        "--probe-everywhere",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let exe = calls.canonicalize().expect("fixture path");
+    assert!(text_patched(traced.id(), &exe));
+    assert!(
+        text_patched(other.id(), &exe),
+        "the other process has it too"
+    );
+    for child in [&mut traced, &mut other] {
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("write");
+        assert!(child.wait().expect("exits").success());
+    }
+    assert!(recorder.stop("INT").success());
+    // Only the traced process's calls are recorded all the same.
+    let counts = entries_by_function(&capture(&out));
+    assert_eq!(
+        counts.keys().map(|(p, _)| *p).collect::<Vec<_>>(),
+        [traced.id()],
+        "{counts:?}"
+    );
+}

@@ -312,6 +312,14 @@ pub struct RecordArgs {
     /// Do not follow children forked by traced processes.
     #[arg(long)]
     pub no_follow: bool,
+    /// Install function probes in every process that maps a probed object,
+    /// not only in the processes given with -p and their children: a child
+    /// is then recorded from its first call instead of from when its fork is
+    /// read, and every other process using a probed library pays each
+    /// probe's trap (microseconds) too. A command or --exe target always
+    /// probes every process.
+    #[arg(long)]
+    pub probe_everywhere: bool,
     /// Ring buffer size (power of two; K, M suffixes).
     #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_ring_size)]
     pub ring_size: u32,
@@ -392,6 +400,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             sample_hz: a.sample_hz,
             sample_all: a.sample_all,
             follow: !a.no_follow,
+            probe_everywhere: a.probe_everywhere,
             ring_bytes: a.ring_size,
             duration: a.duration,
             output: a.output,
