@@ -20,6 +20,13 @@
 //! own (issue 17: on a loaded machine a peer of a paused rank lacked
 //! 0.3-0.6 of its CPU in the same seconds, and was named beside it).
 //! [`excuse_stopped`] leaves those intervals out of the peers' deficits.
+//!
+//! A fault that comes and goes (a hog on for 0.4 s, off for 0.4 s) halves
+//! the mean deficit, into the range a clean run's level reaches on a
+//! loaded machine; per reading it lacks as much as a steady one.
+//! [`share_short`] counts the readings over a bound learned from clean
+//! readings ([`reading_bound`]), so that how often a rank was short of
+//! CPU is judged, not only how short it was on average.
 
 use std::collections::BTreeMap;
 
@@ -85,8 +92,11 @@ pub fn recorded(profiles: &Profiles) -> bool {
     profiles.ranks.iter().any(|r| r.cpu.len() >= 2)
 }
 
+/// Each rank's deficits: (rank, [(interval start, max(0, 1 − Y))]).
+pub type Deficits = Vec<(u32, Vec<(u64, f64)>)>;
+
 /// Each rank's deficits: (interval start, max(0, 1 − Y)).
-pub fn deficits(run: &RunSamples, base: &Baseline) -> Vec<(u32, Vec<(u64, f64)>)> {
+pub fn deficits(run: &RunSamples, base: &Baseline) -> Deficits {
     concurrent(run, base)
         .into_iter()
         .map(|(rank, rel)| {

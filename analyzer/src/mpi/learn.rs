@@ -624,7 +624,7 @@ impl ShortReadings {
     /// every fold's readings; each fold's share of short readings against
     /// the bound of the other folds' readings only (what a clean run the
     /// bound has not seen shows).
-    fn learn(folds: &[Vec<(u32, Vec<(u64, f64)>)>]) -> Self {
+    fn learn(folds: &[cpu::Deficits]) -> Self {
         let readings = |rank: u32, skip: Option<usize>| -> Vec<f64> {
             folds
                 .iter()

@@ -1,7 +1,10 @@
 //! The interference metric (002 eq. 4) and a verdict per processor: m(p) =
 //! Σ_l w(l)·ILS(p, l, end), weights proportional to the typical sequences'
 //! lengths (normalized over the sequences used for p, so m is in 0..1),
-//! against the threshold learned for p from clean runs.
+//! against the threshold learned for p from clean runs. When the runs have
+//! CPU readings, a rank's mean CPU deficit and the share of its readings
+//! short of CPU ([`cpu::share_short`]) are judged beside m(p), each against
+//! its own bound from held-out clean runs.
 
 use std::collections::BTreeMap;
 
