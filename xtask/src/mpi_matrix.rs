@@ -428,12 +428,18 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                 };
                 for p in &m.processors {
                     println!(
-                        "model {prog} rank {}: m clean [{}] -> {:.2}; cpu clean [{}] -> {}",
+                        "model {prog} rank {}: m clean [{}] -> {:.2}; cpu clean [{}] -> {}; short (reading > {}) clean [{}] -> {}",
                         p.rank,
                         list(&p.clean_metrics),
                         p.threshold,
                         list(&p.cpu_clean),
-                        p.cpu_threshold.map_or("-".into(), |t| format!("{t:.2}"))
+                        p.cpu_threshold.map_or("-".into(), |t| format!("{t:.2}")),
+                        p.cpu_reading_bound
+                            .map_or("-".into(), |t| format!("{t:.2}")),
+                        list(&p.cpu_short_clean),
+                        p.cpu_short_bound
+                            .as_ref()
+                            .map_or("-".into(), |b| format!("{:.2}", b.threshold))
                     );
                 }
             }
@@ -550,12 +556,14 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
         .iter()
         .map(|x| {
             format!(
-                "r{} m {}/{} cpu {}/{}",
+                "r{} m {}/{} cpu {}/{} short {}/{}",
                 x.rank,
                 num(x.metric),
                 num(x.threshold),
                 num(x.cpu_deficit),
-                num(x.cpu_threshold)
+                num(x.cpu_threshold),
+                num(x.cpu_short),
+                num(x.cpu_short_threshold)
             )
         })
         .collect();

@@ -56,6 +56,10 @@ pub const MIN_SPREAD: f64 = 0.02;
 /// The lowest verdict threshold on the mean CPU deficit.
 pub const MIN_CPU_THRESHOLD: f64 = 0.1;
 
+/// The lowest verdict threshold on the share of a rank's CPU readings
+/// that are short of CPU ([`cpu::share_short`]): a fifth of the run.
+pub const MIN_SHORT_THRESHOLD: f64 = 0.2;
+
 /// Errors learning a model.
 #[derive(Debug, thiserror::Error)]
 pub enum LearnError {
@@ -140,6 +144,18 @@ pub struct ProcessorModel {
     /// What `cpu_threshold` rests on.
     #[serde(default)]
     pub cpu_bound: Option<Bound>,
+    /// The deficit above which one CPU reading is short
+    /// ([`cpu::reading_bound`] of its held-out clean readings).
+    #[serde(default)]
+    pub cpu_reading_bound: Option<f64>,
+    /// The share of its readings short of CPU in each held-out clean run
+    /// (each judged against the bound of the other runs' readings).
+    #[serde(default)]
+    pub cpu_short_clean: Vec<f64>,
+    /// Verdict bound on the share of short readings (absent in models
+    /// written before it: not judged).
+    #[serde(default)]
+    pub cpu_short_bound: Option<Bound>,
 }
 
 /// One interfered training run, as learning saw it.
@@ -207,6 +223,15 @@ impl Model {
             number(&at("threshold"), p.threshold)?;
             if let Some(t) = p.cpu_threshold {
                 number(&at("CPU threshold"), t)?;
+            }
+            if let Some(t) = p.cpu_reading_bound {
+                number(&at("CPU reading bound"), t)?;
+            }
+            if let Some(b) = &p.cpu_short_bound {
+                number(&at("short-reading threshold"), b.threshold)?;
+            }
+            for &m in &p.cpu_short_clean {
+                number(&at("a clean run's short readings"), m)?;
             }
             for &m in p.clean_metrics.iter().chain(&p.cpu_clean) {
                 number(&at("a clean run's metric"), m)?;
@@ -485,15 +510,20 @@ pub fn learn(
         .filter(|p| cpu::recorded(p))
         .map(|p| cpu::samples(p))
         .collect();
+    let mut short = ShortReadings::default();
     let (cpu_baseline, cpu_clean): (Option<Baseline>, BTreeMap<u32, Vec<f64>>) =
         if cpu_runs.len() == clean.len() {
             let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-            for (fold, base) in held_out_baselines(&cpu_runs) {
-                let d = cpu::deficits(&fold, &base);
-                for (rank, m) in cpu::mean_deficit(&d) {
+            let folds: Vec<_> = held_out_baselines(&cpu_runs)
+                .into_iter()
+                .map(|(fold, base)| cpu::deficits(&fold, &base))
+                .collect();
+            for d in &folds {
+                for (rank, m) in cpu::mean_deficit(d) {
                     per.entry(rank).or_default().push(m);
                 }
             }
+            short = ShortReadings::learn(&folds);
             (
                 Some(Baseline::learn(&cpu_runs.iter().collect::<Vec<_>>())),
                 per,
@@ -558,6 +588,14 @@ pub fn learn(
                 cpu_threshold: cpu_bound.as_ref().map(|b| b.threshold),
                 cpu_bound,
                 cpu_clean: cpu_clean.get(&r.rank).cloned().unwrap_or_default(),
+                cpu_reading_bound: short.reading.get(&r.rank).copied(),
+                cpu_short_clean: short.clean.get(&r.rank).cloned().unwrap_or_default(),
+                cpu_short_bound: short.reading.get(&r.rank).map(|_| {
+                    Bound::learn(
+                        short.clean.get(&r.rank).map_or(&[][..], Vec::as_slice),
+                        MIN_SHORT_THRESHOLD,
+                    )
+                }),
             }
         })
         .collect();
@@ -571,6 +609,49 @@ pub fn learn(
         baseline,
         cpu_baseline,
     })
+}
+
+/// Per rank, the bound on one CPU reading's deficit and the share of
+/// short readings of each held-out clean run.
+#[derive(Default)]
+struct ShortReadings {
+    reading: BTreeMap<u32, f64>,
+    clean: BTreeMap<u32, Vec<f64>>,
+}
+
+impl ShortReadings {
+    /// From the deficits of the held-out folds: the reading bound over
+    /// every fold's readings; each fold's share of short readings against
+    /// the bound of the other folds' readings only (what a clean run the
+    /// bound has not seen shows).
+    fn learn(folds: &[cpu::Deficits]) -> Self {
+        let readings = |rank: u32, skip: Option<usize>| -> Vec<f64> {
+            folds
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != skip)
+                .flat_map(|(_, d)| d.iter().filter(|(r, _)| *r == rank))
+                .flat_map(|(_, v)| v.iter().map(|x| x.1))
+                .collect()
+        };
+        let ranks: std::collections::BTreeSet<u32> = folds
+            .iter()
+            .flat_map(|d| d.iter().map(|(r, _)| *r))
+            .collect();
+        let mut out = Self::default();
+        for rank in ranks {
+            out.reading
+                .insert(rank, cpu::reading_bound(&readings(rank, None)));
+            for (i, d) in folds.iter().enumerate() {
+                let b = BTreeMap::from([(rank, cpu::reading_bound(&readings(rank, Some(i))))]);
+                let mine: Vec<_> = d.iter().filter(|(r, _)| *r == rank).cloned().collect();
+                if let Some((x, _)) = cpu::share_short(&mine, &b).get(&rank) {
+                    out.clean.entry(rank).or_default().push(*x);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The held-out folds of `runs` ([`held_out_folds`]), each with the

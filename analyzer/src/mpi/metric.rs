@@ -1,7 +1,10 @@
 //! The interference metric (002 eq. 4) and a verdict per processor: m(p) =
 //! Σ_l w(l)·ILS(p, l, end), weights proportional to the typical sequences'
 //! lengths (normalized over the sequences used for p, so m is in 0..1),
-//! against the threshold learned for p from clean runs.
+//! against the threshold learned for p from clean runs. When the runs have
+//! CPU readings, a rank's mean CPU deficit and the share of its readings
+//! short of CPU ([`cpu::share_short`]) are judged beside m(p), each against
+//! its own bound from held-out clean runs.
 
 use std::collections::BTreeMap;
 
@@ -70,6 +73,13 @@ pub struct ProcessorResult {
     /// The threshold learned for it.
     #[serde(default)]
     pub cpu_threshold: Option<f64>,
+    /// The share of its CPU readings short of CPU (over the model's
+    /// bound on one reading): a fault that comes and goes.
+    #[serde(default)]
+    pub cpu_short: Option<f64>,
+    /// The threshold learned for it.
+    #[serde(default)]
+    pub cpu_short_threshold: Option<f64>,
     /// Per typical sequence.
     pub sequences: Vec<SequenceResult>,
 }
@@ -120,11 +130,17 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         .collect();
     let counts: BTreeMap<u32, usize> = seqs.iter().map(|(r, s)| (*r, s.len())).collect();
     let ils_end = ils_at(&rel, &spreads, &counts, model.k);
-    let cpu_deficits = match &model.cpu_baseline {
+    let reading_bounds: BTreeMap<u32, f64> = model
+        .processors
+        .iter()
+        .filter_map(|p| Some((p.rank, p.cpu_reading_bound?)))
+        .collect();
+    let (cpu_deficits, cpu_short) = match &model.cpu_baseline {
         Some(base) if cpu::recorded(profiles) => {
-            cpu::mean_deficit(&cpu::deficits(&cpu::samples(profiles), base))
+            let d = cpu::deficits(&cpu::samples(profiles), base);
+            (cpu::mean_deficit(&d), cpu::share_short(&d, &reading_bounds))
         }
-        _ => BTreeMap::new(),
+        _ => (BTreeMap::new(), BTreeMap::new()),
     };
     let mut processors = Vec::new();
     let (mut suspects, mut unmonitored, mut monitored) = (Vec::new(), Vec::new(), Vec::new());
@@ -217,16 +233,30 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
                 ),
             });
         }
+        let (short, short_count) = cpu_short
+            .get(&r.rank)
+            .map_or((None, 0), |(x, n)| (Some(*x), *n));
+        let short_bound = learned.and_then(|p| p.cpu_short_bound.as_ref());
+        if let (Some(_), Some(b)) = (short, short_bound)
+            && !b.usable(MAX_SCORE)
+        {
+            unusable.push(b.too_wide("the share of its CPU readings short of CPU"));
+        }
+        let short_usable = short_bound.is_some_and(|b| b.usable(MAX_SCORE));
+        let by_short = short_usable
+            && short_count >= cpu::MIN_SHORT_READINGS
+            && matches!((short, short_bound), (Some(x), Some(b)) if x > b.threshold);
         let metric_usable = threshold.is_some_and(|t| t < MAX_SCORE);
         let cpu_usable = cpu_threshold.is_some_and(|t| t < MAX_SCORE);
         let by_metric =
             metric_usable && matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
         let by_cpu =
             cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
-        let interfered = by_metric || by_cpu;
+        let interfered = by_metric || by_cpu || by_short;
         let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
         let judged_by_metric = note.is_none() && metric_value.is_some() && metric_usable;
-        let judged_by_cpu = cpu_deficit.is_some() && cpu_usable;
+        let judged_by_cpu =
+            (cpu_deficit.is_some() && cpu_usable) || (short.is_some() && short_usable);
         if !unusable.is_empty() && note.is_none() {
             note = Some(format!(
                 "clean runs too noisy to judge by: {} (a busy machine while learning?)",
@@ -272,6 +302,19 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
                 ),
             ));
         }
+        if by_short && let (Some(x), Some(b)) = (short, short_bound) {
+            evidence.push((
+                x,
+                b.threshold,
+                "CPU readings short",
+                format!(
+                    "lacked over {:.0}% of its usual CPU in {:.0}% of its readings, beside its peers (clean runs: {:.0}%)",
+                    100.0 * learned.and_then(|p| p.cpu_reading_bound).unwrap_or(0.0),
+                    100.0 * x,
+                    100.0 * b.median
+                ),
+            ));
+        }
         if let Some((score, t, what, detail)) = evidence
             .into_iter()
             .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
@@ -299,6 +342,8 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             own_slowdown,
             cpu_deficit,
             cpu_threshold,
+            cpu_short: short,
+            cpu_short_threshold: short_bound.map(|b| b.threshold),
             sequences,
         });
     }
@@ -464,6 +509,100 @@ mod tests {
         // Another processor hogged is still named.
         let d = detect(&model, &make(8, Some(1)));
         assert_eq!(d.verdict.suspect_ranks(), vec![1]);
+    }
+
+    /// `p` with CPU readings every 100 ms over its calls: rank r on a CPU
+    /// for `share(r, i)` of interval i.
+    fn with_cpu(mut p: Profiles, share: impl Fn(u32, u64) -> f64) -> Profiles {
+        for r in &mut p.ranks {
+            let end = r.calls.last().map_or(0, |c| c.start_ns);
+            let mut run_ns = 0.0;
+            r.cpu = (0..=end / 100_000_000 + 1)
+                .map(|i| {
+                    let c = crate::mpi::CpuReading {
+                        ts_ns: i * 100_000_000,
+                        run_ns: run_ns as u64,
+                        wait_ns: 0,
+                        threads: 1,
+                    };
+                    run_ns += share(r.rank, i) * 1e8;
+                    c
+                })
+                .collect();
+        }
+        p
+    }
+
+    /// Busy-polling ranks: a hog takes CPU without lengthening the
+    /// computation, so only the CPU readings show it. On this loaded
+    /// machine a rank gets 0.4 or 0.5 of a CPU from one reading to the
+    /// next. A hog on for 0.3 s of every second takes half of rank 2's CPU
+    /// while on: its mean deficit stays within the clean runs' spread, but
+    /// a third of its readings are short of CPU, which no clean run showed.
+    /// One short reading alone (a start-up blip) is not a verdict.
+    #[test]
+    fn a_hog_that_comes_and_goes_is_named_by_its_short_readings() {
+        let make = |seed: u64, share: &dyn Fn(u32, u64) -> f64| {
+            let calls = run(move |r, i| noise(seed, r, i) * 50);
+            with_cpu(calls, share)
+        };
+        let level = |seed: u64| {
+            move |r: u32, i: u64| {
+                if (seed * 7 + u64::from(r) * 13 + i * 31) % 11 < 5 {
+                    0.4
+                } else {
+                    0.5
+                }
+            }
+        };
+        let clean: Vec<Profiles> = (0..5).map(|s| make(s, &level(s))).collect();
+        let model = learn(
+            &clean.iter().collect::<Vec<_>>(),
+            &[],
+            &LearnConfig::default(),
+        )
+        .expect("learns");
+        let p2 = model.processor(2).expect("rank 2");
+        assert!(p2.cpu_short_bound.is_some(), "{p2:?}");
+        for seed in 10..13 {
+            let d = detect(&model, &make(seed, &level(seed)));
+            assert_eq!(
+                d.verdict.outcome,
+                Outcome::NothingAbnormal,
+                "{:?}",
+                d.verdict
+            );
+        }
+        let on_off = move |r: u32, i: u64| {
+            if r == 2 && i % 10 < 3 {
+                0.25
+            } else {
+                level(20)(r, i)
+            }
+        };
+        let d = detect(&model, &make(20, &on_off));
+        assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
+        assert_eq!(d.verdict.suspects[0].evidence, "CPU readings short");
+        let r2 = d.processor(2).expect("rank 2");
+        // The mean alone would have passed it.
+        assert!(
+            r2.cpu_deficit.expect("deficit") < r2.cpu_threshold.expect("threshold"),
+            "{r2:?}"
+        );
+        let blip = move |r: u32, i: u64| {
+            if r == 2 && i == 3 {
+                0.1
+            } else {
+                level(21)(r, i)
+            }
+        };
+        let d = detect(&model, &make(21, &blip));
+        assert_eq!(
+            d.verdict.outcome,
+            Outcome::NothingAbnormal,
+            "{:?}",
+            d.verdict
+        );
     }
 
     /// Two processors (the paper's threshold cannot split them): a hog on
