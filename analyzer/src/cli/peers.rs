@@ -127,10 +127,11 @@ pub(crate) struct FeatureArgs {
     /// --distance relative).
     #[arg(long)]
     resolution: Option<f64>,
-    /// How thresholds are learned: `sustained:F` (per server, F times the
+    /// How thresholds are learned: `sustained:F:C` (per server, F times the
     /// smallest threshold that leaves it faulty in no training window, i.e.
-    /// the largest k-th highest score of any 2k−1 consecutive windows;
-    /// `sustained` for F = 3), `paper` (per server, twice the largest
+    /// the largest k-th highest score of any 2k−1 consecutive windows, at
+    /// most C times its largest training score; `sustained` for F = 3,
+    /// C = 2, `sustained:F:C`), `paper` (per server, twice the largest
     /// training score; `paper:F` for F times), or `quantile:Q:M` (per
     /// server, M times the Q-quantile of its training scores).
     #[arg(long, value_name = "RULE", default_value_t = PeersConfig::default().calibration)]

@@ -1281,12 +1281,18 @@ fn thresholds_round_trip_through_json_with_a_version() {
     // Exact (serde_json's `float_roundtrip`: its default parsing was one
     // ulp off on cpu-wait's sums of spread readings).
     assert_eq!(back, t);
-    // The default calibration: 3 × the sustained bar, which no more than
-    // the largest score.
-    assert_eq!(cfg.calibration, Calibration::Sustained { factor: 3.0 });
+    // The default calibration: 3 × the sustained bar (no more than the
+    // largest score), at most twice the largest score.
+    assert_eq!(
+        cfg.calibration,
+        Calibration::Sustained {
+            factor: 3.0,
+            cap: 2.0
+        }
+    );
     for th in t.metrics[&Metric::Time].values() {
         assert!(
-            th.threshold >= 3.0 * th.minimal && th.minimal <= th.max_score,
+            th.minimal <= th.max_score && th.threshold <= (2.0 * th.max_score.ceil()).max(1.0),
             "{th:?}"
         );
     }
@@ -1784,7 +1790,8 @@ fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
         0.0,
         "fewer than k"
     );
-    // Trained: each server's bar is the largest over its runs, times 3.
+    // Trained: each server's bar is the largest over its runs, times 3, but
+    // at most the paper's threshold (twice the largest score).
     let cfg = config(ServerSplit::PerCapture);
     let runs: Vec<Scored> = [11, 22]
         .iter()
@@ -1809,8 +1816,14 @@ fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
             .fold(0.0, f64::max);
         let th = &t.metrics[&Metric::Time][&server.label];
         assert_eq!(th.minimal, bar, "{}", server.label);
-        assert_eq!(th.threshold, (3.0 * bar).max(cfg.min_threshold));
+        let paper = 2.0 * minimal_threshold(&[th.max_score], cfg.resolution());
+        assert_eq!(th.threshold, (3.0 * bar).min(paper).max(cfg.min_threshold));
     }
+    // A steady series: the k-th highest is the largest, and the paper's
+    // threshold is the lower.
+    let steady = [10.0, 11.0, 12.0, 11.0, 10.0];
+    assert_eq!(sustained_threshold(&steady, 3, 1.0), 11.0);
+    assert!(2.0 * minimal_threshold(&steady, 1.0) < 3.0 * 11.0);
 }
 
 /// The outlier rule keeps the synthetic faults found (here a slower
@@ -2283,7 +2296,8 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
         "paper:1.5",
         "quantile:0.95:1.5",
         "quantile:1:1",
-        "sustained:3",
+        "sustained:3:2",
+        "sustained:4:1.5",
     ] {
         let c: Calibration = text.parse().expect(text);
         assert_eq!(c.to_string(), text);
@@ -2317,7 +2331,20 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
             false,
         ),
         (Calibration::Paper { factor: 0.9 }, false),
-        (Calibration::Sustained { factor: 0.5 }, false),
+        (
+            Calibration::Sustained {
+                factor: 0.5,
+                cap: 2.0,
+            },
+            false,
+        ),
+        (
+            Calibration::Sustained {
+                factor: 3.0,
+                cap: 0.5,
+            },
+            false,
+        ),
         (
             Calibration::Quantile {
                 q: 0.9,

@@ -136,17 +136,23 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         let thresholds = per_server
             .into_iter()
             .map(|(label, mut scores)| {
-                let (minimal, factor) = match cfg.calibration {
+                let (minimal, threshold) = match cfg.calibration {
                     Calibration::Paper { factor } => {
-                        (minimal_threshold(&scores, resolution), factor)
+                        let m = minimal_threshold(&scores, resolution);
+                        (m, factor * m)
                     }
-                    Calibration::Quantile { q, margin } => (quantile(&mut scores, q), margin),
-                    Calibration::Sustained { factor } => {
-                        (sustained.get(&label).copied().unwrap_or(0.0), factor)
+                    Calibration::Quantile { q, margin } => {
+                        let m = quantile(&mut scores, q);
+                        (m, margin * m)
+                    }
+                    Calibration::Sustained { factor, cap } => {
+                        let m = sustained.get(&label).copied().unwrap_or(0.0);
+                        let paper = cap * minimal_threshold(&scores, resolution);
+                        (m, (factor * m).min(paper))
                     }
                 };
                 let t = ServerThreshold {
-                    threshold: (factor * minimal).max(cfg.min_threshold),
+                    threshold: threshold.max(cfg.min_threshold),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),

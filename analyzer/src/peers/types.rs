@@ -318,18 +318,24 @@ pub enum Calibration {
         margin: f64,
     },
     /// Per server, `factor` times the smallest threshold (a multiple of the
-    /// resolution) that leaves the server *faulty* in no training window:
-    /// the paper's rule applied to the verdict the threshold feeds. A server
-    /// is faulty only when anomalous in k of 2k−1 windows, so a single burst
-    /// in training (a writeback flush, a scheduling spike at high load)
-    /// cannot indict and does not set the bar; the largest k-th highest
-    /// score of any 2k−1 consecutive training windows does. Issue 16: the
+    /// resolution) that leaves the server *faulty* in no training window,
+    /// but never above `cap` times the paper's bar: the paper's rule applied
+    /// to the verdict the threshold feeds. A server is faulty only when
+    /// anomalous in k of 2k−1 windows, so a single burst in training (a
+    /// writeback flush, a scheduling spike at high load) cannot indict and
+    /// does not set the bar; the largest k-th highest score of any 2k−1
+    /// consecutive training windows does. Where a metric is steady in
+    /// training, that bar is near the largest score and the paper's
+    /// threshold (the cap) is the lower: a 2-window burst of
+    /// retransmissions from a lossy chunkserver stays found. Issue 16: the
     /// paper's rule left a CPU hog on a MooseFS chunkserver unnamed whose
     /// run-queue delay was 10–30 times its peers' for the whole fault,
     /// because one clean run had one-window spikes half as high.
     Sustained {
         /// The cushion, at least 1.
         factor: f64,
+        /// The paper's factor whose threshold caps this one, at least 1.
+        cap: f64,
     },
 }
 
@@ -339,10 +345,14 @@ impl Calibration {
         Self::Paper { factor: 2.0 }
     }
 
-    /// The default: [`Calibration::Sustained`] with a cushion of 3 (chosen
-    /// on the GlusterFS g4 and MooseFS m3/m4 matrices, issue 16).
+    /// The default: [`Calibration::Sustained`] with a cushion of 3, capped
+    /// by the paper's rule (chosen on the GlusterFS g4 and MooseFS m3/m4
+    /// matrices, issue 16).
     pub fn sustained() -> Self {
-        Self::Sustained { factor: 3.0 }
+        Self::Sustained {
+            factor: 3.0,
+            cap: 2.0,
+        }
     }
 
     /// Short description for reports.
@@ -355,8 +365,8 @@ impl Calibration {
                 "{margin} × the {}th percentile of the server's training scores",
                 q * 100.0
             ),
-            Self::Sustained { factor } => format!(
-                "{factor} × the smallest threshold that leaves the server faulty in no training window, per server"
+            Self::Sustained { factor, cap } => format!(
+                "{factor} × the smallest threshold that leaves the server faulty in no training window, at most {cap} × its largest training score, per server"
             ),
         }
     }
@@ -368,7 +378,7 @@ impl std::fmt::Display for Calibration {
         match self {
             Self::Paper { factor } => write!(f, "paper:{factor}"),
             Self::Quantile { q, margin } => write!(f, "quantile:{q}:{margin}"),
-            Self::Sustained { factor } => write!(f, "sustained:{factor}"),
+            Self::Sustained { factor, cap } => write!(f, "sustained:{factor}:{cap}"),
         }
     }
 }
@@ -377,11 +387,11 @@ impl std::str::FromStr for Calibration {
     type Err = String;
 
     /// `paper`, `paper:F`, `quantile:Q` (margin 1), `quantile:Q:M`,
-    /// `sustained` (factor 3) or `sustained:F`.
+    /// `sustained` (factor 3, cap 2), `sustained:F` or `sustained:F:C`.
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
-                "`{text}` is not paper, paper:FACTOR, quantile:Q, quantile:Q:MARGIN, sustained or sustained:FACTOR"
+                "`{text}` is not paper, paper:FACTOR, quantile:Q, quantile:Q:MARGIN, sustained, sustained:FACTOR or sustained:FACTOR:CAP"
             )
         };
         let mut parts = text.split(':');
@@ -394,6 +404,7 @@ impl std::str::FromStr for Calibration {
             },
             Some("sustained") => Self::Sustained {
                 factor: num(parts.next(), 3.0)?,
+                cap: num(parts.next(), 2.0)?,
             },
             Some("quantile") => Self::Quantile {
                 q: num(Some(parts.next().ok_or_else(bad)?), 0.0)?,
@@ -624,8 +635,12 @@ impl PeersConfig {
             Calibration::Paper { factor } if !(factor.is_finite() && factor >= 1.0) => {
                 return bad("the paper calibration's factor must be a number of at least 1");
             }
-            Calibration::Sustained { factor } if !(factor.is_finite() && factor >= 1.0) => {
-                return bad("the sustained calibration's factor must be a number of at least 1");
+            Calibration::Sustained { factor, cap }
+                if !(factor.is_finite() && factor >= 1.0 && cap.is_finite() && cap >= 1.0) =>
+            {
+                return bad(
+                    "the sustained calibration's factor and cap must be numbers of at least 1",
+                );
             }
             Calibration::Quantile { q, margin }
                 if !(q > 0.0 && q <= 1.0 && margin.is_finite() && margin >= 1.0) =>
