@@ -226,6 +226,10 @@ struct ScoreArgs {
     /// analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "F")]
     outlier: Option<f64>,
+    /// Peer comparison: the persistence rule's share, 0 for off (default:
+    /// the analyzer's; see `analyzer peers train --help`).
+    #[arg(long, value_name = "SHARE")]
+    persistence: Option<f64>,
     /// Threshold calibration (see `analyzer peers train --help`); several,
     /// comma-separated, print one summary line each (default: the
     /// analyzer's).
@@ -911,7 +915,7 @@ fn table(
         );
     }
     println!(
-        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, thresholds {} per workload from the other clean runs",
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, thresholds {} per workload from the other clean runs",
         m.index.system,
         m.index.probes,
         a.window,
@@ -919,6 +923,7 @@ fn table(
         cfg.k,
         cfg.distance,
         cfg.outlier.map_or("off".to_string(), |f| f.to_string()),
+        cfg.persistence.map_or("off".to_string(), |p| p.to_string()),
         cfg.calibration.describe(),
     );
     let cells = cells_of(&verdicts);
@@ -962,6 +967,9 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     if let Some(f) = a.outlier {
         cfg.outlier = (f != 0.0).then_some(f);
+    }
+    if let Some(p) = a.persistence {
+        cfg.persistence = (p != 0.0).then_some(p);
     }
     cfg.validate()?;
     Ok(cfg)

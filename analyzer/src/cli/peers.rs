@@ -70,6 +70,12 @@ pub(crate) enum PeersCommand {
         /// trained).
         #[arg(long, value_name = "F")]
         outlier: Option<f64>,
+        /// Persistence rule: when several servers are found faulty, call
+        /// faulty only those faulty in at least this share of the windows of
+        /// the most persistent one, and list the others as having deviated
+        /// briefly; 0: off (default: as trained).
+        #[arg(long, value_name = "SHARE")]
+        persistence: Option<f64>,
         /// Functions to list per faulty server and metric.
         #[arg(long, default_value_t = 10)]
         top: usize,
@@ -121,9 +127,13 @@ pub(crate) struct FeatureArgs {
     /// --distance relative).
     #[arg(long)]
     resolution: Option<f64>,
-    /// How thresholds are learned: `paper` (per server, twice the largest
+    /// How thresholds are learned: `sustained:F:C` (per server, F times the
+    /// smallest threshold that leaves it faulty in no training window, i.e.
+    /// the largest k-th highest score of any 2k−1 consecutive windows, at
+    /// most C times its largest training score; `sustained` for F = 3,
+    /// C = 2, `sustained:F:C`), `paper` (per server, twice the largest
     /// training score; `paper:F` for F times), or `quantile:Q:M` (per
-    /// metric, M times the Q-quantile of every server's training scores).
+    /// server, M times the Q-quantile of its training scores).
     #[arg(long, value_name = "RULE", default_value_t = PeersConfig::default().calibration)]
     calibration: Calibration,
     /// Smallest threshold, in metric units (keeps a metric that never
@@ -158,6 +168,12 @@ pub(crate) struct FeatureArgs {
     /// paper's rule).
     #[arg(long, value_name = "F", default_value_t = 1.5)]
     outlier: f64,
+    /// Persistence rule (beyond the paper): when several servers are found
+    /// faulty, one faulty in fewer than this share of the windows of the
+    /// most persistent one is listed as having deviated briefly (a knock-on
+    /// effect of the fault, a passing burst), not called faulty; 0: off.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.67)]
+    persistence: f64,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -212,6 +228,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             metrics: a.metrics,
             normalize: a.normalize,
             outlier: (a.outlier != 0.0).then_some(a.outlier),
+            persistence: (a.persistence != 0.0).then_some(a.persistence),
             calibration: a.calibration,
             k: a.k,
             port_arg: a.port_arg,
@@ -413,6 +430,7 @@ pub(crate) fn run(
             captures,
             k,
             outlier,
+            persistence,
             top,
             json,
             svg,
@@ -422,6 +440,10 @@ pub(crate) fn run(
             model.config.endpoints = endpoints.endpoints;
             if let Some(f) = outlier {
                 model.config.outlier = (f != 0.0).then_some(f);
+                model.config.validate()?;
+            }
+            if let Some(p) = persistence {
+                model.config.persistence = (p != 0.0).then_some(p);
                 model.config.validate()?;
             }
             let mut files = Vec::new();

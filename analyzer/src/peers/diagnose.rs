@@ -2,7 +2,9 @@
 //! in a window when its score is above its threshold, faulty when anomalous in
 //! at least k of the last 2k−1 windows; the combined verdict is faulty in any
 //! metric. For each faulty server, the components ranked by their summed
-//! distance to the median server over its anomalous windows.
+//! distance to the median server over its anomalous windows. Beyond the
+//! paper, the persistence rule ([`persistent`]) tells a server at fault from
+//! one that deviated briefly beside it.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +26,21 @@ pub fn k_of_2k_minus_1(anomalous: &[bool], k: usize) -> Vec<bool> {
             let from = (w + 1).saturating_sub(span);
             anomalous[from..=w].iter().filter(|a| **a).count() >= k
         })
+        .collect()
+}
+
+/// Which servers found faulty count as faulty under the persistence rule
+/// ([`PeersConfig::persistence`]): given the windows each server was faulty
+/// in (0 for a server never faulty), those faulty in at least `share` of the
+/// windows of the most persistent server. With the rule off (`None`), every
+/// server faulty in any window.
+///
+/// [`PeersConfig::persistence`]: super::PeersConfig::persistence
+pub fn persistent(faulty_windows: &[usize], share: Option<f64>) -> Vec<bool> {
+    let top = faulty_windows.iter().copied().max().unwrap_or(0);
+    faulty_windows
+        .iter()
+        .map(|n| *n > 0 && share.is_none_or(|p| *n as f64 >= p * top as f64))
         .collect()
 }
 
@@ -102,6 +119,8 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             metrics: Vec::new(),
             first_faulty_window: None,
             anomalous_windows: BTreeMap::new(),
+            faulty_windows: 0,
+            brief: false,
             source: s.source.clone(),
             retransmit_peers: BTreeMap::new(),
         })
@@ -187,6 +206,38 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             }
         }
     }
+    // Windows each server was faulty in by any metric, and the persistence
+    // rule over them.
+    let faulty_windows: Vec<usize> = (0..n_servers)
+        .map(|s| {
+            (0..n_windows)
+                .filter(|w| cells[*w][s].values().any(|c| c.faulty))
+                .count()
+        })
+        .collect();
+    let keep = persistent(&faulty_windows, thresholds.config.persistence);
+    for (s, v) in verdicts.iter_mut().enumerate() {
+        v.faulty_windows = faulty_windows[s];
+        if v.faulty && !keep[s] {
+            v.faulty = false;
+            v.brief = true;
+        }
+    }
+    let most = faulty_windows.iter().copied().max().unwrap_or(0);
+    if let Some(p) = thresholds.config.persistence
+        && verdicts.iter().any(|v| v.brief)
+    {
+        let brief: Vec<String> = verdicts
+            .iter()
+            .filter(|v| v.brief)
+            .map(|v| format!("{} ({} windows)", v.server, v.faulty_windows))
+            .collect();
+        notes.push(format!(
+            "not called faulty: {}, faulty in fewer than {:.0}% of the {most} windows of the most persistent server (a knock-on effect of the fault or a passing disturbance; --persistence 0 names every server found faulty)",
+            brief.join(", "),
+            p * 100.0
+        ));
+    }
     for (s, v) in verdicts.iter_mut().enumerate() {
         v.retransmit_peers = run.retransmit_peers[s]
             .iter()
@@ -261,18 +312,17 @@ fn verdict_of(
     starts: &[u64],
 ) -> Verdict {
     let first = starts.first().copied().unwrap_or(0);
-    let faulty: Vec<FaultyServer> = servers
-        .iter()
-        .filter(|v| v.faulty)
-        .map(|v| FaultyServer {
-            server: v.server.clone(),
-            metrics: v.metrics.clone(),
-            from_s: v
-                .first_faulty_window
-                .and_then(|w| starts.get(w))
-                .map_or(0.0, |s| (s - first) as f64 / 1e9),
-        })
-        .collect();
+    let listed = |v: &ServerVerdict| FaultyServer {
+        server: v.server.clone(),
+        metrics: v.metrics.clone(),
+        from_s: v
+            .first_faulty_window
+            .and_then(|w| starts.get(w))
+            .map_or(0.0, |s| (s - first) as f64 / 1e9),
+        windows: v.faulty_windows,
+    };
+    let faulty: Vec<FaultyServer> = servers.iter().filter(|v| v.faulty).map(listed).collect();
+    let brief: Vec<FaultyServer> = servers.iter().filter(|v| v.brief).map(listed).collect();
     let names = |m: &[Metric]| m.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
     let (outcome, mut summary) = if compared.is_empty() {
         (
@@ -291,6 +341,20 @@ fn verdict_of(
             .collect();
         (Outcome::Faulty, format!("faulty: {}", list.join("; ")))
     };
+    if !brief.is_empty() {
+        let list: Vec<String> = brief
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} (by {}, {} windows)",
+                    f.server,
+                    names(&f.metrics),
+                    f.windows
+                )
+            })
+            .collect();
+        summary.push_str(&format!("; deviated briefly: {}", list.join("; ")));
+    }
     if !no_data.is_empty() {
         let silent: Vec<Metric> = no_data.iter().map(|s| s.metric).collect();
         summary.push_str(&format!("; no data for {}", names(&silent)));
@@ -298,6 +362,7 @@ fn verdict_of(
     Verdict {
         outcome,
         faulty,
+        brief,
         compared: compared.to_vec(),
         no_data,
         summary,

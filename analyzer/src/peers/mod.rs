@@ -31,7 +31,8 @@ pub use features::{
     CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,
 };
 pub use train::{
-    UNTRAINED_FACTOR, minimal_threshold, quantile, train, untrained, untrained_windows,
+    UNTRAINED_FACTOR, minimal_threshold, quantile, sustained_threshold, train, untrained,
+    untrained_windows,
 };
 pub use types::{
     Calibration, Cell, Culprit, Distance, FaultyServer, Metric, Outcome, PAPER_SAMPLE_HZ,

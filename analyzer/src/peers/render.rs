@@ -79,6 +79,20 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
             ))
         );
     }
+    for b in &report.verdict.brief {
+        let _ = writeln!(
+            s,
+            "deviated briefly, not called faulty: {} by {} in {} windows from t = {:.1} s (beside a server faulty for longer: a knock-on effect of its fault or a passing disturbance)",
+            b.server,
+            b.metrics
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.windows,
+            b.from_s
+        );
+    }
     for silent in &report.verdict.no_data {
         let _ = writeln!(s, "no data for {}: {}", silent.metric.name(), silent.reason);
     }

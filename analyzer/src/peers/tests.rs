@@ -1281,9 +1281,18 @@ fn thresholds_round_trip_through_json_with_a_version() {
     // Exact (serde_json's `float_roundtrip`: its default parsing was one
     // ulp off on cpu-wait's sums of spread readings).
     assert_eq!(back, t);
+    // The default calibration: 3 × the sustained bar (no more than the
+    // largest score), at most twice the largest score.
+    assert_eq!(
+        cfg.calibration,
+        Calibration::Sustained {
+            factor: 3.0,
+            cap: 2.0
+        }
+    );
     for th in t.metrics[&Metric::Time].values() {
         assert!(
-            th.threshold >= 2.0 * th.minimal && th.minimal >= th.max_score,
+            th.minimal <= th.max_score && th.threshold <= (2.0 * th.max_score.ceil()).max(1.0),
             "{th:?}"
         );
     }
@@ -1643,6 +1652,7 @@ fn hand_thresholds(outlier: Option<f64>) -> Thresholds {
         config: PeersConfig {
             metrics: vec![Metric::Time],
             outlier,
+            persistence: None,
             ..config(ServerSplit::PerCapture)
         },
         metrics: [(
@@ -1692,6 +1702,128 @@ fn the_outlier_rule_indicts_nobody_where_everyone_disagrees() {
         1,
         "f1..f4 differed only in the windows left out"
     );
+}
+
+/// The persistence rule: where every server disagrees for a while and one
+/// of them goes on alone (faulty in 5 windows, the others in 3), a share of
+/// 0.67 calls only the lasting one faulty and lists the others as having
+/// deviated briefly, in the verdict and the text; a share of 0.5 (3 of 5
+/// is enough) and the rule off name all four.
+#[test]
+fn the_persistence_rule_names_the_server_that_deviates_for_longest() {
+    let run = everyone_then_one();
+    let with = |p: Option<f64>| {
+        let mut t = hand_thresholds(None);
+        t.config.persistence = p;
+        diagnose(&run, &t, 2, 10)
+    };
+    let r = with(Some(0.67));
+    let text = render::report_text(&r, Distance::Manhattan);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    assert_eq!(r.verdict.outcome, Outcome::Faulty);
+    let windows: Vec<usize> = r.servers.iter().map(|v| v.faulty_windows).collect();
+    assert_eq!(windows, vec![3, 3, 5, 3]);
+    let brief: Vec<&str> = r.verdict.brief.iter().map(|b| b.server.as_str()).collect();
+    assert_eq!(brief, vec!["server0", "server1", "server3"]);
+    assert!(r.servers[0].brief && !r.servers[0].faulty);
+    assert!(!r.servers[2].brief && r.servers[2].faulty);
+    assert!(
+        text.contains("deviated briefly, not called faulty: server0 by time in 3 windows"),
+        "{text}"
+    );
+    assert!(
+        r.verdict.summary.contains("deviated briefly"),
+        "{}",
+        r.verdict.summary
+    );
+    // Each metric alone still lists what it found.
+    assert_eq!(r.faulty_by_metric[&Metric::Time].len(), 4);
+    for p in [Some(0.5), None] {
+        let r = with(p);
+        assert_eq!(r.faulty.len(), 4, "{p:?}");
+        assert!(r.verdict.brief.is_empty(), "{p:?}");
+    }
+    // Older thresholds files load with the rule off; a share outside
+    // (0, 1] is refused.
+    let mut json: serde_json::Value = serde_json::to_value(hand_thresholds(None)).expect("json");
+    json["config"]
+        .as_object_mut()
+        .and_then(|c| c.remove("persistence"))
+        .expect("written");
+    let old: Thresholds = serde_json::from_value(json).expect("old thresholds");
+    assert_eq!(old.config.persistence, None);
+    for (p, ok) in [
+        (0.67, true),
+        (1.0, true),
+        (0.0, false),
+        (1.5, false),
+        (f64::NAN, false),
+    ] {
+        let cfg = PeersConfig {
+            persistence: Some(p),
+            ..PeersConfig::default()
+        };
+        assert_eq!(cfg.validate().is_ok(), ok, "{p}");
+    }
+}
+
+/// The sustained calibration's bar is the smallest threshold under which
+/// the k-of-2k−1 rule stays quiet on the training series: a single burst
+/// does not set it (the paper's rule would take 9 here), three raised
+/// windows in five do; with k = 1 it is the paper's bar.
+#[test]
+fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
+    let series = [0.0, 0.0, 9.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0];
+    assert_eq!(minimal_threshold(&series, 1.0), 9.0);
+    assert_eq!(sustained_threshold(&series, 1, 1.0), 9.0);
+    let bar = sustained_threshold(&series, 3, 1.0);
+    assert_eq!(bar, 1.0);
+    let faulty = |th: f64| {
+        let a: Vec<bool> = series.iter().map(|x| *x > th).collect();
+        k_of_2k_minus_1(&a, 3).into_iter().any(|f| f)
+    };
+    assert!(!faulty(bar), "quiet at the bar");
+    assert!(faulty(bar - 0.5), "not quiet below it");
+    assert_eq!(sustained_threshold(&[0.5, 0.25, 0.75], 3, 0.5), 0.5);
+    assert_eq!(
+        sustained_threshold(&[7.0, 7.0], 3, 1.0),
+        0.0,
+        "fewer than k"
+    );
+    // Trained: each server's bar is the largest over its runs, times 3, but
+    // at most the paper's threshold (twice the largest score).
+    let cfg = config(ServerSplit::PerCapture);
+    let runs: Vec<Scored> = [11, 22]
+        .iter()
+        .map(|seed| {
+            scored(
+                &format!("clean{seed}"),
+                &run(*seed, 40, &[], false, false),
+                &cfg,
+            )
+            .expect("clean run")
+        })
+        .collect();
+    let t = train(&runs, &cfg).expect("sustained");
+    for (s, server) in runs[0].servers.iter().enumerate() {
+        let bar = runs
+            .iter()
+            .map(|r| {
+                let mi = r.metric_index(Metric::Time).expect("time");
+                let own: Vec<f64> = r.scores[mi].iter().map(|w| w[s]).collect();
+                sustained_threshold(&own, cfg.k, cfg.resolution())
+            })
+            .fold(0.0, f64::max);
+        let th = &t.metrics[&Metric::Time][&server.label];
+        assert_eq!(th.minimal, bar, "{}", server.label);
+        let paper = 2.0 * minimal_threshold(&[th.max_score], cfg.resolution());
+        assert_eq!(th.threshold, (3.0 * bar).min(paper).max(cfg.min_threshold));
+    }
+    // A steady series: the k-th highest is the largest, and the paper's
+    // threshold is the lower.
+    let steady = [10.0, 11.0, 12.0, 11.0, 10.0];
+    assert_eq!(sustained_threshold(&steady, 3, 1.0), 11.0);
+    assert!(2.0 * minimal_threshold(&steady, 1.0) < 3.0 * 11.0);
 }
 
 /// The outlier rule keeps the synthetic faults found (here a slower
@@ -2159,12 +2291,20 @@ fn a_port_shared_by_namespaced_servers_is_told_apart_by_their_addresses() {
 /// load as the paper's rule; out-of-range parameters are refused.
 #[test]
 fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
-    for text in ["paper:2", "paper:1.5", "quantile:0.95:1.5", "quantile:1:1"] {
+    for text in [
+        "paper:2",
+        "paper:1.5",
+        "quantile:0.95:1.5",
+        "quantile:1:1",
+        "sustained:3:2",
+        "sustained:4:1.5",
+    ] {
         let c: Calibration = text.parse().expect(text);
         assert_eq!(c.to_string(), text);
         assert_eq!(c.to_string().parse::<Calibration>(), Ok(c));
     }
     assert_eq!("paper".parse(), Ok(Calibration::Paper { factor: 2.0 }));
+    assert_eq!("sustained".parse(), Ok(Calibration::sustained()));
     assert_eq!(
         "quantile:0.9".parse(),
         Ok(Calibration::Quantile {
@@ -2191,6 +2331,20 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
             false,
         ),
         (Calibration::Paper { factor: 0.9 }, false),
+        (
+            Calibration::Sustained {
+                factor: 0.5,
+                cap: 2.0,
+            },
+            false,
+        ),
+        (
+            Calibration::Sustained {
+                factor: 3.0,
+                cap: 0.5,
+            },
+            false,
+        ),
         (
             Calibration::Quantile {
                 q: 0.9,
@@ -2219,7 +2373,10 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
 /// quantile of its own training scores; the paper's, twice its largest.
 #[test]
 fn quantile_and_paper_thresholds_per_server() {
-    let paper = config(ServerSplit::PerCapture);
+    let paper = PeersConfig {
+        calibration: Calibration::paper(),
+        ..config(ServerSplit::PerCapture)
+    };
     let runs: Vec<Scored> = [11, 22]
         .iter()
         .map(|seed| {

@@ -37,6 +37,29 @@ pub fn minimal_threshold(scores: &[f64], resolution: f64) -> f64 {
     lo as f64 * resolution
 }
 
+/// The smallest `j · resolution` (j = 0, 1, 2, …) above which no stretch of
+/// 2k−1 consecutive `scores` (fewer at the start, as the k-of-2k−1 rule
+/// counts) has k scores: the smallest threshold that leaves the k-of-2k−1
+/// rule quiet on this series. It is the largest k-th highest score of any
+/// such stretch; with k = 1 it is [`minimal_threshold`].
+pub fn sustained_threshold(scores: &[f64], k: usize, resolution: f64) -> f64 {
+    let k = k.max(1);
+    let span = 2 * k - 1;
+    let mut bar = 0.0f64;
+    let mut stretch: Vec<f64> = Vec::with_capacity(span);
+    for end in 0..scores.len() {
+        let from = (end + 1).saturating_sub(span);
+        stretch.clear();
+        stretch.extend_from_slice(&scores[from..=end]);
+        if stretch.len() < k {
+            continue;
+        }
+        stretch.sort_by(|a, b| b.total_cmp(a));
+        bar = bar.max(stretch[k - 1]);
+    }
+    minimal_threshold(&[bar], resolution)
+}
+
 /// The `q`-quantile of `values` by nearest rank: the smallest value at
 /// least a share `q` of them do not exceed (`q` = 1: the largest); 0 for
 /// none. NaNs sort last.
@@ -85,6 +108,9 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
             continue;
         }
         let mut per_server: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        // The sustained rule's bar per server: the k-of-2k−1 rule runs
+        // over each run's own windows, never across two runs.
+        let mut sustained: BTreeMap<String, f64> = BTreeMap::new();
         for run in runs {
             let Some(mi) = run.metric_index(*metric) else {
                 continue;
@@ -97,18 +123,36 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                         .push(*score);
                 }
             }
+            for (s, server) in run.servers.iter().enumerate() {
+                let series: Vec<f64> = run.scores[mi]
+                    .iter()
+                    .filter_map(|w| w.get(s).copied())
+                    .collect();
+                let bar = sustained_threshold(&series, cfg.k, resolution);
+                let e = sustained.entry(server.label.clone()).or_insert(0.0);
+                *e = e.max(bar);
+            }
         }
         let thresholds = per_server
             .into_iter()
             .map(|(label, mut scores)| {
-                let (minimal, factor) = match cfg.calibration {
+                let (minimal, threshold) = match cfg.calibration {
                     Calibration::Paper { factor } => {
-                        (minimal_threshold(&scores, resolution), factor)
+                        let m = minimal_threshold(&scores, resolution);
+                        (m, factor * m)
                     }
-                    Calibration::Quantile { q, margin } => (quantile(&mut scores, q), margin),
+                    Calibration::Quantile { q, margin } => {
+                        let m = quantile(&mut scores, q);
+                        (m, margin * m)
+                    }
+                    Calibration::Sustained { factor, cap } => {
+                        let m = sustained.get(&label).copied().unwrap_or(0.0);
+                        let paper = cap * minimal_threshold(&scores, resolution);
+                        (m, (factor * m).min(paper))
+                    }
                 };
                 let t = ServerThreshold {
-                    threshold: (factor * minimal).max(cfg.min_threshold),
+                    threshold: threshold.max(cfg.min_threshold),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),
