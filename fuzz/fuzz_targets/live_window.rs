@@ -19,7 +19,11 @@ fuzz_target!(|input: (eftrace_fuzz::Spec, bool)| {
             name: "model.json".into(),
             bytes: model.len() as u64,
         }),
-        scoring: if edges { Scoring::Edges } else { Scoring::Nodes },
+        scoring: if edges {
+            Scoring::Edges
+        } else {
+            Scoring::Nodes
+        },
         alert_score: 0.5,
         thresholds: None,
     };

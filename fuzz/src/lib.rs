@@ -62,23 +62,47 @@ pub fn exercise(cap: &Capture) {
 #[derive(Arbitrary, Debug)]
 pub enum Rec {
     /// A function entry.
-    Entry { func_id: u8, ip: u64, site: u64, args: bool },
+    Entry {
+        func_id: u8,
+        ip: u64,
+        site: u64,
+        args: bool,
+    },
     /// A function return.
     Return { func_id: u8, ret: u64 },
     /// A system call.
-    Syscall { nr: u16, fd: i8, ret: i64, family: u8, port: u16, addr: [u8; 4] },
+    Syscall {
+        nr: u16,
+        fd: i8,
+        ret: i64,
+        family: u8,
+        port: u16,
+        addr: [u8; 4],
+    },
     /// A sample.
     Sample { user_ip: u64, kernel_ip: u64 },
     /// Fork, exec, exit.
-    Lifecycle { event: u8, child: u8, group_dead: bool },
+    Lifecycle {
+        event: u8,
+        child: u8,
+        group_dead: bool,
+    },
     /// A TCP retransmit.
     Retransmit { family: u8, sport: u16, dport: u16 },
     /// A USDT hit.
-    Usdt { probe_id: u8, nargs: u8, args: [u64; 3] },
+    Usdt {
+        probe_id: u8,
+        nargs: u8,
+        args: [u64; 3],
+    },
     /// A USDT string.
     UsdtString { ptr: u64, len: u16, text: Vec<u8> },
     /// Raw bytes after a header of any kind and size.
-    Raw { kind: u16, size: u16, bytes: Vec<u8> },
+    Raw {
+        kind: u16,
+        size: u16,
+        bytes: Vec<u8>,
+    },
 }
 
 /// A records chunk: records of a few threads, at fuzzed times.
@@ -92,9 +116,16 @@ pub struct Chunk {
 #[derive(Arbitrary, Debug)]
 pub enum MetaSpec {
     /// A process snapshot with maps.
-    Process { pid: u8, maps: Vec<(u64, u32, u32, bool)>, sockets: u8 },
+    Process {
+        pid: u8,
+        maps: Vec<(u64, u32, u32, bool)>,
+        sockets: u8,
+    },
     /// An object's symbols.
-    Object { segments: Vec<(u64, u64, u64)>, symbols: Vec<(u64, u16, u8)> },
+    Object {
+        segments: Vec<(u64, u64, u64)>,
+        symbols: Vec<(u64, u16, u8)>,
+    },
     /// Probes (ids as given).
     Probes { ids: Vec<u32> },
     /// USDT probes (ids as given), string arguments.
@@ -221,7 +252,13 @@ impl Rec {
                 sport,
                 dport,
             } => TcpRetransmit {
-                header: header(ts, pid, tid, kind::TCP_RETRANSMIT, size_of::<TcpRetransmit>()),
+                header: header(
+                    ts,
+                    pid,
+                    tid,
+                    kind::TCP_RETRANSMIT,
+                    size_of::<TcpRetransmit>(),
+                ),
                 family: if *family % 2 == 0 { 2 } else { 10 },
                 sport: *sport,
                 dport: *dport,
@@ -299,6 +336,9 @@ impl MetaSpec {
                     })
                     .collect(),
                 netns: 4_026_531_840 + u64::from(*pid % 2),
+                // A followed process probed late, at any time (before its
+                // first record too).
+                probes_from_ns: (sockets % 8 >= 4).then(|| u64::from(*sockets) << 20),
             }),
             Self::Object { segments, symbols } => Meta::Object(ObjectSymbols {
                 path: OBJECT.into(),
@@ -376,7 +416,9 @@ impl MetaSpec {
             },
             Self::Stats { ring_full } => Meta::Stats(Stats {
                 at_ns: 1,
-                counters: [("ring_full".to_string(), *ring_full)].into_iter().collect(),
+                counters: [("ring_full".to_string(), *ring_full)]
+                    .into_iter()
+                    .collect(),
                 records_written: 0,
             }),
             Self::End { stop_ns } => Meta::End(End {
@@ -443,15 +485,65 @@ pub fn fixture() -> &'static (Capture, GlobalModel) {
                 }),
                 Err(Chunk {
                     records: [
-                        Rec::Entry { func_id: 0, ip: 0, site: 0x10, args: false },
-                        Rec::Syscall { nr: 41, fd: -1, ret: 5, family: 2, port: 7000, addr: [127, 0, 0, 1] },
-                        Rec::Syscall { nr: 7, fd: -1, ret: 1, family: 0, port: 0, addr: [0; 4] },
-                        Rec::Entry { func_id: 1, ip: 0, site: 0x20, args: false },
-                        Rec::Syscall { nr: 45, fd: 5, ret: 8, family: 0, port: 0, addr: [0; 4] },
+                        Rec::Entry {
+                            func_id: 0,
+                            ip: 0,
+                            site: 0x10,
+                            args: false,
+                        },
+                        Rec::Syscall {
+                            nr: 41,
+                            fd: -1,
+                            ret: 5,
+                            family: 2,
+                            port: 7000,
+                            addr: [127, 0, 0, 1],
+                        },
+                        Rec::Syscall {
+                            nr: 7,
+                            fd: -1,
+                            ret: 1,
+                            family: 0,
+                            port: 0,
+                            addr: [0; 4],
+                        },
+                        Rec::Entry {
+                            func_id: 1,
+                            ip: 0,
+                            site: 0x20,
+                            args: false,
+                        },
+                        Rec::Syscall {
+                            nr: 45,
+                            fd: 5,
+                            ret: 8,
+                            family: 0,
+                            port: 0,
+                            addr: [0; 4],
+                        },
                         Rec::Return { func_id: 1, ret: 0 },
-                        Rec::Syscall { nr: 7, fd: -1, ret: 1, family: 0, port: 0, addr: [0; 4] },
-                        Rec::Entry { func_id: 2, ip: 0, site: 0x30, args: false },
-                        Rec::Syscall { nr: 45, fd: 4, ret: 8, family: 0, port: 0, addr: [0; 4] },
+                        Rec::Syscall {
+                            nr: 7,
+                            fd: -1,
+                            ret: 1,
+                            family: 0,
+                            port: 0,
+                            addr: [0; 4],
+                        },
+                        Rec::Entry {
+                            func_id: 2,
+                            ip: 0,
+                            site: 0x30,
+                            args: false,
+                        },
+                        Rec::Syscall {
+                            nr: 45,
+                            fd: 4,
+                            ret: 8,
+                            family: 0,
+                            port: 0,
+                            addr: [0; 4],
+                        },
                         Rec::Return { func_id: 2, ret: 0 },
                         Rec::Return { func_id: 0, ret: 0 },
                     ]
