@@ -497,9 +497,60 @@ pub fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The most descendants [`descendants`] lists: a process tree that forks
+/// faster than it can be read must not keep the walk going.
+const MAX_DESCENDANTS: usize = 65_536;
+
+/// Every descendant of `pid` alive now (children, their children, …),
+/// each once, at most [`MAX_DESCENDANTS`].
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::from([pid]);
+    let mut out = Vec::new();
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        for child in children(p) {
+            // A pid reused while walking could point back up the tree.
+            if out.len() < MAX_DESCENDANTS && seen.insert(child) {
+                out.push(child);
+                stack.push(child);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child's child is a descendant too, each listed once.
+    #[test]
+    fn descendants_reach_grandchildren() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh starts");
+        let mut line = String::new();
+        io::BufRead::read_line(
+            &mut io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("grandchild pid");
+        let grandchild: u32 = line.trim().parse().expect("a pid");
+        let all = descendants(std::process::id());
+        let _ = std::process::Command::new("kill")
+            .arg(grandchild.to_string())
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(all.contains(&child.id()), "{all:?}");
+        assert!(all.contains(&grandchild), "{all:?}");
+        let mut unique = all.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
 
     #[test]
     fn parses_maps_lines() {

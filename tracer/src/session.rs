@@ -29,7 +29,7 @@ use crate::{
     btf,
     elf::{ElfCache, file_offset},
     kstats::{KernelStats, KernelStatsConfig},
-    loader::{LoadOptions, Loaded},
+    loader::{Followed, LoadOptions, Loaded, MAX_SCOPED_PROCESSES},
     overhead::{self, Costs},
     procfs::{self, ProcError},
     record::{RecordConfig, RecordError, Summary, Target, kind_name},
@@ -233,11 +233,17 @@ fn follow_probes(loaded: &mut Loaded, pid: u32) -> bool {
             log::warn!("function probes not attached for forked process {pid}: {e:#}");
             false
         }
-        Ok(true) => {
+        Ok(Followed::Attached) => {
             log::debug!("function probes attached for forked process {pid}");
             true
         }
-        Ok(false) => false,
+        Ok(Followed::Everywhere) => {
+            log::warn!(
+                "more than {MAX_SCOPED_PROCESSES} traced processes: function probes now fire in every process of their objects (each hit would run every process's links)"
+            );
+            true
+        }
+        Ok(Followed::Nothing) => false,
     }
 }
 
@@ -1171,11 +1177,8 @@ impl Session {
         {
             let mut pids = root_pids.clone();
             if config.follow {
-                let mut stack = pids.clone();
-                while let Some(pid) = stack.pop() {
-                    let children = procfs::children(pid);
-                    pids.extend(&children);
-                    stack.extend(children);
+                for pid in &root_pids {
+                    pids.extend(procfs::descendants(*pid));
                 }
             }
             loaded.scope_probes(&pids);
@@ -1245,15 +1248,13 @@ impl Session {
             tracker.roots.insert(*pid);
             tracker.snapshot(*pid, true, &mut sink)?;
             if config.follow {
-                let mut stack = procfs::children(*pid);
-                while let Some(child) = stack.pop() {
+                for child in procfs::descendants(*pid) {
                     loaded.trace_pid(child, false)?;
                     // Forked since the probes were attached.
                     if follow_probes(&mut loaded, child) {
                         tracker.probes_from.insert(child, monotonic_ns());
                     }
                     tracker.snapshot(child, true, &mut sink)?;
-                    stack.extend(procfs::children(child));
                 }
             }
         }

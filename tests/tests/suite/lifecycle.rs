@@ -3,7 +3,7 @@
 use analyzer::Event;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use tests::{Background, capture, entries_by_function, events, fixture, privileged, tracer};
 use tracer_common::record::lifecycle;
@@ -153,6 +153,53 @@ fn text_patched(pid: u32, exe: &Path) -> bool {
     false
 }
 
+/// `calls ARGS` (a mode that waits for a line on its stdin first).
+fn waiting(calls: &Path, args: &[&str]) -> Child {
+    Command::new(calls)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("calls starts")
+}
+
+/// Sends `child` its line and waits for it to succeed.
+fn go_and_wait(child: &mut Child) {
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("write");
+    drop(stdin);
+    assert!(child.wait().expect("calls exits").success());
+}
+
+/// `tracer record -p PID -f leaf` without samples, and `extra`, into `out`.
+fn record_leaf(pid: u32, out: &Path, extra: &[&str]) -> Background {
+    let pid = pid.to_string();
+    let mut args = vec![
+        "record",
+        "-p",
+        &pid,
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ];
+    args.extend_from_slice(extra);
+    Background::start(&args)
+}
+
+/// The children the capture saw forked, in order.
+fn forked(cap: &analyzer::Capture) -> Vec<u32> {
+    events(cap)
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lifecycle(l) if l.event == lifecycle::FORK => Some(l.child_tid),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Attached to a running process, function probes are installed in it and
 /// not in another process of the same program (each trap costs
 /// microseconds, recorded or not: a second instance of a probed program
@@ -165,28 +212,9 @@ fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
     let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("scoped.capture");
-    let start = |mode: &str| {
-        Command::new(&calls)
-            .args([mode, "4"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("calls starts")
-    };
-    let mut traced = start("waitfork");
-    let mut other = start("wait");
-    let pid = traced.id().to_string();
-    let recorder = Background::start(&[
-        "record",
-        "-p",
-        &pid,
-        "-f",
-        "leaf",
-        "--sample-hz",
-        "0",
-        "-o",
-        out.to_str().expect("utf8"),
-    ]);
+    let mut traced = waiting(&calls, &["waitfork", "4"]);
+    let mut other = waiting(&calls, &["wait", "4"]);
+    let recorder = record_leaf(traced.id(), &out, &[]);
     let exe = calls.canonicalize().expect("fixture path");
     assert!(
         text_patched(traced.id(), &exe),
@@ -196,22 +224,12 @@ fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
         !text_patched(other.id(), &exe),
         "the other process has none"
     );
-    for child in [&mut traced, &mut other] {
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"go\n").expect("write");
-    }
-    assert!(traced.wait().expect("traced exits").success());
-    assert!(other.wait().expect("other exits").success());
+    go_and_wait(&mut traced);
+    go_and_wait(&mut other);
     assert!(recorder.stop("INT").success());
 
     let cap = capture(&out);
-    let fork = events(&cap)
-        .iter()
-        .find_map(|e| match e {
-            Event::Lifecycle(l) if l.event == lifecycle::FORK => Some(l.child_tid),
-            _ => None,
-        })
-        .expect("a fork event");
+    let fork = *forked(&cap).first().expect("a fork event");
     let counts = entries_by_function(&cap);
     // run(4): 4 calls from site_a, 3 from site_b, all in the child.
     assert_eq!(
@@ -231,6 +249,49 @@ fn probes_of_a_running_process_stay_out_of_others_and_follow_its_forks() {
     );
 }
 
+/// A traced process that forks more children than probes are scoped to:
+/// past the limit the probes fire in every process of the program (one
+/// link per object instead of one per process, each of which every hit
+/// would run), and every child's calls are still recorded.
+#[test]
+fn many_followed_children_widen_the_probes_to_every_process() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("widened.capture");
+    let kids = 20;
+    let mut traced = waiting(&calls, &["waitfork", "2", &kids.to_string()]);
+    let mut other = waiting(&calls, &["wait", "2"]);
+    let recorder = record_leaf(traced.id(), &out, &[]);
+    let exe = calls.canonicalize().expect("fixture path");
+    assert!(!text_patched(other.id(), &exe), "scoped at first");
+    let mut stdin = traced.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("write");
+    drop(stdin);
+    // The children sleep a second before their calls.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(text_patched(other.id(), &exe), "the probes went everywhere");
+    assert!(traced.wait().expect("traced exits").success());
+    go_and_wait(&mut other);
+    assert!(recorder.stop("INT").success());
+
+    let cap = capture(&out);
+    let children = forked(&cap);
+    assert_eq!(children.len(), kids, "{children:?}");
+    let counts = entries_by_function(&cap);
+    // run(2): 2 calls from site_a, 3 from site_b, in each child.
+    for child in &children {
+        assert_eq!(
+            counts.get(&(*child, "leaf".to_string())),
+            Some(&5),
+            "{counts:?}"
+        );
+    }
+    assert_eq!(counts.len(), kids, "only the children: {counts:?}");
+}
+
 /// `--probe-everywhere` installs the probes in every process of the
 /// program, as a command or `--exe` target does.
 #[test]
@@ -241,39 +302,19 @@ fn probe_everywhere_reaches_other_processes_of_the_program() {
     let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("everywhere.capture");
-    let start = || {
-        Command::new(&calls)
-            .args(["wait", "1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("calls starts")
-    };
-    let (mut traced, mut other) = (start(), start());
-    let pid = traced.id().to_string();
-    let recorder = Background::start(&[
-        "record",
-        "-p",
-        &pid,
-        "-f",
-        "leaf",
-        "--probe-everywhere",
-        "--sample-hz",
-        "0",
-        "-o",
-        out.to_str().expect("utf8"),
-    ]);
+    let (mut traced, mut other) = (
+        waiting(&calls, &["wait", "1"]),
+        waiting(&calls, &["wait", "1"]),
+    );
+    let recorder = record_leaf(traced.id(), &out, &["--probe-everywhere"]);
     let exe = calls.canonicalize().expect("fixture path");
     assert!(text_patched(traced.id(), &exe));
     assert!(
         text_patched(other.id(), &exe),
         "the other process has it too"
     );
-    for child in [&mut traced, &mut other] {
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"go\n").expect("write");
-        assert!(child.wait().expect("exits").success());
-    }
+    go_and_wait(&mut traced);
+    go_and_wait(&mut other);
     assert!(recorder.stop("INT").success());
     // Only the traced process's calls are recorded all the same.
     let counts = entries_by_function(&capture(&out));
