@@ -656,7 +656,16 @@ impl Summary {
         // Names of sampled processes the capture has no snapshot of
         // (`--sample-all`): the sample carries the thread's name.
         let mut sampled: BTreeMap<u32, String> = BTreeMap::new();
-        // When each process was forked, else its first record.
+        // Followed processes whose probes came late, and when each was
+        // forked (else its first record): looked for only where there are
+        // such processes.
+        let late: BTreeMap<u32, u64> = capture
+            .processes
+            .iter()
+            .filter_map(|(pid, snaps)| {
+                Some((*pid, snaps.iter().filter_map(|p| p.probes_from_ns).min()?))
+            })
+            .collect();
         let mut born: BTreeMap<u32, u64> = BTreeMap::new();
         for event in capture.events() {
             let Ok(event) = event else {
@@ -666,13 +675,14 @@ impl Summary {
             let h = event.header();
             first = first.min(h.ts_ns);
             last = last.max(h.ts_ns);
-            match &event {
-                Event::Lifecycle(l) if l.event == lifecycle::FORK => {
-                    let t = born.entry(l.child_tid).or_insert(h.ts_ns);
+            if !late.is_empty() {
+                let pid = match &event {
+                    Event::Lifecycle(l) if l.event == lifecycle::FORK => l.child_tid,
+                    _ => h.pid,
+                };
+                if late.contains_key(&pid) {
+                    let t = born.entry(pid).or_insert(h.ts_ns);
                     *t = (*t).min(h.ts_ns);
-                }
-                _ => {
-                    born.entry(h.pid).or_insert(h.ts_ns);
                 }
             }
             *s.events.entry(event.kind_name().to_string()).or_default() += 1;
@@ -757,12 +767,9 @@ impl Summary {
                 (format!("{comm}[{pid}]"), n)
             })
             .collect();
-        for (pid, snaps) in &capture.processes {
-            let Some(from) = snaps.iter().filter_map(|p| p.probes_from_ns).min() else {
-                continue;
-            };
-            let comm = capture.comm(*pid).unwrap_or("?");
-            let since = born.get(pid).copied().unwrap_or(from);
+        for (pid, from) in late {
+            let comm = capture.comm(pid).unwrap_or("?");
+            let since = born.get(&pid).copied().unwrap_or(from);
             s.late_probes.insert(
                 format!("{comm}[{pid}]"),
                 from.saturating_sub(since) as f64 / 1e6,
