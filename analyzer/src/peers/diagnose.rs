@@ -223,21 +223,6 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             v.brief = true;
         }
     }
-    let most = faulty_windows.iter().copied().max().unwrap_or(0);
-    if let Some(p) = thresholds.config.persistence
-        && verdicts.iter().any(|v| v.brief)
-    {
-        let brief: Vec<String> = verdicts
-            .iter()
-            .filter(|v| v.brief)
-            .map(|v| format!("{} ({} windows)", v.server, v.faulty_windows))
-            .collect();
-        notes.push(format!(
-            "not called faulty: {}, faulty in fewer than {:.0}% of the {most} windows of the most persistent server (a knock-on effect of the fault or a passing disturbance; --persistence 0 names every server found faulty)",
-            brief.join(", "),
-            p * 100.0
-        ));
-    }
     for (s, v) in verdicts.iter_mut().enumerate() {
         v.retransmit_peers = run.retransmit_peers[s]
             .iter()

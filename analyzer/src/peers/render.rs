@@ -82,7 +82,7 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
     for b in &report.verdict.brief {
         let _ = writeln!(
             s,
-            "deviated briefly, not called faulty: {} by {} in {} windows from t = {:.1} s (beside a server faulty for longer: a knock-on effect of its fault or a passing disturbance)",
+            "deviated briefly, not called faulty: {} by {} in {} windows from t = {:.1} s (beside a server faulty for longer: a knock-on effect of its fault or a passing disturbance; --persistence 0 names every server found faulty)",
             b.server,
             b.metrics
                 .iter()

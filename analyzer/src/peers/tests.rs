@@ -523,8 +523,9 @@ fn scored(
     analyze(name, &sources, cfg, 1)
 }
 
-fn trained(cfg: &PeersConfig, together: bool) -> Thresholds {
-    let runs: Vec<Scored> = [11, 22]
+/// Two scored clean runs.
+fn clean_runs(cfg: &PeersConfig, together: bool) -> Vec<Scored> {
+    [11, 22]
         .iter()
         .map(|seed| {
             scored(
@@ -534,8 +535,11 @@ fn trained(cfg: &PeersConfig, together: bool) -> Thresholds {
             )
             .expect("clean run")
         })
-        .collect();
-    train(&runs, cfg).expect("train")
+        .collect()
+}
+
+fn trained(cfg: &PeersConfig, together: bool) -> Thresholds {
+    train(&clean_runs(cfg, together), cfg).expect("train")
 }
 
 fn diagnosed(
@@ -1793,17 +1797,7 @@ fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
     // Trained: each server's bar is the largest over its runs, times 3, but
     // at most the paper's threshold (twice the largest score).
     let cfg = config(ServerSplit::PerCapture);
-    let runs: Vec<Scored> = [11, 22]
-        .iter()
-        .map(|seed| {
-            scored(
-                &format!("clean{seed}"),
-                &run(*seed, 40, &[], false, false),
-                &cfg,
-            )
-            .expect("clean run")
-        })
-        .collect();
+    let runs = clean_runs(&cfg, false);
     let t = train(&runs, &cfg).expect("sustained");
     for (s, server) in runs[0].servers.iter().enumerate() {
         let bar = runs
@@ -2377,17 +2371,7 @@ fn quantile_and_paper_thresholds_per_server() {
         calibration: Calibration::paper(),
         ..config(ServerSplit::PerCapture)
     };
-    let runs: Vec<Scored> = [11, 22]
-        .iter()
-        .map(|seed| {
-            scored(
-                &format!("clean{seed}"),
-                &run(*seed, 40, &[], false, false),
-                &paper,
-            )
-            .expect("clean run")
-        })
-        .collect();
+    let runs = clean_runs(&paper, false);
     let t = train(&runs, &paper).expect("paper");
     for th in t.metrics[&Metric::Time].values() {
         assert_eq!(th.threshold, (2.0 * th.minimal).max(paper.min_threshold));
