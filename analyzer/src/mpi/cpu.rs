@@ -206,14 +206,8 @@ pub const READING_QUANTILE: f64 = 0.9;
 /// floor.
 pub fn reading_bound(clean: &[f64]) -> f64 {
     let mut v: Vec<f64> = clean.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return MIN_READING_DEFICIT;
-    }
-    v.sort_by(f64::total_cmp);
-    let pos = READING_QUANTILE * (v.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, (pos.ceil() as usize).min(v.len() - 1));
-    let q = v[lo] + (v[hi] - v[lo]) * (pos - lo as f64);
-    q.max(MIN_READING_DEFICIT)
+    // Nearest rank, as peer comparison's calibration takes it; 0 for none.
+    crate::peers::quantile(&mut v, READING_QUANTILE).max(MIN_READING_DEFICIT)
 }
 
 /// The fewest short readings that judge a rank: one reading short is a
