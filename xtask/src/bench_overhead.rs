@@ -223,6 +223,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     println!("   broad pattern: {}", broad.join(" "));
     let reps = a.repeat.max(3);
     let mut mbps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    // Per mode and repetition: CPU ms per MB moved of the servers, of the
+    // whole host, and the recorders' CPU, ms per s.
+    let mut cpu: Vec<Vec<Option<CpuPerMb>>> = vec![Vec::new(); modes.len()];
     let mut loads: Vec<f64> = Vec::new();
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
@@ -260,6 +263,11 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     info.load_average
                 );
                 mbps[m].push(v);
+                cpu[m].push(
+                    info.cpu
+                        .as_ref()
+                        .and_then(|c| CpuPerMb::of(c, &info.result)),
+                );
                 loads.push(info.load_average);
                 if mode.name == "budget" {
                     for t in &info.tracers {
@@ -317,6 +325,40 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         );
     }
     println!(
+        "\n{:<22} {:>10} {:>8} {:>8} {:>8} {:>12} {:>8} {:>12}   (CPU per MB moved / the untraced run of the same repetition)",
+        "mode", "servers", "min", "median", "max", "host median", "max", "recorders"
+    );
+    for (m, mode) in modes.iter().enumerate() {
+        let servers = ratios(&cpu[m], &cpu[0], |c| c.servers_ms_per_mb);
+        let host = ratios(&cpu[m], &cpu[0], |c| c.host_ms_per_mb);
+        let tracers: Vec<f64> = cpu[m]
+            .iter()
+            .flatten()
+            .map(|c| c.tracers_ms_per_s)
+            .collect();
+        println!(
+            "{:<22} {:>7.1} ms {:>8.3} {:>8.3} {:>8.3} {:>12.3} {:>8.3} {:>7.1} ms/s",
+            mode.name,
+            median(
+                cpu[m]
+                    .iter()
+                    .flatten()
+                    .map(|c| c.servers_ms_per_mb)
+                    .collect()
+            ),
+            servers.first().copied().unwrap_or(f64::NAN),
+            median(servers.clone()),
+            servers.last().copied().unwrap_or(f64::NAN),
+            median(host.clone()),
+            host.last().copied().unwrap_or(f64::NAN),
+            median(tracers),
+        );
+    }
+    println!(
+        "  servers: their daemons' CPU per MB (probe traps are charged to them); host: every busy core per MB \
+         (recorders, kernel programs on every process, the client); recorders: their own CPU, ms per s of wall time"
+    );
+    println!(
         "load average during the runs: median {:.1}, max {:.1} (a shared machine: noisy)",
         median(loads.clone()),
         loads.iter().copied().fold(0.0, f64::max)
@@ -327,6 +369,44 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     }
     println!("captures in {}", out.display());
     Ok(())
+}
+
+/// A run's CPU cost per MB moved through the mount.
+#[derive(Clone, Copy, Debug)]
+struct CpuPerMb {
+    servers_ms_per_mb: f64,
+    host_ms_per_mb: f64,
+    tracers_ms_per_s: f64,
+}
+
+impl CpuPerMb {
+    fn of(cpu: &tests::fs::RunCpu, result: &tests::fs::WorkloadResult) -> Option<Self> {
+        let mb = (result.bytes_read + result.bytes_written) as f64 / 1e6;
+        if mb <= 0.0 || cpu.wall_ns == 0 {
+            return None;
+        }
+        Some(CpuPerMb {
+            servers_ms_per_mb: cpu.servers_ns as f64 / 1e6 / mb,
+            host_ms_per_mb: cpu.host_busy_ns as f64 / 1e6 / mb,
+            tracers_ms_per_s: cpu.tracers_ns as f64 / 1e6 / (cpu.wall_ns as f64 / 1e9),
+        })
+    }
+}
+
+/// Sorted ratios of `f` of each repetition to the same repetition's
+/// baseline, where both were measured.
+fn ratios(
+    runs: &[Option<CpuPerMb>],
+    base: &[Option<CpuPerMb>],
+    f: impl Fn(&CpuPerMb) -> f64,
+) -> Vec<f64> {
+    let mut r: Vec<f64> = runs
+        .iter()
+        .zip(base)
+        .filter_map(|(a, b)| Some(f(a.as_ref()?) / f(b.as_ref()?).max(1e-9)))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r
 }
 
 /// Writes back what earlier runs left dirty and lets the servers' disks go

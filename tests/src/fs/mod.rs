@@ -51,7 +51,7 @@ mod workload;
 pub use fault::{Fault, FaultKind, FaultParams};
 pub use record::{ProbeSet, RecordConfig, RecordMode, Recording, TracerSummary};
 pub use run::{
-    FaultInfo, LoadedRun, PhaseStats, RUN_INFO_VERSION, RunConfig, RunInfo, ServerInfo,
+    FaultInfo, LoadedRun, PhaseStats, RUN_INFO_VERSION, RunConfig, RunCpu, RunInfo, ServerInfo,
     ServerStats, load_run, peers_config, run, score_run, server_label, server_stats,
 };
 pub use workload::{Workload, WorkloadResult};

@@ -312,6 +312,11 @@ impl Recording {
         Ok(rec)
     }
 
+    /// The recorders' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.tracers.iter().map(|t| t.child.id()).collect()
+    }
+
     /// Stops the tracers with SIGINT; checks they exit 0 and lost nothing
     /// they did not report.
     pub fn stop(mut self) -> Result<Vec<TracerSummary>> {

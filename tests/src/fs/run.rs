@@ -112,6 +112,86 @@ pub struct RunInfo {
     /// runs recorded before the wait.
     #[serde(default)]
     pub quiet: Option<QuietWait>,
+    /// CPU time spent while the workload ran (absent in runs recorded
+    /// before it was measured).
+    #[serde(default)]
+    pub cpu: Option<RunCpu>,
+}
+
+/// CPU time over a run's workload, ns: what recording costs in CPU, which
+/// a shared host's load disturbs far less than throughput.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunCpu {
+    /// The servers' daemons, every thread (probe traps are charged here).
+    pub servers_ns: u64,
+    /// The recorders' own processes (their user side and system calls).
+    pub tracers_ns: u64,
+    /// The whole host, busy (not idle or waiting on I/O), every core.
+    pub host_busy_ns: u64,
+    /// Wall time between the two readings.
+    pub wall_ns: u64,
+}
+
+/// One reading of the CPU counters [`RunCpu`] is the difference of.
+struct CpuReading {
+    servers_ns: u64,
+    tracers_ns: u64,
+    host_busy_ns: u64,
+    at: Instant,
+}
+
+impl CpuReading {
+    fn now(servers: &[u32], tracers: &[u32]) -> Self {
+        let sum = |pids: &[u32]| pids.iter().filter_map(|p| process_cpu_ns(*p)).sum();
+        CpuReading {
+            servers_ns: sum(servers),
+            tracers_ns: sum(tracers),
+            host_busy_ns: host_busy_ns().unwrap_or(0),
+            at: Instant::now(),
+        }
+    }
+
+    fn since(&self, start: &CpuReading) -> RunCpu {
+        RunCpu {
+            servers_ns: self.servers_ns.saturating_sub(start.servers_ns),
+            tracers_ns: self.tracers_ns.saturating_sub(start.tracers_ns),
+            host_busy_ns: self.host_busy_ns.saturating_sub(start.host_busy_ns),
+            wall_ns: self.at.duration_since(start.at).as_nanos() as u64,
+        }
+    }
+}
+
+/// Nanoseconds per clock tick of /proc's CPU times (USER_HZ, 100 on Linux).
+const TICK_NS: u64 = 10_000_000;
+
+/// User + system time of a process and every thread it had, ns (0 when it
+/// is gone).
+fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command, which may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * TICK_NS)
+}
+
+/// The host's busy CPU time over every core, ns: /proc/stat's first line
+/// less idle and I/O wait.
+fn host_busy_ns() -> Option<u64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| v.get(*i))
+        .sum::<u64>();
+    Some(busy * TICK_NS)
 }
 
 /// The wait for quiet links before a run.
@@ -205,6 +285,9 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         None => None,
     };
     let load = load_average();
+    let server_pids: Vec<u32> = cluster.servers().iter().map(|s| s.pid).collect();
+    let tracer_pids = recording.as_ref().map(|r| r.pids()).unwrap_or_default();
+    let cpu_start = CpuReading::now(&server_pids, &tracer_pids);
     let start_unix_ns = unix_ns();
     let (result, fault) = std::thread::scope(|scope| -> Result<_> {
         let work = scope.spawn(|| config.workload.run(cluster, config.seconds));
@@ -240,6 +323,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         Ok((result, fault_info))
     })?;
     let end_unix_ns = unix_ns();
+    let cpu = CpuReading::now(&server_pids, &tracer_pids).since(&cpu_start);
     let tracers = match recording {
         Some(r) => r.stop()?,
         None => Vec::new(),
@@ -282,6 +366,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         end_unix_ns,
         load_average: load,
         quiet: Some(quiet),
+        cpu: Some(cpu),
     };
     let path = dir.join("run.json");
     let json = serde_json::to_string_pretty(&info).map_err(|source| FsError::Json {
