@@ -1,5 +1,12 @@
 //! Peer comparison (paper 003) of the windows of a live recording, each
-//! window once, with the k-of-2k−1 rule over the windows seen so far.
+//! window once, with the k-of-2k−1 rule over the windows seen so far, and
+//! the persistence rule of `peers diagnose` over the current episode: a
+//! server found faulty is called faulty only while it has been faulty in at
+//! least the configured share of the windows of the most persistent server
+//! since the episode began (a knock-on victim or a passing disturbance
+//! deviates briefly beside the server at fault). An episode ends when no
+//! server has been faulty for 2k−1 windows: by then every anomalous window
+//! has left the k-of-2k−1 history.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -31,6 +38,27 @@ pub struct LivePeers {
     /// Per server and metric: (window start, anomalous) of the last 2k−1
     /// windows.
     history: BTreeMap<String, BTreeMap<Metric, VecDeque<(u64, bool)>>>,
+    /// Per server, the windows of the current episode it was faulty in.
+    episode: BTreeMap<String, usize>,
+    /// Windows in a row in which no server was faulty.
+    calm: usize,
+    /// The servers called faulty at the last window.
+    called: Vec<String>,
+}
+
+/// The servers faulty by the k-of-2k−1 rule in one window (`raw`) that are
+/// called faulty under the persistence rule, given the faulty-window counts
+/// of the episode so far (`episode`, already counting this window). The
+/// rest deviated briefly.
+fn call(raw: &[String], episode: &BTreeMap<String, usize>, share: Option<f64>) -> Vec<String> {
+    let counts: Vec<usize> = episode.values().copied().collect();
+    let keep = crate::peers::persistent(&counts, share);
+    episode
+        .keys()
+        .zip(keep)
+        .filter(|(label, keep)| *keep && raw.contains(label))
+        .map(|(label, _)| label.clone())
+        .collect()
 }
 
 impl LivePeers {
@@ -41,6 +69,9 @@ impl LivePeers {
             thresholds,
             last_window: None,
             history: BTreeMap::new(),
+            episode: BTreeMap::new(),
+            calm: 0,
+            called: Vec::new(),
         }
     }
 
@@ -112,6 +143,8 @@ impl LivePeers {
         report.servers = scored.servers.iter().map(|s| s.label.clone()).collect();
         report.notes.extend(scored.notes.iter().cloned());
         self.history
+            .retain(|label, _| report.servers.iter().any(|s| s == label));
+        self.episode
             .retain(|label, _| report.servers.iter().any(|s| s == label));
         let span = 2 * cfg.k.max(1) - 1;
         let window_ns = scored.windowed.window_ns;
@@ -194,17 +227,40 @@ impl LivePeers {
                     metrics,
                 });
             }
-            let faulty: Vec<String> = servers
+            let raw: Vec<String> = servers
                 .iter()
                 .filter(|s| s.faulty)
                 .map(|s| s.server.clone())
                 .collect();
+            if raw.is_empty() {
+                self.calm += 1;
+                if self.calm >= span {
+                    self.episode.clear();
+                }
+            } else {
+                self.calm = 0;
+                for label in &raw {
+                    *self.episode.entry(label.clone()).or_default() += 1;
+                }
+            }
+            let faulty = call(&raw, &self.episode, cfg.persistence);
+            let brief: Vec<String> = raw
+                .iter()
+                .filter(|l| !faulty.contains(l))
+                .cloned()
+                .collect();
+            for s in &mut servers {
+                s.faulty = faulty.contains(&s.server);
+            }
+            root_causes.retain(|r| faulty.contains(&r.server));
             report.faulty.clone_from(&faulty);
+            self.called.clone_from(&faulty);
             report.windows.push(LiveWindow {
                 start_ns: start,
                 end_ns: start + window_ns,
                 servers,
                 faulty,
+                brief,
                 root_causes,
                 features: WindowFeatures {
                     version: LIVE_REPORT_VERSION,
@@ -226,15 +282,13 @@ impl LivePeers {
             self.last_window = Some(start);
         }
         if report.windows.is_empty() {
-            // Nothing new: the verdicts stand as of the last window.
+            // Nothing new: the verdicts stand as of the last window, less
+            // the servers no longer compared.
             report.faulty = self
-                .history
+                .called
                 .iter()
-                .filter(|(_, m)| {
-                    m.values()
-                        .any(|h| h.iter().filter(|(_, a)| *a).count() >= cfg.k)
-                })
-                .map(|(l, _)| l.clone())
+                .filter(|l| self.history.contains_key(*l))
+                .cloned()
                 .collect();
         }
         for label in untrained {

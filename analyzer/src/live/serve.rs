@@ -122,7 +122,7 @@ impl Server {
                     a.findings.push(Finding {
                         kind: "server".into(),
                         summary: format!(
-                            "{server} is faulty (anomalous in k of the last 2k-1 windows); top functions: {}",
+                            "{server} is faulty (anomalous in k of the last 2k-1 windows, and persistently: servers that deviated only briefly beside it are not called); top functions: {}",
                             w.root_causes
                                 .iter()
                                 .filter(|r| r.server == *server)

@@ -481,8 +481,9 @@ fn peer_pid(s: usize) -> u32 {
 }
 
 /// Ten requests a second on each of `servers` servers from monotonic 5 s,
-/// in lock-step; `busy` calls `lookup` 3× as often from its start time.
-fn peer_records(servers: usize, seconds: u64, seed: u64, busy: Option<(usize, u64)>) -> Vec<Rec> {
+/// in lock-step; each `(server, from, until)` of `busy` calls `lookup` 3× as
+/// often from `from` until `until`.
+fn peer_records(servers: usize, seconds: u64, seed: u64, busy: &[(usize, u64, u64)]) -> Vec<Rec> {
     let mut state = seed | 1;
     let mut jitter = move || {
         state ^= state << 13;
@@ -500,10 +501,10 @@ fn peer_records(servers: usize, seconds: u64, seed: u64, busy: Option<(usize, u6
             out.push(call(now, p, 1, 0x2010));
             now += (10.0 * jitter() * MS as f64) as u64;
             out.push(ret(now, p, 1));
-            let lookups = match busy {
-                Some((b, from)) if b == s && t >= from => 9,
-                _ => 3,
-            };
+            let busy_now = busy
+                .iter()
+                .any(|(b, from, until)| *b == s && t >= *from && t < *until);
+            let lookups = if busy_now { 9 } else { 3 };
             for _ in 0..lookups {
                 out.push(call(now, p, 2, 0x2020));
                 now += (0.2 * jitter() * MS as f64) as u64;
@@ -540,7 +541,7 @@ fn peer_thresholds() -> Thresholds {
     let runs: Vec<peers::Scored> = [11, 22]
         .iter()
         .map(|seed| {
-            let mut cap = peer_capture(&peer_records(4, 40, *seed, None), 4);
+            let mut cap = peer_capture(&peer_records(4, 40, *seed, &[]), 4);
             cap.end = Some(End {
                 stop_ns: 45 * SEC,
                 reason: "duration".into(),
@@ -576,7 +577,7 @@ fn peer_live(records: &[Rec], servers: usize, now: u64) -> (Capture, u64) {
 fn live_peers_indict_a_busier_server_after_k_of_2k_minus_1_windows() {
     let thresholds = peer_thresholds();
     let k = thresholds.config.k;
-    let records = peer_records(4, 44, 99, Some((2, 25 * SEC)));
+    let records = peer_records(4, 44, 99, &[(2, 25 * SEC, u64::MAX)]);
     let mut live = LivePeers::new(thresholds);
     let mut windows = Vec::new();
     let mut now = 16 * SEC;
@@ -638,10 +639,69 @@ fn live_peers_indict_a_busier_server_after_k_of_2k_minus_1_windows() {
     assert_eq!(live.remembered_servers(), 4);
 }
 
+/// Windows of a live run of `records` evaluated every 3 s from 16 s to
+/// `until`, with the persistence share `persistence`.
+fn live_windows(records: &[Rec], persistence: Option<f64>, until: u64) -> Vec<LiveWindow> {
+    let mut thresholds = peer_thresholds();
+    thresholds.config.persistence = persistence;
+    let mut live = LivePeers::new(thresholds);
+    let mut windows = Vec::new();
+    let mut now = 16 * SEC;
+    while now <= until {
+        let (cap, w) = peer_live(records, 5, now);
+        windows.extend(live.evaluate(&cap, w, now).windows);
+        now += 3 * SEC;
+    }
+    windows
+}
+
+/// Server 2 turns busy at 20 s and stays so; server 1 is busy only from 26
+/// to 36 s, beside it. As in `peers diagnose`, the persistence rule calls
+/// server 2 faulty and says server 1 deviated briefly; without the rule
+/// both are called faulty. Once nobody has been faulty for 2k−1 windows the
+/// episode is over, and a server that deviates later is judged afresh.
+#[test]
+fn live_peers_call_the_persistent_server_faulty_not_the_brief_one() {
+    // Five servers: with two of four deviating, the median server would
+    // sit between them and the rest, and neither would stand out.
+    let records = peer_records(
+        5,
+        80,
+        7,
+        &[
+            (2, 20 * SEC, 50 * SEC),
+            (1, 26 * SEC, 36 * SEC),
+            (3, 62 * SEC, u64::MAX),
+        ],
+    );
+    let (s1, s2, s3) = ("srv[1001]", "srv[1002]", "srv[1003]");
+    let has = |v: &[String], s: &str| v.iter().any(|x| x == s);
+    let without = live_windows(&records, None, 84 * SEC);
+    assert!(
+        without.iter().any(|w| has(&w.faulty, s1)),
+        "without the rule the brief server is called faulty: {:?}",
+        without.iter().map(|w| &w.faulty).collect::<Vec<_>>()
+    );
+    let with = live_windows(&records, Some(0.67), 84 * SEC);
+    let faulty: Vec<&Vec<String>> = with.iter().map(|w| &w.faulty).collect();
+    let brief: Vec<&Vec<String>> = with.iter().map(|w| &w.brief).collect();
+    assert!(with.iter().any(|w| has(&w.faulty, s2)), "{faulty:?}");
+    assert!(!with.iter().any(|w| has(&w.faulty, s1)), "{faulty:?}");
+    assert!(with.iter().any(|w| has(&w.brief, s1)), "{brief:?}");
+    for w in &with {
+        let called = w.servers.iter().filter(|s| s.faulty).count();
+        assert_eq!(called, w.faulty.len(), "the cells agree with the verdict");
+        assert!(w.root_causes.iter().all(|r| has(&w.faulty, &r.server)));
+    }
+    // Server 3, busy from 62 s long after server 2 calmed down, starts a
+    // new episode: it is called faulty, not measured against server 2.
+    assert!(with.iter().any(|w| has(&w.faulty, s3)), "{faulty:?}");
+}
+
 /// Two servers cannot be compared: no verdict, and a note that says why.
 #[test]
 fn live_peers_need_three_servers() {
-    let records = peer_records(2, 30, 5, None);
+    let records = peer_records(2, 30, 5, &[]);
     let (cap, w) = peer_live(&records, 2, 30 * SEC);
     let report = LivePeers::new(peer_thresholds()).evaluate(&cap, w, 30 * SEC);
     assert!(!report.compared);

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::peers::{Cell, Metric, RootCause};
 
-/// Version of [`LivePeersReport`] and [`WindowFeatures`].
-pub const LIVE_REPORT_VERSION: u32 = 1;
+/// Version of [`LivePeersReport`] and [`WindowFeatures`] (2: the
+/// persistence rule; windows say who deviated briefly).
+pub const LIVE_REPORT_VERSION: u32 = 2;
 
 /// Peer comparison of the windows that completed since the last evaluation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,7 +22,8 @@ pub struct LivePeersReport {
     pub compared: bool,
     /// The new windows, oldest first.
     pub windows: Vec<LiveWindow>,
-    /// Servers faulty as of the last window (k of the last 2k−1).
+    /// Servers faulty as of the last window (k of the last 2k−1, and
+    /// persistent: see [`LiveWindow::brief`]).
     pub faulty: Vec<String>,
     /// Things worth knowing (no verdict and why, untrained servers).
     pub notes: Vec<String>,
@@ -36,8 +38,15 @@ pub struct LiveWindow {
     pub end_ns: u64,
     /// Per server: distance, threshold, anomalous and faulty per metric.
     pub servers: Vec<LiveServerWindow>,
-    /// Servers faulty at this window.
+    /// Servers faulty at this window: k of the last 2k−1 windows anomalous
+    /// in some metric, and faulty in at least the persistence share of the
+    /// windows of the most persistent server since the episode began.
     pub faulty: Vec<String>,
+    /// Servers faulty by k of 2k−1 at this window but not persistent: they
+    /// deviated briefly beside a server faulty for longer (a knock-on
+    /// effect or a passing disturbance), so they are not called faulty.
+    #[serde(default)]
+    pub brief: Vec<String>,
     /// For each faulty (server, metric): the components that differ most
     /// from the median server over its anomalous windows of the history.
     pub root_causes: Vec<RootCause>,
@@ -52,7 +61,7 @@ pub struct LiveServerWindow {
     pub server: String,
     /// Per metric with a trained threshold.
     pub metrics: BTreeMap<Metric, Cell>,
-    /// Faulty in any metric.
+    /// Called faulty: faulty in some metric (k of 2k−1) and persistent.
     pub faulty: bool,
 }
 
