@@ -863,14 +863,24 @@ struct CpuMeter {
     /// By pid: (first reading, last reading), ns.
     readings: BTreeMap<u32, (u64, u64)>,
     at: Option<Instant>,
+    /// When metering began, `CLOCK_REALTIME` ns.
+    began_ns: Option<u64>,
 }
 
 impl CpuMeter {
     /// Reads the CPU time of `pids` (a process gone keeps its last reading).
+    /// A process first seen now that was born since metering began (a
+    /// followed child, a launcher's daemon) ran all its CPU under the
+    /// probes: it counts from 0, not from this reading, or the calls it
+    /// made before would be weighed against no CPU at all.
     fn read(&mut self, pids: impl Iterator<Item = u32>) {
+        let began = *self.began_ns.get_or_insert_with(realtime_ns);
         for pid in pids {
             if let Some((run_ns, ..)) = procfs::cpu_times(pid) {
-                let e = self.readings.entry(pid).or_insert((run_ns, run_ns));
+                let e = self.readings.entry(pid).or_insert_with(|| {
+                    let born_since = procfs::start_time_ns(pid).is_ok_and(|at| at >= began);
+                    (if born_since { 0 } else { run_ns }, run_ns)
+                });
                 e.1 = run_ns.max(e.1);
             }
         }
@@ -881,6 +891,13 @@ impl CpuMeter {
     fn total(&self) -> u64 {
         self.readings.values().map(|(a, b)| b - a).sum()
     }
+}
+
+/// `CLOCK_REALTIME` now, ns since the epoch.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -2249,7 +2266,46 @@ impl Taps {
 
 #[cfg(test)]
 mod tests {
-    use super::CpuTally;
+    use super::{CpuMeter, CpuTally};
+
+    /// A process born after metering began (a launcher's daemon, a
+    /// followed child) is first read after it worked: all its CPU counts,
+    /// or the calls it made would be weighed against none. One that was
+    /// there before counts from its first reading.
+    #[test]
+    fn cpu_of_a_process_born_since_metering_counts_from_its_birth() {
+        let mut meter = CpuMeter::default();
+        let me = std::process::id();
+        meter.read([me].into_iter());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Busy for a while, then a sleep under the same pid.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .spawn()
+            .expect("sh runs");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() != "sleep")
+        {
+            assert!(std::time::Instant::now() < deadline, "the loop ends");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let before = meter.total();
+        meter.read([pid].into_iter());
+        let child_ns = meter.total() - before;
+        let _ = child.kill();
+        let _ = child.wait();
+        let (run_ns, ..) = crate::procfs::cpu_times(pid).unwrap_or_default();
+        assert!(
+            child_ns >= 20_000_000,
+            "the child's loop counts: {child_ns} ns"
+        );
+        assert!(run_ns == 0 || child_ns <= run_ns, "{child_ns} of {run_ns}");
+    }
 
     #[test]
     fn cpu_times_keep_the_threads_that_exited() {
