@@ -318,7 +318,11 @@ peers_thresholds = "{thresholds}"
     });
     assert_eq!(server_alerts(&alerts), Vec::<String>::new());
     let features = agent.request(&["features"]);
-    assert_eq!(features["version"], 1, "{features:#}");
+    assert_eq!(
+        features["version"],
+        analyzer::live::LIVE_REPORT_VERSION,
+        "{features:#}"
+    );
     assert_eq!(features["compared"], true, "{features:#}");
 
     // s2 makes three times the calls of its peers.
