@@ -510,6 +510,25 @@ impl Loaded {
         self.attach_raw(programs::SYS_EXIT, "sys_exit")
     }
 
+    /// Other programs on the host named like our system-call entry program
+    /// (other recorders, ours or another build): every system call of every
+    /// process runs each of them, so recorders of one host add up.
+    pub fn other_syscall_programs(&self) -> usize {
+        let ours = self
+            .ebpf
+            .program(programs::SYS_ENTER)
+            .and_then(|p| p.info().ok())
+            .map(|i| i.id());
+        aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .filter(|p| {
+                p.program_type() == aya::programs::ProgramType::RawTracePoint.into()
+                    && p.name_as_str() == Some("sys_enter")
+                    && Some(p.id()) != ours
+            })
+            .count()
+    }
+
     /// Attaches empty programs to the raw system-call tracepoints instead
     /// (overhead benchmarks: what the tracepoints cost with nothing to do).
     pub fn attach_empty_syscalls(&mut self) -> Result<(), LoadError> {

@@ -1138,6 +1138,14 @@ impl Session {
             loaded.attach_empty_syscalls()?;
         } else if config.syscalls || view.files {
             loaded.attach_syscalls()?;
+            let others = loaded.other_syscall_programs();
+            if others > 0 {
+                progress(&format!(
+                    "{others} other recorder(s) on this host run system-call programs too: every system call \
+                     of every process of the host runs each recorder's, so their cost adds up (record several \
+                     processes of one host with one recorder, `tracer record -p A -p B`, as the agent does)"
+                ));
+            }
         }
         if config.syscalls && !loaded.attach_tcp(kernel.has_tcp() && kernel.has_socket())? {
             view.unavailable

@@ -199,3 +199,48 @@ fn without_a_budget_costly_probes_are_warned_about() {
         .count();
     assert!(after > 1000, "{after}");
 }
+
+/// Each recorder's system-call programs run on every system call of the
+/// host, so several recorders on one host add up: a recorder started while
+/// another records says so, and how to avoid it.
+#[test]
+fn a_second_recorder_on_the_host_is_told_their_costs_add_up() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = dir.path().join("first.capture");
+    let second = dir.path().join("second.capture");
+    let bg = tests::Background::start(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        first.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "pace",
+        "100",
+        "20",
+    ]);
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        second.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "run",
+    ]);
+    let _ = bg.stop("INT");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("other recorder(s) on this host run system-call programs too")
+            && run.stderr.contains("tracer record -p A -p B"),
+        "{}",
+        run.stderr
+    );
+}
