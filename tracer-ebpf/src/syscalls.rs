@@ -262,6 +262,16 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         } else {
             SockAddr::default()
         };
+    // A connect's local port: what the other end's accept names as its
+    // peer, so an analysis can tell which process holds the other end.
+    let local_port = if enter.nr == syscall::nr::CONNECT
+        && (ret == 0 || ret == -115)
+        && matches!(addr.family, AF_INET | AF_INET6)
+    {
+        local_port(pid, i64::from(enter.fd))
+    } else {
+        0
+    };
     emit(Syscall {
         header: header(kind::SYSCALL, size_of::<Syscall>(), pid, tid),
         enter_ns: enter.ts_ns,
@@ -270,9 +280,29 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         ret,
         arg,
         flags: 0,
+        local_port,
         _pad: 0,
         addr,
     });
+}
+
+/// The local port (`inet_num`, host byte order) of the socket behind `fd`
+/// of the current process, 0 when it cannot be read. The socket's
+/// `struct sock` comes from `SOCKET_FDS` when `note_owner` already looked
+/// it up.
+#[inline(always)]
+fn local_port(pid: u32, fd: i64) -> u16 {
+    // SAFETY: the value is copied out.
+    let known = unsafe { SOCKET_FDS.get(&fd_key(pid, fd)) }.copied().unwrap_or(0);
+    let sk = if known > 1 {
+        known
+    } else {
+        match kernel::fd_file(fd).and_then(|f| kernel::socket_sock(f.file)) {
+            Some(sk) => sk,
+            None => return 0,
+        }
+    };
+    kernel::read::<u16>(sk, kernel::off!(sk_num)).unwrap_or(0)
 }
 
 /// Remembers that traced process `pid` uses the socket behind `fd`, so a

@@ -42,6 +42,9 @@ pub fn why(s: &UnitScore) -> String {
                 format!("{this} out of order (normally {usual})")
             }
             Evidence::AboveRange { .. } => "score above the normal range".to_string(),
+            Evidence::ClosedFirst { peer, comm, .. } => {
+                format!("closed first: its peer {comm}[{peer}] found the connection ended")
+            }
             Evidence::Repeated { units, peers, .. } => format!(
                 "deviated {units} times in this tree (peers: {})",
                 peers

@@ -479,6 +479,7 @@ fn deviation(u: &UnitScore) -> Option<String> {
             }
             Evidence::AboveRange { .. } => "above".to_string(),
             Evidence::Repeated { .. } => "repeated".to_string(),
+            Evidence::ClosedFirst { peer, .. } => format!("closed-first:{peer}"),
         };
         out.push('|');
         out.push_str(&part);
@@ -525,10 +526,13 @@ fn shared(units: &mut [UnitScore]) {
 }
 
 /// Whether an anomaly is secondary, most likely a consequence of another:
-/// most of its group's processes deviate alike, or its only evidence is
-/// a thread that never completed a call where it waits for a peer.
+/// most of its group's processes deviate alike, it followed the other end
+/// closing its connection first ([`UnitScore::ended_by`]), or its only
+/// evidence is a thread that never completed a call where it waits for a
+/// peer.
 fn secondary(u: &UnitScore) -> bool {
     u.shared
+        || u.ended_by.is_some()
         || (!u.evidence.is_empty()
             && u.evidence
                 .iter()
@@ -660,6 +664,11 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             .unwrap_or_default()
     )];
     let seen = u.behaviour.as_ref();
+    if let Some(closer) = u.ended_by {
+        out.push(format!(
+            "the process at the other end of its connection, pid {closer}, closed it first: this unit found it ended and deviated as a consequence"
+        ));
+    }
     for e in &u.evidence {
         out.push(match e {
             Evidence::NoGroup => {
@@ -718,6 +727,16 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             ),
             Evidence::AboveRange { score, normal } => format!(
                 "suspect score {score:.3}, above the highest of held-out normal units ({normal:.3})"
+            ),
+            Evidence::ClosedFirst {
+                peer,
+                comm,
+                ended_s,
+                learned,
+            } => format!(
+                "it closed its end of the connection to {comm}[{peer}] first: at {ended_s:.3} s {comm}[{peer}] found the connection ended (end of stream or reset, as after a close or a message cut short), which none of the {} learned units of its tree did, and deviated there; the peer pid {} closed first",
+                thousands(*learned),
+                u.pid
             ),
             Evidence::Repeated {
                 units,
@@ -822,6 +841,7 @@ mod tests {
             cut: false,
             shared: false,
             group: Some(0),
+            ended_by: None,
         }
     }
 
