@@ -1913,7 +1913,7 @@ impl Session {
                 ret: 0,
                 arg: enter.arg,
                 flags: SYSCALL_UNFINISHED,
-                local_port: 0,
+                conn_port: 0,
                 _pad: 0,
                 addr: SockAddr::default(),
             };

@@ -172,7 +172,7 @@ fn capture() -> Capture {
         ret: 512,
         arg: 0,
         flags: 0,
-        local_port: 0,
+        conn_port: 0,
         _pad: 0,
         addr: SockAddr {
             family: 2,

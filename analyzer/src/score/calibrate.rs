@@ -849,14 +849,15 @@ mod tests {
                 nr: call,
                 fd,
                 ret,
-                local_port: local,
+                conn_port: local,
                 addr,
                 ..Default::default()
             };
         let records = [
             call(1, 1, nr::BIND, 3, 0, inet(7000), 0),
             call(2, 2, nr::CONNECT, 3, 0, inet(7000), 40001),
-            call(3, 1, nr::ACCEPT, 3, 4, inet(40001), 0),
+            // An accept that asked for no address: the kernel's peer port.
+            call(3, 1, nr::ACCEPT, 3, 4, SockAddr::default(), 40001),
             call(close_ns, 2, nr::CLOSE, 3, 0, SockAddr::default(), 0),
         ];
         let bytes: Vec<u8> = records.iter().flat_map(|r| r.as_bytes().to_vec()).collect();

@@ -1,7 +1,7 @@
 //! Which process holds the other end of a TCP connection, within one
-//! capture: an `accept` names its peer by the connecting socket's address,
-//! and a `connect` records the local port the kernel gave it
-//! ([`Syscall::local_port`]), so the two ends pair up. Only for traced
+//! capture: a `connect` records the local port the kernel gave it and an
+//! `accept` its new socket's peer port, the same number
+//! ([`Syscall::conn_port`]), so the two ends pair up. Only for traced
 //! processes of the same capture; connections whose connect came from a
 //! recorder older than the field (local port 0), Unix sockets and UDP have
 //! no pair.
@@ -68,18 +68,18 @@ impl Links {
             let inet = matches!(s.addr.family, AF_INET | AF_INET6);
             let pid = header.pid;
             match s.nr {
-                nr::CONNECT if (s.ret == 0 || s.ret == -115) && inet && s.local_port != 0 => {
+                nr::CONNECT if (s.ret == 0 || s.ret == -115) && inet && s.conn_port != 0 => {
                     connects.push(Connect {
                         end: End {
                             pid,
                             fd: s.fd,
                             since_ns: s.enter_ns,
                         },
-                        local_port: s.local_port,
+                        local_port: s.conn_port,
                         dest_port: u16::from_be(s.addr.port_be),
                     });
                 }
-                nr::ACCEPT | nr::ACCEPT4 if s.ret >= 0 && inet => {
+                nr::ACCEPT | nr::ACCEPT4 if s.ret >= 0 && (s.conn_port != 0 || inet) => {
                     accepts.push(Accept {
                         end: End {
                             pid,
@@ -87,7 +87,13 @@ impl Links {
                             since_ns: s.enter_ns,
                         },
                         listen_fd: s.fd,
-                        peer_port: u16::from_be(s.addr.port_be),
+                        // The caller's address buffer, where it passed
+                        // none (or an older recorder): the same port.
+                        peer_port: if s.conn_port != 0 {
+                            s.conn_port
+                        } else {
+                            u16::from_be(s.addr.port_be)
+                        },
                     });
                 }
                 nr::BIND if s.ret == 0 && inet => {
