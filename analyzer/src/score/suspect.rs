@@ -264,6 +264,17 @@ pub enum Evidence {
         /// Deviating units of each other process of the group, ascending.
         peers: Vec<u32>,
     },
+    /// The run stalled (no unit began or ended in any process for longer
+    /// than any normal run; see [`super::ScoreReport::judge_quiet`]) with
+    /// no unit deviating, and this unit ended a connection before the
+    /// stall, the first of the run to: every other process then waited as
+    /// in normal runs, for a peer that had left.
+    LeftFirst {
+        /// How long the run stayed quiet, s.
+        quiet_s: f64,
+        /// The longest quiet span of the normal runs, s.
+        normal_s: f64,
+    },
     /// It closed its end of a connection, and the process at the other end
     /// then found the connection ended (end of stream or reset) in a unit
     /// of a tree whose learned units never found it so, and deviated there:
@@ -291,7 +302,7 @@ impl Evidence {
             Self::Open { waiting: false, .. } => 4,
             Self::Open { waiting: true, .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } | Self::ClosedFirst { .. } => 3,
-            Self::NewBehaviour { .. } | Self::OutOfOrder { .. } => 2,
+            Self::NewBehaviour { .. } | Self::OutOfOrder { .. } | Self::LeftFirst { .. } => 2,
             Self::Repeated { .. } => 1,
             Self::AboveRange { .. } => 0,
         }

@@ -157,6 +157,28 @@ impl Links {
             .copied()
     }
 
+    /// The first close (or shutdown) of either end of a paired connection
+    /// before `until_ns`: (time, process, thread).
+    pub fn first_close(&self, until_ns: u64) -> Option<(u64, u32, u32)> {
+        self.pairs
+            .iter()
+            .flat_map(|(a, b)| [a, b])
+            .filter_map(|e| self.closed(e).map(|(t, tid)| (t, e.pid, tid)))
+            .filter(|(t, _, _)| *t < until_ns)
+            .min()
+    }
+
+    /// Links from their parts (tests elsewhere in the crate): pairs of
+    /// ends, and (process, descriptor, time, thread) of each close.
+    #[cfg(test)]
+    pub(crate) fn from_parts(pairs: Vec<(End, End)>, closes: &[(u32, i32, u64, u32)]) -> Self {
+        let mut map: FxHashMap<(u32, i32), Vec<(u64, u32)>> = FxHashMap::default();
+        for &(pid, fd, t, tid) in closes {
+            map.entry((pid, fd)).or_default().push((t, tid));
+        }
+        Self { pairs, closes: map }
+    }
+
     /// Pairs found.
     pub fn len(&self) -> usize {
         self.pairs.len()
@@ -200,5 +222,7 @@ mod tests {
         // A close of the same number before the connection was made is
         // another descriptor's.
         assert_eq!(links.closed(&end(30, 5, 505)), Some((700, 31)));
+        assert_eq!(links.first_close(1000), Some((300, 20, 21)));
+        assert_eq!(links.first_close(300), None, "only closes before the time");
     }
 }
