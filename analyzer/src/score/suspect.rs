@@ -816,7 +816,8 @@ pub(crate) fn closed_first(
         return;
     }
     let mut k = 0;
-    let mut blamed: Vec<(usize, u32, u64)> = Vec::new();
+    // (closer's unit, time of its close)
+    let mut blamed: Vec<(usize, u64)> = Vec::new();
     for p in processes {
         let group = model.groups.iter().find(|g| g.signature == p.signature);
         for u in &p.units {
@@ -852,7 +853,7 @@ pub(crate) fn closed_first(
                 .max_by_key(|(_, s)| (s.end_ns >= closed, s.start_ns))
                 .map(|(j, _)| j);
             if let Some(j) = closer {
-                blamed.push((j, p.pid, closed));
+                blamed.push((j, closed));
                 out[i].ended_by = Some(other.pid);
                 let learned = tree.units;
                 let comm = p.comm.clone();
@@ -870,7 +871,7 @@ pub(crate) fn closed_first(
             }
         }
     }
-    for (j, _, closed) in blamed {
+    for (j, closed) in blamed {
         let c = &mut out[j];
         let at = capture.header.clock.to_realtime(closed);
         if !c.anomalous || at < c.deviated_wall_ns {
