@@ -504,6 +504,7 @@ pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
         &name,
         analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
         cap.header.clock.monotonic_ns,
+        Some(&analyzer::units::Links::of(&cap)),
     );
     report
 }

@@ -228,8 +228,16 @@ pub struct Syscall {
     pub arg: u64,
     /// [`SYSCALL_UNFINISHED`] when the call had not returned when recording stopped.
     pub flags: u32,
+    /// The connecting socket's port of a TCP connection, read from the
+    /// kernel's socket, so both ends of a connection name it alike: for a
+    /// connect that succeeded or is in progress, the local port the kernel
+    /// gave it; for an accept, the new socket's peer port (whether or not
+    /// the caller asked for the address). Host byte order; 0 when unknown
+    /// (other calls, a kernel without the socket offsets, or a recorder
+    /// older than the field, which wrote padding here).
+    pub conn_port: u16,
     /// Padding, zero.
-    pub _pad: u32,
+    pub _pad: u16,
     /// Peer address (connect, accept, sendto, recvfrom) or local address (bind).
     pub addr: SockAddr,
 }

@@ -262,6 +262,17 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         } else {
             SockAddr::default()
         };
+    // The connecting socket's port, which both ends name alike: an
+    // analysis can tell which process holds the other end.
+    let conn_port = match enter.nr {
+        syscall::nr::CONNECT
+            if (ret == 0 || ret == -115) && matches!(addr.family, AF_INET | AF_INET6) =>
+        {
+            sock_port(pid, i64::from(enter.fd), false)
+        }
+        syscall::nr::ACCEPT | syscall::nr::ACCEPT4 if ret >= 0 => sock_port(pid, ret, true),
+        _ => 0,
+    };
     emit(Syscall {
         header: header(kind::SYSCALL, size_of::<Syscall>(), pid, tid),
         enter_ns: enter.ts_ns,
@@ -270,9 +281,38 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         ret,
         arg,
         flags: 0,
+        conn_port,
         _pad: 0,
         addr,
     });
+}
+
+/// A port of the TCP socket behind `fd` of the current process: its local
+/// port (`inet_num`), or with `peer` its peer's (`inet_dport`); host byte
+/// order, 0 when it cannot be read or the socket is not TCP over IP. The
+/// socket's `struct sock` comes from `SOCKET_FDS` when `note_owner`
+/// already looked it up.
+#[inline(always)]
+fn sock_port(pid: u32, fd: i64, peer: bool) -> u16 {
+    // SAFETY: the value is copied out.
+    let known = unsafe { SOCKET_FDS.get(&fd_key(pid, fd)) }.copied().unwrap_or(0);
+    let sk = if known > 1 {
+        known
+    } else {
+        match kernel::fd_file(fd).and_then(|f| kernel::socket_sock(f.file)) {
+            Some(sk) => sk,
+            None => return 0,
+        }
+    };
+    let family: u16 = kernel::read(sk, kernel::off!(sk_family)).unwrap_or(0);
+    if !matches!(family, AF_INET | AF_INET6) {
+        return 0;
+    }
+    if peer {
+        u16::from_be(kernel::read::<u16>(sk, kernel::off!(sk_dport)).unwrap_or(0))
+    } else {
+        kernel::read::<u16>(sk, kernel::off!(sk_num)).unwrap_or(0)
+    }
 }
 
 /// Remembers that traced process `pid` uses the socket behind `fd`, so a

@@ -1938,6 +1938,7 @@ impl Session {
                 ret: 0,
                 arg: enter.arg,
                 flags: SYSCALL_UNFINISHED,
+                conn_port: 0,
                 _pad: 0,
                 addr: SockAddr::default(),
             };

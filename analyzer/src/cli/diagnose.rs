@@ -248,11 +248,12 @@ fn score(model: &analyzer::model::GlobalModel, names: &[String], caps: &[Capture
         quiet.push((
             analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
             cap.header.clock.monotonic_ns,
+            analyzer::units::Links::of(cap),
         ));
     }
     let mut report = ScoreReport::new(model.variant, scoring, Ranking::Evidence, names, scores);
-    for (name, (span, origin)) in names.iter().zip(quiet) {
-        report.judge_quiet(model, name, span, origin);
+    for (name, (span, origin, links)) in names.iter().zip(quiet) {
+        report.judge_quiet(model, name, span, origin, Some(&links));
     }
     report
 }

@@ -262,14 +262,15 @@ pub(crate) fn score_captures(
         quiet.push((
             analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
             cap.header.clock.monotonic_ns,
+            analyzer::units::Links::of(&cap),
         ));
         names.push(name);
         bar.inc(1);
     }
     bar.finish_and_clear();
     let mut report = ScoreReport::new(model.variant, scoring, rank, &names, scores);
-    for (name, (span, origin)) in names.iter().zip(quiet) {
-        report.judge_quiet(model, name, span, origin);
+    for (name, (span, origin, links)) in names.iter().zip(quiet) {
+        report.judge_quiet(model, name, span, origin, Some(&links));
     }
     Ok(report)
 }

@@ -172,6 +172,7 @@ fn capture() -> Capture {
         ret: 512,
         arg: 0,
         flags: 0,
+        conn_port: 0,
         _pad: 0,
         addr: SockAddr {
             family: 2,
@@ -492,6 +493,7 @@ fn units_parquet_reads_back() {
         cut: false,
         shared: false,
         group: None,
+        ended_by: None,
     };
     let report = ScoreReport::new(
         Variant::Paper000,

@@ -288,6 +288,7 @@ mod tests {
             cut: false,
             shared: false,
             group: None,
+            ended_by: None,
         }
     }
 

@@ -25,7 +25,10 @@ use crate::units::{ProcessUnits, UnitKind, Variant};
 /// trees per thread role. 3: each tree's behaviours (the call-path sets its
 /// units showed, and how often) and their normal ranges. 4: the order of
 /// each tree's units ([`Succession`]s); version 3 still reads, without it.
-pub const MODEL_VERSION: u32 = 4;
+/// 5: how many of each tree's units found their connection ended by the
+/// other end ([`CallTreeModel::peer_ended`]); versions 3 and 4 still read,
+/// without it.
+pub const MODEL_VERSION: u32 = 5;
 
 /// The oldest model version this build reads.
 pub const OLDEST_MODEL_VERSION: u32 = 3;

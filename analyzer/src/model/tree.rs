@@ -193,6 +193,12 @@ pub struct CallTreeModel {
     /// (`model learn` on several captures); any change to the tree drops it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normal: Option<NormalRange>,
+    /// Learned units in which the connection's other end had ended it
+    /// (a receive found end of stream or a reset; see
+    /// [`Unit::peer_ended_ns`]); `None` in models learned before it was
+    /// kept, which then say nothing about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_ended: Option<u64>,
     /// Site and callee strings interned, so that a lookup hashes three
     /// integers and allocates nothing.
     #[serde(skip)]
@@ -674,6 +680,12 @@ impl CallTreeModel {
         for ((before, next), count) in successions {
             self.add_succession(before, next, count);
         }
+        // A tree learned from a model that did not keep the count stays
+        // without it.
+        if self.units == 0 || self.peer_ended.is_some() {
+            let ended = units.iter().filter(|u| u.peer_ended_ns.is_some()).count() as u64;
+            self.peer_ended = Some(self.peer_ended.unwrap_or(0) + ended);
+        }
         self.models += 1;
         self.units += units.len() as u64;
         self.normal = None;
@@ -724,6 +736,13 @@ impl CallTreeModel {
         }
         self.unlisted_successions += other.unlisted_successions;
         self.unlisted += other.unlisted;
+        self.peer_ended = match (self.peer_ended, other.peer_ended) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (None, b) if self.units == 0 => b,
+            (a, None) if other.units == 0 => a,
+            // Either side learned without the count: unknown.
+            _ => None,
+        };
         self.models += other.models;
         self.units += other.units;
         self.normal = None;
@@ -771,6 +790,7 @@ mod tests {
             open: Vec::new(),
             exited: false,
             cut: false,
+            peer_ended_ns: None,
         }
     }
 

@@ -197,6 +197,7 @@ mod tests {
                     open: Vec::new(),
                     exited: false,
                     cut: false,
+                    peer_ended_ns: None,
                 }
             })
             .collect();
@@ -817,5 +818,158 @@ mod tests {
                 .any(|e| matches!(e, Evidence::OutOfOrder { .. }))),
             "{s:#?}"
         );
+    }
+
+    /// The records of a server (pid 1, listening on port 7000, accepting
+    /// on descriptor 4) and a client (pid 2, connected from port 40001 on
+    /// descriptor 3) that closes its end at `close_ns`.
+    fn connected_capture(close_ns: u64) -> crate::decode::Capture {
+        use tracer_common::{
+            capture::{CaptureHeader, CaptureWriter},
+            record::{Header, Pod as _, SockAddr, Syscall, kind},
+            syscall::nr,
+        };
+        let inet = |port: u16| SockAddr {
+            family: 2,
+            port_be: port.to_be(),
+            _pad: 0,
+            addr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        };
+        let call =
+            |t: u64, pid: u32, call: u32, fd: i32, ret: i64, addr: SockAddr, local: u16| Syscall {
+                header: Header {
+                    ts_ns: t + 1,
+                    pid,
+                    tid: pid,
+                    kind: kind::SYSCALL,
+                    size: size_of::<Syscall>() as u16,
+                    cpu: 0,
+                },
+                enter_ns: t,
+                nr: call,
+                fd,
+                ret,
+                conn_port: local,
+                addr,
+                ..Default::default()
+            };
+        let records = [
+            call(1, 1, nr::BIND, 3, 0, inet(7000), 0),
+            call(2, 2, nr::CONNECT, 3, 0, inet(7000), 40001),
+            // An accept that asked for no address: the kernel's peer port.
+            call(3, 1, nr::ACCEPT, 3, 4, SockAddr::default(), 40001),
+            call(close_ns, 2, nr::CLOSE, 3, 0, SockAddr::default(), 0),
+        ];
+        let bytes: Vec<u8> = records.iter().flat_map(|r| r.as_bytes().to_vec()).collect();
+        let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        w.write_records(&bytes).expect("records");
+        crate::decode::Capture::read(w.into_inner().as_slice()).expect("capture")
+    }
+
+    /// A unit that found its connection ended by the other end, in a tree
+    /// whose learned units never did, and deviated, is blamed on the
+    /// process that closed the other end: that unit ranks first and the
+    /// explanation says the peer closed first. Where learned units did see
+    /// the other end close (a client that leaves), the deviation stays the
+    /// receiver's own.
+    #[test]
+    fn a_deviation_after_the_other_end_closed_first_is_the_closers() {
+        use crate::score::Evidence;
+        const SEND: &[&[&str]] = &[&["client", "send"]];
+        let client = |pid: u32, n: usize| {
+            let mut p = process(pid, &times(&[SEND], n));
+            p.signature = vec!["connect".into()];
+            for u in &mut p.units {
+                u.connection = Some(ConnectionKey("connect".into()));
+                u.fd = Some(3);
+            }
+            p
+        };
+        // The server's last unit of each learned run: as in a trial that
+        // ends early, or (`eof_learned`) found its client gone.
+        let runs = |eof_learned: bool| -> Vec<Vec<ProcessUnits>> {
+            (0..4)
+                .map(|i| {
+                    let mut server = process(1, &times(&[GET, PUT], 20));
+                    if eof_learned && let Some(last) = server.units.last_mut() {
+                        last.peer_ended_ns = Some(last.start_ns);
+                    }
+                    vec![server, client(2 + 10 * i, 10)]
+                })
+                .collect()
+        };
+        let trial = || {
+            // The server's third unit finds the connection ended and calls
+            // what no learned unit called; the client's second unit
+            // (10..15) closed it at 12.
+            let mut server = process(1, &[GET, PUT, CLOSE]);
+            server.units[2].peer_ended_ns = Some(20);
+            vec![server, client(2, 3)]
+        };
+        let capture = connected_capture(12);
+        let score = |model: &GlobalModel| {
+            let mut units = Vec::new();
+            for p in trial() {
+                units.extend(score_processes(
+                    model,
+                    &capture,
+                    "trial",
+                    std::slice::from_ref(&p),
+                    Scoring::Nodes,
+                ));
+            }
+            let both = trial();
+            let together = score_processes(model, &capture, "trial", &both, Scoring::Nodes);
+            (units, together)
+        };
+
+        let model = learned(&runs(false));
+        assert_eq!(model.groups[0].handlers["listen"].peer_ended, Some(0));
+        let (alone, together) = score(&model);
+        // Scored one process at a time, the other end is not there.
+        assert!(alone.iter().all(|u| u.ended_by.is_none()));
+        let closer = together
+            .iter()
+            .find(|u| u.pid == 2 && u.start_ns == 10)
+            .expect("the client's unit");
+        assert!(closer.anomalous);
+        assert!(matches!(
+            closer.evidence.as_slice(),
+            [Evidence::ClosedFirst {
+                peer: 1,
+                learned: 160,
+                ..
+            }]
+        ));
+        let receiver = together
+            .iter()
+            .find(|u| u.pid == 1 && u.start_ns == 20)
+            .expect("the server's unit");
+        assert_eq!(receiver.ended_by, Some(2));
+        let report = super::super::ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            super::super::Ranking::Evidence,
+            &["trial".to_string()],
+            together,
+        );
+        assert_eq!(report.first().map(|u| u.pid), Some(2));
+        assert_eq!(report.units.first().map(|u| u.pid), Some(2));
+        assert!(
+            report
+                .explanation
+                .iter()
+                .any(|l| l.contains("the peer pid 2 closed first")),
+            "{:#?}",
+            report.explanation
+        );
+
+        // Learned with the other end closing first: not evidence.
+        let model = learned(&runs(true));
+        assert_eq!(model.groups[0].handlers["listen"].peer_ended, Some(4));
+        let (_, together) = score(&model);
+        assert!(together.iter().all(|u| u.ended_by.is_none()));
+        assert!(together.iter().filter(|u| u.pid == 2).all(|u| !u.anomalous));
+        assert!(together.iter().any(|u| u.pid == 1 && u.anomalous));
     }
 }

@@ -42,6 +42,12 @@ pub fn why(s: &UnitScore) -> String {
                 format!("{this} out of order (normally {usual})")
             }
             Evidence::AboveRange { .. } => "score above the normal range".to_string(),
+            Evidence::LeftFirst { quiet_s, .. } => {
+                format!("ended a connection first; then the run stalled for {quiet_s:.2} s")
+            }
+            Evidence::ClosedFirst { peer, comm, .. } => {
+                format!("closed first: its peer {comm}[{peer}] found the connection ended")
+            }
             Evidence::Repeated { units, peers, .. } => format!(
                 "deviated {units} times in this tree (peers: {})",
                 peers

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::{Evidence, Scoring, UnitScore};
 use crate::{
     model::GlobalModel,
-    units::{ConnectionKey, UnitKind, Variant},
+    units::{ConnectionKey, Links, UnitKind, Variant},
 };
 
 /// Version of [`ScoreReport`]'s JSON form. 2: verdict, summary, suspects,
@@ -181,6 +181,37 @@ impl ScoreReport {
     ) -> Self {
         repeated(&mut units);
         shared(&mut units);
+        let mut report = Self {
+            version: SCORE_REPORT_VERSION,
+            variant,
+            scoring,
+            ranking,
+            verdict: Verdict::NoUnits,
+            summary: String::new(),
+            calibrated: false,
+            units,
+            suspects: Vec::new(),
+            earliest: captures
+                .iter()
+                .map(|c| Earliest {
+                    capture: c.clone(),
+                    unit: None,
+                })
+                .collect(),
+            first_anomaly: None,
+            explanation: Vec::new(),
+            stall: None,
+        };
+        report.conclude();
+        report
+    }
+
+    /// Ranks the units and finds the suspects, the earliest anomalies,
+    /// the verdict, its summary and explanation, from the units' evidence.
+    fn conclude(&mut self) {
+        let ranking = self.ranking;
+        let captures: Vec<String> = self.earliest.iter().map(|e| e.capture.clone()).collect();
+        let mut units = std::mem::take(&mut self.units);
         let calibrated = units
             .iter()
             .any(|u| u.behaviour.as_ref().is_some_and(|b| b.normal.is_some()));
@@ -260,34 +291,32 @@ impl ScoreReport {
         let explanation = first_anomaly
             .map(|i| explain(&units[i]))
             .unwrap_or_default();
-        Self {
-            version: SCORE_REPORT_VERSION,
-            variant,
-            scoring,
-            ranking,
-            verdict,
-            summary,
-            calibrated,
-            units,
-            suspects,
-            earliest,
-            first_anomaly,
-            explanation,
-            stall: None,
-        }
+        self.verdict = verdict;
+        self.summary = summary;
+        self.calibrated = calibrated;
+        self.units = units;
+        self.suspects = suspects;
+        self.earliest = earliest;
+        self.first_anomaly = first_anomaly;
+        self.explanation = explanation;
     }
 
     /// Notes a stall where nothing else stands out: `capture`'s longest
     /// quiet span `span` (see [`crate::units::quiet_span`]; times relative
     /// to `origin_ns`, the capture's start) against the normal runs' in
     /// `model`. A run whose every unit looks normal but that stalled is not
-    /// a run in which nothing happened: the summary says so.
+    /// a run in which nothing happened: the summary says so. With `links`
+    /// (the capture's connections), the unit that ended a connection first
+    /// before the stall is named ([`Evidence::LeftFirst`]): at a stall
+    /// every process waits as in normal runs, and the one that left first
+    /// is the one the others wait for.
     pub fn judge_quiet(
         &mut self,
         model: &GlobalModel,
         capture: &str,
         span: Option<(u64, u64)>,
         origin_ns: u64,
+        links: Option<&Links>,
     ) {
         if self.verdict != Verdict::NothingStandsOut || self.stall.is_some() {
             return;
@@ -309,16 +338,52 @@ impl ScoreReport {
             to_s: at(to),
             normal_s: normal as f64 / 1e9,
         };
-        self.summary = format!(
-            "{}; but {} went quiet: no unit began or ended in any process for {:.2} s (from {:.3} s to {:.3} s), where the normal runs never stayed quiet longer than {:.2} s: a stall or hang that no unit shows (each process waiting as in normal runs)",
-            self.summary,
+        let note = format!(
+            "{} went quiet: no unit began or ended in any process for {:.2} s (from {:.3} s to {:.3} s), where the normal runs never stayed quiet longer than {:.2} s",
             stall.capture,
             quiet as f64 / 1e9,
             stall.from_s,
             stall.to_s,
             stall.normal_s
         );
-        self.stall = Some(stall);
+        let left = links
+            .and_then(|l| l.first_close(from.saturating_add(1)))
+            .and_then(|(t, pid, tid)| {
+                self.units
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, u)| {
+                        u.capture == capture && u.pid == pid && u.tid == tid && u.start_ns <= t
+                    })
+                    .max_by_key(|(_, u)| (u.end_ns >= t, u.start_ns))
+                    .map(|(i, _)| (i, t))
+            });
+        match left {
+            Some((i, t)) => {
+                let u = &mut self.units[i];
+                u.anomalous = true;
+                let since = t.saturating_sub(u.start_ns);
+                u.deviated_wall_ns = u.wall_ns.saturating_add(since);
+                u.deviated_s = u.t_s + since as f64 / 1e9;
+                u.evidence.push(Evidence::LeftFirst {
+                    quiet_s: quiet as f64 / 1e9,
+                    normal_s: stall.normal_s,
+                });
+                self.stall = Some(stall);
+                self.conclude();
+                self.summary = format!(
+                    "{}: {note}, after this process ended a connection first (every unit of every process otherwise behaves like units of the normal runs)",
+                    self.summary
+                );
+            }
+            None => {
+                self.summary = format!(
+                    "{}; but {note}: a stall or hang that no unit shows (each process waiting as in normal runs)",
+                    self.summary
+                );
+                self.stall = Some(stall);
+            }
+        }
     }
 
     /// The earliest anomalous unit of `capture`.
@@ -479,6 +544,8 @@ fn deviation(u: &UnitScore) -> Option<String> {
             }
             Evidence::AboveRange { .. } => "above".to_string(),
             Evidence::Repeated { .. } => "repeated".to_string(),
+            Evidence::LeftFirst { .. } => "left-first".to_string(),
+            Evidence::ClosedFirst { peer, .. } => format!("closed-first:{peer}"),
         };
         out.push('|');
         out.push_str(&part);
@@ -525,10 +592,13 @@ fn shared(units: &mut [UnitScore]) {
 }
 
 /// Whether an anomaly is secondary, most likely a consequence of another:
-/// most of its group's processes deviate alike, or its only evidence is
-/// a thread that never completed a call where it waits for a peer.
+/// most of its group's processes deviate alike, it followed the other end
+/// closing its connection first ([`UnitScore::ended_by`]), or its only
+/// evidence is a thread that never completed a call where it waits for a
+/// peer.
 fn secondary(u: &UnitScore) -> bool {
     u.shared
+        || u.ended_by.is_some()
         || (!u.evidence.is_empty()
             && u.evidence
                 .iter()
@@ -660,6 +730,11 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             .unwrap_or_default()
     )];
     let seen = u.behaviour.as_ref();
+    if let Some(closer) = u.ended_by {
+        out.push(format!(
+            "the process at the other end of its connection, pid {closer}, closed it first: this unit found it ended and deviated as a consequence"
+        ));
+    }
     for e in &u.evidence {
         out.push(match e {
             Evidence::NoGroup => {
@@ -718,6 +793,20 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             ),
             Evidence::AboveRange { score, normal } => format!(
                 "suspect score {score:.3}, above the highest of held-out normal units ({normal:.3})"
+            ),
+            Evidence::LeftFirst { quiet_s, normal_s } => format!(
+                "it ended a connection at {:.3} s, the first of the run to, and the run then stalled: no unit began or ended in any process for {quiet_s:.2} s, where the normal runs never stayed quiet longer than {normal_s:.2} s; every other unit behaves like units of the normal runs (each process waiting as in them), so the process that left first is the one the others wait for",
+                u.deviated_s
+            ),
+            Evidence::ClosedFirst {
+                peer,
+                comm,
+                ended_s,
+                learned,
+            } => format!(
+                "it closed its end of the connection to {comm}[{peer}] first: at {ended_s:.3} s {comm}[{peer}] found the connection ended (end of stream or reset, as after a close or a message cut short), which none of the {} learned units of its tree did, and deviated there; the peer pid {} closed first",
+                thousands(*learned),
+                u.pid
             ),
             Evidence::Repeated {
                 units,
@@ -822,6 +911,7 @@ mod tests {
             cut: false,
             shared: false,
             group: Some(0),
+            ended_by: None,
         }
     }
 
@@ -1068,7 +1158,7 @@ mod tests {
         let mut model = GlobalModel::new(Variant::Paper000);
         model.quiet_ns = Some(100_000_000);
         let mut report = quiet();
-        report.judge_quiet(&model, "c", Some((1_000_000_000, 4_000_000_000)), 0);
+        report.judge_quiet(&model, "c", Some((1_000_000_000, 4_000_000_000)), 0, None);
         let stall = report.stall.clone().expect("a stall");
         assert_eq!((stall.from_s, stall.to_s, stall.normal_s), (1.0, 4.0, 0.1));
         assert_eq!(report.verdict, Verdict::NothingStandsOut);
@@ -1076,7 +1166,7 @@ mod tests {
         assert!(report.summary.contains("3.00 s"), "{}", report.summary);
         // Within a second of the normal runs' longest: nothing said.
         let mut short = quiet();
-        short.judge_quiet(&model, "c", Some((0, 1_050_000_000)), 0);
+        short.judge_quiet(&model, "c", Some((0, 1_050_000_000)), 0, None);
         assert_eq!(short.stall, None);
         // A model learned before the span was kept says nothing.
         let mut old = quiet();
@@ -1085,13 +1175,14 @@ mod tests {
             "c",
             Some((0, 9_000_000_000)),
             0,
+            None,
         );
         assert_eq!(old.stall, None);
         // A crafted model's span cannot overflow the bound.
         let mut huge = quiet();
         let mut crafted = GlobalModel::new(Variant::Paper000);
         crafted.quiet_ns = Some(u64::MAX);
-        huge.judge_quiet(&crafted, "c", Some((0, u64::MAX)), 0);
+        huge.judge_quiet(&crafted, "c", Some((0, u64::MAX)), 0, None);
         assert_eq!(huge.stall, None);
         // An anomaly already named keeps its verdict and summary.
         let mut named = ScoreReport::new(
@@ -1102,8 +1193,58 @@ mod tests {
             vec![unit("c", 0.9, 10, 10, true)],
         );
         let before = named.summary.clone();
-        named.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0);
+        named.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0, None);
         assert_eq!((named.stall.clone(), named.summary.clone()), (None, before));
+    }
+
+    /// At a stall no unit shows, the unit that ended a connection first
+    /// before the stall is named: the others wait as in normal runs for
+    /// the one that left. A close after the stall began does not count.
+    #[test]
+    fn at_a_stall_the_first_to_end_a_connection_is_named() {
+        use crate::units::{End, Links};
+        let units = || {
+            let mut a = unit("c", 0.1, 10, 1_010, false);
+            a.end_ns = 40;
+            let mut b = unit("c", 0.1, 20, 1_020, false);
+            (b.pid, b.tid, b.end_ns) = (2, 2, 60);
+            ScoreReport::new(
+                Variant::Paper000,
+                Scoring::Nodes,
+                Ranking::Evidence,
+                &["c".to_string()],
+                vec![a, b],
+            )
+        };
+        let end = |pid, fd, since_ns| End { pid, fd, since_ns };
+        let pair = vec![(end(1, 3, 1), end(2, 4, 2))];
+        let mut model = GlobalModel::new(Variant::Paper000);
+        model.quiet_ns = Some(100_000_000);
+        // Process 2 closes its end at 50, inside its unit, then all stall.
+        let links = Links::from_parts(pair.clone(), &[(2, 4, 50, 2), (1, 3, 70, 1)]);
+        let mut report = units();
+        report.judge_quiet(&model, "c", Some((60, 4_000_000_000)), 0, Some(&links));
+        assert_eq!(report.verdict, Verdict::Anomalous);
+        let first = report.first().expect("named");
+        assert_eq!(first.pid, 2);
+        assert!(matches!(
+            first.evidence.as_slice(),
+            [Evidence::LeftFirst { .. }]
+        ));
+        assert_eq!(first.deviated_wall_ns, 1_050, "dated at its close");
+        assert!(report.stall.is_some());
+        assert!(report.summary.contains("went quiet"), "{}", report.summary);
+        assert!(
+            report.explanation.iter().any(|l| l.contains("left first")),
+            "{:#?}",
+            report.explanation
+        );
+        // Only closes after the quiet span began: nothing named.
+        let late = Links::from_parts(pair, &[(2, 4, 90, 2)]);
+        let mut report = units();
+        report.judge_quiet(&model, "c", Some((60, 4_000_000_000)), 0, Some(&late));
+        assert_eq!(report.verdict, Verdict::NothingStandsOut);
+        assert!(report.stall.is_some());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     decode::Capture,
     model::{CallTreeModel, GlobalModel, NO_UNIT, NormalRange, OTHER_BEHAVIOUR},
-    units::{NodeTable, ProcessUnits, Unit, UnitKind},
+    units::{Links, NodeTable, ProcessUnits, Unit, UnitKind},
 };
 
 /// Which scoring.
@@ -140,6 +140,11 @@ pub struct UnitScore {
     /// compares them with each other.
     #[serde(default)]
     pub group: Option<u32>,
+    /// The process at the other end of its connection closed it first, and
+    /// this unit's deviation followed (the other end's unit holds
+    /// [`Evidence::ClosedFirst`]): a consequence, not where it began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<u32>,
 }
 
 /// How a unit's call paths compare with the learned units of its tree.
@@ -259,6 +264,32 @@ pub enum Evidence {
         /// Deviating units of each other process of the group, ascending.
         peers: Vec<u32>,
     },
+    /// The run stalled (no unit began or ended in any process for longer
+    /// than any normal run; see [`super::ScoreReport::judge_quiet`]) with
+    /// no unit deviating, and this unit ended a connection before the
+    /// stall, the first of the run to: every other process then waited as
+    /// in normal runs, for a peer that had left.
+    LeftFirst {
+        /// How long the run stayed quiet, s.
+        quiet_s: f64,
+        /// The longest quiet span of the normal runs, s.
+        normal_s: f64,
+    },
+    /// It closed its end of a connection, and the process at the other end
+    /// then found the connection ended (end of stream or reset) in a unit
+    /// of a tree whose learned units never found it so, and deviated there:
+    /// the deviation began at this end (an early close, or a message cut
+    /// short). See [`closed_first`].
+    ClosedFirst {
+        /// The process at the other end.
+        peer: u32,
+        /// Its command name.
+        comm: String,
+        /// When it found the connection ended, s since the capture began.
+        ended_s: f64,
+        /// Learned units of its tree (none found the connection ended).
+        learned: u64,
+    },
 }
 
 impl Evidence {
@@ -270,8 +301,8 @@ impl Evidence {
             Self::NoGroup | Self::NoModel { .. } => 5,
             Self::Open { waiting: false, .. } => 4,
             Self::Open { waiting: true, .. } => 1,
-            Self::NewCall { .. } | Self::Skipped { .. } => 3,
-            Self::NewBehaviour { .. } | Self::OutOfOrder { .. } => 2,
+            Self::NewCall { .. } | Self::Skipped { .. } | Self::ClosedFirst { .. } => 3,
+            Self::NewBehaviour { .. } | Self::OutOfOrder { .. } | Self::LeftFirst { .. } => 2,
             Self::Repeated { .. } => 1,
             Self::AboveRange { .. } => 0,
         }
@@ -752,11 +783,104 @@ pub fn score_processes(
                 cut: u.cut,
                 shared: false,
                 group: group_index.map(|i| i as u32),
+                ended_by: None,
             });
         }
     }
+    closed_first(model, capture, &Links::of(capture), processes, &mut out);
     rank(&mut out);
     out
+}
+
+/// Blames an anomaly that followed the end of a connection on the process
+/// that ended it. A unit that found its connection ended by the other end
+/// (end of stream or reset; [`Unit::peer_ended_ns`]) in a tree where none
+/// of at least [`MIN_LEARNED_UNITS`] learned units ever did, and deviated,
+/// was made to deviate by that end: in normal runs the other end never
+/// closes first. Where the other end is a traced process of the capture
+/// ([`Links`]) and its close of the descriptor is recorded, the unit that
+/// closed it gets [`Evidence::ClosedFirst`] (anomalous from the close on)
+/// and the deviating unit is marked a consequence
+/// ([`UnitScore::ended_by`]). A tree whose learned units saw the other end
+/// close (a client that leaves at its end) says nothing: what a unit does
+/// after a normal end is its own. `out` holds the units of `processes` in
+/// their order.
+pub(crate) fn closed_first(
+    model: &GlobalModel,
+    capture: &Capture,
+    links: &Links,
+    processes: &[ProcessUnits],
+    out: &mut [UnitScore],
+) {
+    if links.is_empty() {
+        return;
+    }
+    let mut k = 0;
+    // (closer's unit, time of its close)
+    let mut blamed: Vec<(usize, u64)> = Vec::new();
+    for p in processes {
+        let group = model.groups.iter().find(|g| g.signature == p.signature);
+        for u in &p.units {
+            let i = k;
+            k += 1;
+            let (Some(g), Some(ended), Some(fd)) = (group, u.peer_ended_ns, u.fd) else {
+                continue;
+            };
+            if !out.get(i).is_some_and(|s| s.anomalous) || u.kind != UnitKind::Handler {
+                continue;
+            }
+            let Some(tree) = g.tree(u.kind, u.model_key()) else {
+                continue;
+            };
+            if tree.peer_ended != Some(0) || tree.units < MIN_LEARNED_UNITS {
+                continue;
+            }
+            let Some(other) = links.other_end(p.pid, fd, ended) else {
+                continue;
+            };
+            let Some((closed, tid)) = links.closed(&other) else {
+                continue;
+            };
+            if other.pid == p.pid || closed > u.end_ns {
+                continue;
+            }
+            // The closer's unit: the one of its thread holding the close,
+            // or else the last that began before it.
+            let closer = out
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.pid == other.pid && s.tid == tid && s.start_ns <= closed)
+                .max_by_key(|(_, s)| (s.end_ns >= closed, s.start_ns))
+                .map(|(j, _)| j);
+            if let Some(j) = closer {
+                blamed.push((j, closed));
+                out[i].ended_by = Some(other.pid);
+                let learned = tree.units;
+                let comm = p.comm.clone();
+                let ended_s = (ended as f64 - capture.header.clock.monotonic_ns as f64) / 1e9;
+                let evidence = Evidence::ClosedFirst {
+                    peer: p.pid,
+                    comm,
+                    ended_s,
+                    learned,
+                };
+                let c = &mut out[j];
+                if !c.evidence.contains(&evidence) {
+                    c.evidence.push(evidence);
+                }
+            }
+        }
+    }
+    for (j, closed) in blamed {
+        let c = &mut out[j];
+        let at = capture.header.clock.to_realtime(closed);
+        if !c.anomalous || at < c.deviated_wall_ns {
+            c.deviated_wall_ns = at;
+            c.deviated_s = (closed as f64 - capture.header.clock.monotonic_ns as f64) / 1e9;
+        }
+        c.anomalous = true;
+        c.evidence.sort_by_key(|e| std::cmp::Reverse(e.strength()));
+    }
 }
 
 /// The calls `u` did not make that every learned unit of `tree` made
@@ -1046,6 +1170,7 @@ mod tests {
             open: Vec::new(),
             exited: false,
             cut: false,
+            peer_ended_ns: None,
         }
     }
 

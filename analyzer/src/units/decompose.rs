@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use tracer_common::syscall::{flag, spec};
+use tracer_common::syscall::{flag, nr, spec};
 
 use super::{
     ConnectionKey, NodeTable, ProcessUnits, TraceEntry, TraceEntryKind, Unit, UnitKind,
@@ -63,6 +63,12 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
                 last.exited = traces.exited.contains_key(tid);
             }
             for u in thread_units
+                .iter_mut()
+                .filter(|u| u.kind == UnitKind::Handler)
+            {
+                u.peer_ended_ns = u.fd.and_then(|fd| peer_ended(entries, u.entries, fd));
+            }
+            for u in thread_units
                 .iter()
                 .filter(|u| u.kind == UnitKind::Initializer)
             {
@@ -91,6 +97,31 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
         });
     }
     out
+}
+
+/// When a receive among `entries[range]` on `fd` found the connection
+/// ended by its other end: end of stream (0 bytes) or reset. The thread's
+/// last entry does not count: a call still in progress when recording
+/// stopped is recorded with a return value of 0.
+fn peer_ended(entries: &[TraceEntry], (start, end): (usize, usize), fd: i32) -> Option<u64> {
+    const ECONNRESET: i64 = 104;
+    let end = end.min(entries.len().saturating_sub(1));
+    entries.get(start..end)?.iter().find_map(|e| match e.kind {
+        TraceEntryKind::Syscall {
+            nr: call,
+            fd: f,
+            ret,
+        } if f == fd
+            && (ret == 0 || ret == -ECONNRESET)
+            && matches!(
+                u32::from(call),
+                nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG
+            ) =>
+        {
+            Some(e.ts_ns)
+        }
+        _ => None,
+    })
 }
 
 /// The role of a thread: the function its first traced call was made from
@@ -655,6 +686,7 @@ impl Builder<'_> {
             open: Vec::new(),
             exited: false,
             cut: false,
+            peer_ended_ns: None,
         });
     }
 }

@@ -9,15 +9,19 @@
 //! - [`decompose`] finds the event loop and cuts units, and names each
 //!   thread's role (the function its first traced call was made from);
 //! - [`connections`] gives each socket the identity the papers use: the set of
-//!   call stacks to its establishing calls (bind, connect, listen, accept).
+//!   call stacks to its establishing calls (bind, connect, listen, accept);
+//! - [`links`] pairs the two ends of a TCP connection between traced
+//!   processes of one capture.
 
 mod connections;
 mod decompose;
+mod links;
 mod trace;
 mod types;
 
 pub use connections::ConnectionKey;
 pub use decompose::{Variant, decompose_capture, thread_role};
+pub use links::{End, Links};
 pub use trace::{
     DISPLAY_FRAMES, NodeKey, NodeTable, ThreadTraces, TraceEntry, TraceEntryKind, thread_traces,
 };
@@ -64,6 +68,7 @@ mod tests {
             open: Vec::new(),
             exited: false,
             cut: false,
+            peer_ended_ns: None,
         }
     }
 

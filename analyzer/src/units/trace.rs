@@ -699,7 +699,7 @@ fn exit_of(header: &Header, bytes: &[u8]) -> Option<u32> {
 
 /// Every record of `capture` as (header, bytes); damaged chunks end early
 /// (the decoder reports them; traces use what is readable).
-fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
+pub(crate) fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[u8])> {
     // Functions the recorder's overhead budget detached part-way are left
     // out from the start: the units before and after the switch are then
     // built from the same functions, and the call tree does not change

@@ -85,6 +85,10 @@ pub struct Unit {
     /// would have followed never came, so what is missing at its end says
     /// nothing; what it called still does.
     pub cut: bool,
+    /// For handler units: when a receive of the unit on its descriptor
+    /// found the connection ended by the other end (end of stream, or
+    /// reset), `CLOCK_MONOTONIC` ns of the first such receive.
+    pub peer_ended_ns: Option<u64>,
 }
 
 impl Unit {

@@ -146,6 +146,18 @@ impl<'a> Formatter<'a> {
                 if let Some(addr) = addr_string(&s.addr) {
                     let _ = write!(line, "{}{addr}", if s.fd >= 0 { ", " } else { "" });
                 }
+                if s.conn_port != 0 {
+                    let _ = write!(
+                        line,
+                        ", {} port {}",
+                        if s.nr == syscall::nr::CONNECT {
+                            "local"
+                        } else {
+                            "peer"
+                        },
+                        s.conn_port
+                    );
+                }
                 if s.flags & SYSCALL_UNFINISHED != 0 {
                     let _ = write!(
                         line,
@@ -396,6 +408,9 @@ impl<'a> Formatter<'a> {
                 );
                 if let Some(a) = addr_string(&s.addr) {
                     obj.insert("addr".into(), json!(a));
+                }
+                if s.conn_port != 0 {
+                    obj.insert("conn_port".into(), json!(s.conn_port));
                 }
             }
             Event::Sample(s) => {
