@@ -556,10 +556,16 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
         .iter()
         .map(|x| {
             format!(
-                "r{} m {}/{} cpu {}/{} short {}/{}",
+                "r{} m {}/{} parts {} y {} cpu {}/{} short {}/{}",
                 x.rank,
                 num(x.metric),
                 num(x.threshold),
+                x.metric_parts
+                    .iter()
+                    .map(|m| num(*m))
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                x.beyond_peers.map_or("-".into(), |v| format!("{v:.3}")),
                 num(x.cpu_deficit),
                 num(x.cpu_threshold),
                 num(x.cpu_short),
