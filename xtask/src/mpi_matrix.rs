@@ -556,7 +556,7 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
         .iter()
         .map(|x| {
             format!(
-                "r{} m {}/{} parts {} y {} cpu {}/{} short {}/{}",
+                "r{} m {}/{} parts {} y {} x {} cpu {}/{} short {}/{}",
                 x.rank,
                 num(x.metric),
                 num(x.threshold),
@@ -566,6 +566,7 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
                     .collect::<Vec<_>>()
                     .join(":"),
                 x.beyond_peers.map_or("-".into(), |v| format!("{v:.3}")),
+                x.own_slowdown.map_or("-".into(), |v| format!("{v:.3}")),
                 num(x.cpu_deficit),
                 num(x.cpu_threshold),
                 num(x.cpu_short),
