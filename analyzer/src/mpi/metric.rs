@@ -125,20 +125,23 @@ impl Detection {
 pub const PARTS: usize = 3;
 
 /// Of the [`PARTS`], how many m(p) must exceed its threshold in for m(p)
-/// to name the processor: most of the run.
+/// alone to name a processor whose CPU readings are within their bounds:
+/// most of the run.
 ///
-/// Interference by another job (the paper's background load, a memory
-/// hog, a noisy neighbour) lasts: it slows the processor's computation
-/// throughout, or on and off throughout. On a loaded machine a clean run
-/// also shows passing slowdowns of one rank against its peer: the start
-/// of a run, another process's burst (issue 17: clean runs' m(p) of
-/// 0.22-0.36 came from one third of the run, 0.25-0.81 there and 0 in
-/// the rest). The whole-run m(p) cannot tell the two apart when the burst
-/// is strong; where in the run it lies can. A processor whose CPU
-/// readings are short is named by them whatever m(p) says, so a CPU hog
-/// of any length is still named; what this costs is a slowdown of the
-/// computation alone (memory or cache contention) that covers less than
-/// two thirds of the run.
+/// A processor short of CPU (a hog on its core, a cap, a stop) is named
+/// by its CPU readings, for any length of time. What m(p) alone then
+/// stands for is a slowdown of the computation with the CPU there:
+/// contention for memory bandwidth or caches by another job, which slows
+/// the computation directly for as long as that job runs. On a loaded
+/// machine clean runs also show passing slowdowns of one rank against its
+/// peer: the start of a run, another process's burst (issue 17: clean
+/// runs' m(p) of 0.22-0.36 came from one third of the run, 0.25-0.81
+/// there and 0 in the rest). The whole-run m(p) cannot tell the two apart
+/// when the burst is strong; where in the run it lies can. The cost: such
+/// contention covering less than two thirds of the run is not named.
+/// (A CPU hog's m(p) on a busy-polling rank is often over in one third
+/// only, since the hog mostly lands while the rank polls: without CPU
+/// readings m(p) is therefore judged on the whole run, as before.)
 pub const MIN_PARTS_OVER: usize = 2;
 
 /// How many of `parts` (m(p) per stretch of the run) are over `t`.
@@ -339,16 +342,19 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         let cpu_usable = cpu_threshold.is_some_and(|t| t < MAX_SCORE);
         let metric_over =
             metric_usable && matches!((metric_value, threshold), (Some(m), Some(t)) if m > t);
-        // Over its threshold in enough stretches of the run to be more than
-        // a passing slowdown ([`persists`]); a passing one is said, not
-        // named.
-        let by_metric = metric_over && threshold.is_some_and(|t| persists(&metric_parts, t));
+        // With CPU readings of the rank, m(p) alone must be over its
+        // threshold in enough stretches of the run to be more than a
+        // passing slowdown ([`persists`]); a passing one is said, not
+        // named. Without them m(p) is all there is, judged as before.
+        let has_cpu = cpu_deficit.is_some() || short.is_some();
+        let by_metric =
+            metric_over && (!has_cpu || threshold.is_some_and(|t| persists(&metric_parts, t)));
         if metric_over
             && !by_metric
             && let (Some(m), Some(t)) = (metric_value, threshold)
         {
             passing.push(format!(
-                "rank {}: interference metric {m:.3} > {t:.3}, but over it in {} of the run's {PARTS} thirds only ({}): a passing slowdown, not called interference",
+                "rank {}: interference metric {m:.3} > {t:.3}, but over it in {} of the run's {PARTS} thirds only ({}) and its CPU readings within their bounds: a passing slowdown, not called interference",
                 r.rank,
                 parts_over(&metric_parts, t),
                 metric_parts
@@ -722,18 +728,22 @@ mod tests {
         );
     }
 
-    /// A rank slowed for the first third of a run only (a passing burst of
-    /// a loaded machine, as clean runs showed in issue 17) scores a
-    /// whole-run m(p) over its threshold, but it is said as a passing
-    /// slowdown, not named; slowed for two thirds of the run (interference
-    /// that lasts, or started a third in), it is named.
+    /// A rank whose CPU readings are full but whose computation is slowed
+    /// for the first third of a run only (a passing burst of a loaded
+    /// machine, as clean runs showed in issue 17) scores a whole-run m(p)
+    /// over its threshold, but it is said as a passing slowdown, not
+    /// named; slowed for two thirds of the run (contention that lasts, or
+    /// started a third in), it is named. Without CPU readings m(p) is all
+    /// there is, and names it as before.
     #[test]
     fn a_passing_slowdown_is_said_but_not_named() {
         let make = |seed: u64, slow: Option<(u32, usize)>| {
-            run(move |r, i| {
+            let calls = run(move |r, i| {
                 let hit = slow.is_some_and(|(rank, until)| rank == r && i < until);
-                noise(seed, r, i) * if hit { 2 } else { 1 }
-            })
+                // Iterations of about 50 ms: 3-4 s runs, read every 100 ms.
+                noise(seed, r, i) * 50 * if hit { 2 } else { 1 }
+            });
+            with_cpu(calls, |_, _| 0.5)
         };
         let clean: Vec<Profiles> = (0..5).map(|s| make(s, None)).collect();
         let model = learn(
@@ -749,6 +759,7 @@ mod tests {
         let (m, t) = (r2.metric.expect("m"), r2.threshold.expect("t"));
         assert!(m > t, "{r2:?}");
         assert_eq!(r2.metric_parts.len(), PARTS);
+        assert!(r2.cpu_deficit.is_some(), "{r2:?}");
         assert!(!r2.interfered, "{r2:?}");
         assert_eq!(
             d.verdict.outcome,
@@ -766,6 +777,13 @@ mod tests {
         let d = detect(&model, &make(41, Some((2, 44))));
         assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
         assert_eq!(d.verdict.suspects[0].evidence, "interference metric");
+        // The passing slowdown without CPU readings: m(p) alone, named.
+        let mut bare = make(40, Some((2, 14)));
+        for r in &mut bare.ranks {
+            r.cpu.clear();
+        }
+        let d = detect(&model, &bare);
+        assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
     }
 
     /// Two processors (the paper's threshold cannot split them): a hog on
