@@ -58,6 +58,12 @@ pub(crate) struct MatrixArgs {
     /// Score the runs already recorded in the output directory.
     #[arg(long)]
     table_only: bool,
+    /// How long a run with a hang fault records before it is stopped
+    /// (seconds; default: as long as any 4-rank run, 12). The hang comes
+    /// early (5-8% of a clean run) and is called after at least 1 s of no
+    /// MPI progress, so a few seconds show it.
+    #[arg(long)]
+    hang_limit: Option<u64>,
 }
 
 /// A program of the suite and its sizes. The iteration counts make a run
@@ -311,7 +317,17 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                     i += 1;
                     let capture = dir.join(format!("{name}.capture"));
                     let load = load_average();
-                    let o = record(&job, fault, &capture);
+                    let o = match a.hang_limit {
+                        Some(s) if fault.hangs() => record(
+                            &Job {
+                                limit: Duration::from_secs(s),
+                                ..job.clone()
+                            },
+                            fault,
+                            &capture,
+                        ),
+                        _ => record(&job, fault, &capture),
+                    };
                     // Said once, and for every run without a group of its own.
                     if runs.is_empty() || o.cpu_group.starts_with("no ") {
                         println!("job in: {}", o.cpu_group);
