@@ -202,9 +202,17 @@ fn fault_times(clean: &[f64]) -> (Duration, Duration) {
     (at(0.3, 0.3), at(0.15, 0.2))
 }
 
+/// The rank a rank fault of repetition `rep` is put on: every rank of
+/// `list` in turn, starting at a place that differs by program. (It was
+/// `rep * 3 + name length`: with master's 3 faulty ranks every repetition
+/// hit rank 1.)
+fn faulty_rank(list: &[u32], rep: usize, program: &str) -> u32 {
+    list[(rep + program.len()) % list.len()]
+}
+
 fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fault> {
     let (pause_at, cap_at) = fault_times(clean);
-    let pick = |list: &[u32]| list[(rep * 3 + p.name.len()) % list.len()];
+    let pick = |list: &[u32]| faulty_rank(list, rep, p.name);
     match exp {
         Experiment::Interference => vec![
             Fault::None,
@@ -695,6 +703,16 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
 #[cfg(test)]
 mod timing_tests {
     use super::*;
+
+    #[test]
+    fn rank_faults_visit_every_faulty_rank() {
+        for p in PROGRAMS {
+            let hit: std::collections::BTreeSet<u32> = (0..p.faulty.len())
+                .map(|rep| faulty_rank(p.faulty, rep, p.name))
+                .collect();
+            assert_eq!(hit.len(), p.faulty.len(), "{}: {hit:?}", p.name);
+        }
+    }
 
     #[test]
     fn faults_start_inside_short_jobs() {
