@@ -58,6 +58,12 @@ pub(crate) struct MatrixArgs {
     /// Score the runs already recorded in the output directory.
     #[arg(long)]
     table_only: bool,
+    /// How long a run with a hang fault records before it is stopped
+    /// (seconds; default: as long as any 4-rank run, 12). The hang comes
+    /// early (5-8% of a clean run) and is called after at least 1 s of no
+    /// MPI progress, so a few seconds show it.
+    #[arg(long)]
+    hang_limit: Option<u64>,
 }
 
 /// A program of the suite and its sizes. The iteration counts make a run
@@ -196,9 +202,17 @@ fn fault_times(clean: &[f64]) -> (Duration, Duration) {
     (at(0.3, 0.3), at(0.15, 0.2))
 }
 
+/// The rank a rank fault of repetition `rep` is put on: every rank of
+/// `list` in turn, starting at a place that differs by program. (It was
+/// `rep * 3 + name length`: with master's 3 faulty ranks every repetition
+/// hit rank 1.)
+fn faulty_rank(list: &[u32], rep: usize, program: &str) -> u32 {
+    list[(rep + program.len()) % list.len()]
+}
+
 fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fault> {
     let (pause_at, cap_at) = fault_times(clean);
-    let pick = |list: &[u32]| list[(rep * 3 + p.name.len()) % list.len()];
+    let pick = |list: &[u32]| faulty_rank(list, rep, p.name);
     match exp {
         Experiment::Interference => vec![
             Fault::None,
@@ -311,7 +325,17 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                     i += 1;
                     let capture = dir.join(format!("{name}.capture"));
                     let load = load_average();
-                    let o = record(&job, fault, &capture);
+                    let o = match a.hang_limit {
+                        Some(s) if fault.hangs() => record(
+                            &Job {
+                                limit: Duration::from_secs(s),
+                                ..job.clone()
+                            },
+                            fault,
+                            &capture,
+                        ),
+                        _ => record(&job, fault, &capture),
+                    };
                     // Said once, and for every run without a group of its own.
                     if runs.is_empty() || o.cpu_group.starts_with("no ") {
                         println!("job in: {}", o.cpu_group);
@@ -556,10 +580,17 @@ fn judge_interference(model: &mpi::Model, p: &Profiles, r: &RunRecord) -> Judged
         .iter()
         .map(|x| {
             format!(
-                "r{} m {}/{} cpu {}/{} short {}/{}",
+                "r{} m {}/{} parts {} y {} x {} cpu {}/{} short {}/{}",
                 x.rank,
                 num(x.metric),
                 num(x.threshold),
+                x.metric_parts
+                    .iter()
+                    .map(|m| num(*m))
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                x.beyond_peers.map_or("-".into(), |v| format!("{v:.3}")),
+                x.own_slowdown.map_or("-".into(), |v| format!("{v:.3}")),
                 num(x.cpu_deficit),
                 num(x.cpu_threshold),
                 num(x.cpu_short),
@@ -672,6 +703,16 @@ fn judge_outliers(cap: &Capture, p: &Profiles, clean: &[JudgeRun<'_>], r: &RunRe
 #[cfg(test)]
 mod timing_tests {
     use super::*;
+
+    #[test]
+    fn rank_faults_visit_every_faulty_rank() {
+        for p in PROGRAMS {
+            let hit: std::collections::BTreeSet<u32> = (0..p.faulty.len())
+                .map(|rep| faulty_rank(p.faulty, rep, p.name))
+                .collect();
+            assert_eq!(hit.len(), p.faulty.len(), "{}: {hit:?}", p.name);
+        }
+    }
 
     #[test]
     fn faults_start_inside_short_jobs() {

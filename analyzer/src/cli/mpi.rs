@@ -38,7 +38,10 @@ then gives a verdict per processor: interfered (its metric over its
 threshold), nothing abnormal, or not monitored and why. Every processor is
 judged against its own clean behaviour (ranks may differ by design) and the
 other processors at the same time (so a whole run being slower, e.g.
-another problem size, is not interference on one).
+another problem size, is not interference on one). With the recorder's CPU
+readings, a processor short of CPU is named by them; the metric alone then
+names one only when it is over its threshold in two of the run's three
+thirds (a passing slowdown is said in the verdict, not named).
 
 Several captures of one run (one per host) are merged by MPI rank
 (PMI_RANK; without it, pid order per capture).";

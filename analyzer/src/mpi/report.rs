@@ -28,8 +28,8 @@ pub fn text(d: &Detection) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  ILS(p,l,end) per own typical sequence (* = used)",
-        "rank", "host", "pid", "cpus", "m(p)", "thresh", "own time", "CPU deficit"
+        "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>14} {:>9} {:>13}  ILS(p,l,end) per own typical sequence (* = used)",
+        "rank", "host", "pid", "cpus", "m(p)", "thresh", "m by thirds", "own time", "CPU deficit"
     );
     for p in &d.processors {
         let cpus = p
@@ -47,13 +47,22 @@ pub fn text(d: &Detection) -> String {
             .join(" ");
         let _ = writeln!(
             s,
-            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>9} {:>13}  {}{}{}",
+            "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>14} {:>9} {:>13}  {}{}{}",
             p.rank,
             p.host,
             p.pid,
             cpus,
             num(p.metric),
             num(p.threshold),
+            if p.metric_parts.is_empty() {
+                "-".to_string()
+            } else {
+                p.metric_parts
+                    .iter()
+                    .map(|x| x.map_or_else(|| "-".to_string(), |v| format!("{v:.2}")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            },
             p.own_slowdown
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x")),
             match (p.cpu_deficit, p.cpu_threshold) {

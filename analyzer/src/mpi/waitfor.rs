@@ -475,12 +475,29 @@ fn culprits(
             .map(|r| r.calls.iter().filter(|c| r.function_name(c) == f).count())
             .sum()
     };
+    // How many calls of `f` rank `r` completed.
+    let done =
+        |r: &RankProfile, f: &str| r.calls.iter().filter(|c| r.function_name(c) == f).count();
     for by_site in [false, true] {
         let mut by_coll: BTreeMap<(Option<u32>, String), Vec<u32>> = BTreeMap::new();
         for w in ranks {
             if let Some(p) = profile(w.rank)
                 && let Some((comm, f)) = collective_of(p)
             {
+                // Another rank already went through this call of `f` (the
+                // same count of it completed before, and this one): it is
+                // the program's, and this rank waits in it for a rank that
+                // is elsewhere, not an extra one (issue 17: a worker's
+                // extra barrier left a peer in the program's MPI_Reduce,
+                // which the others had already passed).
+                let mine = done(p, f);
+                if profiles
+                    .ranks
+                    .iter()
+                    .any(|o| o.rank != w.rank && done(o, f) > mine)
+                {
+                    continue;
+                }
                 let name = if by_site {
                     format!("{f} at {}", site(p, w.call_site))
                 } else {
@@ -507,11 +524,35 @@ fn culprits(
             let key = |g: &(&String, &Vec<u32>)| (g.1.len(), completed(&function(g.0)));
             let mut ordered: Vec<&(&String, &Vec<u32>)> = groups.iter().collect();
             ordered.sort_by_key(|g| key(g));
-            let (odd, next) = (ordered[0], ordered[1]);
-            if key(odd) == key(next) {
-                continue;
+            let mut odd = ordered[0];
+            if key(odd) == key(ordered[1]) {
+                // Two call sites alike: the one a rank entered first, by
+                // more than a second (the others blocked after it; issue
+                // 17: a worker's extra barrier 1.2 s before its peer's
+                // program barrier). Otherwise no verdict from collectives.
+                let first = |g: &(&String, &Vec<u32>)| {
+                    g.1.iter()
+                        .filter_map(|r| ranks.iter().find(|w| w.rank == *r))
+                        .map(|w| w.idle_ns)
+                        .max()
+                        .unwrap_or(0)
+                };
+                let mut tied: Vec<&(&String, &Vec<u32>)> = ordered
+                    .iter()
+                    .copied()
+                    .filter(|g| key(g) == key(odd))
+                    .collect();
+                tied.sort_by_key(|g| std::cmp::Reverse(first(g)));
+                if !by_site || first(tied[0]) <= first(tied[1]).saturating_add(MIN_HANG_NS) {
+                    continue;
+                }
+                odd = tied[0];
             }
-            let others: Vec<&str> = ordered[1..].iter().map(|g| g.0.as_str()).collect();
+            let others: Vec<&str> = ordered
+                .iter()
+                .filter(|g| g.0 != odd.0)
+                .map(|g| g.0.as_str())
+                .collect();
             for &rank in odd.1 {
                 out.push(Culprit {
                     rank,
@@ -800,6 +841,46 @@ mod tests {
         ]);
         assert_eq!(culprit_ranks(&h), vec![1]);
         assert!(h.culprits[0].reason.contains("MPI_Barrier at"));
+    }
+
+    /// A worker's extra barrier (rank 3, entered at 1 s) held up the
+    /// program's end: rank 2 waits in the program's reduce, which rank 1
+    /// already passed before entering the program's barrier 1.5 s later.
+    /// The reduce is no extra collective (another rank went through it),
+    /// and of the two barrier sites the one entered first is the culprit.
+    #[test]
+    fn an_extra_barrier_before_the_programs_reduce_and_barrier() {
+        let later = |mut p: RankProfile| {
+            p.last_ns = 2_500_000_000;
+            if let Some(o) = &mut p.open {
+                o.start_ns = 2_500_000_000;
+            }
+            p
+        };
+        let mut passed = later(rank(1, coll("MPI_Barrier")));
+        passed.calls.push(call(
+            1,
+            Partners::Collective {
+                comm: W,
+                root: None,
+                request: None,
+            },
+            2_000_000_000,
+        ));
+        if let Some(o) = &mut passed.open {
+            o.call_site = 0x5111;
+        }
+        let mut extra = rank(3, coll("MPI_Barrier"));
+        if let Some(o) = &mut extra.open {
+            o.call_site = 0x7222;
+        }
+        let h = run(vec![
+            rank(0, recv_from(MPI_ANY_SOURCE)),
+            passed,
+            later(rank(2, coll("MPI_Allreduce"))),
+            extra,
+        ]);
+        assert_eq!(culprit_ranks(&h), vec![3], "{h:?}");
     }
 
     /// A stopped rank inside MPI is still the culprit, and a wait on
