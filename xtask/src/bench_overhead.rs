@@ -308,20 +308,14 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         "mode", "MB/s med", "min", "median", "max"
     );
     for (m, mode) in modes.iter().enumerate() {
-        let ratios: Vec<f64> = mbps[m]
-            .iter()
-            .zip(&mbps[0])
-            .map(|(v, base)| v / base.max(1e-9))
-            .collect();
-        let mut sorted = ratios.clone();
-        sorted.sort_by(f64::total_cmp);
+        let r = ratios(&mbps[m], &mbps[0], |v| Some(*v));
         println!(
             "{:<22} {:>10.1} {:>8.3} {:>8.3} {:>8.3}",
             mode.name,
             median(mbps[m].clone()),
-            sorted.first().copied().unwrap_or(f64::NAN),
-            median(ratios),
-            sorted.last().copied().unwrap_or(f64::NAN),
+            r.first().copied().unwrap_or(f64::NAN),
+            median(r.clone()),
+            r.last().copied().unwrap_or(f64::NAN),
         );
     }
     println!(
@@ -329,8 +323,8 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         "mode", "servers", "min", "median", "max", "host median", "max", "recorders"
     );
     for (m, mode) in modes.iter().enumerate() {
-        let servers = ratios(&cpu[m], &cpu[0], |c| c.servers_ms_per_mb);
-        let host = ratios(&cpu[m], &cpu[0], |c| c.host_ms_per_mb);
+        let servers = ratios(&cpu[m], &cpu[0], |c| Some(c.as_ref()?.servers_ms_per_mb));
+        let host = ratios(&cpu[m], &cpu[0], |c| Some(c.as_ref()?.host_ms_per_mb));
         let tracers: Vec<f64> = cpu[m]
             .iter()
             .flatten()
@@ -395,15 +389,11 @@ impl CpuPerMb {
 
 /// Sorted ratios of `f` of each repetition to the same repetition's
 /// baseline, where both were measured.
-fn ratios(
-    runs: &[Option<CpuPerMb>],
-    base: &[Option<CpuPerMb>],
-    f: impl Fn(&CpuPerMb) -> f64,
-) -> Vec<f64> {
+fn ratios<T>(runs: &[T], base: &[T], f: impl Fn(&T) -> Option<f64>) -> Vec<f64> {
     let mut r: Vec<f64> = runs
         .iter()
         .zip(base)
-        .filter_map(|(a, b)| Some(f(a.as_ref()?) / f(b.as_ref()?).max(1e-9)))
+        .filter_map(|(a, b)| Some(f(a)? / f(b)?.max(1e-9)))
         .collect();
     r.sort_by(f64::total_cmp);
     r

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Cluster, Fault, FaultKind, FaultParams, FsError, RecordConfig, RecordMode, Recording, Result,
-    Server, System, TracerSummary, Workload, WorkloadResult, io_err, unix_ns,
+    Server, System, TracerSummary, Workload, WorkloadResult, cpu_ticks, io_err, unix_ns,
 };
 
 /// Version of [`RunInfo`]'s JSON (2: one namespace per server, two systems).
@@ -142,7 +142,8 @@ struct CpuReading {
 
 impl CpuReading {
     fn now(servers: &[u32], tracers: &[u32]) -> Self {
-        let sum = |pids: &[u32]| pids.iter().filter_map(|p| process_cpu_ns(*p)).sum();
+        // User + system time of every thread each process had.
+        let sum = |pids: &[u32]| pids.iter().filter_map(|p| cpu_ticks(*p)).sum::<u64>() * TICK_NS;
         CpuReading {
             servers_ns: sum(servers),
             tracers_ns: sum(tracers),
@@ -163,19 +164,6 @@ impl CpuReading {
 
 /// Nanoseconds per clock tick of /proc's CPU times (USER_HZ, 100 on Linux).
 const TICK_NS: u64 = 10_000_000;
-
-/// User + system time of a process and every thread it had, ns (0 when it
-/// is gone).
-fn process_cpu_ns(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command, which may hold spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) * TICK_NS)
-}
 
 /// The host's busy CPU time over every core, ns: /proc/stat's first line
 /// less idle and I/O wait.
