@@ -28,7 +28,7 @@ use std::{
 
 use analyzer::{
     model::GlobalModel,
-    score::{Ranking, ScoreReport, Scoring, calibrate, score_processes},
+    score::{Ranking, ScoreReport, Scoring, calibrate, score_linked_processes},
     units::{ProcessUnits, Variant, decompose_capture},
 };
 use serde::{Deserialize, Serialize};
@@ -491,7 +491,8 @@ pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
     let cap = crate::capture(capture);
     let name = capture.display().to_string();
     let processes = decompose_capture(&cap, model.variant);
-    let units = score_processes(model, &cap, &name, &processes, Scoring::Nodes);
+    let links = analyzer::units::Links::of(&cap);
+    let units = score_linked_processes(model, &cap, &links, &name, &processes, Scoring::Nodes);
     let mut report = ScoreReport::new(
         model.variant,
         Scoring::Nodes,
@@ -504,7 +505,7 @@ pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
         &name,
         analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
         cap.header.clock.monotonic_ns,
-        Some(&analyzer::units::Links::of(&cap)),
+        Some(&links),
     );
     report
 }

@@ -14,7 +14,7 @@ use analyzer::{
     },
     mpi::{self, Profiles},
     peers::{self, PeersConfig, ServerSplit, Thresholds},
-    score::{Ranking, ScoreReport, Scoring, score_processes},
+    score::{Ranking, ScoreReport, Scoring, score_linked_processes},
     units::decompose_capture,
 };
 use anyhow::{Context as _, bail};
@@ -244,11 +244,14 @@ fn score(model: &analyzer::model::GlobalModel, names: &[String], caps: &[Capture
     let mut quiet = Vec::with_capacity(caps.len());
     for (name, cap) in names.iter().zip(caps) {
         let processes = decompose_capture(cap, model.variant);
-        scores.extend(score_processes(model, cap, name, &processes, scoring));
+        let links = analyzer::units::Links::of(cap);
+        scores.extend(score_linked_processes(
+            model, cap, &links, name, &processes, scoring,
+        ));
         quiet.push((
             analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
             cap.header.clock.monotonic_ns,
-            analyzer::units::Links::of(cap),
+            links,
         ));
     }
     let mut report = ScoreReport::new(model.variant, scoring, Ranking::Evidence, names, scores);

@@ -12,7 +12,8 @@ use analyzer::{
     decode::format::{Formatter, Summary},
     model::GlobalModel,
     score::{
-        NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_processes, scores_svg, why,
+        NORMAL_MARGIN, Ranking, ScoreReport, Scoring, calibrate, score_linked_processes,
+        scores_svg, why,
     },
     units::{Variant, decompose_capture},
 };
@@ -258,11 +259,14 @@ pub(crate) fn score_captures(
         let cap = open(path)?;
         let processes = decompose_capture(&cap, model.variant);
         let name = path.display().to_string();
-        scores.extend(score_processes(model, &cap, &name, &processes, scoring));
+        let links = analyzer::units::Links::of(&cap);
+        scores.extend(score_linked_processes(
+            model, &cap, &links, &name, &processes, scoring,
+        ));
         quiet.push((
             analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),
             cap.header.clock.monotonic_ns,
-            analyzer::units::Links::of(&cap),
+            links,
         ));
         names.push(name);
         bar.inc(1);

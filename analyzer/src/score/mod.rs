@@ -13,5 +13,5 @@ pub use report::{
 };
 pub use suspect::{
     Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest, Scoring, Seen,
-    UnitScore, rank, score_processes, score_tree,
+    UnitScore, rank, score_linked_processes, score_processes, score_tree,
 };

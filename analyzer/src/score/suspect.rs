@@ -664,6 +664,26 @@ pub fn score_processes(
     processes: &[ProcessUnits],
     scoring: Scoring,
 ) -> Vec<UnitScore> {
+    score_linked_processes(
+        model,
+        capture,
+        &Links::of(capture),
+        name,
+        processes,
+        scoring,
+    )
+}
+
+/// [`score_processes`] with the capture's connections already paired
+/// (callers that also judge a stall with them walk the capture once).
+pub fn score_linked_processes(
+    model: &GlobalModel,
+    capture: &Capture,
+    links: &Links,
+    name: &str,
+    processes: &[ProcessUnits],
+    scoring: Scoring,
+) -> Vec<UnitScore> {
     let mut out = Vec::new();
     for p in processes {
         let group_index = model.groups.iter().position(|g| g.signature == p.signature);
@@ -787,7 +807,7 @@ pub fn score_processes(
             });
         }
     }
-    closed_first(model, capture, &Links::of(capture), processes, &mut out);
+    closed_first(model, capture, links, processes, &mut out);
     rank(&mut out);
     out
 }

@@ -31,6 +31,10 @@ pub struct End {
 pub struct Links {
     /// Pairs of ends.
     pairs: Vec<(End, End)>,
+    /// By (pid, descriptor): the connections made on it, (its end, the
+    /// other), in the order made. A lookup per anomalous unit must not
+    /// scan every connection of a long capture.
+    by_fd: FxHashMap<(u32, i32), Vec<(End, End)>>,
     /// close/shutdown calls by (pid, fd): (time, thread), in time order.
     closes: FxHashMap<(u32, i32), Vec<(u64, u32)>>,
 }
@@ -108,9 +112,6 @@ impl Links {
                 _ => {}
             }
         }
-        for list in closes.values_mut() {
-            list.sort_unstable();
-        }
         // An accept pairs with the connect whose local port it names as
         // its peer and, where the listening socket's bind was recorded,
         // whose destination is that port; of several (a port reused over a
@@ -133,17 +134,39 @@ impl Links {
                 pairs.push((c.end, a.end));
             }
         }
-        Self { pairs, closes }
+        Self::from_pairs(pairs, closes)
+    }
+
+    fn from_pairs(
+        pairs: Vec<(End, End)>,
+        mut closes: FxHashMap<(u32, i32), Vec<(u64, u32)>>,
+    ) -> Self {
+        for list in closes.values_mut() {
+            list.sort_unstable();
+        }
+        let mut by_fd: FxHashMap<(u32, i32), Vec<(End, End)>> = FxHashMap::default();
+        for &(a, b) in &pairs {
+            by_fd.entry((a.pid, a.fd)).or_default().push((a, b));
+            by_fd.entry((b.pid, b.fd)).or_default().push((b, a));
+        }
+        for list in by_fd.values_mut() {
+            list.sort_unstable_by_key(|(mine, _)| mine.since_ns);
+        }
+        Self {
+            pairs,
+            by_fd,
+            closes,
+        }
     }
 
     /// The other end of descriptor `fd` of process `pid` as it was at
     /// `at_ns` (the latest connection made on that descriptor before then).
     pub fn other_end(&self, pid: u32, fd: i32, at_ns: u64) -> Option<End> {
-        self.pairs
+        self.by_fd
+            .get(&(pid, fd))?
             .iter()
-            .flat_map(|(a, b)| [(a, b), (b, a)])
-            .filter(|(mine, _)| mine.pid == pid && mine.fd == fd && mine.since_ns <= at_ns)
-            .max_by_key(|(mine, _)| mine.since_ns)
+            .rev()
+            .find(|(mine, _)| mine.since_ns <= at_ns)
             .map(|(_, other)| *other)
     }
 
@@ -176,7 +199,7 @@ impl Links {
         for &(pid, fd, t, tid) in closes {
             map.entry((pid, fd)).or_default().push((t, tid));
         }
-        Self { pairs, closes: map }
+        Self::from_pairs(pairs, map)
     }
 
     /// Pairs found.
@@ -200,19 +223,15 @@ mod tests {
 
     #[test]
     fn each_end_finds_the_other_and_its_close() {
-        let links = Links {
-            pairs: vec![
-                (end(10, 4, 100), end(20, 7, 110)),
-                // fd 4 of process 10 reused later for another connection.
+        let links = Links::from_parts(
+            vec![
+                // fd 4 of process 10 reused later for another connection
+                // (listed first: the order found must not matter).
                 (end(10, 4, 500), end(30, 5, 505)),
+                (end(10, 4, 100), end(20, 7, 110)),
             ],
-            closes: [
-                ((20, 7), vec![(300, 21)]),
-                ((30, 5), vec![(50, 30), (700, 31)]),
-            ]
-            .into_iter()
-            .collect(),
-        };
+            &[(20, 7, 300, 21), (30, 5, 50, 30), (30, 5, 700, 31)],
+        );
         assert_eq!(links.other_end(10, 4, 200), Some(end(20, 7, 110)));
         assert_eq!(links.other_end(20, 7, 200), Some(end(10, 4, 100)));
         assert_eq!(links.other_end(10, 4, 600), Some(end(30, 5, 505)));
