@@ -196,6 +196,14 @@ pub fn uid(pid: u32) -> Result<u32, ProcError> {
 
 /// When `pid` started, `CLOCK_REALTIME` ns (to clock-tick precision).
 pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
+    let since_boot_ns = start_since_boot_ns(pid)?;
+    let boot_ns = clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_BOOTTIME));
+    Ok(boot_ns.saturating_add(since_boot_ns))
+}
+
+/// When `pid` started, `CLOCK_BOOTTIME` ns (to clock-tick precision): the
+/// clock to compare with [`boottime_ns`], which no time step moves.
+pub fn start_since_boot_ns(pid: u32) -> Result<u64, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
     let text = read(path.clone(), limit::SMALL)?;
     let bad = || ProcError::Read {
@@ -215,9 +223,12 @@ pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
         .ok()
         .filter(|hz| *hz > 0)
         .unwrap_or(100);
-    let since_boot_ns = ticks.saturating_mul(1_000_000_000) / hz;
-    let boot_ns = clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_BOOTTIME));
-    Ok(boot_ns.saturating_add(since_boot_ns))
+    Ok(ticks.saturating_mul(1_000_000_000) / hz)
+}
+
+/// `CLOCK_BOOTTIME` now, ns.
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
 }
 
 fn clock_ns(id: libc::clockid_t) -> u64 {

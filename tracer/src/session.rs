@@ -863,7 +863,7 @@ struct CpuMeter {
     /// By pid: (first reading, last reading), ns.
     readings: BTreeMap<u32, (u64, u64)>,
     at: Option<Instant>,
-    /// When metering began, `CLOCK_REALTIME` ns.
+    /// When metering began, `CLOCK_BOOTTIME` ns.
     began_ns: Option<u64>,
 }
 
@@ -874,11 +874,11 @@ impl CpuMeter {
     /// probes: it counts from 0, not from this reading, or the calls it
     /// made before would be weighed against no CPU at all.
     fn read(&mut self, pids: impl Iterator<Item = u32>) {
-        let began = *self.began_ns.get_or_insert_with(realtime_ns);
+        let began = *self.began_ns.get_or_insert_with(procfs::boottime_ns);
         for pid in pids {
             if let Some((run_ns, ..)) = procfs::cpu_times(pid) {
                 let e = self.readings.entry(pid).or_insert_with(|| {
-                    let born_since = procfs::start_time_ns(pid).is_ok_and(|at| at >= began);
+                    let born_since = procfs::start_since_boot_ns(pid).is_ok_and(|at| at >= began);
                     (if born_since { 0 } else { run_ns }, run_ns)
                 });
                 e.1 = run_ns.max(e.1);
@@ -891,13 +891,6 @@ impl CpuMeter {
     fn total(&self) -> u64 {
         self.readings.values().map(|(a, b)| b - a).sum()
     }
-}
-
-/// `CLOCK_REALTIME` now, ns since the epoch.
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -2286,6 +2279,11 @@ mod tests {
         let mut meter = CpuMeter::default();
         let me = std::process::id();
         meter.read([me].into_iter());
+        assert_eq!(
+            meter.total(),
+            0,
+            "a process there before counts from its first reading"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
         // Busy for a while, then a sleep under the same pid.
         let mut child = std::process::Command::new("sh")
