@@ -349,14 +349,7 @@ impl ScoreReport {
         let left = links
             .and_then(|l| l.first_close(from.saturating_add(1)))
             .and_then(|(t, pid, tid)| {
-                self.units
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, u)| {
-                        u.capture == capture && u.pid == pid && u.tid == tid && u.start_ns <= t
-                    })
-                    .max_by_key(|(_, u)| (u.end_ns >= t, u.start_ns))
-                    .map(|(i, _)| (i, t))
+                super::suspect::unit_at(&self.units, Some(capture), pid, tid, t).map(|i| (i, t))
             });
         match left {
             Some((i, t)) => {

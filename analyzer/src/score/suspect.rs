@@ -864,15 +864,7 @@ pub(crate) fn closed_first(
             if other.pid == p.pid || closed > u.end_ns {
                 continue;
             }
-            // The closer's unit: the one of its thread holding the close,
-            // or else the last that began before it.
-            let closer = out
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.pid == other.pid && s.tid == tid && s.start_ns <= closed)
-                .max_by_key(|(_, s)| (s.end_ns >= closed, s.start_ns))
-                .map(|(j, _)| j);
-            if let Some(j) = closer {
+            if let Some(j) = unit_at(out, None, other.pid, tid, closed) {
                 blamed.push((j, closed));
                 out[i].ended_by = Some(other.pid);
                 let learned = tree.units;
@@ -901,6 +893,29 @@ pub(crate) fn closed_first(
         c.anomalous = true;
         c.evidence.sort_by_key(|e| std::cmp::Reverse(e.strength()));
     }
+}
+
+/// The unit of thread `tid` of process `pid` (of `capture`, when given)
+/// that holds `CLOCK_MONOTONIC` time `t`, or else the last that began
+/// before it (a close between two units belongs to the one before).
+pub(crate) fn unit_at(
+    units: &[UnitScore],
+    capture: Option<&str>,
+    pid: u32,
+    tid: u32,
+    t: u64,
+) -> Option<usize> {
+    units
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| {
+            capture.is_none_or(|c| u.capture == c)
+                && u.pid == pid
+                && u.tid == tid
+                && u.start_ns <= t
+        })
+        .max_by_key(|(_, u)| (u.end_ns >= t, u.start_ns))
+        .map(|(i, _)| i)
 }
 
 /// The calls `u` did not make that every learned unit of `tree` made
