@@ -293,18 +293,30 @@ pub(crate) fn ils_at(
     rel.iter()
         .map(|(rank, r)| {
             let n = counts.get(rank).copied().unwrap_or(0);
-            let ils = (0..n as u32)
-                .map(|l| {
-                    let s = spreads.get(&(*rank, l)).copied().unwrap_or(MIN_SPREAD);
-                    ils_end(r, l, 1.0 + k * s)
-                })
-                .collect();
-            let samples = (0..n as u32)
-                .map(|l| r.iter().filter(|x| x.key == l).count())
-                .collect();
-            (*rank, (ils, samples))
+            (*rank, rank_ils(r, *rank, n, spreads, k))
         })
         .collect()
+}
+
+/// ILS at the end of `r` (samples of `rank`) and the samples, for each of
+/// its `n` typical sequences.
+pub(crate) fn rank_ils(
+    r: &[Relative],
+    rank: u32,
+    n: usize,
+    spreads: &BTreeMap<(u32, u32), f64>,
+    k: f64,
+) -> (Vec<f64>, Vec<usize>) {
+    let ils = (0..n as u32)
+        .map(|l| {
+            let s = spreads.get(&(rank, l)).copied().unwrap_or(MIN_SPREAD);
+            ils_end(r, l, 1.0 + k * s)
+        })
+        .collect();
+    let samples = (0..n as u32)
+        .map(|l| r.iter().filter(|x| x.key == l).count())
+        .collect();
+    (ils, samples)
 }
 
 /// m(p) (eq. 4): ILS weighted by sequence length over the sequences used

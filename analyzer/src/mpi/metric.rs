@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     baseline::{Relative, concurrent, overall},
     cpu,
-    learn::{MIN_SPREAD, Model, ProcessorModel, ils_at, metric},
+    learn::{Model, ProcessorModel, ils_at, metric, rank_ils},
     profile::Profiles,
-    signals::{self, ils, samples},
+    signals::{ils, samples},
     verdict::{Suspect, Unmonitored, Verdict},
 };
 
@@ -178,15 +178,7 @@ fn metric_by_part(
                 .filter(|r| r.start_ns >= lo && (r.start_ns < hi || last))
                 .copied()
                 .collect();
-            let ils: Vec<f64> = (0..lengths.len() as u32)
-                .map(|l| {
-                    let s = spreads.get(&(p.rank, l)).copied().unwrap_or(MIN_SPREAD);
-                    signals::ils_end(&mine, l, 1.0 + k * s)
-                })
-                .collect();
-            let kept: Vec<usize> = (0..lengths.len() as u32)
-                .map(|l| mine.iter().filter(|x| x.key == l).count())
-                .collect();
+            let (ils, kept) = rank_ils(&mine, p.rank, lengths.len(), spreads, k);
             metric(&ils, &kept, &lengths, &used)
         })
         .collect()
