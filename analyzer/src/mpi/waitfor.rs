@@ -468,16 +468,22 @@ fn culprits(
     // collective is entered from different call sites (an extra barrier
     // that matched the program's last one), the site fewer members entered
     // it from.
-    let completed = |f: &str| -> usize {
-        profiles
-            .ranks
+    // How many calls of each function each rank completed (counted once:
+    // looked up per waiting rank and collective), and all ranks together.
+    let counts: Vec<(u32, BTreeMap<String, usize>)> = profiles
+        .ranks
+        .iter()
+        .map(|r| (r.rank, r.call_counts()))
+        .collect();
+    let done = |rank: u32, f: &str| -> usize {
+        counts
             .iter()
-            .map(|r| r.calls.iter().filter(|c| r.function_name(c) == f).count())
-            .sum()
+            .find(|(r, _)| *r == rank)
+            .and_then(|(_, c)| c.get(f))
+            .copied()
+            .unwrap_or(0)
     };
-    // How many calls of `f` rank `r` completed.
-    let done =
-        |r: &RankProfile, f: &str| r.calls.iter().filter(|c| r.function_name(c) == f).count();
+    let completed = |f: &str| -> usize { counts.iter().filter_map(|(_, c)| c.get(f)).sum() };
     for by_site in [false, true] {
         let mut by_coll: BTreeMap<(Option<u32>, String), Vec<u32>> = BTreeMap::new();
         for w in ranks {
@@ -490,11 +496,10 @@ fn culprits(
                 // is elsewhere, not an extra one (issue 17: a worker's
                 // extra barrier left a peer in the program's MPI_Reduce,
                 // which the others had already passed).
-                let mine = done(p, f);
-                if profiles
-                    .ranks
+                let mine = done(w.rank, f);
+                if counts
                     .iter()
-                    .any(|o| o.rank != w.rank && done(o, f) > mine)
+                    .any(|(o, c)| *o != w.rank && c.get(f).copied().unwrap_or(0) > mine)
                 {
                     continue;
                 }
