@@ -408,13 +408,25 @@ pub struct Overhead {
     /// Estimated CPU of every probe over the first interval (calls times
     /// cost), percent of one core.
     pub probes_core_percent: f64,
-    /// Estimated slowdown with every probe: their CPU over the traced
-    /// processes' CPU without it, percent.
+    /// The traced processes' demand for the CPU over the first interval:
+    /// the share of it they ran or were runnable, percent (at most 100).
+    /// `None` in captures before it was weighed.
+    #[serde(default)]
+    pub demand_percent: Option<f64>,
+    /// The probes' share of the traced processes' CPU, percent: what a
+    /// request served on the CPU loses to them. `None` in older captures.
+    #[serde(default)]
+    pub latency_percent: Option<f64>,
+    /// Estimated slowdown (throughput) with every probe: their share of
+    /// the traced processes' CPU scaled by the processes' demand for it
+    /// (one that mostly waits loses less), percent. Captures before
+    /// `demand_percent` existed did not scale it.
     pub estimated_percent: f64,
     /// Estimated slowdown with the probes kept, percent.
     pub kept_percent: f64,
     /// Slowdown measured from the calls the kept probes recorded after the
-    /// decision (calls times cost over the traced processes' CPU), percent;
+    /// decision (calls times cost over the traced processes' CPU, scaled by
+    /// their demand as `estimated_percent` is), percent;
     /// `None` until the recording ends, or when there was no CPU to weigh.
     #[serde(default)]
     pub measured_percent: Option<f64>,
@@ -438,15 +450,26 @@ impl Overhead {
     /// `analyzer summary`).
     pub fn describe(&self) -> Vec<String> {
         let o = self;
-        let mut lines = vec![format!(
-            "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}%: estimated slowdown {:.1}%",
-            o.call_cost_ns / 1e3,
-            o.entry_cost_ns / 1e3,
-            o.interval_ms,
-            o.probes_core_percent,
-            o.traced_cpu_percent,
-            o.estimated_percent
-        )];
+        let mut lines = vec![match (o.demand_percent, o.latency_percent) {
+            (Some(demand), Some(latency)) => format!(
+                "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}% and ran or waited for a CPU {demand:.0}% of the time: estimated slowdown {:.1}% (a request served on the CPU: up to {latency:.1}%)",
+                o.call_cost_ns / 1e3,
+                o.entry_cost_ns / 1e3,
+                o.interval_ms,
+                o.probes_core_percent,
+                o.traced_cpu_percent,
+                o.estimated_percent
+            ),
+            _ => format!(
+                "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}%: estimated slowdown {:.1}%",
+                o.call_cost_ns / 1e3,
+                o.entry_cost_ns / 1e3,
+                o.interval_ms,
+                o.probes_core_percent,
+                o.traced_cpu_percent,
+                o.estimated_percent
+            ),
+        }];
         if let Some(budget) = o.budget_percent {
             if o.decided_ns == 0 {
                 lines.push(format!(

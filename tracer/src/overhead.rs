@@ -12,12 +12,20 @@
 //!    discarded), for entry-and-return probes and entry-only ones.
 //! 2. The programs count each probe's recorded calls in the kernel (a
 //!    per-CPU array by function id). After a first interval, [`plan`]
-//!    weighs them: a probe's cost is its calls times the calibrated cost;
-//!    the slowdown estimate is the probes' cost over the traced processes'
-//!    CPU time without it (their CPU over the interval, from
-//!    `/proc/PID/task/*/schedstat`, minus the probes' cost). This is the
-//!    slowdown of a process that is busy on the CPU; one that waits on I/O
-//!    is slowed less, so the estimate errs on the safe side.
+//!    weighs them: a probe's cost is its calls times the calibrated cost.
+//!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
+//!    it is the slowdown of a process busy on the CPU, and of each request
+//!    while it is being served (the latency figure). Processes that mostly
+//!    wait (for a peer, a client, a timer, the disk) lose far less of their
+//!    throughput: the estimate scales that share by their demand, the
+//!    share of the interval they ran or were runnable (run-queue wait
+//!    counts as demand, so a busy process on a loaded machine is not
+//!    mistaken for one that waits), capped at 1. That is exact for one
+//!    process that runs and waits in turn, and for processes that hand
+//!    work to each other in a chain (a token ring: probe time over elapsed
+//!    time); for busy servers (demand at least one core) it is the CPU
+//!    share as before; for servers waiting on untraced clients it errs on
+//!    the safe side.
 //! 3. With a budget, the probes that fit are kept, the hottest (most
 //!    costly) dropped first. Functions that delimit execution units (an
 //!    event loop, a request handler) are called once per unit, far less than
@@ -130,20 +138,40 @@ fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
 }
 
 /// What an interval saw.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Interval {
     /// Its length, ns.
     pub ns: u64,
     /// CPU time of the traced processes over it, ns (probes included).
     pub traced_cpu_ns: u64,
+    /// Time the traced processes were runnable but waited for a CPU, ns.
+    pub traced_wait_ns: u64,
+}
+
+impl Interval {
+    /// The traced processes' demand for the CPU: the time they ran or were
+    /// runnable over the interval's length, at most 1 (processes that
+    /// together keep a core busy are weighed as busy ones). They ran at
+    /// least the `cost_ns` of their probes, whatever the CPU meter read (a
+    /// process gone before it was read).
+    pub fn demand(&self, cost_ns: f64) -> f64 {
+        let ran = (self.traced_cpu_ns as f64).max(cost_ns);
+        ((ran + self.traced_wait_ns as f64) / self.ns.max(1) as f64).min(1.0)
+    }
 }
 
 /// The share, percent, of `cpu_ns` of the traced processes' CPU time that
-/// `cost_ns` of probes took: the throughput a process busy on the CPU loses
-/// to them (one that also waits loses less). A calibration that
-/// overestimates cannot make it exceed 100.
+/// `cost_ns` of probes took: the time a request served on the CPU loses
+/// to them. A calibration that overestimates cannot make it exceed 100.
 fn share(cost_ns: f64, cpu_ns: u64) -> f64 {
     100.0 * cost_ns / (cpu_ns as f64).max(cost_ns).max(1.0)
+}
+
+/// The throughput the traced processes lose to `cost_ns` of probes over
+/// `interval`, percent: their CPU share scaled by their demand (see the
+/// module's documentation).
+fn slowdown(cost_ns: f64, interval: Interval) -> f64 {
+    share(cost_ns, interval.traced_cpu_ns) * interval.demand(cost_ns)
 }
 
 /// Each probe's cost over an interval, ns: its calls times its cost.
@@ -169,7 +197,6 @@ pub fn plan(
 ) -> Plan {
     let cost = costs_of(probes, calls, costs);
     let total: f64 = cost.iter().sum();
-    let cpu = interval.traced_cpu_ns;
     let mut order: Vec<usize> = (0..probes.len()).filter(|i| cost[*i] > 0.0).collect();
     // Costliest first; equal costs in probe order, so a plan is repeatable.
     order.sort_by(|a, b| cost[*b].total_cmp(&cost[*a]).then(a.cmp(b)));
@@ -177,7 +204,7 @@ pub fn plan(
     let mut drop = Vec::new();
     if let Some(budget) = budget {
         for i in order {
-            if share(kept, cpu) <= budget {
+            if slowdown(kept, interval) <= budget {
                 break;
             }
             kept -= cost[i];
@@ -187,9 +214,11 @@ pub fn plan(
     let secs = (interval.ns as f64 / 1e9).max(1e-9);
     Plan {
         core_percent: 100.0 * total / interval.ns.max(1) as f64,
-        traced_cpu_percent: 100.0 * cpu as f64 / interval.ns.max(1) as f64,
-        estimated_percent: share(total, cpu),
-        kept_percent: share(kept.max(0.0), cpu),
+        traced_cpu_percent: 100.0 * interval.traced_cpu_ns as f64 / interval.ns.max(1) as f64,
+        demand_percent: 100.0 * interval.demand(total),
+        latency_percent: share(total, interval.traced_cpu_ns),
+        estimated_percent: slowdown(total, interval),
+        kept_percent: slowdown(kept.max(0.0), interval),
         dropped: drop
             .iter()
             .map(|&i| DroppedProbe {
@@ -197,7 +226,7 @@ pub fn plan(
                 symbol: probes[i].symbol.clone(),
                 object: probes[i].object.clone(),
                 calls_per_s: calls.get(i).copied().unwrap_or(0) as f64 / secs,
-                percent: share(cost[i], cpu),
+                percent: slowdown(cost[i], interval),
                 at_ns: 0,
             })
             .collect(),
@@ -212,7 +241,12 @@ pub struct Plan {
     pub core_percent: f64,
     /// The traced processes' CPU, percent of one core.
     pub traced_cpu_percent: f64,
-    /// Slowdown with every probe that made calls.
+    /// Their demand for the CPU, percent ([`Interval::demand`]).
+    pub demand_percent: f64,
+    /// The probes' share of the traced processes' CPU: what a request
+    /// served on the CPU loses, percent.
+    pub latency_percent: f64,
+    /// Slowdown (throughput) with every probe that made calls.
     pub estimated_percent: f64,
     /// Slowdown with the probes kept.
     pub kept_percent: f64,
@@ -231,6 +265,8 @@ pub fn first_item(costs: Costs, interval: Interval, budget: Option<f64>, plan: &
         decided_ns: 0,
         interval_ms: interval.ns / 1_000_000,
         traced_cpu_percent: plan.traced_cpu_percent,
+        demand_percent: Some(plan.demand_percent),
+        latency_percent: Some(plan.latency_percent),
         probes_core_percent: plan.core_percent,
         estimated_percent: plan.estimated_percent,
         kept_percent: plan.kept_percent,
@@ -249,7 +285,7 @@ pub fn measured(probes: &[Probe], calls: &[u64], costs: Costs, interval: Interva
         return None;
     }
     let cost: f64 = costs_of(probes, calls, costs).iter().sum();
-    Some(share(cost, interval.traced_cpu_ns))
+    Some(slowdown(cost, interval))
 }
 
 #[cfg(test)]
@@ -273,6 +309,7 @@ mod tests {
     const SECOND: Interval = Interval {
         ns: 1_000_000_000,
         traced_cpu_ns: 1_000_000_000,
+        traced_wait_ns: 0,
     };
 
     #[test]
@@ -297,14 +334,54 @@ mod tests {
 
     #[test]
     fn without_a_budget_nothing_is_dropped_but_the_cost_is_told() {
+        // Busy all along: 0.6 s on the CPU, 0.4 s waiting for one.
         let interval = Interval {
             ns: 1_000_000_000,
             traced_cpu_ns: 600_000_000,
+            traced_wait_ns: 400_000_000,
         };
         let p = plan(&[probe(0, "hot")], &[30_000], COSTS, interval, None);
         assert!(p.drop.is_empty());
         assert!((p.core_percent - 30.0).abs() < 1e-9);
+        assert!((p.demand_percent - 100.0).abs() < 1e-9);
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
+        assert!((p.latency_percent - 50.0).abs() < 1e-9);
+    }
+
+    /// A token ring's daemons mostly wait for each other: probes costing
+    /// half their CPU cost them 5% of the elapsed time, which is what the
+    /// ring's throughput loses; each message's handling still takes twice
+    /// as long (the latency figure). A tight budget still drops them.
+    #[test]
+    fn processes_that_mostly_wait_lose_their_demand_share() {
+        let ring = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 100_000_000,
+            traced_wait_ns: 0,
+        };
+        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0));
+        assert!(p.drop.is_empty(), "{p:?}");
+        assert!((p.demand_percent - 10.0).abs() < 1e-9);
+        assert!((p.estimated_percent - 5.0).abs() < 1e-9);
+        assert!((p.latency_percent - 50.0).abs() < 1e-9);
+        assert_eq!(
+            plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(2.0)).drop,
+            [0]
+        );
+    }
+
+    /// On a loaded machine a busy process waits for a CPU, not for work:
+    /// run-queue wait is demand, so it is weighed as the busy process it is.
+    #[test]
+    fn a_busy_process_waiting_for_a_cpu_is_weighed_as_busy() {
+        let starved = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 200_000_000,
+            traced_wait_ns: 800_000_000,
+        };
+        let p = plan(&[probe(0, "hot")], &[10_000], COSTS, starved, Some(5.0));
+        assert!((p.estimated_percent - 50.0).abs() < 1e-9);
+        assert_eq!(p.drop, [0]);
     }
 
     #[test]
@@ -321,6 +398,7 @@ mod tests {
         let interval = Interval {
             ns: 1_000_000_000,
             traced_cpu_ns: 500_000,
+            traced_wait_ns: 999_000_000,
         };
         let p = plan(&[probe(0, "f")], &[100], COSTS, interval, Some(5.0));
         assert_eq!(p.estimated_percent, 100.0);
@@ -328,6 +406,7 @@ mod tests {
         let idle = Interval {
             ns: 1_000_000_000,
             traced_cpu_ns: 0,
+            traced_wait_ns: 0,
         };
         assert_eq!(measured(&[probe(0, "f")], &[1], COSTS, idle), None);
     }

@@ -860,8 +860,8 @@ impl CpuTally {
 /// CPU time of traced processes since each was first metered.
 #[derive(Debug, Default)]
 struct CpuMeter {
-    /// By pid: (first reading, last reading), ns.
-    readings: BTreeMap<u32, (u64, u64)>,
+    /// By pid: (first reading, last reading) of [run, run-queue wait], ns.
+    readings: BTreeMap<u32, ([u64; 2], [u64; 2])>,
     at: Option<Instant>,
     /// When metering began, `CLOCK_BOOTTIME` ns.
     began_ns: Option<u64>,
@@ -876,12 +876,13 @@ impl CpuMeter {
     fn read(&mut self, pids: impl Iterator<Item = u32>) {
         let began = *self.began_ns.get_or_insert_with(procfs::boottime_ns);
         for pid in pids {
-            if let Some((run_ns, ..)) = procfs::cpu_times(pid) {
+            if let Some((run_ns, wait_ns, ..)) = procfs::cpu_times(pid) {
+                let now = [run_ns, wait_ns];
                 let e = self.readings.entry(pid).or_insert_with(|| {
                     let born_since = procfs::start_since_boot_ns(pid).is_ok_and(|at| at >= began);
-                    (if born_since { 0 } else { run_ns }, run_ns)
+                    (if born_since { [0, 0] } else { now }, now)
                 });
-                e.1 = run_ns.max(e.1);
+                e.1 = [run_ns.max(e.1[0]), wait_ns.max(e.1[1])];
             }
         }
         self.at = Some(Instant::now());
@@ -889,7 +890,35 @@ impl CpuMeter {
 
     /// CPU time used since metering began, ns.
     fn total(&self) -> u64 {
-        self.readings.values().map(|(a, b)| b - a).sum()
+        self.readings.values().map(|(a, b)| b[0] - a[0]).sum()
+    }
+
+    /// Time spent waiting for a CPU (runnable, not running) since metering
+    /// began, ns.
+    fn waited(&self) -> u64 {
+        self.readings
+            .values()
+            .map(|(a, b)| b[1].saturating_sub(a[1]))
+            .sum()
+    }
+
+    /// The start of an interval: now, with `calls`.
+    fn window(&self, calls: Vec<u64>) -> Window {
+        Window {
+            at: Instant::now(),
+            cpu_ns: self.total(),
+            wait_ns: self.waited(),
+            calls,
+        }
+    }
+
+    /// The interval since `from`.
+    fn since(&self, from: &Window) -> overhead::Interval {
+        overhead::Interval {
+            ns: from.at.elapsed().as_nanos() as u64,
+            traced_cpu_ns: self.total().saturating_sub(from.cpu_ns),
+            traced_wait_ns: self.waited().saturating_sub(from.wait_ns),
+        }
     }
 }
 
@@ -909,14 +938,21 @@ struct Budget {
     item: Option<Overhead>,
     /// Probes could not be replaced: no further decisions.
     stuck: bool,
+    /// The first look found the traced processes idle and moved the
+    /// interval's start to then (see [`Session::evaluate`]).
+    idle_before: bool,
+    /// When the budget began (the first look waits for calls at most an
+    /// interval from then).
+    began: Instant,
 }
 
-/// The start of an interval: when, the traced processes' CPU then, and
-/// each probe's calls then.
+/// The start of an interval: when, the traced processes' CPU and
+/// run-queue wait then, and each probe's calls then.
 #[derive(Clone, Debug)]
 struct Window {
     at: Instant,
     cpu_ns: u64,
+    wait_ns: u64,
     calls: Vec<u64>,
 }
 
@@ -1365,12 +1401,15 @@ impl Session {
                 window: Window {
                     at: Instant::now(),
                     cpu_ns: 0,
+                    wait_ns: 0,
                     calls: vec![0; probes_len],
                 },
                 since: None,
                 kept: vec![true; probes_len],
                 item: None,
                 stuck: false,
+                idle_before: false,
+                began: Instant::now(),
             }),
             kernel_cost: None,
             notices: Vec::new(),
@@ -1450,7 +1489,6 @@ impl Session {
         };
         budget.cpu.read(pids.into_iter());
         let calls = self.loaded.func_hits(self.probes.len());
-        let cpu_ns = budget.cpu.total();
         let delta: Vec<u64> = calls
             .iter()
             .zip(&budget.window.calls)
@@ -1461,17 +1499,22 @@ impl Session {
         // not running yet, a server idle at start): with a budget, look
         // again at the next tick, until calls come or an interval passed,
         // rather than let every probe run at full cost for an interval.
+        // The interval then starts anew at this look, and once calls come
+        // once more after them: the slowdown is the probes' cost scaled by
+        // the processes' demand for the CPU over the interval, so idle time
+        // before the work began would hide it.
         if budget.item.is_none()
             && self.config.overhead_percent.is_some()
-            && delta.iter().all(|d| *d == 0)
-            && budget.window.at.elapsed() < self.config.overhead_interval
+            && budget.began.elapsed() < self.config.overhead_interval
         {
-            return Ok(());
+            let idle = delta.iter().all(|d| *d == 0);
+            if idle || budget.idle_before {
+                budget.window = budget.cpu.window(calls);
+                budget.idle_before = idle;
+                return Ok(());
+            }
         }
-        let interval = overhead::Interval {
-            ns: budget.window.at.elapsed().as_nanos() as u64,
-            traced_cpu_ns: cpu_ns.saturating_sub(budget.window.cpu_ns),
-        };
+        let interval = budget.cpu.since(&budget.window);
         let mut plan = overhead::plan(
             &self.probes,
             &delta,
@@ -1556,11 +1599,7 @@ impl Session {
             }
             Some(_) => {}
         }
-        let window = Window {
-            at: Instant::now(),
-            cpu_ns: budget.cpu.total(),
-            calls: self.loaded.func_hits(self.probes.len()),
-        };
+        let window = budget.cpu.window(self.loaded.func_hits(self.probes.len()));
         if changed {
             budget.since = Some(window.clone());
             if let Some(item) = &budget.item {
@@ -1579,12 +1618,8 @@ impl Session {
         let budget = self.budget.as_mut()?;
         budget.cpu.read(pids.into_iter());
         let calls = self.loaded.func_hits(self.probes.len());
-        let cpu_ns = budget.cpu.total();
         let Some(item) = &budget.item else {
-            let interval = overhead::Interval {
-                ns: budget.window.at.elapsed().as_nanos() as u64,
-                traced_cpu_ns: cpu_ns.saturating_sub(budget.window.cpu_ns),
-            };
+            let interval = budget.cpu.since(&budget.window);
             let delta: Vec<u64> = calls
                 .iter()
                 .zip(&budget.window.calls)
@@ -1606,10 +1641,7 @@ impl Session {
                 .zip(&budget.kept)
                 .map(|((now, then), kept)| if *kept { now.saturating_sub(*then) } else { 0 })
                 .collect();
-            let interval = overhead::Interval {
-                ns: since.at.elapsed().as_nanos() as u64,
-                traced_cpu_ns: cpu_ns.saturating_sub(since.cpu_ns),
-            };
+            let interval = budget.cpu.since(since);
             item.measured_percent =
                 overhead::measured(&self.probes, &delta, budget.costs, interval);
             item.measured_ms = interval.ns / 1_000_000;
