@@ -467,11 +467,17 @@ pub fn record(
 /// Learns a calibrated model (000 decomposition) from normal runs.
 pub fn learn(runs: &[PathBuf]) -> GlobalModel {
     let mut model = GlobalModel::new(Variant::Paper000);
-    // Each capture read once: its units and when its recording stopped.
+    // As `analyzer model learn`: what any run's overhead budget detached
+    // is left out of every run (the captures are small: read twice).
+    model.left_out = runs
+        .iter()
+        .flat_map(|p| crate::capture(p).budget_dropped())
+        .collect();
     let (decomposed, stops): (Vec<Vec<ProcessUnits>>, Vec<Option<u64>>) = runs
         .iter()
         .map(|p| {
-            let cap = crate::capture(p);
+            let mut cap = crate::capture(p);
+            cap.leave_out(&model.left_out);
             let stop = cap.end.as_ref().map(|e| e.stop_ns);
             (decompose_capture(&cap, Variant::Paper000), stop)
         })
@@ -488,7 +494,9 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
 
 /// Scores one capture against `model`: the report `model score` prints.
 pub fn score(model: &GlobalModel, capture: &Path) -> ScoreReport {
-    let cap = crate::capture(capture);
+    let mut cap = crate::capture(capture);
+    // What cannot be made comparable shows in the scores themselves.
+    let _ = model.prepare(&mut cap);
     let name = capture.display().to_string();
     let processes = decompose_capture(&cap, model.variant);
     let links = analyzer::units::Links::of(&cap);

@@ -137,8 +137,21 @@ pub(crate) fn run(
     bar.set_message("model-based scores");
     let model_report = match &model {
         Some(m) => {
+            // Units built from the functions the model was learned with;
+            // the other analyses see every function again afterwards.
+            let mut notes = Vec::new();
+            for (name, cap) in names.iter().zip(captures.iter_mut()) {
+                if let Some(why) = m.prepare(cap) {
+                    notes.push(format!("{name}: {why}"));
+                }
+            }
             let report = score(m, &names, &captures);
-            results.push(from::model(&report, &servers));
+            for cap in &mut captures {
+                cap.left_out.clear();
+            }
+            let mut result = from::model(&report, &servers);
+            result.notes.extend(notes);
+            results.push(result);
             Some(report)
         }
         None => {

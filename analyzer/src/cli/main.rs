@@ -256,7 +256,10 @@ pub(crate) fn score_captures(
     let mut quiet = Vec::with_capacity(captures.len());
     for path in captures {
         bar.set_message(path.display().to_string());
-        let cap = open(path)?;
+        let mut cap = open(path)?;
+        if let Some(why) = model.prepare(&mut cap) {
+            ui.say(&format!("note: {}: {why}", path.display()));
+        }
         let processes = decompose_capture(&cap, model.variant);
         let name = path.display().to_string();
         let links = analyzer::units::Links::of(&cap);
@@ -524,24 +527,58 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             let base = merge.is_some().then(|| model.clone());
             let mut processes = 0;
-            let mut runs = Vec::with_capacity(captures.len());
             let bar = ui.bar(captures.len() as u64, "learning");
+            // Every capture is learned from the same functions: those any
+            // of them (or the model merged into) lost to its overhead
+            // budget are left out of all. A capture that kept one is read
+            // again once the whole set is known.
+            let mut left_out = model.left_out.clone();
+            let mut decomposed = Vec::with_capacity(captures.len());
             for path in &captures {
                 bar.set_message(path.display().to_string());
                 bar.inc(1);
-                let cap = open(path)?;
+                let mut cap = open(path)?;
+                let dropped = cap.budget_dropped();
+                cap.leave_out(&left_out);
+                left_out.extend(dropped);
+                let seen = left_out.len();
                 let run = decompose_capture(&cap, variant);
+                decomposed.push((run, cap.end.as_ref().map(|e| e.stop_ns), seen));
+            }
+            bar.finish_and_clear();
+            let mut runs = Vec::with_capacity(captures.len());
+            for (path, (mut run, mut stop, seen)) in captures.iter().zip(decomposed) {
+                if seen < left_out.len() {
+                    let mut cap = open(path)?;
+                    cap.leave_out(&left_out);
+                    run = decompose_capture(&cap, variant);
+                    stop = cap.end.as_ref().map(|e| e.stop_ns);
+                }
                 for p in &run {
                     model.learn(p);
                     processes += 1;
                 }
-                model.learn_quiet(&run, cap.end.as_ref().map(|e| e.stop_ns));
+                model.learn_quiet(&run, stop);
                 model.sources.push(path.display().to_string());
                 if !no_calibrate {
                     runs.push(run);
                 }
             }
-            bar.finish_and_clear();
+            if let Some(b) = base.as_ref().filter(|b| !b.groups.is_empty()) {
+                let new: Vec<&String> = left_out.difference(&b.left_out).collect();
+                if !new.is_empty() {
+                    ui.say(&format!(
+                        "note: the overhead budget of these captures detached {new:?}, which the model merged into was learned with: its units differ from these captures' for that reason alone"
+                    ));
+                }
+            }
+            if !left_out.is_empty() {
+                ui.say(&format!(
+                    "note: left out of every capture, as the overhead budget of some detached them: {}",
+                    left_out.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            model.left_out = left_out;
             let calibration = if no_calibrate {
                 None
             } else {

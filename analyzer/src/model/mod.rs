@@ -11,7 +11,7 @@
 
 mod tree;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 pub use tree::{
@@ -135,6 +135,10 @@ pub struct GlobalModel {
     /// `None` in models learned before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_ns: Option<u64>,
+    /// Functions left out of every learned capture because the overhead
+    /// budget of one of them detached them (see [`GlobalModel::prepare`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub left_out: BTreeSet<String>,
 }
 
 impl GlobalModel {
@@ -146,7 +150,32 @@ impl GlobalModel {
             groups: Vec::new(),
             sources: Vec::new(),
             quiet_ns: None,
+            left_out: BTreeSet::new(),
         }
+    }
+
+    /// Makes `capture` comparable with this model: the functions the model
+    /// was learned without are left out of it too. Returns what cannot be
+    /// made comparable, for a person: functions this capture's overhead
+    /// budget detached that the model was learned with, so units that call
+    /// them differ from the learned ones for that reason alone.
+    pub fn prepare(&self, capture: &mut tracer_common::decode::Capture) -> Option<String> {
+        capture.leave_out(&self.left_out);
+        let missing: Vec<String> = capture
+            .budget_dropped()
+            .difference(&self.left_out)
+            .cloned()
+            .collect();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "the overhead budget of this capture detached {} ({}), which the model was learned with: units that call {} differ from the learned ones for that reason alone; learn from captures without {} (-f patterns that leave {} out, or the same budget)",
+                if missing.len() == 1 { "a function" } else { "functions" },
+                missing.join(", "),
+                if missing.len() == 1 { "it" } else { "them" },
+                if missing.len() == 1 { "it" } else { "them" },
+                if missing.len() == 1 { "it" } else { "them" },
+            )
+        })
     }
 
     /// Learns the longest quiet span of a normal capture, whose units

@@ -704,10 +704,12 @@ pub(crate) fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[
     // out from the start: the units before and after the switch are then
     // built from the same functions, and the call tree does not change
     // shape when the probe went.
+    // So are those left out to match a model or another capture.
     let dropped: FxHashSet<u32> = capture
         .overhead
         .iter()
         .flat_map(|o| o.dropped.iter().map(|d| d.func_id))
+        .chain(capture.left_out.iter().copied())
         .collect();
     capture
         .chunks
@@ -882,6 +884,7 @@ mod tests {
             overhead: None,
             chunks: vec![(0, records.concat())],
             truncated: None,
+            left_out: Default::default(),
         }
     }
 

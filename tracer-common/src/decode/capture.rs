@@ -2,7 +2,7 @@
 //! decoded on demand, a truncated tail reported instead of failing.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs::File,
     io::{BufReader, Read},
     path::{Path, PathBuf},
@@ -86,6 +86,10 @@ pub struct Capture {
     pub chunks: Vec<(u64, Vec<u8>)>,
     /// Set when the file ends inside a chunk (a killed recorder).
     pub truncated: Option<CaptureError>,
+    /// Functions (by `func_id`) the analysis leaves out of this capture
+    /// beside those its overhead budget dropped: ones another capture it
+    /// is compared with lacks ([`Capture::leave_out`]). Not in the file.
+    pub left_out: BTreeSet<u32>,
 }
 
 impl Capture {
@@ -115,6 +119,7 @@ impl Capture {
             overhead: None,
             chunks: Vec::new(),
             truncated: None,
+            left_out: BTreeSet::new(),
         };
         // Probe entries declared so far: recorders number probes densely
         // from 0, so an id is below the count of entries written.
@@ -189,6 +194,29 @@ impl Capture {
         self.probes
             .get(func_id as usize)
             .filter(|p| !p.object.is_empty())
+    }
+
+    /// The functions (symbol names) the recorder's overhead budget detached
+    /// part-way: the analysis leaves them out of the whole capture.
+    pub fn budget_dropped(&self) -> BTreeSet<String> {
+        self.overhead
+            .iter()
+            .flat_map(|o| o.dropped.iter().map(|d| d.symbol.clone()))
+            .collect()
+    }
+
+    /// Leaves the functions named `symbols` out of the analysis of this
+    /// capture too (a model learned without them, a capture compared with
+    /// this one whose budget dropped them), so units on both sides are
+    /// built from the same functions. Returns how many probes that added.
+    pub fn leave_out(&mut self, symbols: &BTreeSet<String>) -> usize {
+        let before = self.left_out.len();
+        for p in &self.probes {
+            if !p.object.is_empty() && symbols.contains(&p.symbol) {
+                self.left_out.insert(p.func_id);
+            }
+        }
+        self.left_out.len() - before
     }
 
     /// Name of the function probed as `func_id`.

@@ -504,6 +504,7 @@ mod tests {
             overhead: None,
             chunks: vec![(0, entry.as_bytes().to_vec())],
             truncated: None,
+            left_out: Default::default(),
         };
         let sym = Symbolizer::new(&capture);
         let site = sym.user(42, bias + 0x1004).expect("placed");
@@ -583,6 +584,7 @@ mod tests {
             overhead: None,
             chunks: vec![(0, records)],
             truncated: None,
+            left_out: Default::default(),
         };
         let sym = Symbolizer::new(&capture);
         let at = base + 0x14;
