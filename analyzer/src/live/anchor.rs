@@ -303,6 +303,6 @@ pub(crate) fn anchored<'a>(
         overhead: capture.overhead.clone(),
         chunks: vec![(0, pre)],
         truncated: None,
-        left_out: Default::default(),
+        left_out: capture.left_out.clone(),
     }))
 }

@@ -100,7 +100,7 @@ impl Server {
 
     fn evaluate(&mut self, window: &[u8], since_ns: u64, now_ns: u64, a: &mut Answer) {
         let started = Instant::now();
-        let capture = match Capture::read(window) {
+        let mut capture = match Capture::read(window) {
             Ok(c) => c,
             Err(e) => {
                 a.error = Some(format!("decoding the window: {}", error_chain(&e)));
@@ -108,7 +108,12 @@ impl Server {
             }
         };
         if let Some(model) = &mut self.model {
+            // The functions the model was learned without are left out of
+            // the window's units too (as `model score` does); a mismatch
+            // the other way shows in the scores.
+            let _ = model.model().prepare(&mut capture);
             let scores = model.evaluate(&capture, since_ns, now_ns, "live");
+            capture.left_out.clear();
             a.units_scored = scores.len() as u64;
             a.max_score = scores.iter().map(|s| s.score).reduce(f64::max);
             a.findings
