@@ -418,7 +418,44 @@ pub fn record(
     port: u16,
     fault: Option<&Injection>,
 ) -> Result<RecordedRun, String> {
+    record_with(tracer, program, exe, out, port, fault, &Length::default())
+}
+
+/// How long a run is, and the recorder's overhead budget: the matrix's
+/// runs are short (a fraction of a second), so a budget (first look after
+/// 250 ms) only acts on runs made longer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Length {
+    /// The program's rounds (requests, jobs) times this.
+    pub scale: u32,
+    /// `tracer record --overhead` (e.g. "5%").
+    pub overhead: Option<String>,
+}
+
+impl Default for Length {
+    fn default() -> Self {
+        Self {
+            scale: 1,
+            overhead: None,
+        }
+    }
+}
+
+/// [`record`] with runs `length.scale` times as long and the recorder's
+/// overhead budget.
+pub fn record_with(
+    tracer: &Path,
+    program: Program,
+    exe: &Path,
+    out: &Path,
+    port: u16,
+    fault: Option<&Injection>,
+    length: &Length,
+) -> Result<RecordedRun, String> {
     let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
+    if let Some(budget) = &length.overhead {
+        args.extend(["--overhead".into(), budget.clone()]);
+    }
     if program == Program::PyJobs {
         args.push("--python".into());
     }
@@ -426,7 +463,15 @@ pub fn record(
         args.extend(["-f".to_string(), f.to_string()]);
     }
     args.extend(["-o".into(), out.display().to_string(), "--".into()]);
-    args.extend(command(program, exe, port, fault));
+    let mut cmd = command(program, exe, port, fault);
+    // The count (rounds, requests, jobs) is the argument before the port.
+    if length.scale > 1
+        && let Some(i) = cmd.iter().position(|a| *a == port.to_string())
+        && let Some(n) = i.checked_sub(1).and_then(|j| cmd[j].parse::<u32>().ok())
+    {
+        cmd[i - 1] = (n * length.scale).to_string();
+    }
+    args.extend(cmd);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::run_bounded(tracer, &refs);
     if !run.status.success() {

@@ -60,6 +60,15 @@ pub(crate) struct ModelMatrixArgs {
     /// Print each run's verdict.
     #[arg(long)]
     verbose: bool,
+    /// Make every run this many times as long (rounds, requests, jobs;
+    /// faults drawn over the longer run): with `--overhead`, so that the
+    /// budget acts (its first look is after 250 ms) before most faults.
+    #[arg(long, default_value_t = 1)]
+    scale: u32,
+    /// Record every run (learned, normal, faulty) under this overhead
+    /// budget (`tracer record --overhead`, e.g. 5%).
+    #[arg(long)]
+    overhead: Option<String>,
 }
 
 /// What one program's directory holds.
@@ -155,8 +164,13 @@ fn record_program(
     let started = Instant::now();
     let mut record = |name: String, fault: Option<Injection>| -> anyhow::Result<RecordedRun> {
         let out = dir.join(format!("{name}.capture"));
-        let run = bugclass::record(tracer, program, &exe, &out, port(), fault.as_ref())
-            .map_err(anyhow::Error::msg)?;
+        let length = bugclass::Length {
+            scale: a.scale.max(1),
+            overhead: a.overhead.clone(),
+        };
+        let run =
+            bugclass::record_with(tracer, program, &exe, &out, port(), fault.as_ref(), &length)
+                .map_err(anyhow::Error::msg)?;
         eprintln!(
             "  {program} {name}: {} ({:.0} s)",
             run.outcome,
@@ -203,7 +217,8 @@ fn record_program(
                 let fault = Injection {
                     class,
                     node: rng.below(u64::from(program.daemons())) as u32,
-                    at: at.start() + rng.below(u64::from(at.end() - at.start() + 1)) as u32,
+                    at: at.start()
+                        + rng.below(u64::from(at.end() * a.scale.max(1) - at.start() + 1)) as u32,
                     crash: program.crash_modes()
                         [rng.below(program.crash_modes().len() as u64) as usize]
                         .to_string(),
