@@ -218,12 +218,22 @@ pub fn start_since_boot_ns(pid: u32) -> Result<u64, ProcError> {
         .nth(19)
         .and_then(|f| f.parse().ok())
         .ok_or_else(bad)?;
+    Ok(ticks.saturating_mul(1_000_000_000) / clock_hz())
+}
+
+/// Clock ticks per second of `/proc` times (`_SC_CLK_TCK`, usually 100).
+fn clock_hz() -> u64 {
     // SAFETY: no preconditions.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()
         .filter(|hz| *hz > 0)
-        .unwrap_or(100);
-    Ok(ticks.saturating_mul(1_000_000_000) / hz)
+        .unwrap_or(100)
+}
+
+/// One clock tick of `/proc` times, ns: the precision of
+/// [`start_since_boot_ns`].
+pub fn clock_tick_ns() -> u64 {
+    1_000_000_000 / clock_hz()
 }
 
 /// `CLOCK_BOOTTIME` now, ns.

@@ -879,7 +879,14 @@ impl CpuMeter {
             if let Some((run_ns, wait_ns, ..)) = procfs::cpu_times(pid) {
                 let now = [run_ns, wait_ns];
                 let e = self.readings.entry(pid).or_insert_with(|| {
-                    let born_since = procfs::start_since_boot_ns(pid).is_ok_and(|at| at >= began);
+                    // The start time is truncated to a clock tick (10 ms):
+                    // a process born in the tick metering began in counts
+                    // as born since (a daemon forked at once by the
+                    // command was read from its first reading a third of
+                    // the time, its CPU until then lost while its calls
+                    // counted).
+                    let born_since = procfs::start_since_boot_ns(pid)
+                        .is_ok_and(|at| at.saturating_add(procfs::clock_tick_ns()) > began);
                     (if born_since { [0, 0] } else { now }, now)
                 });
                 e.1 = [run_ns.max(e.1[0]), wait_ns.max(e.1[1])];
@@ -2344,6 +2351,50 @@ mod tests {
             "the child's loop counts: {child_ns} ns"
         );
         assert!(run_ns == 0 || child_ns <= run_ns, "{child_ns} of {run_ns}");
+    }
+
+    /// `/proc` gives a start time truncated to its clock tick: a process
+    /// born in the tick metering began in (a daemon the command forks at
+    /// once) reads as born before it, and counts as born since.
+    #[test]
+    fn a_process_born_in_the_tick_metering_began_counts_from_its_birth() {
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .spawn()
+            .expect("sh runs");
+        let pid = child.id();
+        let born = crate::procfs::start_since_boot_ns(pid).expect("start time");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() != "sleep")
+        {
+            assert!(std::time::Instant::now() < deadline, "the loop ends");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Metering began later in the tick the start time was cut to.
+        let mut meter = CpuMeter {
+            began_ns: Some(born + crate::procfs::clock_tick_ns() / 2),
+            ..CpuMeter::default()
+        };
+        meter.read([pid].into_iter());
+        let counted = meter.total();
+        // A tick later, it was there before metering: from its reading.
+        let mut later = CpuMeter {
+            began_ns: Some(born + 2 * crate::procfs::clock_tick_ns()),
+            ..CpuMeter::default()
+        };
+        later.read([pid].into_iter());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            counted >= 20_000_000,
+            "the child's loop counts: {counted} ns"
+        );
+        assert_eq!(later.total(), 0);
+        assert_eq!(later.readings.len(), 1, "it was read");
     }
 
     #[test]
