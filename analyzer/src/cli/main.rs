@@ -250,6 +250,13 @@ pub(crate) fn score_captures(
     rank: Ranking,
     ui: &Ui,
 ) -> anyhow::Result<ScoreReport> {
+    if !model.left_out.is_empty() {
+        ui.say(&format!(
+            "note: the model was learned without {} (detached by an overhead budget): a fault inside {} cannot show",
+            model.left_out.iter().cloned().collect::<Vec<_>>().join(", "),
+            if model.left_out.len() == 1 { "it" } else { "them" }
+        ));
+    }
     let bar = ui.bar(captures.len() as u64, "scoring");
     let mut scores = Vec::new();
     let mut names = Vec::with_capacity(captures.len());

@@ -330,6 +330,12 @@ fn a_model_learned_under_a_budget_scores_captures_that_kept_every_probe() {
         model.to_str().expect("utf8"),
         full.to_str().expect("utf8"),
     ]);
+    // What the model cannot see is said.
+    assert!(
+        scored.stderr.contains("the model was learned without"),
+        "{}",
+        scored.stderr
+    );
     let report: serde_json::Value = serde_json::from_str(&scored.stdout).expect("json report");
     let units = report["units"].as_array().expect("units");
     let anomalous = units.iter().filter(|u| u["anomalous"] == true).count();
