@@ -202,6 +202,12 @@ impl Metric {
     /// the same, and m5 (held out until then) names one wrong server fewer
     /// and indicts no clean run (21/23, 1, 0): its shares follow MooseFS's
     /// uneven placement, not faults. `syscall-time` stays.
+    ///
+    /// Recorded fresh at the ninth stop and held out from every choice
+    /// (MooseFS m7, load 6-16): 24/24, one run naming a wrong server (by
+    /// `block-bytes` and `cpu-wait`: a chunkserver that stored more of the
+    /// PostMark data than its peers from before the fault on), no clean run
+    /// indicted; the same with and without [`PeersConfig::load_shift`].
     pub const DEFAULT: [Metric; 10] = [
         Self::Samples,
         Self::Count,
