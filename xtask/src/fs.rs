@@ -230,6 +230,10 @@ struct ScoreArgs {
     /// the analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "SHARE")]
     persistence: Option<f64>,
+    /// Peer comparison: the load-shift rule, true or false (default: the
+    /// analyzer's; see `analyzer peers train --help`).
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    load_shift: Option<bool>,
     /// Threshold calibration (see `analyzer peers train --help`); several,
     /// comma-separated, print one summary line each (default: the
     /// analyzer's).
@@ -915,7 +919,7 @@ fn table(
         );
     }
     println!(
-        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, thresholds {} per workload from the other clean runs",
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, load-shift rule {}, thresholds {} per workload from the other clean runs",
         m.index.system,
         m.index.probes,
         a.window,
@@ -924,6 +928,7 @@ fn table(
         cfg.distance,
         cfg.outlier.map_or("off".to_string(), |f| f.to_string()),
         cfg.persistence.map_or("off".to_string(), |p| p.to_string()),
+        if cfg.load_shift { "on" } else { "off" },
         cfg.calibration.describe(),
     );
     let cells = cells_of(&verdicts);
@@ -970,6 +975,9 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     if let Some(p) = a.persistence {
         cfg.persistence = (p != 0.0).then_some(p);
+    }
+    if let Some(on) = a.load_shift {
+        cfg.load_shift = on;
     }
     cfg.validate()?;
     Ok(cfg)

@@ -76,6 +76,12 @@ pub(crate) enum PeersCommand {
         /// briefly; 0: off (default: as trained).
         #[arg(long, value_name = "SHARE")]
         persistence: Option<f64>,
+        /// Load-shift rule: when a server called faulty deviates in its own
+        /// resources, do not call faulty a server that only carried more of
+        /// the work (its calls, socket bytes) and list it as having taken
+        /// over load; false: off (default: as trained).
+        #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+        load_shift: Option<bool>,
         /// Functions to list per faulty server and metric.
         #[arg(long, default_value_t = 10)]
         top: usize,
@@ -174,6 +180,14 @@ pub(crate) struct FeatureArgs {
     /// effect of the fault, a passing burst), not called faulty; 0: off.
     #[arg(long, value_name = "SHARE", default_value_t = 0.67)]
     persistence: f64,
+    /// Load-shift rule (beyond the paper): when several servers are called
+    /// faulty and one deviates in its own resources (CPU wait, latencies,
+    /// retransmissions, its devices and link), one found only by the work
+    /// it carries (calls, socket bytes), more than its peers, is listed as
+    /// having taken over load the faulty server shed, not called faulty;
+    /// false: off.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    load_shift: bool,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -229,6 +243,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             normalize: a.normalize,
             outlier: (a.outlier != 0.0).then_some(a.outlier),
             persistence: (a.persistence != 0.0).then_some(a.persistence),
+            load_shift: a.load_shift,
             calibration: a.calibration,
             k: a.k,
             port_arg: a.port_arg,
@@ -431,6 +446,7 @@ pub(crate) fn run(
             k,
             outlier,
             persistence,
+            load_shift,
             top,
             json,
             svg,
@@ -445,6 +461,9 @@ pub(crate) fn run(
             if let Some(p) = persistence {
                 model.config.persistence = (p != 0.0).then_some(p);
                 model.config.validate()?;
+            }
+            if let Some(on) = load_shift {
+                model.config.load_shift = on;
             }
             let mut files = Vec::new();
             for c in &captures {

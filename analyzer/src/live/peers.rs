@@ -6,7 +6,10 @@
 //! since the episode began (a knock-on victim or a passing disturbance
 //! deviates briefly beside the server at fault). An episode ends when no
 //! server has been faulty for 2k−1 windows: by then every anomalous window
-//! has left the k-of-2k−1 history.
+//! has left the k-of-2k−1 history. Then, in each window, the load-shift
+//! rule of `peers diagnose`: of the servers called faulty, one faulty only
+//! by the work it carries, more than the median server, beside one faulty
+//! in its own resources took over load and is not called faulty.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -20,8 +23,8 @@ use super::{
 use crate::{
     decode::Capture,
     peers::{
-        CaptureSource, Cell, Metric, PeersError, RootCause, ServerSplit, Thresholds, extract,
-        rank_components, score,
+        CaptureSource, Cell, Metric, PeersError, RootCause, ServerSplit, Thresholds, carries_more,
+        extract, load_shifted, rank_components, score,
     },
 };
 
@@ -159,6 +162,10 @@ impl LivePeers {
             let start = scored.windowed.starts[w];
             let mut servers = Vec::new();
             let mut root_causes = Vec::new();
+            // Per server, the metrics it is faulty by, each with whether it
+            // carried more of the work than the median server (the
+            // load-shift rule).
+            let mut found_by: BTreeMap<String, Vec<(Metric, bool)>> = BTreeMap::new();
             // The same rule as `peers diagnose`: over the threshold and,
             // when trained with one, standing out from the peers.
             let stand_out: Vec<Vec<bool>> = (0..scored.windowed.metrics.len())
@@ -197,6 +204,10 @@ impl LivePeers {
                             .filter(|(_, a)| *a)
                             .filter_map(|(t, _)| scored.windowed.starts.iter().position(|x| x == t))
                             .collect();
+                        found_by.entry(label.clone()).or_default().push((
+                            mv.metric,
+                            mv.metric.follows_load() && carries_more(&mv.vectors, s, &windows),
+                        ));
                         root_causes.push(RootCause {
                             server: label.clone(),
                             metric: mv.metric,
@@ -243,12 +254,24 @@ impl LivePeers {
                     *self.episode.entry(label.clone()).or_default() += 1;
                 }
             }
-            let faulty = call(&raw, &self.episode, cfg.persistence);
+            let mut faulty = call(&raw, &self.episode, cfg.persistence);
             let brief: Vec<String> = raw
                 .iter()
                 .filter(|l| !faulty.contains(l))
                 .cloned()
                 .collect();
+            let mut load_shift = Vec::new();
+            if cfg.load_shift {
+                let evidence: Vec<Vec<(Metric, bool)>> = faulty
+                    .iter()
+                    .map(|l| found_by.get(l).cloned().unwrap_or_default())
+                    .collect();
+                let shifted = load_shifted(&evidence);
+                let (shed, kept): (Vec<_>, Vec<_>) =
+                    faulty.into_iter().zip(shifted).partition(|(_, s)| *s);
+                load_shift = shed.into_iter().map(|(l, _)| l).collect();
+                faulty = kept.into_iter().map(|(l, _)| l).collect();
+            }
             for s in &mut servers {
                 s.faulty = faulty.contains(&s.server);
             }
@@ -261,6 +284,7 @@ impl LivePeers {
                 servers,
                 faulty,
                 brief,
+                load_shift,
                 root_causes,
                 features: WindowFeatures {
                     version: LIVE_REPORT_VERSION,

@@ -484,6 +484,18 @@ fn peer_pid(s: usize) -> u32 {
 /// in lock-step; each `(server, from, until)` of `busy` calls `lookup` 3× as
 /// often from `from` until `until`.
 fn peer_records(servers: usize, seconds: u64, seed: u64, busy: &[(usize, u64, u64)]) -> Vec<Rec> {
+    peer_records_slow(servers, seconds, seed, busy, &[])
+}
+
+/// [`peer_records`], and each `(server, from, until)` of `slow` takes 4× as
+/// long in `read_disk` from `from` until `until`.
+fn peer_records_slow(
+    servers: usize,
+    seconds: u64,
+    seed: u64,
+    busy: &[(usize, u64, u64)],
+    slow: &[(usize, u64, u64)],
+) -> Vec<Rec> {
     let mut state = seed | 1;
     let mut jitter = move || {
         state ^= state << 13;
@@ -499,7 +511,11 @@ fn peer_records(servers: usize, seconds: u64, seed: u64, busy: &[(usize, u64, u6
             out.push(call(t, p, 0, 0x2000));
             let mut now = t + MS;
             out.push(call(now, p, 1, 0x2010));
-            now += (10.0 * jitter() * MS as f64) as u64;
+            let slow_now = slow
+                .iter()
+                .any(|(b, from, until)| *b == s && t >= *from && t < *until);
+            let disk_ms = if slow_now { 40.0 } else { 10.0 };
+            now += (disk_ms * jitter() * MS as f64) as u64;
             out.push(ret(now, p, 1));
             let busy_now = busy
                 .iter()
@@ -536,7 +552,10 @@ fn peer_config() -> PeersConfig {
 }
 
 fn peer_thresholds() -> Thresholds {
-    let cfg = peer_config();
+    peer_thresholds_for(&peer_config())
+}
+
+fn peer_thresholds_for(cfg: &PeersConfig) -> Thresholds {
     let path = std::path::Path::new("clean");
     let runs: Vec<peers::Scored> = [11, 22]
         .iter()
@@ -552,10 +571,10 @@ fn peer_thresholds() -> Thresholds {
                 label: "clean",
                 capture: &cap,
             }];
-            peers::analyze("clean", &sources, &cfg, 1).expect("clean run")
+            peers::analyze("clean", &sources, cfg, 1).expect("clean run")
         })
         .collect();
-    peers::train(&runs, &cfg).expect("train")
+    peers::train(&runs, cfg).expect("train")
 }
 
 /// A live capture of `records`: those before 6 s (the preamble), then those
@@ -696,6 +715,65 @@ fn live_peers_call_the_persistent_server_faulty_not_the_brief_one() {
     // Server 3, busy from 62 s long after server 2 calmed down, starts a
     // new episode: it is called faulty, not measured against server 2.
     assert!(with.iter().any(|w| has(&w.faulty, s3)), "{faulty:?}");
+}
+
+/// From 20 s on, server 2's `read_disk` takes 4× as long (its latency
+/// deviates: its own resources) while server 1 calls `lookup` 3× as often
+/// at the same latency (only its count deviates: it carries more of the
+/// work). As in `peers diagnose`, the load-shift rule calls server 2 alone
+/// faulty and lists server 1 as having taken over load; off, both are
+/// called faulty.
+#[test]
+fn live_peers_do_not_call_a_server_that_took_over_load_faulty() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::Count, Metric::Latency],
+        ..peer_config()
+    };
+    let records = peer_records_slow(
+        4,
+        56,
+        7,
+        &[(1, 20 * SEC, u64::MAX)],
+        &[(2, 20 * SEC, u64::MAX)],
+    );
+    let (s1, s2) = ("srv[1001]", "srv[1002]");
+    let has = |v: &[String], s: &str| v.iter().any(|x| x == s);
+    let windows = |load_shift: bool| {
+        let mut thresholds = peer_thresholds_for(&cfg);
+        assert!(thresholds.config.load_shift, "on by default");
+        thresholds.config.load_shift = load_shift;
+        let mut live = LivePeers::new(thresholds);
+        let mut windows = Vec::new();
+        let mut now = 16 * SEC;
+        while now <= 58 * SEC {
+            let (cap, w) = peer_live(&records, 4, now);
+            let report = live.evaluate(&cap, w, now);
+            assert!(report.compared, "{:?}", report.notes);
+            windows.extend(report.windows);
+            now += 3 * SEC;
+        }
+        windows
+    };
+    let without = windows(false);
+    let faulty: Vec<&Vec<String>> = without.iter().map(|w| &w.faulty).collect();
+    assert!(
+        without
+            .iter()
+            .any(|w| has(&w.faulty, s1) && has(&w.faulty, s2)),
+        "without the rule both are called faulty: {faulty:?}"
+    );
+    assert!(without.iter().all(|w| w.load_shift.is_empty()));
+    let with = windows(true);
+    let faulty: Vec<&Vec<String>> = with.iter().map(|w| &w.faulty).collect();
+    let shifted: Vec<&Vec<String>> = with.iter().map(|w| &w.load_shift).collect();
+    assert!(with.iter().any(|w| has(&w.faulty, s2)), "{faulty:?}");
+    assert!(!with.iter().any(|w| has(&w.faulty, s1)), "{faulty:?}");
+    assert!(with.iter().any(|w| has(&w.load_shift, s1)), "{shifted:?}");
+    for w in &with {
+        let called = w.servers.iter().filter(|s| s.faulty).count();
+        assert_eq!(called, w.faulty.len(), "the cells agree with the verdict");
+        assert!(w.root_causes.iter().all(|r| has(&w.faulty, &r.server)));
+    }
 }
 
 /// Two servers cannot be compared: no verdict, and a note that says why.

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::peers::{Cell, Metric, RootCause};
 
 /// Version of [`LivePeersReport`] and [`WindowFeatures`] (2: the
-/// persistence rule; windows say who deviated briefly).
-pub const LIVE_REPORT_VERSION: u32 = 2;
+/// persistence rule; windows say who deviated briefly; 3: the load-shift
+/// rule, windows say who took over load).
+pub const LIVE_REPORT_VERSION: u32 = 3;
 
 /// Peer comparison of the windows that completed since the last evaluation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,6 +48,12 @@ pub struct LiveWindow {
     /// effect or a passing disturbance), so they are not called faulty.
     #[serde(default)]
     pub brief: Vec<String>,
+    /// Servers faulty (and persistent) at this window only by the work
+    /// they carry, more than the median server, beside a server faulty in
+    /// its own resources: they took over load the faulty server shed, so
+    /// they are not called faulty (`PeersConfig::load_shift`).
+    #[serde(default)]
+    pub load_shift: Vec<String>,
     /// For each faulty (server, metric): the components that differ most
     /// from the median server over its anomalous windows of the history.
     pub root_causes: Vec<RootCause>,

@@ -4,7 +4,8 @@
 //! metric. For each faulty server, the components ranked by their summed
 //! distance to the median server over its anomalous windows. Beyond the
 //! paper, the persistence rule ([`persistent`]) tells a server at fault from
-//! one that deviated briefly beside it.
+//! one that deviated briefly beside it, and the load-shift rule
+//! ([`load_shifted`]) one that took over the work it shed.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +42,48 @@ pub fn persistent(faulty_windows: &[usize], share: Option<f64>) -> Vec<bool> {
     faulty_windows
         .iter()
         .map(|n| *n > 0 && share.is_none_or(|p| *n as f64 >= p * top as f64))
+        .collect()
+}
+
+/// Whether `server` carried more of the work than the median server over
+/// `windows`: the sum of its vector's components above the sum of the
+/// median vector's, added up over the windows (a metric's components share
+/// one unit). No windows: false.
+pub fn carries_more(vectors: &[Vec<Vec<f64>>], server: usize, windows: &[usize]) -> bool {
+    let excess: f64 = windows
+        .iter()
+        .filter_map(|w| {
+            let servers = vectors.get(*w)?;
+            let mine: f64 = servers.get(server)?.iter().sum();
+            Some(mine - median_vector(servers).iter().sum::<f64>())
+        })
+        .sum();
+    excess > 0.0
+}
+
+/// Which of the servers called faulty took over load shed by another
+/// ([`PeersConfig::load_shift`]), given for each called server the metrics
+/// it was found faulty by, each with whether it carried more of the work
+/// than the median server in it (read only for metrics that
+/// [`Metric::follows_load`]). A server is one when every metric that found
+/// it follows load and shows it carrying more, and some other called server
+/// was found by a metric of its own resources. When none was, nothing tells
+/// the servers apart: none is.
+///
+/// [`PeersConfig::load_shift`]: super::PeersConfig::load_shift
+pub fn load_shifted(called: &[Vec<(Metric, bool)>]) -> Vec<bool> {
+    let own_resources = |metrics: &[(Metric, bool)]| metrics.iter().any(|(m, _)| !m.follows_load());
+    let only_more_work = |metrics: &[(Metric, bool)]| {
+        !metrics.is_empty() && metrics.iter().all(|(m, more)| m.follows_load() && *more)
+    };
+    (0..called.len())
+        .map(|s| {
+            only_more_work(&called[s])
+                && called
+                    .iter()
+                    .enumerate()
+                    .any(|(o, metrics)| o != s && own_resources(metrics))
+        })
         .collect()
 }
 
@@ -121,6 +164,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             anomalous_windows: BTreeMap::new(),
             faulty_windows: 0,
             brief: false,
+            load_shift: false,
             source: s.source.clone(),
             retransmit_peers: BTreeMap::new(),
         })
@@ -128,6 +172,10 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
     let mut root_causes = Vec::new();
     let mut dimensions = BTreeMap::new();
     let mut no_data = Vec::new();
+    // Per server, each metric it was found faulty by, with whether it
+    // carried more of the work than the median server in its anomalous
+    // windows (for the load-shift rule).
+    let mut found_by: Vec<Vec<(Metric, bool)>> = vec![Vec::new(); n_servers];
     for (mi, mv) in run.windowed.metrics.iter().enumerate() {
         let metric = mv.metric;
         if !thresholds.metrics.contains_key(&metric) {
@@ -190,6 +238,10 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
                 v.faulty = true;
                 v.metrics.push(metric);
                 v.first_faulty_window = Some(v.first_faulty_window.map_or(first, |x| x.min(first)));
+                found_by[s].push((
+                    metric,
+                    metric.follows_load() && carries_more(&mv.vectors, s, &anomalous_windows),
+                ));
                 root_causes.push(RootCause {
                     server: server.label.clone(),
                     metric,
@@ -221,6 +273,18 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
         if v.faulty && !keep[s] {
             v.faulty = false;
             v.brief = true;
+        }
+    }
+    // The load-shift rule among the servers still called faulty.
+    if thresholds.config.load_shift {
+        let called: Vec<usize> = (0..n_servers).filter(|s| verdicts[*s].faulty).collect();
+        let evidence: Vec<Vec<(Metric, bool)>> =
+            called.iter().map(|s| found_by[*s].clone()).collect();
+        for (s, shifted) in called.iter().zip(load_shifted(&evidence)) {
+            if shifted {
+                verdicts[*s].faulty = false;
+                verdicts[*s].load_shift = true;
+            }
         }
     }
     for (s, v) in verdicts.iter_mut().enumerate() {
@@ -308,6 +372,11 @@ fn verdict_of(
     };
     let faulty: Vec<FaultyServer> = servers.iter().filter(|v| v.faulty).map(listed).collect();
     let brief: Vec<FaultyServer> = servers.iter().filter(|v| v.brief).map(listed).collect();
+    let load_shift: Vec<FaultyServer> = servers
+        .iter()
+        .filter(|v| v.load_shift)
+        .map(listed)
+        .collect();
     let names = |m: &[Metric]| m.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
     let (outcome, mut summary) = if compared.is_empty() {
         (
@@ -340,6 +409,16 @@ fn verdict_of(
             .collect();
         summary.push_str(&format!("; deviated briefly: {}", list.join("; ")));
     }
+    if !load_shift.is_empty() {
+        let list: Vec<String> = load_shift
+            .iter()
+            .map(|f| format!("{} (by {})", f.server, names(&f.metrics)))
+            .collect();
+        summary.push_str(&format!(
+            "; took over load (more work, own resources normal): {}",
+            list.join("; ")
+        ));
+    }
     if !no_data.is_empty() {
         let silent: Vec<Metric> = no_data.iter().map(|s| s.metric).collect();
         summary.push_str(&format!("; no data for {}", names(&silent)));
@@ -348,6 +427,7 @@ fn verdict_of(
         outcome,
         faulty,
         brief,
+        load_shift,
         compared: compared.to_vec(),
         no_data,
         summary,

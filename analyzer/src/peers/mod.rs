@@ -25,7 +25,9 @@ pub mod render;
 mod train;
 mod types;
 
-pub use diagnose::{diagnose, k_of_2k_minus_1, persistent, rank_components, stands_out};
+pub use diagnose::{
+    carries_more, diagnose, k_of_2k_minus_1, load_shifted, persistent, rank_components, stands_out,
+};
 pub use distance::{KL_EPSILON, distance, median, median_vector, scores, term};
 pub use features::{
     CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,

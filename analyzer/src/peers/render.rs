@@ -93,6 +93,20 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
             b.from_s
         );
     }
+    for b in &report.verdict.load_shift {
+        let _ = writeln!(
+            s,
+            "took over load, not called faulty: {} by {} in {} windows from t = {:.1} s (it carried more of the work than its peers while a server faulty in its own resources shed it; --load-shift false names it)",
+            b.server,
+            b.metrics
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.windows,
+            b.from_s
+        );
+    }
     for silent in &report.verdict.no_data {
         let _ = writeln!(s, "no data for {}: {}", silent.metric.name(), silent.reason);
     }

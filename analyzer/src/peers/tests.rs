@@ -1708,6 +1708,148 @@ fn the_outlier_rule_indicts_nobody_where_everyone_disagrees() {
     );
 }
 
+/// A CPU cap on server2 (its threads wait 10× as long for a CPU) while
+/// server3 takes over the work it sheds (40 MB a second more through its
+/// sockets), both from 12 s: server2 is faulty by run-queue delay and
+/// server3 by socket bytes for as long, so the persistence rule keeps both.
+/// The load-shift rule calls server2 alone faulty and lists server3 as
+/// having taken over load, in the verdict and the text; off, or with no
+/// server deviating in its own resources, server3 is named.
+#[test]
+fn a_server_that_took_over_the_work_is_not_called_faulty_beside_a_starved_one() {
+    let cfg = PeersConfig {
+        metrics: vec![Metric::CpuWait, Metric::SocketBytes],
+        ..config(ServerSplit::PerCapture)
+    };
+    assert!(cfg.load_shift, "on by default");
+    let t = trained(&cfg, false);
+    let starved = Fault {
+        cpu_starved_from: Some(12.0),
+        ..Default::default()
+    };
+    let share = Fault {
+        large_share_from: Some(12.0),
+        ..Default::default()
+    };
+    let faults = [(2, starved), (3, share)];
+    let s = scored("trial", &run(99, 40, &faults, false, false), &cfg).expect("trial run");
+    let r = diagnose(&s, &t, cfg.k, 10);
+    let text = render::report_text(&r, cfg.distance);
+    assert_eq!(r.faulty, vec!["server2"], "{text}");
+    assert_eq!(
+        r.faulty_by_metric[&Metric::CpuWait],
+        vec!["server2"],
+        "{text}"
+    );
+    assert_eq!(
+        r.faulty_by_metric[&Metric::SocketBytes],
+        vec!["server3"],
+        "each metric alone still lists what it found: {text}"
+    );
+    let shifted: Vec<&str> = r
+        .verdict
+        .load_shift
+        .iter()
+        .map(|b| b.server.as_str())
+        .collect();
+    assert_eq!(shifted, vec!["server3"], "{text}");
+    assert!(
+        r.verdict.brief.is_empty(),
+        "as persistent as server2: {text}"
+    );
+    assert!(r.servers[3].load_shift && !r.servers[3].faulty, "{text}");
+    assert!(
+        text.contains("took over load, not called faulty: server3 by socket-bytes"),
+        "{text}"
+    );
+    assert!(
+        r.verdict.summary.contains("took over load"),
+        "{}",
+        r.verdict.summary
+    );
+    // What the rule read: server3 carried more bytes than the median
+    // server in the windows it was anomalous in, server2 did not.
+    let bytes = s.metric_index(Metric::SocketBytes).expect("socket-bytes");
+    let vectors = &s.windowed.metrics[bytes].vectors;
+    let late: Vec<usize> = (0..s.windowed.starts.len())
+        .filter(|w| s.windowed.starts[*w] >= s.windowed.starts[0] + 14 * SEC)
+        .collect();
+    assert!(carries_more(vectors, 3, &late));
+    assert!(!carries_more(vectors, 2, &late));
+    assert!(!carries_more(vectors, 3, &[]));
+    // Off, both are named.
+    let mut off = t.clone();
+    off.config.load_shift = false;
+    let r = diagnose(&s, &off, cfg.k, 10);
+    assert_eq!(r.faulty, vec!["server2", "server3"]);
+    assert!(r.verdict.load_shift.is_empty());
+    // A larger share alone: nothing deviates in its own resources, so
+    // nothing explains it away.
+    let r = diagnosed(&cfg, &t, &[(3, share)], false, false);
+    assert_eq!(
+        r.faulty,
+        vec!["server3"],
+        "{}",
+        render::report_text(&r, cfg.distance)
+    );
+    // Older thresholds files load with the rule off.
+    let mut json: serde_json::Value = serde_json::to_value(&t).expect("json");
+    json["config"]
+        .as_object_mut()
+        .and_then(|c| c.remove("load_shift"))
+        .expect("written");
+    let old: Thresholds = serde_json::from_value(json).expect("old thresholds");
+    assert!(!old.config.load_shift);
+}
+
+/// Which called servers the load-shift rule sets aside: only one found by
+/// work metrics alone, carrying more in each, beside one found by its own
+/// resources.
+#[test]
+fn only_more_work_beside_an_impaired_server_is_load_shift() {
+    use Metric::*;
+    let more = |m: Metric| (m, true);
+    let less = |m: Metric| (m, false);
+    // The MooseFS CPU cap: the culprit by run-queue delay, file latency and
+    // retransmissions; the peer that took its writes by socket bytes.
+    assert_eq!(
+        load_shifted(&[
+            vec![more(SocketBytes)],
+            vec![less(CpuWait), less(FileLatency), less(Retransmits)],
+        ]),
+        vec![true, false]
+    );
+    // Nobody deviates in its own resources: nothing to prefer.
+    assert_eq!(
+        load_shifted(&[vec![more(SocketBytes)], vec![more(Count), more(Syscalls)]]),
+        vec![false, false]
+    );
+    // Less work is not work taken over; a metric of its own resources
+    // (here retransmissions) keeps it named; samples and block bytes count
+    // what else runs on its node and devices (a hog), so they do too.
+    for found in [
+        vec![less(SocketBytes)],
+        vec![more(SocketBytes), less(Retransmits)],
+        vec![more(Count), less(Samples)],
+        vec![less(BlockBytes)],
+    ] {
+        assert_eq!(
+            load_shifted(&[found.clone(), vec![less(CpuWait)]]),
+            vec![false, false],
+            "{found:?}"
+        );
+    }
+    // One server alone, or none.
+    assert_eq!(load_shifted(&[vec![more(SocketBytes)]]), vec![false]);
+    assert!(load_shifted(&[]).is_empty());
+    // Every work metric, and only them.
+    let work: Vec<Metric> = Metric::ALL
+        .into_iter()
+        .filter(|m| m.follows_load())
+        .collect();
+    assert_eq!(work, vec![Count, SocketBytes, Syscalls, FileIo]);
+}
+
 /// The persistence rule: where every server disagrees for a while and one
 /// of them goes on alone (faulty in 5 windows, the others in 3), a share of
 /// 0.67 calls only the lasting one faulty and lists the others as having

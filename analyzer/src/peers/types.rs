@@ -202,6 +202,12 @@ impl Metric {
     /// the same, and m5 (held out until then) names one wrong server fewer
     /// and indicts no clean run (21/23, 1, 0): its shares follow MooseFS's
     /// uneven placement, not faults. `syscall-time` stays.
+    ///
+    /// Recorded fresh at the ninth stop and held out from every choice
+    /// (MooseFS m7, load 6-16): 24/24, one run naming a wrong server (by
+    /// `block-bytes` and `cpu-wait`: a chunkserver that stored more of the
+    /// PostMark data than its peers from before the fault on), no clean run
+    /// indicted; the same with and without [`PeersConfig::load_shift`].
     pub const DEFAULT: [Metric; 10] = [
         Self::Samples,
         Self::Count,
@@ -214,6 +220,25 @@ impl Metric {
         Self::FileLatency,
         Self::NetForeign,
     ];
+
+    /// Whether the metric measures only how much of the work the server
+    /// carries (its own calls and socket bytes), which a fault on a peer
+    /// moves onto it: under a CPU cap on one MooseFS chunkserver, the
+    /// client's writes went to another chunkserver, whose socket bytes rose
+    /// to 1.3–1.8 × its peers' (issue 16). The others measure the
+    /// server's own resources or include what else uses them: run-queue
+    /// delay, latencies and times (slower when its CPU, disk or link is
+    /// impaired), retransmissions and network errors, and the block and
+    /// interface metrics and IP samples, which count other processes'
+    /// requests on its devices, traffic on its link and its node's other
+    /// programs (a disk hog, a network hog, a CPU hog) as its own. See
+    /// [`PeersConfig::load_shift`].
+    pub fn follows_load(self) -> bool {
+        matches!(
+            self,
+            Self::Count | Self::SocketBytes | Self::Syscalls | Self::FileIo
+        )
+    }
 
     /// Index in [`Metric::ALL`].
     pub fn index(self) -> usize {
@@ -518,6 +543,23 @@ pub struct PeersConfig {
     /// every faulty server is named. Default: 0.67.
     #[serde(default)]
     pub persistence: Option<f64>,
+    /// Load-shift rule (beyond the paper): when several servers are called
+    /// faulty and at least one of them by a metric of its own resources
+    /// (any metric that does not [`Metric::follows_load`]), a server found
+    /// faulty only by metrics of how much work it carries, and carrying
+    /// more than the median server in each, is not called faulty but
+    /// reported as having taken over load ([`Verdict::load_shift`]). A
+    /// faulty server sheds work that its peers pick up; the peer that
+    /// picks it up deviates as long as the fault lasts, so the persistence
+    /// rule cannot tell it apart, but it deviates only in the work it
+    /// carries, while the culprit's own CPU, disk or link does. Issue 16:
+    /// MooseFS, a CPU cap on one chunkserver named another by its socket
+    /// bytes for 3 windows beside the capped one's run-queue delay for 4.
+    /// When no called server deviates in its own resources, every one is
+    /// named. `false` (what older thresholds files load as): off. Default:
+    /// on.
+    #[serde(default)]
+    pub load_shift: bool,
     /// k: a server is faulty when anomalous in at least k of the last 2k−1
     /// windows (paper: 3). Training runs need 2k−1 windows.
     pub k: usize,
@@ -596,6 +638,7 @@ impl Default for PeersConfig {
             // size one-window bursts in training had set the bar above.
             calibration: Calibration::sustained(),
             persistence: Some(0.67),
+            load_shift: true,
             k: 3,
             split: ServerSplit::PerCapture,
             port_arg: None,
@@ -855,6 +898,11 @@ pub struct ServerVerdict {
     /// `faulty` is then false.
     #[serde(default)]
     pub brief: bool,
+    /// Found faulty only by metrics of the work it carries, carrying more
+    /// than the median server, beside a server called faulty by its own
+    /// resources ([`PeersConfig::load_shift`]); `faulty` is then false.
+    #[serde(default)]
+    pub load_shift: bool,
     /// Where the server came from (capture path, pid).
     pub source: String,
     /// TCP retransmissions of its connections over the whole run, by the
@@ -898,6 +946,11 @@ pub struct Verdict {
     /// effect of the fault or a passing disturbance.
     #[serde(default)]
     pub brief: Vec<FaultyServer>,
+    /// Servers that deviated only by carrying more of the work beside a
+    /// server faulty in its own resources ([`PeersConfig::load_shift`]):
+    /// likely load the faulty server shed, so they are not called faulty.
+    #[serde(default)]
+    pub load_shift: Vec<FaultyServer>,
     /// Metrics compared.
     pub compared: Vec<Metric>,
     /// Metrics that were asked for but had no data, and why: a verdict of
