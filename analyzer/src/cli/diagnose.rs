@@ -421,9 +421,33 @@ fn mpi_analyses(
     let ranking = automaded::analyze(&models, &OutlierConfig::default()).ok();
     results.push(from::outliers(&judged, ranking.as_ref(), servers));
     let verdict = hang_report.verdict(&profiles);
-    results.push(from::hang(&hang_report, &verdict, servers, &mut |w| {
-        sites.label(&w.host, w.pid, w.call_site)
-    }));
+    // A rank's last MPI transition, on its capture's clock.
+    let mut since = |w: &mpi::waitfor::RankWait| {
+        let last = profiles
+            .ranks
+            .iter()
+            .find(|r| r.host == w.host && r.pid == w.pid)
+            .map(|r| r.last_ns)
+            .filter(|ns| *ns > 0);
+        let clock = refs
+            .iter()
+            .find(|c| c.header.host == w.host)
+            .map(|c| c.header.clock);
+        match (last, clock) {
+            (Some(ns), Some(clock)) => (
+                Some(clock.to_realtime(ns)).filter(|w| *w > 0),
+                Some((ns as f64 - clock.monotonic_ns as f64) / 1e9),
+            ),
+            _ => (None, None),
+        }
+    };
+    results.push(from::hang(
+        &hang_report,
+        &verdict,
+        servers,
+        &mut |w| sites.label(&w.host, w.pid, w.call_site),
+        &mut since,
+    ));
     Ok(MpiResults {
         results,
         interference,

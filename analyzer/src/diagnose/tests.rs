@@ -372,7 +372,13 @@ fn a_hang_without_a_culprit_still_names_the_stuck_ranks() {
         "the MPI progress of",
     );
     let servers = from::RunServers::new(&[("c.capture".into(), "h".into())]);
-    let r = from::hang(&hang(true), &verdict, &servers, &mut |_| String::new());
+    let r = from::hang(
+        &hang(true),
+        &verdict,
+        &servers,
+        &mut |_| String::new(),
+        &mut |_| (None, None),
+    );
     assert_eq!(r.status, Status::Found);
     let keys: Vec<&str> = r.findings.iter().map(|f| f.key.as_str()).collect();
     assert_eq!(keys, ["h/11"], "the finished rank is no suspect");
@@ -381,6 +387,95 @@ fn a_hang_without_a_culprit_still_names_the_stuck_ranks() {
         "{}",
         r.findings[0].detail
     );
-    let r = from::hang(&hang(false), &verdict, &servers, &mut |_| String::new());
+    let r = from::hang(
+        &hang(false),
+        &verdict,
+        &servers,
+        &mut |_| String::new(),
+        &mut |_| (None, None),
+    );
     assert_eq!((r.status, r.findings.len()), (Status::NothingStandsOut, 0));
+}
+
+/// A culprit computing outside MPI (a rank stuck in its own code): the
+/// process suspect is dated from its last MPI transition, and the code
+/// after its last MPI call is the function suspect, with its source line.
+#[test]
+fn a_hang_culprit_outside_mpi_is_dated_and_placed() {
+    use crate::mpi::{
+        verdict::{Suspect as MpiSuspect, Verdict as MpiVerdict},
+        waitfor::HangReport,
+    };
+    let report: HangReport = serde_json::from_value(serde_json::json!({
+        "version": 1, "threshold_ns": 1_000_000_000u64, "threshold_source": "given",
+        "hung": true,
+        "culprits": [{"rank": 1, "reason": "computing since its MPI_Allreduce returned", "blocking": [0]}],
+        "ranks": [
+            {"rank": 0, "host": "h", "pid": 10, "state": {"kind": "blocked"}, "call": "MPI_Recv",
+             "call_site": 0, "waits_for": [1], "idle_ns": 5_000_000_000u64},
+            {"rank": 1, "host": "h", "pid": 11, "state": {"kind": "computing"}, "call": null,
+             "call_site": 4096, "waits_for": [], "idle_ns": 5_000_000_000u64},
+        ],
+    }))
+    .expect("a hang report");
+    let verdict = MpiVerdict::new(
+        "hang",
+        vec![MpiSuspect {
+            rank: 1,
+            host: "h".into(),
+            pid: 11,
+            cpus: vec![1],
+            score: 5.0,
+            threshold: 1.0,
+            evidence: "hang culprit".into(),
+            detail: "computing since its MPI_Allreduce returned".into(),
+        }],
+        Vec::new(),
+        vec![0, 1],
+        "the MPI progress of",
+    );
+    let servers = from::RunServers::new(&[("c.capture".into(), "h".into())]);
+    const LAST: u64 = 1_700_000_003_000_000_000;
+    let r = from::hang(
+        &report,
+        &verdict,
+        &servers,
+        &mut |w| {
+            if w.call_site == 4096 {
+                "main (halo.c:80)".to_string()
+            } else {
+                String::new()
+            }
+        },
+        &mut |w| {
+            if w.rank == 1 {
+                (Some(LAST), Some(3.0))
+            } else {
+                (None, None)
+            }
+        },
+    );
+    assert_eq!(r.status, Status::Found);
+    let d = combine(vec!["c.capture".into()], not_run_rest(vec![r]), 1);
+    let process = d.at(Level::Process).next().expect("the culprit");
+    assert_eq!(process.key, "h/11");
+    assert_eq!(process.wall_ns, Some(LAST));
+    assert!(
+        process
+            .sentence
+            .contains(&format!("from {} UTC", wall_clock(LAST))),
+        "{}",
+        process.sentence
+    );
+    let function = d.at(Level::Function).next().expect("where it stood");
+    assert_eq!(function.key, "main");
+    assert_eq!(
+        function.findings[0].source.as_deref(),
+        Some("main (halo.c:80)")
+    );
+    assert!(
+        function.sentence.contains("outside MPI") && function.sentence.contains("halo.c:80"),
+        "{}",
+        function.sentence
+    );
 }
