@@ -119,9 +119,12 @@ pub(crate) fn run(
 
     let bar = ui.bar(files.len() as u64 + 3, "diagnosing");
     let mut captures = Vec::with_capacity(files.len());
+    let mut warnings = Vec::new();
     for f in &files {
         bar.set_message(format!("reading {}", f.display()));
-        captures.push(super::open(f)?);
+        let cap = super::open(f)?;
+        warnings.extend(super::capture_warnings(f, &cap));
+        captures.push(cap);
         bar.inc(1);
     }
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
@@ -191,7 +194,8 @@ pub(crate) fn run(
     for (object, why) in lines.missing() {
         ui.say(&format!("note: no source lines for {object}: {why}"));
     }
-    let d = diagnose::combine(names, results, servers.count());
+    let mut d = diagnose::combine(names, results, servers.count());
+    d.warnings = warnings;
     if let Some(path) = &args.output {
         let reports = Reports {
             model: model_report.as_ref(),
@@ -385,6 +389,13 @@ fn mpi_analyses(
     if profiles.ranks.is_empty() {
         return Err(MpiSkip::NoCalls);
     }
+    let servers = &servers.clone().with_ranks(
+        profiles
+            .ranks
+            .iter()
+            .map(|r| (r.host.clone(), r.rank, r.pid))
+            .collect(),
+    );
     let mut results = Vec::new();
     let interference = match model {
         Some(m) => {
@@ -471,6 +482,9 @@ fn text(d: &Diagnosis, top: usize) -> String {
     );
     for line in &d.summary {
         let _ = writeln!(s, "  {line}");
+    }
+    for w in &d.warnings {
+        let _ = writeln!(s, "  warning: {w}");
     }
     for level in Level::ALL {
         let at: Vec<_> = d.at(level).collect();

@@ -24,6 +24,8 @@ const FUNCTIONS_PER_SUSPECT: usize = 3;
 pub struct RunServers {
     /// (capture path, label, host) per capture.
     captures: Vec<(String, String, String)>,
+    /// (host, MPI rank, pid) of the run's ranks, when it has MPI calls.
+    ranks: Vec<(String, u32, u32)>,
 }
 
 impl RunServers {
@@ -44,7 +46,22 @@ impl RunServers {
                     (path.clone(), label, host.clone())
                 })
                 .collect(),
+            ranks: Vec::new(),
         }
+    }
+
+    /// The run's MPI ranks: (host, rank, pid) each.
+    pub fn with_ranks(mut self, ranks: Vec<(String, u32, u32)>) -> Self {
+        self.ranks = ranks;
+        self
+    }
+
+    /// The process key of MPI rank `rank` on `host`, if the run has it.
+    pub fn rank_key(&self, host: &str, rank: u32) -> Option<String> {
+        self.ranks
+            .iter()
+            .find(|(h, r, _)| h == host && *r == rank)
+            .map(|(_, _, pid)| process_key(&self.of_host(host), *pid))
     }
 
     /// How many servers the run has.
@@ -194,6 +211,7 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
         reason: (status == Status::NoData).then(|| report.summary.clone()),
         untrained: false,
         notes,
+        not_judged: Vec::new(),
         findings,
     }
 }
@@ -438,6 +456,7 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
         reason: (status == Status::NoData).then(|| report.verdict.summary.clone()),
         untrained,
         notes,
+        not_judged: Vec::new(),
         findings,
     }
 }
@@ -505,6 +524,11 @@ fn mpi_verdict(
         .iter()
         .map(|u| format!("rank {} ({}) not monitored: {}", u.rank, u.host, u.reason))
         .collect();
+    let not_judged = v
+        .not_monitored
+        .iter()
+        .filter_map(|u| servers.rank_key(&u.host, u.rank))
+        .collect();
     let mut findings = Vec::new();
     for s in &v.suspects {
         let server = servers.of_host(&s.host);
@@ -558,6 +582,7 @@ fn mpi_verdict(
         reason: (status == Status::NoData).then(|| v.summary.clone()),
         untrained: false,
         notes,
+        not_judged,
         findings,
     }
 }

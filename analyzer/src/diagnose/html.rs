@@ -202,6 +202,13 @@ fn verdict(out: &mut String, d: &Diagnosis) {
         let _ = write!(out, "<p>{}</p>", esc(&s.sentence));
     }
     out.push_str("</div>");
+    if !d.warnings.is_empty() {
+        out.push_str(r#"<h3>What the captures miss</h3><ul id="warnings">"#);
+        for w in &d.warnings {
+            let _ = write!(out, "<li>{}</li>", esc(w));
+        }
+        out.push_str("</ul>");
+    }
     if !d.disagreements.is_empty() {
         out.push_str("<h3>Where the analyses disagree</h3><ul>");
         for line in &d.disagreements {

@@ -199,6 +199,11 @@ pub struct AnalysisResult {
     /// Things worth knowing about its input (metrics with no data, ranks
     /// not monitored, losses).
     pub notes: Vec<String>,
+    /// Processes it could not judge (keys, as [`Finding::key`]: MPI ranks
+    /// not monitored): another analysis's suspect among them is no
+    /// disagreement with this one's "nothing stands out".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<String>,
     /// Its evidence.
     pub findings: Vec<Finding>,
 }
@@ -222,6 +227,7 @@ impl AnalysisResult {
             reason: Some(reason),
             untrained: false,
             notes: Vec::new(),
+            not_judged: Vec::new(),
             findings: Vec::new(),
         }
     }
@@ -284,6 +290,10 @@ pub struct Diagnosis {
     pub disagreements: Vec<String>,
     /// Every analysis, run or not, in [`AnalysisKind::ALL`] order.
     pub analyses: Vec<AnalysisResult>,
+    /// What is missing from the captures (a file cut short, records lost
+    /// while recording): evidence the verdict could not see.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Diagnosis {
@@ -366,6 +376,7 @@ pub fn combine(
         suspects,
         disagreements,
         analyses,
+        warnings: Vec::new(),
     }
 }
 
@@ -533,13 +544,45 @@ fn disagreements_of(
         .filter(|a| a.status == Status::NothingStandsOut)
         .collect();
     for f in &found {
+        // Its process suspects; those another analysis could not judge
+        // are no disagreement with it.
+        let mut processes: Vec<(&str, &str)> = f
+            .findings
+            .iter()
+            .filter(|x| x.level == Level::Process)
+            .map(|x| (x.key.as_str(), x.name.as_str()))
+            .collect();
+        processes.dedup();
         for q in &quiet {
+            let unjudged: Vec<&str> = processes
+                .iter()
+                .filter(|(key, _)| q.not_judged.iter().any(|k| k == key))
+                .map(|(_, name)| *name)
+                .collect();
+            if !processes.is_empty() && unjudged.len() == processes.len() {
+                out.push(format!(
+                    "{} could not judge {}, which {} points at: no disagreement, no confirmation either",
+                    q.analysis.name(),
+                    list(&unjudged),
+                    f.analysis.name()
+                ));
+                continue;
+            }
             out.push(format!(
-                "{} points at suspects ({}) where {} finds nothing standing out ({})",
+                "{} points at suspects ({}) where {} finds nothing standing out ({}){}",
                 f.analysis.name(),
                 f.summary,
                 q.analysis.name(),
-                q.summary
+                q.summary,
+                if unjudged.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} could not judge {}",
+                        q.analysis.name(),
+                        list(&unjudged)
+                    )
+                }
             ));
         }
     }

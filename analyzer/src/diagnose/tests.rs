@@ -28,6 +28,7 @@ fn result(analysis: AnalysisKind, status: Status, findings: Vec<Finding>) -> Ana
         reason: None,
         untrained: false,
         notes: Vec::new(),
+        not_judged: Vec::new(),
         findings,
     }
 }
@@ -205,6 +206,41 @@ fn disagreements_are_said() {
     assert!(
         d.disagreements[2]
             .contains("at the process level, interference names h/1 but outliers names h/3"),
+        "{:#?}",
+        d.disagreements
+    );
+}
+
+/// An analysis that found nothing but could not judge the suspect (an MPI
+/// rank it did not monitor) does not disagree: the verdict says it could
+/// not judge it; one that judged some of the suspects still disagrees.
+#[test]
+fn a_suspect_another_analysis_could_not_judge_is_no_disagreement() {
+    let hang = result(
+        AnalysisKind::Hang,
+        Status::Found,
+        vec![finding(AnalysisKind::Hang, Level::Process, "h/11", None)],
+    );
+    let mut interference = result(
+        AnalysisKind::Interference,
+        Status::NothingStandsOut,
+        Vec::new(),
+    );
+    interference.not_judged = vec!["h/11".into()];
+    let outliers = result(AnalysisKind::Outliers, Status::NothingStandsOut, Vec::new());
+    let d = combine(
+        Vec::new(),
+        not_run_rest(vec![hang, interference, outliers]),
+        1,
+    );
+    assert_eq!(d.disagreements.len(), 2, "{:#?}", d.disagreements);
+    assert_eq!(
+        d.disagreements[0],
+        "interference could not judge h/11, which hang points at: no disagreement, no confirmation either"
+    );
+    assert!(
+        d.disagreements[1].starts_with("hang points at suspects")
+            && d.disagreements[1].contains("where outliers finds nothing standing out"),
         "{:#?}",
         d.disagreements
     );
