@@ -57,6 +57,11 @@ pub(crate) struct DiagnoseArgs {
     /// Suspects to print per level (text).
     #[arg(long, default_value_t = 5)]
     top: usize,
+    /// Also look for debug files in DIR (by build id, `DIR/.build-id/xx/
+    /// yyyy.debug`, and by .gnu_debuglink name), for the source lines of
+    /// call sites. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
 }
 
 /// `analyzer diagnose --help`.
@@ -160,12 +165,21 @@ pub(crate) fn run(
 
     bar.set_message("MPI analyses");
     let refs: Vec<&Capture> = captures.iter().collect();
-    let mpi = mpi_analyses(&refs, mpi_model.as_ref(), args.hang_after, &servers);
+    let mpi = mpi_analyses(
+        &refs,
+        mpi_model.as_ref(),
+        args.hang_after,
+        &servers,
+        &args.debug_dirs,
+    );
     bar.inc(1);
     bar.finish_and_clear();
     let (interference, outliers, hang_report) = match mpi {
         Ok(m) => {
             results.extend(m.results);
+            for n in &m.line_notes {
+                ui.say(&format!("note: {n}"));
+            }
             (m.interference, m.outliers, m.hang)
         }
         Err(why) => {
@@ -189,7 +203,7 @@ pub(crate) fn run(
     // Source lines of the evidence's call sites, where the recorded
     // objects' debug information is on this machine.
     let refs: Vec<&Capture> = captures.iter().collect();
-    let mut lines = SourceLines::new(&[]);
+    let mut lines = SourceLines::new(&args.debug_dirs);
     diagnose::sources::add_source_lines(&mut results, &refs, &mut lines);
     for (object, why) in lines.missing() {
         ui.say(&format!("note: no source lines for {object}: {why}"));
@@ -374,6 +388,8 @@ struct MpiResults {
     interference: Option<mpi::Detection>,
     outliers: Option<(automaded::verdict::Judgement, Option<automaded::Analysis>)>,
     hang: Option<mpi::waitfor::HangReport>,
+    /// Why some call sites have no source lines.
+    line_notes: Vec<String>,
 }
 
 /// Interference (with a model), outlier ranks and hangs, when the
@@ -383,6 +399,7 @@ fn mpi_analyses(
     model: Option<&mpi::Model>,
     hang_after: Option<u64>,
     servers: &RunServers,
+    debug_dirs: &[PathBuf],
 ) -> Result<MpiResults, MpiSkip> {
     let profiles: Profiles =
         mpi::extract(refs).map_err(|e| MpiSkip::Failed(format!("building MPI profiles: {e}")))?;
@@ -412,7 +429,7 @@ fn mpi_analyses(
         }
     };
     let explicit = hang_after.map(|ns| (ns, "given"));
-    let mut sites = mpi::sites::Sites::new(refs);
+    let mut sites = mpi::sites::Sites::with_debug_dirs(refs, debug_dirs);
     let hang_report = mpi::waitfor::analyze_sited(&profiles, explicit, &mut |r, addr| {
         sites.label(&r.host, r.pid, addr)
     });
@@ -464,6 +481,7 @@ fn mpi_analyses(
         interference,
         outliers: Some((judged, ranking)),
         hang: Some(hang_report),
+        line_notes: sites.missing_notes(),
     })
 }
 

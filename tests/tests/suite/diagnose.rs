@@ -8,10 +8,17 @@ use analyzer::{
 };
 use tests::{analyzer, fixture, installed, privileged};
 
-/// Records one ring run (4 daemons, 10 rounds) and returns the capture path.
-fn ring_run(dir: &std::path::Path, name: &str, port: u16, fault: Option<u16>) -> String {
+/// Records one ring run (4 daemons, 10 rounds) of the program `exe` and
+/// returns the capture path.
+fn ring_run(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    port: u16,
+    fault: Option<u16>,
+) -> String {
     let out = dir.join(format!("{name}.capture"));
-    tests::record_ring(&fixture("ring", None), &out, port, fault);
+    tests::record_ring(exe, &out, port, fault);
     out.display().to_string()
 }
 
@@ -46,12 +53,15 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
+    // A copy of the program, stripped once recorded (at the end).
+    let ring = dir.path().join("ring");
+    std::fs::copy(fixture("ring", None), &ring).expect("copy the ring program");
     let base = tests::port_block(20);
     let normal: Vec<String> = (0..3)
-        .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
+        .map(|i| ring_run(&ring, dir.path(), &format!("normal{i}"), base + i * 5, None))
         .collect();
     let faulty_base = base + 15;
-    let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
+    let faulty = ring_run(&ring, dir.path(), "faulty", faulty_base, Some(2));
     let model = dir.path().join("model.json").display().to_string();
     let mut learn = vec!["model", "learn", "-o", &model];
     learn.extend(normal.iter().map(String::as_str));
@@ -171,6 +181,18 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     // The report, in a browser.
     let page = std::fs::read_to_string(&html).expect("the report was written");
     assert!(!page.contains(" src="), "the page fetches nothing");
+    // No address to fetch from: the only URL is the SVG namespace, which
+    // names, not fetches; no stylesheet link, import or url().
+    let urls: Vec<String> = page
+        .match_indices("http")
+        .map(|(i, _)| page[i..].chars().take(40).collect::<String>())
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        .filter(|u| !u.starts_with("http://www.w3.org/2000/svg\""))
+        .collect();
+    assert!(urls.is_empty(), "{urls:?}");
+    for fetch in ["<link", "@import", "url(", "<iframe", "<img"] {
+        assert!(!page.contains(fetch), "{fetch}");
+    }
     let profile = tempfile::tempdir().expect("browser profile");
     let dom = dump_dom(&html, profile.path());
     assert!(dom.status.success(), "chromium: {}", dom.stderr);
@@ -220,6 +242,80 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     let run = analyzer(&["diagnose", &missing]);
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains(&missing), "{}", run.stderr);
+
+    // A capture cut short (as by a full disk or a killed recorder): the
+    // verdict is made from its complete part and says what is missing, in
+    // the JSON and on the page.
+    let bytes = std::fs::read(&faulty).expect("the faulty capture");
+    let cut = dir.path().join("cut.capture");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).expect("write the cut capture");
+    let cut = cut.display().to_string();
+    let cut_html = dir.path().join("cut.html");
+    let run = analyzer(&[
+        "diagnose",
+        &cut,
+        "--model",
+        &model,
+        "--json",
+        "-o",
+        &cut_html.display().to_string(),
+    ]);
+    assert!(matches!(run.status.code(), Some(0 | 1)), "{}", run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.starts_with(&cut) && w.contains("ends inside a chunk")),
+        "{:?}",
+        d.warnings
+    );
+    let page = std::fs::read_to_string(&cut_html).expect("the report");
+    assert!(page.contains(r#"<ul id="warnings">"#));
+
+    // The program stripped since it was recorded, as packagers ship it:
+    // no source line from it, and the note says why; with its debug file
+    // under --debug-dir (found by build id), the same line as before.
+    let split_dir = dir.path().join("split");
+    std::fs::create_dir_all(&split_dir).expect("mkdir");
+    let split = tracer_common::testprog::Program::split(&ring, &split_dir, "ring")
+        .expect("binutils are installed");
+    std::fs::copy(&split.stripped, &ring).expect("strip the recorded program");
+    let close_source = |run: &tests::Run| -> Option<String> {
+        let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+        d.at(Level::Function)
+            .find(|s| s.key == "close_connection")
+            .and_then(|s| s.findings[0].source.clone())
+    };
+    let run = analyzer(&["diagnose", &faulty, "--model", &model, "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(
+        close_source(&run),
+        None,
+        "a stripped program lends no lines"
+    );
+    assert!(
+        run.stderr.contains("no source lines for") && run.stderr.contains("ring"),
+        "{}",
+        run.stderr
+    );
+    let root = dir.path().join("debug");
+    split.install_debug(&root);
+    let run = analyzer(&[
+        "diagnose",
+        &faulty,
+        "--model",
+        &model,
+        "--json",
+        "--debug-dir",
+        &root.display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(
+        close_source(&run).as_deref(),
+        Some(source),
+        "{}",
+        run.stderr
+    );
 }
 
 /// A hung MPI run (rank 2 computes forever from its tenth iteration, the
