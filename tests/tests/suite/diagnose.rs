@@ -382,6 +382,22 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
         "{top:#?}"
     );
     assert!(top.analyses.contains(&AnalysisKind::Hang), "{top:#?}");
+    // Since when: its last MPI transition, on the wall clock.
+    assert!(
+        top.wall.is_some() && top.sentence.contains(" UTC: "),
+        "{top:#?}"
+    );
+    // Where: rank 2 computes outside MPI, after its last MPI call, whose
+    // line is in the program's own source.
+    let place = d
+        .at(Level::Function)
+        .find(|s| s.parents.contains(&top.key))
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    let source = place.findings[0].source.as_deref().unwrap_or_default();
+    assert!(
+        source.contains("mpi_halo.c:") && place.sentence.contains("outside MPI"),
+        "{place:#?}"
+    );
     let run = analyzer(&["diagnose", &capture]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     assert!(
