@@ -332,6 +332,14 @@ fn run_name(files: &[PathBuf]) -> String {
         .map_or_else(|| ".".to_string(), |p| p.display().to_string())
 }
 
+/// What an untrained comparison of three servers cannot see. A server's
+/// score is its median distance to the others: with two others, the mean of
+/// both. One server standing out by d from two alike ones scores d, they
+/// d/2, so the threshold (twice the median score) is d itself, never
+/// exceeded; by the triangle inequality this holds for any three servers
+/// in any window.
+const THREE_UNTRAINED: &str = "with 3 servers, an untrained comparison cannot name a server that stood out all along: each server's score is the mean of its distances to the other two, so one standing out never scores over twice the median score (the threshold); it is named only where it stood out in fewer than half of the windows. Compare 4 or more servers, or train thresholds on normal runs (`analyzer peers train`)";
+
 /// Peer comparison without learned thresholds ([`peers::untrained`]),
 /// windows sized to the run ([`peers::untrained_windows`]).
 fn untrained(
@@ -364,6 +372,9 @@ fn untrained(
     };
     let thresholds = peers::untrained(&scored, &cfg);
     let mut report = peers::diagnose(&scored, &thresholds, cfg.k, 10);
+    if scored.servers.len() == 3 {
+        report.notes.insert(0, THREE_UNTRAINED.to_string());
+    }
     report.notes.insert(
         0,
         format!(

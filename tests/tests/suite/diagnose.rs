@@ -415,3 +415,123 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
     assert!(!dom.stdout.contains(r#"<div id="script-error">"#));
     assert!(dom.stdout.contains("The run is hung"), "{}", dom.stdout);
 }
+
+/// Peer comparison alone, untrained: four "servers" (one capture each)
+/// call `leaf` at a steady pace, one four times as often. With no
+/// thresholds, `diagnose` compares them untrained: it exits 1, names the
+/// busy one as the server suspect by the call counts, and says everywhere
+/// (JSON, text, page) that the comparison was untrained.
+#[test]
+fn diagnose_compares_servers_untrained_and_says_so() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let calls = fixture("calls", None);
+    let servers = [("s1", "500"), ("s2", "500"), ("s3", "2000"), ("s4", "500")];
+    let runs: Vec<tests::Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = servers
+            .iter()
+            .map(|(name, rate)| {
+                let out = dir.path().join(format!("{name}.capture"));
+                let calls = &calls;
+                scope.spawn(move || {
+                    tests::tracer(&[
+                        "record",
+                        "-f",
+                        "leaf",
+                        "--sample-hz",
+                        "0",
+                        "-o",
+                        &out.display().to_string(),
+                        "--",
+                        &calls.display().to_string(),
+                        "pace",
+                        rate,
+                        "8",
+                    ])
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("recorder thread"))
+            .collect()
+    });
+    for run in &runs {
+        assert!(run.status.success(), "{}", run.stderr);
+    }
+    let run_dir = dir.path().display().to_string();
+    let html = dir.path().join("report.html");
+    let run = analyzer(&[
+        "diagnose",
+        &run_dir,
+        "--json",
+        "-o",
+        &html.display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert_eq!(peers.status, Status::Found, "{peers:#?}");
+    assert!(peers.untrained, "{peers:#?}");
+    assert!(
+        peers
+            .notes
+            .iter()
+            .any(|n| n.starts_with("untrained comparison")),
+        "{:?}",
+        peers.notes
+    );
+    let s3 = d
+        .at(Level::Server)
+        .find(|s| s.key == "s3")
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    assert!(s3.untrained_only, "{s3:#?}");
+    assert!(
+        s3.sentence.contains("calls of traced functions")
+            && s3.sentence.contains("(untrained comparison)")
+            && s3.wall.is_some(),
+        "{}",
+        s3.sentence
+    );
+    let run = analyzer(&["diagnose", &run_dir]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(run.stdout.contains(", untrained"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("suspect found (untrained)"),
+        "{}",
+        run.stdout
+    );
+    let page = std::fs::read_to_string(&html).expect("the report");
+    assert!(
+        page.contains("<span class=untrained>untrained comparison: no thresholds learned"),
+        "the peers section is labelled"
+    );
+
+    // Three of them, the busy one among them: an untrained comparison of
+    // three servers cannot name one that stood out all along, and says so
+    // rather than only "nothing stands out".
+    let three: Vec<String> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|s| {
+            dir.path()
+                .join(format!("{s}.capture"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let mut args = vec!["diagnose", "--json"];
+    args.extend(three.iter().map(String::as_str));
+    let run = analyzer(&args);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert!(
+        peers.status == Status::Found
+            || peers
+                .notes
+                .iter()
+                .any(|n| n.starts_with("with 3 servers, an untrained comparison cannot name")),
+        "{peers:#?}"
+    );
+}
