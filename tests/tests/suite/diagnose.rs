@@ -229,6 +229,43 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     assert!(dom.contains(r#"data-outcome="suspect_found""#));
     assert!(dom.contains("<svg"), "the scores plot is inline");
 
+    // The tables sort: a click on the units table's score header (as a
+    // person would, by a script added after the page's own) orders its
+    // rows by score, lowest first, and marks the column.
+    let clicked = dir.path().join("clicked.html");
+    let click = r#"<script>document.querySelector('#model-units th:nth-child(2)').click();</script></body>"#;
+    std::fs::write(&clicked, page.replacen("</body>", click, 1)).expect("write the copy");
+    let dom = dump_dom(&clicked, profile.path());
+    assert!(dom.status.success(), "chromium: {}", dom.stderr);
+    let table = dom
+        .stdout
+        .split(r#"id="model-units""#)
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the units table");
+    assert!(table.contains(r#"<th class="asc">score</th>"#), "{table}");
+    let scores: Vec<f64> = table
+        .split("<tr>")
+        .skip(2)
+        .filter_map(|row| {
+            row.split(r#"data-v=""#)
+                .nth(2)?
+                .split('"')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(scores.len() >= 2, "{table}");
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "not sorted by score: {scores:?}"
+    );
+    assert!(
+        scores.first() < scores.last(),
+        "the scores differ, so the order shows: {scores:?}"
+    );
+
     // No model: no analysis applies; "no verdict", exit 0.
     let run = analyzer(&["diagnose", &faulty]);
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
