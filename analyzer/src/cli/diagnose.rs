@@ -496,6 +496,31 @@ fn mpi_analyses(
     })
 }
 
+/// Each analysis's score of a suspect against its normal range (the
+/// model: the highest held-out score) or threshold (the others).
+fn scores_of(x: &diagnose::Suspect) -> Vec<String> {
+    x.analyses
+        .iter()
+        .filter_map(|a| {
+            let f = x
+                .findings
+                .iter()
+                .find(|f| f.analysis == *a && f.score.is_some())?;
+            let score = f.score?;
+            Some(match (a, f.normal) {
+                (AnalysisKind::Model, Some(n)) => {
+                    format!("{} {score:.3} (normal up to {n:.3})", a.name())
+                }
+                (AnalysisKind::Model, None) => {
+                    format!("{} {score:.3} (no normal range learned for it)", a.name())
+                }
+                (_, Some(n)) => format!("{} {score:.3} (threshold {n:.3})", a.name()),
+                (_, None) => format!("{} {score:.3}", a.name()),
+            })
+        })
+        .collect()
+}
+
 /// The verdict for a terminal.
 fn text(d: &Diagnosis, top: usize) -> String {
     use std::fmt::Write as _;
@@ -523,6 +548,10 @@ fn text(d: &Diagnosis, top: usize) -> String {
         let _ = writeln!(s, "suspect {}:", level.plural());
         for (i, x) in at.iter().take(top).enumerate() {
             let _ = writeln!(s, "  {}. {}", i + 1, x.sentence);
+            let scores = scores_of(x);
+            if !scores.is_empty() {
+                let _ = writeln!(s, "     scores: {}", scores.join("; "));
+            }
         }
         if at.len() > top {
             let _ = writeln!(

@@ -177,6 +177,16 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
         "{}",
         run.stdout
     );
+    // Each suspect's score against its normal range, under its sentence.
+    let normal = first.findings[0].normal.expect("a normal range");
+    assert!(
+        run.stdout.contains(&format!(
+            "     scores: model {:.3} (normal up to {normal:.3})",
+            first.findings[0].score.expect("a score")
+        )),
+        "{}",
+        run.stdout
+    );
 
     // The report, in a browser.
     let page = std::fs::read_to_string(&html).expect("the report was written");
