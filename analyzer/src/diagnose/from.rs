@@ -512,7 +512,7 @@ fn mpi_verdict(
     kind: AnalysisKind,
     v: &MpiVerdict,
     servers: &RunServers,
-    since: &mut dyn FnMut(&mpi::verdict::Suspect) -> (Option<u64>, Option<f64>),
+    since: &mut SuspectSince<'_>,
 ) -> AnalysisResult {
     let status = match v.outcome {
         MpiOutcome::Abnormal => Status::Found,
@@ -665,6 +665,10 @@ pub fn outliers(
     r
 }
 
+/// When an MPI analysis's suspect began to show: wall clock (ns since the
+/// epoch) and seconds into the run, when known.
+type SuspectSince<'a> = dyn FnMut(&mpi::verdict::Suspect) -> (Option<u64>, Option<f64>) + 'a;
+
 /// When a rank made its last MPI transition: wall clock (ns since the
 /// epoch) and seconds into its capture, when known.
 pub type LastProgress<'a> = dyn FnMut(&mpi::waitfor::RankWait) -> (Option<u64>, Option<f64>) + 'a;
@@ -680,7 +684,7 @@ pub fn hang(
     since: &mut LastProgress<'_>,
 ) -> AnalysisResult {
     let mut r = mpi_verdict(AnalysisKind::Hang, verdict, servers, &mut |s| {
-        report.rank(s.rank).map_or((None, None), |w| since(w))
+        report.rank(s.rank).map_or((None, None), &mut *since)
     });
     if !report.hung {
         // Not hung: nothing to say at any level (the verdict says so).

@@ -95,7 +95,7 @@ th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top
 th{background:#f0f0f0;cursor:pointer;user-select:none}
 th.asc::after{content:" \25B2"}th.desc::after{content:" \25BC"}
 .note{color:#555;font-size:.9em}.untrained{color:#8c564b;font-weight:bold}
-code{font-size:.9em;word-break:break-all}
+code{font-size:.9em;overflow-wrap:anywhere}
 #script-error{background:#d62728;color:white;padding:1em}
 svg{max-width:100%;height:auto}
 nav#toc a{margin-right:1em}
