@@ -463,24 +463,15 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
     assert!(dom.stdout.contains("The run is hung"), "{}", dom.stdout);
 }
 
-/// Peer comparison alone, untrained: four "servers" (one capture each)
-/// call `leaf` at a steady pace, one four times as often. With no
-/// thresholds, `diagnose` compares them untrained: it exits 1, names the
-/// busy one as the server suspect by the call counts, and says everywhere
-/// (JSON, text, page) that the comparison was untrained.
-#[test]
-fn diagnose_compares_servers_untrained_and_says_so() {
-    if !privileged() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Records "servers" (NAME, calls per second) at once into `dir`, one
+/// capture each (`NAME.capture`), each a `calls pace` process for 8 s.
+fn paced_servers(dir: &std::path::Path, servers: &[(&str, &str)]) {
     let calls = fixture("calls", None);
-    let servers = [("s1", "500"), ("s2", "500"), ("s3", "2000"), ("s4", "500")];
     let runs: Vec<tests::Run> = std::thread::scope(|scope| {
         let handles: Vec<_> = servers
             .iter()
             .map(|(name, rate)| {
-                let out = dir.path().join(format!("{name}.capture"));
+                let out = dir.join(format!("{name}.capture"));
                 let calls = &calls;
                 scope.spawn(move || {
                     tests::tracer(&[
@@ -508,6 +499,26 @@ fn diagnose_compares_servers_untrained_and_says_so() {
     for run in &runs {
         assert!(run.status.success(), "{}", run.stderr);
     }
+}
+
+/// Peer comparison alone, untrained: four "servers" (one capture each)
+/// call `leaf` at a steady pace, one four times as often. With no
+/// thresholds, `diagnose` compares them untrained: it exits 1, names the
+/// busy one as the server suspect by the call counts, and says everywhere
+/// (JSON, text, page) that the comparison was untrained. Three of them
+/// compared untrained say what that cannot see. With thresholds trained on
+/// a run where all four keep the same pace, the busy one is a suspect by
+/// trained evidence.
+#[test]
+fn diagnose_compares_servers_untrained_and_says_so() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    paced_servers(
+        dir.path(),
+        &[("s1", "500"), ("s2", "500"), ("s3", "2000"), ("s4", "500")],
+    );
     let run_dir = dir.path().display().to_string();
     let html = dir.path().join("report.html");
     let run = analyzer(&[
@@ -580,5 +591,41 @@ fn diagnose_compares_servers_untrained_and_says_so() {
                 .iter()
                 .any(|n| n.starts_with("with 3 servers, an untrained comparison cannot name")),
         "{peers:#?}"
+    );
+
+    // Trained on a run where all four call at the same pace: the busy one
+    // is a suspect by trained thresholds, not labelled untrained.
+    let clean = dir.path().join("clean");
+    std::fs::create_dir_all(&clean).expect("mkdir");
+    paced_servers(
+        &clean,
+        &[("s1", "500"), ("s2", "500"), ("s3", "500"), ("s4", "500")],
+    );
+    let thresholds = dir.path().join("thresholds.json").display().to_string();
+    let run = analyzer(&[
+        "peers",
+        "train",
+        &clean.display().to_string(),
+        "--window",
+        "2s",
+        "--shift",
+        "1s",
+        "-o",
+        &thresholds,
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let run = analyzer(&["diagnose", &run_dir, "--thresholds", &thresholds, "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert_eq!(peers.status, Status::Found, "{peers:#?}");
+    assert!(!peers.untrained, "{peers:#?}");
+    let s3 = d
+        .at(Level::Server)
+        .find(|s| s.key == "s3")
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    assert!(
+        !s3.untrained_only && !s3.sentence.contains("untrained"),
+        "{s3:#?}"
     );
 }
