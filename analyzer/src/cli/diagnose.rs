@@ -567,6 +567,12 @@ fn text(d: &Diagnosis, top: usize) -> String {
             let _ = writeln!(s, "  {line}");
         }
     }
+    if !d.unconfirmed.is_empty() {
+        let _ = writeln!(s, "neither confirmed nor contradicted:");
+        for line in &d.unconfirmed {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
     let _ = writeln!(s, "analyses:");
     for a in &d.analyses {
         let _ = writeln!(

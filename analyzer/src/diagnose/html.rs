@@ -216,6 +216,13 @@ fn verdict(out: &mut String, d: &Diagnosis) {
         }
         out.push_str("</ul>");
     }
+    if !d.unconfirmed.is_empty() {
+        out.push_str("<h3>Neither confirmed nor contradicted</h3><ul>");
+        for line in &d.unconfirmed {
+            let _ = write!(out, "<li>{}</li>", esc(line));
+        }
+        out.push_str("</ul>");
+    }
     out.push_str("<h3>Analyses</h3>");
     table_head(
         out,

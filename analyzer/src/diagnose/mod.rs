@@ -288,6 +288,10 @@ pub struct Diagnosis {
     pub suspects: Vec<Suspect>,
     /// Where analyses disagree.
     pub disagreements: Vec<String>,
+    /// Suspects that an analysis which found nothing could not judge (an
+    /// MPI rank it did not monitor): neither confirmed nor contradicted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed: Vec<String>,
     /// Every analysis, run or not, in [`AnalysisKind::ALL`] order.
     pub analyses: Vec<AnalysisResult>,
     /// What is missing from the captures (a file cut short, records lost
@@ -367,7 +371,7 @@ pub fn combine(
         Outcome::NoData
     };
     let summary = summary_of(outcome, &suspects, &analyses);
-    let disagreements = disagreements_of(&analyses, &suspects, servers);
+    let (disagreements, unconfirmed) = disagreements_of(&analyses, &suspects, servers);
     Diagnosis {
         version: DIAGNOSIS_VERSION,
         captures,
@@ -375,6 +379,7 @@ pub fn combine(
         summary,
         suspects,
         disagreements,
+        unconfirmed,
         analyses,
         warnings: Vec::new(),
     }
@@ -529,12 +534,14 @@ fn summary_of(outcome: Outcome, suspects: &[Suspect], analyses: &[AnalysisResult
 
 /// Where analyses disagree: one found suspects where another that judged
 /// the same run found nothing; two name different suspects at a level.
+/// Second, the suspects an analysis that found nothing could not judge.
 fn disagreements_of(
     analyses: &[AnalysisResult],
     suspects: &[Suspect],
     servers: usize,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<String>) {
     let mut out = Vec::new();
+    let mut unconfirmed = Vec::new();
     let found: Vec<&AnalysisResult> = analyses
         .iter()
         .filter(|a| a.status == Status::Found)
@@ -560,8 +567,8 @@ fn disagreements_of(
                 .map(|(_, name)| *name)
                 .collect();
             if !processes.is_empty() && unjudged.len() == processes.len() {
-                out.push(format!(
-                    "{} could not judge {}, which {} points at: no disagreement, no confirmation either",
+                unconfirmed.push(format!(
+                    "{} could not judge {}, which {} points at",
                     q.analysis.name(),
                     list(&unjudged),
                     f.analysis.name()
@@ -621,7 +628,7 @@ fn disagreements_of(
             }
         }
     }
-    out
+    (out, unconfirmed)
 }
 
 fn list(names: &[&str]) -> String {
