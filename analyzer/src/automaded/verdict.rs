@@ -50,6 +50,10 @@ use crate::{
 /// The lowest threshold on the phase score.
 pub const MIN_PHASE_SCORE: f64 = 0.15;
 
+/// The evidence of a rank whose computation in its worst phase went beyond
+/// its habit (its [`PhaseScore`]).
+pub const BEYOND_HABIT: &str = "computation beyond habit";
+
 /// The lowest threshold on a phase's CPU deficit.
 pub const MIN_CPU_DEFICIT: f64 = 0.3;
 
@@ -444,7 +448,7 @@ pub fn judge(run: &Run<'_>, clean: &[Run<'_>]) -> Judgement {
                 cpus: r.cpus.clone(),
                 score: p.score,
                 threshold: t,
-                evidence: "computation beyond habit".into(),
+                evidence: BEYOND_HABIT.into(),
                 detail: format!(
                     "{:.0}% of {:.1}-{:.1} s spent computing beyond its {} and its peers'; most in {} ({:.3} s over)",
                     100.0 * p.score,

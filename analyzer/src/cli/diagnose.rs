@@ -57,6 +57,11 @@ pub(crate) struct DiagnoseArgs {
     /// Suspects to print per level (text).
     #[arg(long, default_value_t = 5)]
     top: usize,
+    /// Also look for debug files in DIR (by build id, `DIR/.build-id/xx/
+    /// yyyy.debug`, and by .gnu_debuglink name), for the source lines of
+    /// call sites. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
 }
 
 /// `analyzer diagnose --help`.
@@ -119,9 +124,12 @@ pub(crate) fn run(
 
     let bar = ui.bar(files.len() as u64 + 3, "diagnosing");
     let mut captures = Vec::with_capacity(files.len());
+    let mut warnings = Vec::new();
     for f in &files {
         bar.set_message(format!("reading {}", f.display()));
-        captures.push(super::open(f)?);
+        let cap = super::open(f)?;
+        warnings.extend(super::capture_warnings(f, &cap));
+        captures.push(cap);
         bar.inc(1);
     }
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
@@ -177,12 +185,21 @@ pub(crate) fn run(
 
     bar.set_message("MPI analyses");
     let refs: Vec<&Capture> = captures.iter().collect();
-    let mpi = mpi_analyses(&refs, mpi_model.as_ref(), args.hang_after, &servers);
+    let mpi = mpi_analyses(
+        &refs,
+        mpi_model.as_ref(),
+        args.hang_after,
+        &servers,
+        &args.debug_dirs,
+    );
     bar.inc(1);
     bar.finish_and_clear();
     let (interference, outliers, hang_report) = match mpi {
         Ok(m) => {
             results.extend(m.results);
+            for n in &m.line_notes {
+                ui.say(&format!("note: {n}"));
+            }
             (m.interference, m.outliers, m.hang)
         }
         Err(why) => {
@@ -206,12 +223,13 @@ pub(crate) fn run(
     // Source lines of the evidence's call sites, where the recorded
     // objects' debug information is on this machine.
     let refs: Vec<&Capture> = captures.iter().collect();
-    let mut lines = SourceLines::new(&[]);
+    let mut lines = SourceLines::new(&args.debug_dirs);
     diagnose::sources::add_source_lines(&mut results, &refs, &mut lines);
     for (object, why) in lines.missing() {
         ui.say(&format!("note: no source lines for {object}: {why}"));
     }
-    let d = diagnose::combine(names, results, servers.count());
+    let mut d = diagnose::combine(names, results, servers.count());
+    d.warnings = warnings;
     if let Some(path) = &args.output {
         let reports = Reports {
             model: model_report.as_ref(),
@@ -334,6 +352,14 @@ fn run_name(files: &[PathBuf]) -> String {
         .map_or_else(|| ".".to_string(), |p| p.display().to_string())
 }
 
+/// What an untrained comparison of three servers cannot see. A server's
+/// score is its median distance to the others: with two others, the mean of
+/// both. One server standing out by d from two alike ones scores d, they
+/// d/2, so the threshold (twice the median score) is d itself, never
+/// exceeded; by the triangle inequality this holds for any three servers
+/// in any window.
+const THREE_UNTRAINED: &str = "with 3 servers, an untrained comparison cannot name a server that stood out all along: each server's score is the mean of its distances to the other two, so one standing out never scores over twice the median score (the threshold); it is named only where it stood out in fewer than half of the windows. Compare 4 or more servers, or train thresholds on normal runs (`analyzer peers train`)";
+
 /// Peer comparison without learned thresholds ([`peers::untrained`]),
 /// windows sized to the run ([`peers::untrained_windows`]).
 fn untrained(
@@ -366,6 +392,9 @@ fn untrained(
     };
     let thresholds = peers::untrained(&scored, &cfg);
     let mut report = peers::diagnose(&scored, &thresholds, cfg.k, 10);
+    if scored.servers.len() == 3 {
+        report.notes.insert(0, THREE_UNTRAINED.to_string());
+    }
     report.notes.insert(
         0,
         format!(
@@ -390,6 +419,8 @@ struct MpiResults {
     interference: Option<mpi::Detection>,
     outliers: Option<(automaded::verdict::Judgement, Option<automaded::Analysis>)>,
     hang: Option<mpi::waitfor::HangReport>,
+    /// Why some call sites have no source lines.
+    line_notes: Vec<String>,
 }
 
 /// Interference (with a model), outlier ranks and hangs, when the
@@ -399,12 +430,20 @@ fn mpi_analyses(
     model: Option<&mpi::Model>,
     hang_after: Option<u64>,
     servers: &RunServers,
+    debug_dirs: &[PathBuf],
 ) -> Result<MpiResults, MpiSkip> {
     let profiles: Profiles =
         mpi::extract(refs).map_err(|e| MpiSkip::Failed(format!("building MPI profiles: {e}")))?;
     if profiles.ranks.is_empty() {
         return Err(MpiSkip::NoCalls);
     }
+    let servers = &servers.clone().with_ranks(
+        profiles
+            .ranks
+            .iter()
+            .map(|r| (r.host.clone(), r.rank, r.pid))
+            .collect(),
+    );
     let mut results = Vec::new();
     let interference = match model {
         Some(m) => {
@@ -421,7 +460,7 @@ fn mpi_analyses(
         }
     };
     let explicit = hang_after.map(|ns| (ns, "given"));
-    let mut sites = mpi::sites::Sites::new(refs);
+    let mut sites = mpi::sites::Sites::with_debug_dirs(refs, debug_dirs);
     let hang_report = mpi::waitfor::analyze_sited(&profiles, explicit, &mut |r, addr| {
         sites.label(&r.host, r.pid, addr)
     });
@@ -441,15 +480,65 @@ fn mpi_analyses(
     let ranking = automaded::analyze(&models, &OutlierConfig::default()).ok();
     results.push(from::outliers(&judged, ranking.as_ref(), servers));
     let verdict = hang_report.verdict(&profiles);
-    results.push(from::hang(&hang_report, &verdict, servers, &mut |w| {
-        sites.label(&w.host, w.pid, w.call_site)
-    }));
+    // A rank's last MPI transition, on its capture's clock.
+    let mut since = |w: &mpi::waitfor::RankWait| {
+        let last = profiles
+            .ranks
+            .iter()
+            .find(|r| r.host == w.host && r.pid == w.pid)
+            .map(|r| r.last_ns)
+            .filter(|ns| *ns > 0);
+        let clock = refs
+            .iter()
+            .find(|c| c.header.host == w.host)
+            .map(|c| c.header.clock);
+        match (last, clock) {
+            (Some(ns), Some(clock)) => (
+                Some(clock.to_realtime(ns)).filter(|w| *w > 0),
+                Some((ns as f64 - clock.monotonic_ns as f64) / 1e9),
+            ),
+            _ => (None, None),
+        }
+    };
+    results.push(from::hang(
+        &hang_report,
+        &verdict,
+        servers,
+        &mut |w| sites.label(&w.host, w.pid, w.call_site),
+        &mut since,
+    ));
     Ok(MpiResults {
         results,
         interference,
         outliers: Some((judged, ranking)),
         hang: Some(hang_report),
+        line_notes: sites.missing_notes(),
     })
+}
+
+/// Each analysis's score of a suspect against its normal range (the
+/// model: the highest held-out score) or threshold (the others).
+fn scores_of(x: &diagnose::Suspect) -> Vec<String> {
+    x.analyses
+        .iter()
+        .filter_map(|a| {
+            let f = x
+                .findings
+                .iter()
+                .find(|f| f.analysis == *a && f.score.is_some())?;
+            let score = f.score?;
+            Some(match (a, f.normal) {
+                (AnalysisKind::Model, Some(n)) => {
+                    format!("{} {score:.3} (normal up to {n:.3})", a.name())
+                }
+                (AnalysisKind::Model, None) => {
+                    format!("{} {score:.3} (no normal range learned for it)", a.name())
+                }
+                (_, Some(n)) => format!("{} {score:.3} (threshold {n:.3})", a.name()),
+                (_, None) => format!("{} {score:.3}", a.name()),
+            })
+        })
+        .collect()
 }
 
 /// The verdict for a terminal.
@@ -468,6 +557,9 @@ fn text(d: &Diagnosis, top: usize) -> String {
     for line in &d.summary {
         let _ = writeln!(s, "  {line}");
     }
+    for w in &d.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
     for level in Level::ALL {
         let at: Vec<_> = d.at(level).collect();
         if at.is_empty() {
@@ -476,6 +568,10 @@ fn text(d: &Diagnosis, top: usize) -> String {
         let _ = writeln!(s, "suspect {}:", level.plural());
         for (i, x) in at.iter().take(top).enumerate() {
             let _ = writeln!(s, "  {}. {}", i + 1, x.sentence);
+            let scores = scores_of(x);
+            if !scores.is_empty() {
+                let _ = writeln!(s, "     scores: {}", scores.join("; "));
+            }
         }
         if at.len() > top {
             let _ = writeln!(
@@ -488,6 +584,12 @@ fn text(d: &Diagnosis, top: usize) -> String {
     if !d.disagreements.is_empty() {
         let _ = writeln!(s, "where the analyses disagree:");
         for line in &d.disagreements {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    if !d.unconfirmed.is_empty() {
+        let _ = writeln!(s, "neither confirmed nor contradicted:");
+        for line in &d.unconfirmed {
             let _ = writeln!(s, "  {line}");
         }
     }

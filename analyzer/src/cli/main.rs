@@ -215,27 +215,34 @@ enum ModelCommand {
 /// Opens a capture, warning about a truncated file or lost records.
 pub(crate) fn open(path: &Path) -> anyhow::Result<Capture> {
     let cap = Capture::open(path).with_context(|| format!("reading {}", path.display()))?;
+    for w in capture_warnings(path, &cap) {
+        eprintln!("analyzer: warning: {w}");
+    }
+    Ok(cap)
+}
+
+/// What is missing from a capture: the file cut short, malformed chunks,
+/// records the kernel side lost.
+pub(crate) fn capture_warnings(path: &Path, cap: &Capture) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(t) = &cap.truncated {
-        eprintln!(
-            "analyzer: warning: {}: {t}; using the complete part",
-            path.display()
-        );
+        out.push(format!("{}: {t}; using the complete part", path.display()));
     }
     let malformed = cap.malformed_chunks();
     if malformed > 0 {
-        eprintln!(
-            "analyzer: warning: {}: {malformed} records chunks hold a malformed record; each is read up to it and the rest skipped",
+        out.push(format!(
+            "{}: {malformed} records chunks hold a malformed record; each is read up to it and the rest skipped",
             path.display()
-        );
+        ));
     }
     if cap.lost_records() > 0 {
-        eprintln!(
-            "analyzer: warning: {}: {} records were lost while recording",
+        out.push(format!(
+            "{}: {} records were lost while recording",
             path.display(),
             cap.lost_records()
-        );
+        ));
     }
-    Ok(cap)
+    out
 }
 
 fn load_model(path: &Path) -> anyhow::Result<GlobalModel> {

@@ -24,6 +24,8 @@ const FUNCTIONS_PER_SUSPECT: usize = 3;
 pub struct RunServers {
     /// (capture path, label, host) per capture.
     captures: Vec<(String, String, String)>,
+    /// (host, MPI rank, pid) of the run's ranks, when it has MPI calls.
+    ranks: Vec<(String, u32, u32)>,
 }
 
 impl RunServers {
@@ -44,7 +46,22 @@ impl RunServers {
                     (path.clone(), label, host.clone())
                 })
                 .collect(),
+            ranks: Vec::new(),
         }
+    }
+
+    /// The run's MPI ranks: (host, rank, pid) each.
+    pub fn with_ranks(mut self, ranks: Vec<(String, u32, u32)>) -> Self {
+        self.ranks = ranks;
+        self
+    }
+
+    /// The process key of MPI rank `rank` on `host`, if the run has it.
+    pub fn rank_key(&self, host: &str, rank: u32) -> Option<String> {
+        self.ranks
+            .iter()
+            .find(|(h, r, _)| h == host && *r == rank)
+            .map(|(_, _, pid)| process_key(&self.of_host(host), *pid))
     }
 
     /// How many servers the run has.
@@ -194,6 +211,7 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
         reason: (status == Status::NoData).then(|| report.summary.clone()),
         untrained: false,
         notes,
+        not_judged: Vec::new(),
         findings,
     }
 }
@@ -327,12 +345,33 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
                 .copied()
                 .unwrap_or(0);
             if let Some((score, threshold)) = top {
+                // What differs most, for a metric whose components are
+                // not functions (those are function suspects below).
+                let most = report
+                    .root_causes
+                    .iter()
+                    .filter(|rc| rc.server == f.server && rc.metric == *m && !names_calls(*m))
+                    .flat_map(|rc| rc.top.iter().take(FUNCTIONS_PER_SUSPECT))
+                    .map(|c| {
+                        format!(
+                            "{} {:+.2} {}",
+                            c.component,
+                            c.mean_delta,
+                            m.unit_of(&report.normalized)
+                        )
+                    })
+                    .collect::<Vec<_>>();
                 clauses.push(format!(
-                    "its {} differ from its peers' by {:.1}x the threshold (distance {score:.1} vs {threshold:.1} {}; metric {}) in {windows} windows",
+                    "{}: {:.1}x the threshold away from its peers' (distance {score:.1} vs {threshold:.1} {}; metric {}) in {windows} windows{}",
                     in_words(*m),
                     score / threshold.max(f64::MIN_POSITIVE),
                     m.unit_of(&report.normalized),
                     m.name(),
+                    if most.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", most off the median server: {} per window", most.join(", "))
+                    }
                 ));
                 let ratio = |(s, t): (f64, f64)| s / t.max(f64::MIN_POSITIVE);
                 if worst.is_none_or(|w| ratio(w) < ratio((score, threshold))) {
@@ -373,7 +412,12 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
             source: None,
         });
     }
-    for rc in &report.root_causes {
+    // Function suspects: the functions and system calls that differ most
+    // on a server the comparison calls faulty (not one that deviated only
+    // briefly), for the metrics whose components are calls.
+    for rc in report.root_causes.iter().filter(|rc| {
+        names_calls(rc.metric) && report.verdict.faulty.iter().any(|f| f.server == rc.server)
+    }) {
         let first = report
             .servers
             .iter()
@@ -412,8 +456,26 @@ pub fn peers(report: &peers::Report, untrained: bool) -> AnalysisResult {
         reason: (status == Status::NoData).then(|| report.verdict.summary.clone()),
         untrained,
         notes,
+        not_judged: Vec::new(),
         findings,
     }
+}
+
+/// Whether a peer metric's components are functions or system calls (a
+/// function-level suspect), not classes of file I/O, block operations,
+/// traffic directions or CPU states.
+fn names_calls(m: peers::Metric) -> bool {
+    use peers::Metric as M;
+    matches!(
+        m,
+        M::Samples
+            | M::Count
+            | M::Time
+            | M::Latency
+            | M::Syscalls
+            | M::SyscallTime
+            | M::SyscallLatency
+    )
 }
 
 /// A peer metric as an administrator names it.
@@ -444,7 +506,14 @@ fn in_words(m: peers::Metric) -> &'static str {
 }
 
 /// One of the MPI analyses, from its verdict (one shape for all of them).
-fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> AnalysisResult {
+/// `since` gives when a suspect rank's evidence began (wall clock ns, and
+/// seconds into the run), when the analysis knows.
+fn mpi_verdict(
+    kind: AnalysisKind,
+    v: &MpiVerdict,
+    servers: &RunServers,
+    since: &mut SuspectSince<'_>,
+) -> AnalysisResult {
     let status = match v.outcome {
         MpiOutcome::Abnormal => Status::Found,
         MpiOutcome::NothingAbnormal => Status::NothingStandsOut,
@@ -455,9 +524,15 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
         .iter()
         .map(|u| format!("rank {} ({}) not monitored: {}", u.rank, u.host, u.reason))
         .collect();
+    let not_judged = v
+        .not_monitored
+        .iter()
+        .filter_map(|u| servers.rank_key(&u.host, u.rank))
+        .collect();
     let mut findings = Vec::new();
     for s in &v.suspects {
         let server = servers.of_host(&s.host);
+        let (wall_ns, at_s) = since(s);
         let detail = format!(
             "{} {:.3} over its threshold {:.3}{}",
             s.evidence,
@@ -478,8 +553,8 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
             evidence: s.evidence.clone(),
             score: Some(s.score),
             normal: Some(s.threshold),
-            wall_ns: None,
-            at_s: None,
+            wall_ns,
+            at_s,
             detail: format!("its rank {}: {detail}", s.rank),
             site: None,
             source: None,
@@ -493,8 +568,8 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
             evidence: s.evidence.clone(),
             score: Some(s.score),
             normal: Some(s.threshold),
-            wall_ns: None,
-            at_s: None,
+            wall_ns,
+            at_s,
             detail,
             site: None,
             source: None,
@@ -507,13 +582,16 @@ fn mpi_verdict(kind: AnalysisKind, v: &MpiVerdict, servers: &RunServers) -> Anal
         reason: (status == Status::NoData).then(|| v.summary.clone()),
         untrained: false,
         notes,
+        not_judged,
         findings,
     }
 }
 
 /// MPI interference (002).
 pub fn interference(d: &mpi::Detection, servers: &RunServers) -> AnalysisResult {
-    let mut r = mpi_verdict(AnalysisKind::Interference, &d.verdict, servers);
+    let mut r = mpi_verdict(AnalysisKind::Interference, &d.verdict, servers, &mut |_| {
+        (None, None)
+    });
     if let Some(s) = d.overall_slowdown.filter(|s| *s > 1.2) {
         r.notes.push(format!(
             "every processor computed {s:.2}x slower than in the clean runs: interference everywhere, or another problem size, which this comparison cannot tell apart"
@@ -529,7 +607,15 @@ pub fn outliers(
     analysis: Option<&automaded::Analysis>,
     servers: &RunServers,
 ) -> AnalysisResult {
-    let mut r = mpi_verdict(AnalysisKind::Outliers, &j.verdict, servers);
+    // Computation beyond habit showed from the rank's worst phase (the
+    // other kinds of evidence are over the whole run: no time).
+    let mut r = mpi_verdict(AnalysisKind::Outliers, &j.verdict, servers, &mut |s| {
+        let phase = j
+            .phases
+            .get(&s.rank)
+            .filter(|_| s.evidence == automaded::verdict::BEYOND_HABIT);
+        (None, phase.map(|p| p.from_s))
+    });
     if j.clean_runs == 0 {
         r.notes.push(
             "no clean runs given: each rank was judged against its own phases and the other ranks"
@@ -579,14 +665,27 @@ pub fn outliers(
     r
 }
 
-/// Hang detection: its verdict, and where each culprit stood.
+/// When an MPI analysis's suspect began to show: wall clock (ns since the
+/// epoch) and seconds into the run, when known.
+type SuspectSince<'a> = dyn FnMut(&mpi::verdict::Suspect) -> (Option<u64>, Option<f64>) + 'a;
+
+/// When a rank made its last MPI transition: wall clock (ns since the
+/// epoch) and seconds into its capture, when known.
+pub type LastProgress<'a> = dyn FnMut(&mpi::waitfor::RankWait) -> (Option<u64>, Option<f64>) + 'a;
+
+/// Hang detection: its verdict, and where each culprit stood. `site`
+/// labels a rank's call site; `since` says when the rank last made MPI
+/// progress, which is when a hung rank's suspicion began.
 pub fn hang(
     report: &HangReport,
     verdict: &MpiVerdict,
     servers: &RunServers,
     site: &mut dyn FnMut(&mpi::waitfor::RankWait) -> String,
+    since: &mut LastProgress<'_>,
 ) -> AnalysisResult {
-    let mut r = mpi_verdict(AnalysisKind::Hang, verdict, servers);
+    let mut r = mpi_verdict(AnalysisKind::Hang, verdict, servers, &mut |s| {
+        report.rank(s.rank).map_or((None, None), &mut *since)
+    });
     if !report.hung {
         // Not hung: nothing to say at any level (the verdict says so).
         r.findings.clear();
@@ -602,6 +701,7 @@ pub fn hang(
             w.state != mpi::waitfor::RankState::Finished && w.idle_ns >= report.threshold_ns
         }) {
             let server = servers.of_host(&w.host);
+            let (wall_ns, at_s) = since(w);
             r.findings.push(Finding {
                 analysis: AnalysisKind::Hang,
                 level: Level::Process,
@@ -611,8 +711,8 @@ pub fn hang(
                 evidence: "hung, culprit not found".into(),
                 score: Some(w.idle_ns as f64 / 1e9),
                 normal: Some(report.threshold_ns as f64 / 1e9),
-                wall_ns: None,
-                at_s: None,
+                wall_ns,
+                at_s,
                 detail: format!(
                     "no MPI progress for {:.1} s ({:?}{}); which rank holds the others up could not be told",
                     w.idle_ns as f64 / 1e9,
@@ -634,32 +734,53 @@ pub fn hang(
         let Some(w) = report.ranks.iter().find(|w| w.rank == c.rank) else {
             continue;
         };
-        let Some(call) = &w.call else { continue };
         let server = servers.of_host(&w.host);
         let at = site(w);
+        let (wall_ns, at_s) = since(w);
+        // Inside an MPI call: that call. Outside MPI (computing, stopped):
+        // the code after its last MPI call, named by that call's site.
+        let (key, name, detail) = match &w.call {
+            Some(call) => (
+                function_of(call).to_string(),
+                call.clone(),
+                format!(
+                    "rank {} stood in {call}{} for {:.1} s ({:?}), holding up rank(s) {:?}",
+                    c.rank,
+                    if at.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {at}")
+                    },
+                    w.idle_ns as f64 / 1e9,
+                    w.state,
+                    c.blocking
+                ),
+            ),
+            None if !at.is_empty() => (
+                function_of(at.split(" (").next().unwrap_or(&at)).to_string(),
+                format!("{at}, outside MPI"),
+                format!(
+                    "rank {} stayed outside MPI for {:.1} s ({:?}) after its last MPI call at {at}, holding up rank(s) {:?}",
+                    c.rank,
+                    w.idle_ns as f64 / 1e9,
+                    w.state,
+                    c.blocking
+                ),
+            ),
+            None => continue,
+        };
         r.findings.push(Finding {
             analysis: AnalysisKind::Hang,
             level: Level::Function,
-            key: function_of(call).to_string(),
-            name: call.clone(),
+            key,
+            name,
             parent: Some(process_key(&server, w.pid)),
             evidence: "where the culprit stood".into(),
             score: Some(w.idle_ns as f64 / 1e9),
             normal: Some(report.threshold_ns as f64 / 1e9),
-            wall_ns: None,
-            at_s: None,
-            detail: format!(
-                "rank {} stood in {call}{} for {:.1} s ({:?}), holding up rank(s) {:?}",
-                c.rank,
-                if at.is_empty() {
-                    String::new()
-                } else {
-                    format!(" at {at}")
-                },
-                w.idle_ns as f64 / 1e9,
-                w.state,
-                c.blocking
-            ),
+            wall_ns,
+            at_s,
+            detail,
             site: None,
             source: (!at.is_empty()).then(|| at.clone()),
         });

@@ -95,7 +95,7 @@ th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top
 th{background:#f0f0f0;cursor:pointer;user-select:none}
 th.asc::after{content:" \25B2"}th.desc::after{content:" \25BC"}
 .note{color:#555;font-size:.9em}.untrained{color:#8c564b;font-weight:bold}
-code{font-size:.9em;word-break:break-all}
+code{font-size:.9em;overflow-wrap:anywhere}
 #script-error{background:#d62728;color:white;padding:1em}
 svg{max-width:100%;height:auto}
 nav#toc a{margin-right:1em}
@@ -202,9 +202,23 @@ fn verdict(out: &mut String, d: &Diagnosis) {
         let _ = write!(out, "<p>{}</p>", esc(&s.sentence));
     }
     out.push_str("</div>");
+    if !d.warnings.is_empty() {
+        out.push_str(r#"<h3>What the captures miss</h3><ul id="warnings">"#);
+        for w in &d.warnings {
+            let _ = write!(out, "<li>{}</li>", esc(w));
+        }
+        out.push_str("</ul>");
+    }
     if !d.disagreements.is_empty() {
         out.push_str("<h3>Where the analyses disagree</h3><ul>");
         for line in &d.disagreements {
+            let _ = write!(out, "<li>{}</li>", esc(line));
+        }
+        out.push_str("</ul>");
+    }
+    if !d.unconfirmed.is_empty() {
+        out.push_str("<h3>Neither confirmed nor contradicted</h3><ul>");
+        for line in &d.unconfirmed {
             let _ = write!(out, "<li>{}</li>", esc(line));
         }
         out.push_str("</ul>");

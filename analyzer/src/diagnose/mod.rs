@@ -199,6 +199,11 @@ pub struct AnalysisResult {
     /// Things worth knowing about its input (metrics with no data, ranks
     /// not monitored, losses).
     pub notes: Vec<String>,
+    /// Processes it could not judge (keys, as [`Finding::key`]: MPI ranks
+    /// not monitored): another analysis's suspect among them is no
+    /// disagreement with this one's "nothing stands out".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<String>,
     /// Its evidence.
     pub findings: Vec<Finding>,
 }
@@ -222,6 +227,7 @@ impl AnalysisResult {
             reason: Some(reason),
             untrained: false,
             notes: Vec::new(),
+            not_judged: Vec::new(),
             findings: Vec::new(),
         }
     }
@@ -282,8 +288,16 @@ pub struct Diagnosis {
     pub suspects: Vec<Suspect>,
     /// Where analyses disagree.
     pub disagreements: Vec<String>,
+    /// Suspects that an analysis which found nothing could not judge (an
+    /// MPI rank it did not monitor): neither confirmed nor contradicted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed: Vec<String>,
     /// Every analysis, run or not, in [`AnalysisKind::ALL`] order.
     pub analyses: Vec<AnalysisResult>,
+    /// What is missing from the captures (a file cut short, records lost
+    /// while recording): evidence the verdict could not see.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Diagnosis {
@@ -357,7 +371,7 @@ pub fn combine(
         Outcome::NoData
     };
     let summary = summary_of(outcome, &suspects, &analyses);
-    let disagreements = disagreements_of(&analyses, &suspects, servers);
+    let (disagreements, unconfirmed) = disagreements_of(&analyses, &suspects, servers);
     Diagnosis {
         version: DIAGNOSIS_VERSION,
         captures,
@@ -365,7 +379,9 @@ pub fn combine(
         summary,
         suspects,
         disagreements,
+        unconfirmed,
         analyses,
+        warnings: Vec::new(),
     }
 }
 
@@ -518,12 +534,14 @@ fn summary_of(outcome: Outcome, suspects: &[Suspect], analyses: &[AnalysisResult
 
 /// Where analyses disagree: one found suspects where another that judged
 /// the same run found nothing; two name different suspects at a level.
+/// Second, the suspects an analysis that found nothing could not judge.
 fn disagreements_of(
     analyses: &[AnalysisResult],
     suspects: &[Suspect],
     servers: usize,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<String>) {
     let mut out = Vec::new();
+    let mut unconfirmed = Vec::new();
     let found: Vec<&AnalysisResult> = analyses
         .iter()
         .filter(|a| a.status == Status::Found)
@@ -533,13 +551,45 @@ fn disagreements_of(
         .filter(|a| a.status == Status::NothingStandsOut)
         .collect();
     for f in &found {
+        // Its process suspects; those another analysis could not judge
+        // are no disagreement with it.
+        let mut processes: Vec<(&str, &str)> = f
+            .findings
+            .iter()
+            .filter(|x| x.level == Level::Process)
+            .map(|x| (x.key.as_str(), x.name.as_str()))
+            .collect();
+        processes.dedup();
         for q in &quiet {
+            let unjudged: Vec<&str> = processes
+                .iter()
+                .filter(|(key, _)| q.not_judged.iter().any(|k| k == key))
+                .map(|(_, name)| *name)
+                .collect();
+            if !processes.is_empty() && unjudged.len() == processes.len() {
+                unconfirmed.push(format!(
+                    "{} could not judge {}, which {} points at",
+                    q.analysis.name(),
+                    list(&unjudged),
+                    f.analysis.name()
+                ));
+                continue;
+            }
             out.push(format!(
-                "{} points at suspects ({}) where {} finds nothing standing out ({})",
+                "{} points at suspects ({}) where {} finds nothing standing out ({}){}",
                 f.analysis.name(),
                 f.summary,
                 q.analysis.name(),
-                q.summary
+                q.summary,
+                if unjudged.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} could not judge {}",
+                        q.analysis.name(),
+                        list(&unjudged)
+                    )
+                }
             ));
         }
     }
@@ -578,7 +628,7 @@ fn disagreements_of(
             }
         }
     }
-    out
+    (out, unconfirmed)
 }
 
 fn list(names: &[&str]) -> String {

@@ -28,6 +28,7 @@ fn result(analysis: AnalysisKind, status: Status, findings: Vec<Finding>) -> Ana
         reason: None,
         untrained: false,
         notes: Vec::new(),
+        not_judged: Vec::new(),
         findings,
     }
 }
@@ -210,6 +211,41 @@ fn disagreements_are_said() {
     );
 }
 
+/// An analysis that found nothing but could not judge the suspect (an MPI
+/// rank it did not monitor) does not disagree: the verdict says it could
+/// not judge it; one that judged some of the suspects still disagrees.
+#[test]
+fn a_suspect_another_analysis_could_not_judge_is_no_disagreement() {
+    let hang = result(
+        AnalysisKind::Hang,
+        Status::Found,
+        vec![finding(AnalysisKind::Hang, Level::Process, "h/11", None)],
+    );
+    let mut interference = result(
+        AnalysisKind::Interference,
+        Status::NothingStandsOut,
+        Vec::new(),
+    );
+    interference.not_judged = vec!["h/11".into()];
+    let outliers = result(AnalysisKind::Outliers, Status::NothingStandsOut, Vec::new());
+    let d = combine(
+        Vec::new(),
+        not_run_rest(vec![hang, interference, outliers]),
+        1,
+    );
+    assert_eq!(
+        d.unconfirmed,
+        ["interference could not judge h/11, which hang points at"]
+    );
+    assert_eq!(d.disagreements.len(), 1, "{:#?}", d.disagreements);
+    assert!(
+        d.disagreements[0].starts_with("hang points at suspects")
+            && d.disagreements[0].contains("where outliers finds nothing standing out"),
+        "{:#?}",
+        d.disagreements
+    );
+}
+
 /// With one server, "the server" is no localization: server-level findings
 /// are left out, processes stay.
 #[test]
@@ -372,7 +408,13 @@ fn a_hang_without_a_culprit_still_names_the_stuck_ranks() {
         "the MPI progress of",
     );
     let servers = from::RunServers::new(&[("c.capture".into(), "h".into())]);
-    let r = from::hang(&hang(true), &verdict, &servers, &mut |_| String::new());
+    let r = from::hang(
+        &hang(true),
+        &verdict,
+        &servers,
+        &mut |_| String::new(),
+        &mut |_| (None, None),
+    );
     assert_eq!(r.status, Status::Found);
     let keys: Vec<&str> = r.findings.iter().map(|f| f.key.as_str()).collect();
     assert_eq!(keys, ["h/11"], "the finished rank is no suspect");
@@ -381,6 +423,95 @@ fn a_hang_without_a_culprit_still_names_the_stuck_ranks() {
         "{}",
         r.findings[0].detail
     );
-    let r = from::hang(&hang(false), &verdict, &servers, &mut |_| String::new());
+    let r = from::hang(
+        &hang(false),
+        &verdict,
+        &servers,
+        &mut |_| String::new(),
+        &mut |_| (None, None),
+    );
     assert_eq!((r.status, r.findings.len()), (Status::NothingStandsOut, 0));
+}
+
+/// A culprit computing outside MPI (a rank stuck in its own code): the
+/// process suspect is dated from its last MPI transition, and the code
+/// after its last MPI call is the function suspect, with its source line.
+#[test]
+fn a_hang_culprit_outside_mpi_is_dated_and_placed() {
+    use crate::mpi::{
+        verdict::{Suspect as MpiSuspect, Verdict as MpiVerdict},
+        waitfor::HangReport,
+    };
+    let report: HangReport = serde_json::from_value(serde_json::json!({
+        "version": 1, "threshold_ns": 1_000_000_000u64, "threshold_source": "given",
+        "hung": true,
+        "culprits": [{"rank": 1, "reason": "computing since its MPI_Allreduce returned", "blocking": [0]}],
+        "ranks": [
+            {"rank": 0, "host": "h", "pid": 10, "state": {"kind": "blocked"}, "call": "MPI_Recv",
+             "call_site": 0, "waits_for": [1], "idle_ns": 5_000_000_000u64},
+            {"rank": 1, "host": "h", "pid": 11, "state": {"kind": "computing"}, "call": null,
+             "call_site": 4096, "waits_for": [], "idle_ns": 5_000_000_000u64},
+        ],
+    }))
+    .expect("a hang report");
+    let verdict = MpiVerdict::new(
+        "hang",
+        vec![MpiSuspect {
+            rank: 1,
+            host: "h".into(),
+            pid: 11,
+            cpus: vec![1],
+            score: 5.0,
+            threshold: 1.0,
+            evidence: "hang culprit".into(),
+            detail: "computing since its MPI_Allreduce returned".into(),
+        }],
+        Vec::new(),
+        vec![0, 1],
+        "the MPI progress of",
+    );
+    let servers = from::RunServers::new(&[("c.capture".into(), "h".into())]);
+    const LAST: u64 = 1_700_000_003_000_000_000;
+    let r = from::hang(
+        &report,
+        &verdict,
+        &servers,
+        &mut |w| {
+            if w.call_site == 4096 {
+                "main (halo.c:80)".to_string()
+            } else {
+                String::new()
+            }
+        },
+        &mut |w| {
+            if w.rank == 1 {
+                (Some(LAST), Some(3.0))
+            } else {
+                (None, None)
+            }
+        },
+    );
+    assert_eq!(r.status, Status::Found);
+    let d = combine(vec!["c.capture".into()], not_run_rest(vec![r]), 1);
+    let process = d.at(Level::Process).next().expect("the culprit");
+    assert_eq!(process.key, "h/11");
+    assert_eq!(process.wall_ns, Some(LAST));
+    assert!(
+        process
+            .sentence
+            .contains(&format!("from {} UTC", wall_clock(LAST))),
+        "{}",
+        process.sentence
+    );
+    let function = d.at(Level::Function).next().expect("where it stood");
+    assert_eq!(function.key, "main");
+    assert_eq!(
+        function.findings[0].source.as_deref(),
+        Some("main (halo.c:80)")
+    );
+    assert!(
+        function.sentence.contains("outside MPI") && function.sentence.contains("halo.c:80"),
+        "{}",
+        function.sentence
+    );
 }

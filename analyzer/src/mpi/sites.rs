@@ -27,8 +27,13 @@ impl<'a> Sites<'a> {
     /// For the processes of `captures` (matched by host); debug files are
     /// searched in `$EFTRACE_DEBUG_DIRS` and `/usr/lib/debug`.
     pub fn new(captures: &[&'a Capture]) -> Self {
+        Self::with_debug_dirs(captures, &[])
+    }
+
+    /// As [`Sites::new`], also searching `extra` for debug files.
+    pub fn with_debug_dirs(captures: &[&'a Capture], extra: &[std::path::PathBuf]) -> Self {
         Self {
-            lines: SourceLines::new(&[]),
+            lines: SourceLines::new(extra),
             symbolizers: captures
                 .iter()
                 .map(|c| (c.header.host.as_str(), Symbolizer::new(c)))

@@ -2616,6 +2616,48 @@ fn untrained_comparison_finds_the_slower_server_and_spares_a_clean_run() {
     );
 }
 
+/// In `diagnose`, a peer metric whose components are not calls (TCP
+/// retransmissions by direction) names no function suspect: what differs
+/// most is said in the server's sentence instead.
+#[test]
+fn diagnose_names_only_calls_as_function_suspects() {
+    use crate::diagnose::{self, Level, from};
+
+    let (window_ns, shift_ns) = untrained_windows(40 * SEC);
+    let cfg = PeersConfig {
+        window_ns,
+        shift_ns,
+        ..Default::default()
+    };
+    let fault = Fault {
+        retransmit_from: Some(12.0),
+        ..Default::default()
+    };
+    let s = scored("f", &run(11, 40, &[(1, fault)], false, false), &cfg).expect("run");
+    let r = diagnose(&s, &untrained(&s, &cfg), cfg.k, 10);
+    assert_eq!(r.faulty, vec!["server1"], "{}", r.verdict.summary);
+    let rc = r
+        .root_causes
+        .iter()
+        .find(|rc| rc.metric == Metric::Retransmits)
+        .expect("a retransmits root cause");
+    let d = diagnose::combine(Vec::new(), vec![from::peers(&r, true)], 4);
+    let components: Vec<&str> = rc.top.iter().map(|c| c.component.as_str()).collect();
+    assert!(
+        !d.at(Level::Function)
+            .any(|f| components.contains(&f.key.as_str())),
+        "{components:?} are not functions: {:#?}",
+        d.at(Level::Function).collect::<Vec<_>>()
+    );
+    let server = d.at(Level::Server).next().expect("server1");
+    assert!(
+        server.sentence.contains("TCP retransmissions: ")
+            && server.sentence.contains(&rc.top[0].component),
+        "{}",
+        server.sentence
+    );
+}
+
 /// The untrained comparison over the synthetic fault kinds and seeds
 /// (server1 faulty from 12 s): each fault indicts server1 alone, by the
 /// metric it changes; clean runs, with or without a host-wide hog, indict

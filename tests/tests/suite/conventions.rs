@@ -97,3 +97,76 @@ fn recording_shows_a_live_line_on_a_terminal_only() {
     let quiet = record(dir.path(), true, &["--quiet"]);
     assert_eq!(quiet.trim(), "", "--quiet on a terminal: {quiet}");
 }
+
+/// The analyzer's progress bar over captures: drawn on a terminal, not
+/// when its output is piped, and not with `--quiet` on a terminal; the
+/// verdict is printed either way.
+#[test]
+fn analyzer_progress_shows_on_a_terminal_only() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let capture = dir.path().join("calls.capture");
+    let run = tests::tracer(&[
+        "record",
+        "-f",
+        "site_*",
+        "--sample-hz",
+        "0",
+        "-o",
+        path(&capture),
+        "--",
+        path(&fixture("calls", None)),
+        "run",
+        "5",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let analyzer = tests::analyzer_bin();
+    let diagnose = |terminal: bool, quiet: bool| -> String {
+        let mut args = vec![path(&analyzer).to_string(), "diagnose".into()];
+        if quiet {
+            args.push("--quiet".into());
+        }
+        args.push(path(&capture).to_string());
+        let output = if terminal {
+            Command::new("timeout")
+                .args([
+                    "-s",
+                    "KILL",
+                    "60",
+                    "script",
+                    "-qefc",
+                    &args.join(" "),
+                    "/dev/null",
+                ])
+                .stdin(Stdio::null())
+                .output()
+        } else {
+            Command::new("timeout")
+                .args(["-s", "KILL", "60"])
+                .args(&args)
+                .output()
+        }
+        .expect("the analyzer runs");
+        // No analysis applies to this capture alone: exit 0, "no verdict".
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+    let shown = diagnose(true, false);
+    assert!(
+        shown.contains("diagnosing ["),
+        "no bar on a terminal: {shown}"
+    );
+    assert!(shown.contains("verdict: no verdict"), "{shown}");
+    let piped = diagnose(false, false);
+    assert!(!piped.contains("diagnosing"), "a bar when piped: {piped}");
+    assert!(piped.starts_with("verdict: no verdict"), "{piped}");
+    let quiet = diagnose(true, true);
+    assert!(!quiet.contains("diagnosing"), "a bar with --quiet: {quiet}");
+    assert!(quiet.contains("verdict: no verdict"), "{quiet}");
+}

@@ -8,10 +8,17 @@ use analyzer::{
 };
 use tests::{analyzer, fixture, installed, privileged};
 
-/// Records one ring run (4 daemons, 10 rounds) and returns the capture path.
-fn ring_run(dir: &std::path::Path, name: &str, port: u16, fault: Option<u16>) -> String {
+/// Records one ring run (4 daemons, 10 rounds) of the program `exe` and
+/// returns the capture path.
+fn ring_run(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    port: u16,
+    fault: Option<u16>,
+) -> String {
     let out = dir.join(format!("{name}.capture"));
-    tests::record_ring(&fixture("ring", None), &out, port, fault);
+    tests::record_ring(exe, &out, port, fault);
     out.display().to_string()
 }
 
@@ -46,12 +53,15 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
+    // A copy of the program, stripped once recorded (at the end).
+    let ring = dir.path().join("ring");
+    std::fs::copy(fixture("ring", None), &ring).expect("copy the ring program");
     let base = tests::port_block(20);
     let normal: Vec<String> = (0..3)
-        .map(|i| ring_run(dir.path(), &format!("normal{i}"), base + i * 5, None))
+        .map(|i| ring_run(&ring, dir.path(), &format!("normal{i}"), base + i * 5, None))
         .collect();
     let faulty_base = base + 15;
-    let faulty = ring_run(dir.path(), "faulty", faulty_base, Some(2));
+    let faulty = ring_run(&ring, dir.path(), "faulty", faulty_base, Some(2));
     let model = dir.path().join("model.json").display().to_string();
     let mut learn = vec!["model", "learn", "-o", &model];
     learn.extend(normal.iter().map(String::as_str));
@@ -167,10 +177,32 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
         "{}",
         run.stdout
     );
+    // Each suspect's score against its normal range, under its sentence.
+    let normal = first.findings[0].normal.expect("a normal range");
+    assert!(
+        run.stdout.contains(&format!(
+            "     scores: model {:.3} (normal up to {normal:.3})",
+            first.findings[0].score.expect("a score")
+        )),
+        "{}",
+        run.stdout
+    );
 
     // The report, in a browser.
     let page = std::fs::read_to_string(&html).expect("the report was written");
     assert!(!page.contains(" src="), "the page fetches nothing");
+    // No address to fetch from: the only URL is the SVG namespace, which
+    // names, not fetches; no stylesheet link, import or url().
+    let urls: Vec<String> = page
+        .match_indices("http")
+        .map(|(i, _)| page[i..].chars().take(40).collect::<String>())
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        .filter(|u| !u.starts_with("http://www.w3.org/2000/svg\""))
+        .collect();
+    assert!(urls.is_empty(), "{urls:?}");
+    for fetch in ["<link", "@import", "url(", "<iframe", "<img"] {
+        assert!(!page.contains(fetch), "{fetch}");
+    }
     let profile = tempfile::tempdir().expect("browser profile");
     let dom = dump_dom(&html, profile.path());
     assert!(dom.status.success(), "chromium: {}", dom.stderr);
@@ -207,6 +239,43 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     assert!(dom.contains(r#"data-outcome="suspect_found""#));
     assert!(dom.contains("<svg"), "the scores plot is inline");
 
+    // The tables sort: a click on the units table's score header (as a
+    // person would, by a script added after the page's own) orders its
+    // rows by score, lowest first, and marks the column.
+    let clicked = dir.path().join("clicked.html");
+    let click = r#"<script>document.querySelector('#model-units th:nth-child(2)').click();</script></body>"#;
+    std::fs::write(&clicked, page.replacen("</body>", click, 1)).expect("write the copy");
+    let dom = dump_dom(&clicked, profile.path());
+    assert!(dom.status.success(), "chromium: {}", dom.stderr);
+    let table = dom
+        .stdout
+        .split(r#"id="model-units""#)
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the units table");
+    assert!(table.contains(r#"<th class="asc">score</th>"#), "{table}");
+    let scores: Vec<f64> = table
+        .split("<tr>")
+        .skip(2)
+        .filter_map(|row| {
+            row.split(r#"data-v=""#)
+                .nth(2)?
+                .split('"')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(scores.len() >= 2, "{table}");
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "not sorted by score: {scores:?}"
+    );
+    assert!(
+        scores.first() < scores.last(),
+        "the scores differ, so the order shows: {scores:?}"
+    );
+
     // No model: no analysis applies; "no verdict", exit 0.
     let run = analyzer(&["diagnose", &faulty]);
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
@@ -220,6 +289,80 @@ fn diagnose_names_the_faulty_daemons_and_its_report_loads_in_a_browser() {
     let run = analyzer(&["diagnose", &missing]);
     assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains(&missing), "{}", run.stderr);
+
+    // A capture cut short (as by a full disk or a killed recorder): the
+    // verdict is made from its complete part and says what is missing, in
+    // the JSON and on the page.
+    let bytes = std::fs::read(&faulty).expect("the faulty capture");
+    let cut = dir.path().join("cut.capture");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).expect("write the cut capture");
+    let cut = cut.display().to_string();
+    let cut_html = dir.path().join("cut.html");
+    let run = analyzer(&[
+        "diagnose",
+        &cut,
+        "--model",
+        &model,
+        "--json",
+        "-o",
+        &cut_html.display().to_string(),
+    ]);
+    assert!(matches!(run.status.code(), Some(0 | 1)), "{}", run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.starts_with(&cut) && w.contains("ends inside a chunk")),
+        "{:?}",
+        d.warnings
+    );
+    let page = std::fs::read_to_string(&cut_html).expect("the report");
+    assert!(page.contains(r#"<ul id="warnings">"#));
+
+    // The program stripped since it was recorded, as packagers ship it:
+    // no source line from it, and the note says why; with its debug file
+    // under --debug-dir (found by build id), the same line as before.
+    let split_dir = dir.path().join("split");
+    std::fs::create_dir_all(&split_dir).expect("mkdir");
+    let split = tracer_common::testprog::Program::split(&ring, &split_dir, "ring")
+        .expect("binutils are installed");
+    std::fs::copy(&split.stripped, &ring).expect("strip the recorded program");
+    let close_source = |run: &tests::Run| -> Option<String> {
+        let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+        d.at(Level::Function)
+            .find(|s| s.key == "close_connection")
+            .and_then(|s| s.findings[0].source.clone())
+    };
+    let run = analyzer(&["diagnose", &faulty, "--model", &model, "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(
+        close_source(&run),
+        None,
+        "a stripped program lends no lines"
+    );
+    assert!(
+        run.stderr.contains("no source lines for") && run.stderr.contains("ring"),
+        "{}",
+        run.stderr
+    );
+    let root = dir.path().join("debug");
+    split.install_debug(&root);
+    let run = analyzer(&[
+        "diagnose",
+        &faulty,
+        "--model",
+        &model,
+        "--json",
+        "--debug-dir",
+        &root.display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert_eq!(
+        close_source(&run).as_deref(),
+        Some(source),
+        "{}",
+        run.stderr
+    );
 }
 
 /// A hung MPI run (rank 2 computes forever from its tenth iteration, the
@@ -286,6 +429,22 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
         "{top:#?}"
     );
     assert!(top.analyses.contains(&AnalysisKind::Hang), "{top:#?}");
+    // Since when: its last MPI transition, on the wall clock.
+    assert!(
+        top.wall.is_some() && top.sentence.contains(" UTC: "),
+        "{top:#?}"
+    );
+    // Where: rank 2 computes outside MPI, after its last MPI call, whose
+    // line is in the program's own source.
+    let place = d
+        .at(Level::Function)
+        .find(|s| s.parents.contains(&top.key))
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    let source = place.findings[0].source.as_deref().unwrap_or_default();
+    assert!(
+        source.contains("mpi_halo.c:") && place.sentence.contains("outside MPI"),
+        "{place:#?}"
+    );
     let run = analyzer(&["diagnose", &capture]);
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     assert!(
@@ -302,4 +461,171 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
     assert!(dom.stdout.contains(r#"data-ready="1""#));
     assert!(!dom.stdout.contains(r#"<div id="script-error">"#));
     assert!(dom.stdout.contains("The run is hung"), "{}", dom.stdout);
+}
+
+/// Records "servers" (NAME, calls per second) at once into `dir`, one
+/// capture each (`NAME.capture`), each a `calls pace` process for 8 s.
+fn paced_servers(dir: &std::path::Path, servers: &[(&str, &str)]) {
+    let calls = fixture("calls", None);
+    let runs: Vec<tests::Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = servers
+            .iter()
+            .map(|(name, rate)| {
+                let out = dir.join(format!("{name}.capture"));
+                let calls = &calls;
+                scope.spawn(move || {
+                    tests::tracer(&[
+                        "record",
+                        "-f",
+                        "leaf",
+                        "--sample-hz",
+                        "0",
+                        "-o",
+                        &out.display().to_string(),
+                        "--",
+                        &calls.display().to_string(),
+                        "pace",
+                        rate,
+                        "8",
+                    ])
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("recorder thread"))
+            .collect()
+    });
+    for run in &runs {
+        assert!(run.status.success(), "{}", run.stderr);
+    }
+}
+
+/// Peer comparison alone, untrained: four "servers" (one capture each)
+/// call `leaf` at a steady pace, one four times as often. With no
+/// thresholds, `diagnose` compares them untrained: it exits 1, names the
+/// busy one as the server suspect by the call counts, and says everywhere
+/// (JSON, text, page) that the comparison was untrained. Three of them
+/// compared untrained say what that cannot see. With thresholds trained on
+/// a run where all four keep the same pace, the busy one is a suspect by
+/// trained evidence.
+#[test]
+fn diagnose_compares_servers_untrained_and_says_so() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    paced_servers(
+        dir.path(),
+        &[("s1", "500"), ("s2", "500"), ("s3", "2000"), ("s4", "500")],
+    );
+    let run_dir = dir.path().display().to_string();
+    let html = dir.path().join("report.html");
+    let run = analyzer(&[
+        "diagnose",
+        &run_dir,
+        "--json",
+        "-o",
+        &html.display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert_eq!(peers.status, Status::Found, "{peers:#?}");
+    assert!(peers.untrained, "{peers:#?}");
+    assert!(
+        peers
+            .notes
+            .iter()
+            .any(|n| n.starts_with("untrained comparison")),
+        "{:?}",
+        peers.notes
+    );
+    let s3 = d
+        .at(Level::Server)
+        .find(|s| s.key == "s3")
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    assert!(s3.untrained_only, "{s3:#?}");
+    assert!(
+        s3.sentence.contains("calls of traced functions")
+            && s3.sentence.contains("(untrained comparison)")
+            && s3.wall.is_some(),
+        "{}",
+        s3.sentence
+    );
+    let run = analyzer(&["diagnose", &run_dir]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(run.stdout.contains(", untrained"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("suspect found (untrained)"),
+        "{}",
+        run.stdout
+    );
+    let page = std::fs::read_to_string(&html).expect("the report");
+    assert!(
+        page.contains("<span class=untrained>untrained comparison: no thresholds learned"),
+        "the peers section is labelled"
+    );
+
+    // Three of them, the busy one among them: an untrained comparison of
+    // three servers cannot name one that stood out all along, and says so
+    // rather than only "nothing stands out".
+    let three: Vec<String> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|s| {
+            dir.path()
+                .join(format!("{s}.capture"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let mut args = vec!["diagnose", "--json"];
+    args.extend(three.iter().map(String::as_str));
+    let run = analyzer(&args);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert!(
+        peers.status == Status::Found
+            || peers
+                .notes
+                .iter()
+                .any(|n| n.starts_with("with 3 servers, an untrained comparison cannot name")),
+        "{peers:#?}"
+    );
+
+    // Trained on a run where all four call at the same pace: the busy one
+    // is a suspect by trained thresholds, not labelled untrained.
+    let clean = dir.path().join("clean");
+    std::fs::create_dir_all(&clean).expect("mkdir");
+    paced_servers(
+        &clean,
+        &[("s1", "500"), ("s2", "500"), ("s3", "500"), ("s4", "500")],
+    );
+    let thresholds = dir.path().join("thresholds.json").display().to_string();
+    let run = analyzer(&[
+        "peers",
+        "train",
+        &clean.display().to_string(),
+        "--window",
+        "2s",
+        "--shift",
+        "1s",
+        "-o",
+        &thresholds,
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let run = analyzer(&["diagnose", &run_dir, "--thresholds", &thresholds, "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}{}", run.stdout, run.stderr);
+    let d: Diagnosis = serde_json::from_str(&run.stdout).expect("a diagnosis");
+    let peers = d.analysis(AnalysisKind::Peers).expect("listed");
+    assert_eq!(peers.status, Status::Found, "{peers:#?}");
+    assert!(!peers.untrained, "{peers:#?}");
+    let s3 = d
+        .at(Level::Server)
+        .find(|s| s.key == "s3")
+        .unwrap_or_else(|| panic!("{:#?}", d.suspects));
+    assert!(
+        !s3.untrained_only && !s3.sentence.contains("untrained"),
+        "{s3:#?}"
+    );
 }
