@@ -20,7 +20,9 @@
 //!    throughput: the estimate scales that share by their demand, the
 //!    share of the interval they ran or were runnable (run-queue wait
 //!    counts as demand, so a busy process on a loaded machine is not
-//!    mistaken for one that waits), capped at 1. That is exact for one
+//!    mistaken for one that waits), capped at 1, and at least the share of
+//!    the host's CPUs that were busy (on a saturated host the probes' CPU
+//!    is taken from work, whoever waits). That is exact for one
 //!    process that runs and waits in turn, and for processes that hand
 //!    work to each other in a chain (a token ring: probe time over elapsed
 //!    time); for busy servers (demand at least one core) it is the CPU
@@ -146,6 +148,9 @@ pub struct Interval {
     pub traced_cpu_ns: u64,
     /// Time the traced processes were runnable but waited for a CPU, ns.
     pub traced_wait_ns: u64,
+    /// The share of the host's CPUs that were busy over it (0 to 1; 0 when
+    /// unknown).
+    pub host_busy: f64,
 }
 
 impl Interval {
@@ -153,10 +158,13 @@ impl Interval {
     /// runnable over the interval's length, at most 1 (processes that
     /// together keep a core busy are weighed as busy ones). They ran at
     /// least the `cost_ns` of their probes, whatever the CPU meter read (a
-    /// process gone before it was read).
+    /// process gone before it was read). On a host whose CPUs are busy,
+    /// CPU the probes take is taken from work (theirs, or what they wait
+    /// for), however much they wait: the host's busy share is the least.
     pub fn demand(&self, cost_ns: f64) -> f64 {
         let ran = (self.traced_cpu_ns as f64).max(cost_ns);
-        ((ran + self.traced_wait_ns as f64) / self.ns.max(1) as f64).min(1.0)
+        let own = (ran + self.traced_wait_ns as f64) / self.ns.max(1) as f64;
+        own.max(self.host_busy).min(1.0)
     }
 }
 
@@ -310,6 +318,7 @@ mod tests {
         ns: 1_000_000_000,
         traced_cpu_ns: 1_000_000_000,
         traced_wait_ns: 0,
+        host_busy: 0.0,
     };
 
     #[test]
@@ -339,6 +348,7 @@ mod tests {
             ns: 1_000_000_000,
             traced_cpu_ns: 600_000_000,
             traced_wait_ns: 400_000_000,
+            host_busy: 0.0,
         };
         let p = plan(&[probe(0, "hot")], &[30_000], COSTS, interval, None);
         assert!(p.drop.is_empty());
@@ -358,6 +368,7 @@ mod tests {
             ns: 1_000_000_000,
             traced_cpu_ns: 100_000_000,
             traced_wait_ns: 0,
+            host_busy: 0.0,
         };
         let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0));
         assert!(p.drop.is_empty(), "{p:?}");
@@ -370,6 +381,21 @@ mod tests {
         );
     }
 
+    /// The same ring on a host whose CPUs are all busy: the probes' CPU is
+    /// taken from work, so it is weighed as the CPU share.
+    #[test]
+    fn on_a_saturated_host_waiting_processes_are_weighed_as_busy() {
+        let ring = Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 100_000_000,
+            traced_wait_ns: 0,
+            host_busy: 1.0,
+        };
+        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0));
+        assert!((p.estimated_percent - 50.0).abs() < 1e-9);
+        assert_eq!(p.drop, [0]);
+    }
+
     /// On a loaded machine a busy process waits for a CPU, not for work:
     /// run-queue wait is demand, so it is weighed as the busy process it is.
     #[test]
@@ -378,6 +404,7 @@ mod tests {
             ns: 1_000_000_000,
             traced_cpu_ns: 200_000_000,
             traced_wait_ns: 800_000_000,
+            host_busy: 0.0,
         };
         let p = plan(&[probe(0, "hot")], &[10_000], COSTS, starved, Some(5.0));
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
@@ -399,6 +426,7 @@ mod tests {
             ns: 1_000_000_000,
             traced_cpu_ns: 500_000,
             traced_wait_ns: 999_000_000,
+            host_busy: 0.0,
         };
         let p = plan(&[probe(0, "f")], &[100], COSTS, interval, Some(5.0));
         assert_eq!(p.estimated_percent, 100.0);
@@ -407,6 +435,7 @@ mod tests {
             ns: 1_000_000_000,
             traced_cpu_ns: 0,
             traced_wait_ns: 0,
+            host_busy: 0.0,
         };
         assert_eq!(measured(&[probe(0, "f")], &[1], COSTS, idle), None);
     }

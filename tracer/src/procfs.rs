@@ -236,6 +236,26 @@ pub fn clock_tick_ns() -> u64 {
     1_000_000_000 / clock_hz()
 }
 
+/// The host's CPU time over every core, clock ticks: (busy, all), from the
+/// first line of `/proc/stat` (busy: all but idle and I/O wait).
+pub fn host_cpu_ticks() -> Option<(u64, u64)> {
+    let (bytes, _) = read_prefix(Path::new("/proc/stat"), 4096).ok()?;
+    parse_host_cpu(&String::from_utf8_lossy(&bytes))
+}
+
+fn parse_host_cpu(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guests are in user).
+    let all = v.iter().fold(0u64, |a, x| a.saturating_add(*x));
+    let idle = v.get(3)?.saturating_add(*v.get(4)?);
+    Some((all.saturating_sub(idle), all))
+}
+
 /// `CLOCK_BOOTTIME` now, ns.
 pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)
@@ -542,6 +562,16 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_cpu_is_busy_and_all_ticks() {
+        let stat = "cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(parse_host_cpu(stat), Some((160, 980)));
+        assert_eq!(parse_host_cpu("cpu 1 2\n"), None);
+        assert_eq!(parse_host_cpu("intr 1 2 3\n"), None);
+        let (busy, all) = host_cpu_ticks().expect("this host's /proc/stat");
+        assert!(busy <= all && all > 0);
+    }
+
     use super::*;
 
     /// A child's child is a descendant too, each listed once.

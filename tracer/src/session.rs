@@ -862,6 +862,8 @@ impl CpuTally {
 struct CpuMeter {
     /// By pid: (first reading, last reading) of [run, run-queue wait], ns.
     readings: BTreeMap<u32, ([u64; 2], [u64; 2])>,
+    /// The host's CPU ticks (busy, all) at the last reading.
+    host: Option<(u64, u64)>,
     at: Option<Instant>,
     /// When metering began, `CLOCK_BOOTTIME` ns.
     began_ns: Option<u64>,
@@ -892,6 +894,7 @@ impl CpuMeter {
                 e.1 = [run_ns.max(e.1[0]), wait_ns.max(e.1[1])];
             }
         }
+        self.host = procfs::host_cpu_ticks().or(self.host);
         self.at = Some(Instant::now());
     }
 
@@ -915,6 +918,7 @@ impl CpuMeter {
             at: Instant::now(),
             cpu_ns: self.total(),
             wait_ns: self.waited(),
+            host: self.host,
             calls,
         }
     }
@@ -925,6 +929,12 @@ impl CpuMeter {
             ns: from.at.elapsed().as_nanos() as u64,
             traced_cpu_ns: self.total().saturating_sub(from.cpu_ns),
             traced_wait_ns: self.waited().saturating_sub(from.wait_ns),
+            host_busy: match (from.host, self.host) {
+                (Some((b0, a0)), Some((b1, a1))) if a1 > a0 => {
+                    b1.saturating_sub(b0) as f64 / (a1 - a0) as f64
+                }
+                _ => 0.0,
+            },
         }
     }
 }
@@ -960,6 +970,8 @@ struct Window {
     at: Instant,
     cpu_ns: u64,
     wait_ns: u64,
+    /// The host's CPU ticks (busy, all) then.
+    host: Option<(u64, u64)>,
     calls: Vec<u64>,
 }
 
@@ -1409,6 +1421,7 @@ impl Session {
                     at: Instant::now(),
                     cpu_ns: 0,
                     wait_ns: 0,
+                    host: procfs::host_cpu_ticks(),
                     calls: vec![0; probes_len],
                 },
                 since: None,
