@@ -361,25 +361,28 @@ impl RecordedRun {
     }
 }
 
-/// The command line of `program` run with ports from `port` and `fault`.
-pub fn command(program: Program, exe: &Path, port: u16, fault: Option<&Injection>) -> Vec<String> {
+/// The command line of `program` run with ports from `port` and `fault`,
+/// its rounds (requests, jobs) `scale` times the usual count.
+pub fn command(
+    program: Program,
+    exe: &Path,
+    port: u16,
+    fault: Option<&Injection>,
+    scale: u32,
+) -> Vec<String> {
+    let count = |n: u32| n.saturating_mul(scale.max(1)).to_string();
     let mut args: Vec<String> = match program {
-        Program::StatusRing => vec![exe.display().to_string(), "4".into(), "40".into()],
-        Program::KvCluster => vec![
-            exe.display().to_string(),
-            "3".into(),
-            "3".into(),
-            "30".into(),
-        ],
+        Program::StatusRing => vec![exe.display().to_string(), "4".into(), count(40)],
+        Program::KvCluster => vec![exe.display().to_string(), "3".into(), "3".into(), count(30)],
         Program::PyJobs => vec![
             crate::PYTHON.into(),
             exe.display().to_string(),
             "4".into(),
-            "60".into(),
+            count(60),
         ],
-        Program::TreeAgg => vec![exe.display().to_string(), "6".into(), "30".into()],
+        Program::TreeAgg => vec![exe.display().to_string(), "6".into(), count(30)],
         Program::TpcPool | Program::Gossip | Program::RepLog => {
-            vec![exe.display().to_string(), "4".into(), "40".into()]
+            vec![exe.display().to_string(), "4".into(), count(40)]
         }
     };
     args.push(port.to_string());
@@ -463,15 +466,7 @@ pub fn record_with(
         args.extend(["-f".to_string(), f.to_string()]);
     }
     args.extend(["-o".into(), out.display().to_string(), "--".into()]);
-    let mut cmd = command(program, exe, port, fault);
-    // The count (rounds, requests, jobs) is the argument before the port.
-    if length.scale > 1
-        && let Some(i) = cmd.iter().position(|a| *a == port.to_string())
-        && let Some(n) = i.checked_sub(1).and_then(|j| cmd[j].parse::<u32>().ok())
-    {
-        cmd[i - 1] = (n * length.scale).to_string();
-    }
-    args.extend(cmd);
+    args.extend(command(program, exe, port, fault, length.scale));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::run_bounded(tracer, &refs);
     if !run.status.success() {

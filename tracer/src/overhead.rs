@@ -140,7 +140,7 @@ fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
 }
 
 /// What an interval saw.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Interval {
     /// Its length, ns.
     pub ns: u64,

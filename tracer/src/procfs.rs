@@ -562,6 +562,8 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn host_cpu_is_busy_and_all_ticks() {
         let stat = "cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
@@ -571,8 +573,6 @@ mod tests {
         let (busy, all) = host_cpu_ticks().expect("this host's /proc/stat");
         assert!(busy <= all && all > 0);
     }
-
-    use super::*;
 
     /// A child's child is a descendant too, each listed once.
     #[test]

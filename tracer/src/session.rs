@@ -2322,6 +2322,30 @@ impl Taps {
 mod tests {
     use super::{CpuMeter, CpuTally};
 
+    /// A child busy for a while, then asleep under the same pid.
+    fn busy_child() -> (std::process::Child, u32) {
+        let child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .spawn()
+            .expect("sh runs");
+        let pid = child.id();
+        (child, pid)
+    }
+
+    /// Waits until `pid`'s busy part is over (it became `sleep`).
+    fn wait_until_asleep(pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() != "sleep")
+        {
+            assert!(std::time::Instant::now() < deadline, "the loop ends");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// A process born after metering began (a launcher's daemon, a
     /// followed child) is first read after it worked: all its CPU counts,
     /// or the calls it made would be weighed against none. One that was
@@ -2337,22 +2361,8 @@ mod tests {
             "a process there before counts from its first reading"
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
-        // Busy for a while, then a sleep under the same pid.
-        let mut child = std::process::Command::new("sh")
-            .args([
-                "-c",
-                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
-            ])
-            .spawn()
-            .expect("sh runs");
-        let pid = child.id();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim() != "sleep")
-        {
-            assert!(std::time::Instant::now() < deadline, "the loop ends");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        let (mut child, pid) = busy_child();
+        wait_until_asleep(pid);
         let before = meter.total();
         meter.read([pid].into_iter());
         let child_ns = meter.total() - before;
@@ -2371,22 +2381,9 @@ mod tests {
     /// once) reads as born before it, and counts as born since.
     #[test]
     fn a_process_born_in_the_tick_metering_began_counts_from_its_birth() {
-        let mut child = std::process::Command::new("sh")
-            .args([
-                "-c",
-                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
-            ])
-            .spawn()
-            .expect("sh runs");
-        let pid = child.id();
+        let (mut child, pid) = busy_child();
         let born = crate::procfs::start_since_boot_ns(pid).expect("start time");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim() != "sleep")
-        {
-            assert!(std::time::Instant::now() < deadline, "the loop ends");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_until_asleep(pid);
         // Metering began later in the tick the start time was cut to.
         let mut meter = CpuMeter {
             began_ns: Some(born + crate::procfs::clock_tick_ns() / 2),

@@ -63,7 +63,7 @@ pub(crate) struct ModelMatrixArgs {
     /// Make every run this many times as long (rounds, requests, jobs;
     /// faults drawn over the longer run): with `--overhead`, so that the
     /// budget acts (its first look is after 250 ms) before most faults.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     scale: u32,
     /// Record every run (learned, normal, faulty) under this overhead
     /// budget (`tracer record --overhead`, e.g. 5%).
@@ -165,7 +165,7 @@ fn record_program(
     let mut record = |name: String, fault: Option<Injection>| -> anyhow::Result<RecordedRun> {
         let out = dir.join(format!("{name}.capture"));
         let length = bugclass::Length {
-            scale: a.scale.max(1),
+            scale: a.scale,
             overhead: a.overhead.clone(),
         };
         let run =
@@ -218,7 +218,7 @@ fn record_program(
                     class,
                     node: rng.below(u64::from(program.daemons())) as u32,
                     at: at.start()
-                        + rng.below(u64::from(at.end() * a.scale.max(1) - at.start() + 1)) as u32,
+                        + rng.below(u64::from(at.end() * a.scale - at.start() + 1)) as u32,
                     crash: program.crash_modes()
                         [rng.below(program.crash_modes().len() as u64) as usize]
                         .to_string(),

@@ -147,14 +147,7 @@ pub(crate) fn run(
         Some(m) => {
             // Units built from the functions the model was learned with;
             // the other analyses see every function again afterwards.
-            let mut notes = Vec::new();
-            if !m.left_out.is_empty() {
-                notes.push(format!(
-                    "the model was learned without {} (detached by an overhead budget): a fault inside {} cannot show",
-                    m.left_out.iter().cloned().collect::<Vec<_>>().join(", "),
-                    if m.left_out.len() == 1 { "it" } else { "them" }
-                ));
-            }
+            let mut notes: Vec<String> = m.left_out_note().into_iter().collect();
             for (name, cap) in names.iter().zip(captures.iter_mut()) {
                 if let Some(why) = m.prepare(cap) {
                     notes.push(format!("{name}: {why}"));

@@ -257,12 +257,8 @@ pub(crate) fn score_captures(
     rank: Ranking,
     ui: &Ui,
 ) -> anyhow::Result<ScoreReport> {
-    if !model.left_out.is_empty() {
-        ui.say(&format!(
-            "note: the model was learned without {} (detached by an overhead budget): a fault inside {} cannot show",
-            model.left_out.iter().cloned().collect::<Vec<_>>().join(", "),
-            if model.left_out.len() == 1 { "it" } else { "them" }
-        ));
+    if let Some(note) = model.left_out_note() {
+        ui.say(&format!("note: {note}"));
     }
     let bar = ui.bar(captures.len() as u64, "scoring");
     let mut scores = Vec::new();

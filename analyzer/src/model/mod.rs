@@ -167,13 +167,23 @@ impl GlobalModel {
             .cloned()
             .collect();
         (!missing.is_empty()).then(|| {
+            let them = if missing.len() == 1 { "it" } else { "them" };
             format!(
-                "the overhead budget of this capture detached {} ({}), which the model was learned with: units that call {} differ from the learned ones for that reason alone; learn from captures without {} (-f patterns that leave {} out, or the same budget)",
+                "the overhead budget of this capture detached {} ({}), which the model was learned with: units that call {them} differ from the learned ones for that reason alone; learn from captures without {them} (-f patterns that leave {them} out, or the same budget)",
                 if missing.len() == 1 { "a function" } else { "functions" },
                 missing.join(", "),
-                if missing.len() == 1 { "it" } else { "them" },
-                if missing.len() == 1 { "it" } else { "them" },
-                if missing.len() == 1 { "it" } else { "them" },
+            )
+        })
+    }
+
+    /// What the model cannot see, for a person: the functions it was
+    /// learned without; `None` when it has every function.
+    pub fn left_out_note(&self) -> Option<String> {
+        (!self.left_out.is_empty()).then(|| {
+            format!(
+                "the model was learned without {} (detached by an overhead budget): a fault inside {} cannot show",
+                self.left_out.iter().cloned().collect::<Vec<_>>().join(", "),
+                if self.left_out.len() == 1 { "it" } else { "them" }
             )
         })
     }

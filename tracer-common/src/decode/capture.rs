@@ -208,15 +208,13 @@ impl Capture {
     /// Leaves the functions named `symbols` out of the analysis of this
     /// capture too (a model learned without them, a capture compared with
     /// this one whose budget dropped them), so units on both sides are
-    /// built from the same functions. Returns how many probes that added.
-    pub fn leave_out(&mut self, symbols: &BTreeSet<String>) -> usize {
-        let before = self.left_out.len();
+    /// built from the same functions.
+    pub fn leave_out(&mut self, symbols: &BTreeSet<String>) {
         for p in &self.probes {
             if !p.object.is_empty() && symbols.contains(&p.symbol) {
                 self.left_out.insert(p.func_id);
             }
         }
-        self.left_out.len() - before
     }
 
     /// Name of the function probed as `func_id`.
