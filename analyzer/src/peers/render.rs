@@ -79,33 +79,34 @@ pub fn report_text(report: &Report, distance: super::Distance) -> String {
             ))
         );
     }
-    for b in &report.verdict.brief {
-        let _ = writeln!(
-            s,
-            "deviated briefly, not called faulty: {} by {} in {} windows from t = {:.1} s (beside a server faulty for longer: a knock-on effect of its fault or a passing disturbance; --persistence 0 names every server found faulty)",
-            b.server,
-            b.metrics
-                .iter()
-                .map(|m| m.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-            b.windows,
-            b.from_s
-        );
-    }
-    for b in &report.verdict.load_shift {
-        let _ = writeln!(
-            s,
-            "took over load, not called faulty: {} by {} in {} windows from t = {:.1} s (it carried more of the work than its peers while a server faulty in its own resources shed it; --load-shift false names it)",
-            b.server,
-            b.metrics
-                .iter()
-                .map(|m| m.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-            b.windows,
-            b.from_s
-        );
+    // Servers found faulty by some metric but not called faulty, and why.
+    let set_aside = [
+        (
+            &report.verdict.brief,
+            "deviated briefly",
+            "beside a server faulty for longer: a knock-on effect of its fault or a passing disturbance; --persistence 0 names every server found faulty",
+        ),
+        (
+            &report.verdict.load_shift,
+            "took over load",
+            "it carried more of the work than its peers while a server faulty in its own resources shed it; --load-shift false names it",
+        ),
+    ];
+    for (servers, what, why) in set_aside {
+        for b in servers {
+            let _ = writeln!(
+                s,
+                "{what}, not called faulty: {} by {} in {} windows from t = {:.1} s ({why})",
+                b.server,
+                b.metrics
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b.windows,
+                b.from_s
+            );
+        }
     }
     for silent in &report.verdict.no_data {
         let _ = writeln!(s, "no data for {}: {}", silent.metric.name(), silent.reason);

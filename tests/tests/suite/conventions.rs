@@ -37,9 +37,18 @@ fn record(dir: &Path, terminal: bool, extra: &[&str]) -> String {
         path(&out).to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let output = if terminal {
-        // script gives the tracer a pseudo-terminal and copies what it
-        // drew to its own standard output.
+    let output = run_on(&args, terminal);
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(output.status.success(), "{output:?}");
+    text(&output)
+}
+
+/// Runs `args` (the program first) for at most 60 s, under a terminal
+/// (`script` gives it a pseudo-terminal and copies what it drew to its own
+/// standard output) or with piped output.
+fn run_on(args: &[String], terminal: bool) -> std::process::Output {
+    if terminal {
         Command::new("timeout")
             .args([
                 "-s",
@@ -55,13 +64,14 @@ fn record(dir: &Path, terminal: bool, extra: &[&str]) -> String {
     } else {
         Command::new("timeout")
             .args(["-s", "KILL", "60"])
-            .args(&args)
+            .args(args)
             .output()
     }
-    .expect("the tracer runs");
-    let _ = target.kill();
-    let _ = target.wait();
-    assert!(output.status.success(), "{output:?}");
+    .expect("the program runs")
+}
+
+/// Everything a run wrote, standard output then standard error.
+fn text(output: &std::process::Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -129,33 +139,10 @@ fn analyzer_progress_shows_on_a_terminal_only() {
             args.push("--quiet".into());
         }
         args.push(path(&capture).to_string());
-        let output = if terminal {
-            Command::new("timeout")
-                .args([
-                    "-s",
-                    "KILL",
-                    "60",
-                    "script",
-                    "-qefc",
-                    &args.join(" "),
-                    "/dev/null",
-                ])
-                .stdin(Stdio::null())
-                .output()
-        } else {
-            Command::new("timeout")
-                .args(["-s", "KILL", "60"])
-                .args(&args)
-                .output()
-        }
-        .expect("the analyzer runs");
+        let output = run_on(&args, terminal);
         // No analysis applies to this capture alone: exit 0, "no verdict".
         assert_eq!(output.status.code(), Some(0), "{output:?}");
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
+        text(&output)
     };
     let shown = diagnose(true, false);
     assert!(
