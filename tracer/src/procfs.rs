@@ -706,20 +706,22 @@ mod tests {
     #[test]
     fn a_long_command_line_keeps_the_arguments_that_fit_and_says_so() {
         // Two arguments of 100 KiB: the first fits the bound, the second not.
+        // They are handed to a shell that ignores them: given to sleep, they
+        // made it exit at once (invalid interval), and a zombie's command
+        // line reads empty.
         let long = "a".repeat(100 << 10);
-        let mut child = std::process::Command::new("sleep")
-            .args(["30", &long, &long])
+        let script = "sleep 30; :";
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script, &long, &long])
             .spawn()
-            .expect("spawn sleep");
-        // spawn() returns once the child is forked, maybe before its exec has
-        // replaced the command line: read until it is sleep's (empty or the
-        // test binary's before that).
+            .expect("spawn sh");
+        // spawn() may return before exec has replaced the command line: read
+        // until it is the shell's.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let args = loop {
             let args = cmdline(child.id());
-            let is_sleep =
-                matches!(&args, Ok(a) if a.first().is_some_and(|c| c.ends_with("sleep")));
-            if is_sleep || std::time::Instant::now() > deadline {
+            let is_shell = matches!(&args, Ok(a) if a.get(2).is_some_and(|c| c == script));
+            if is_shell || std::time::Instant::now() > deadline {
                 break args;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -727,9 +729,13 @@ mod tests {
         child.kill().ok();
         child.wait().ok();
         let args = args.expect("cmdline");
-        assert_eq!(args.len(), 4, "sleep, 30, one long argument, the note");
-        assert_eq!(args[2], long);
-        assert!(args[3].contains("longer than"), "{}", args[3]);
+        assert_eq!(
+            args.len(),
+            5,
+            "sh, -c, the script, one long argument, the note"
+        );
+        assert_eq!(args[3], long);
+        assert!(args[4].contains("longer than"), "{}", args[4]);
     }
 
     #[test]
