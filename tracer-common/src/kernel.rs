@@ -563,6 +563,8 @@ pub struct KernelOffsets {
     pub tcp_cb_seq: u32,
     /// `tcp_sock.total_retrans`.
     pub tcp_total_retrans: u32,
+    /// `task_struct.exit_code` (how an exiting task ends).
+    pub task_exit_code: u32,
 }
 
 impl KernelOffsets {
@@ -604,6 +606,7 @@ impl KernelOffsets {
         skb_cb: NO_OFFSET,
         tcp_cb_seq: NO_OFFSET,
         tcp_total_retrans: NO_OFFSET,
+        task_exit_code: NO_OFFSET,
     };
 
     /// Lifecycle from raw tracepoints: a task's pid (the fork's child).
@@ -690,7 +693,7 @@ const _: () = assert!(size_of::<NetSnmp>() == 200);
 const _: () = assert!(size_of::<TcpRetransmitSock>() == 104);
 const _: () = assert!(size_of::<DeviceName>() == 128);
 const _: () = assert!(size_of::<NetAddr>() == 56);
-const _: () = assert!(size_of::<KernelOffsets>() == 144);
+const _: () = assert!(size_of::<KernelOffsets>() == 148);
 
 // SAFETY: each is repr(C), integers only, and the size assertions above show
 // no implicit padding (explicit `_pad` fields fill the gaps).

@@ -269,6 +269,83 @@ pub mod lifecycle {
     pub const EXEC: u32 = 2;
     /// A task exited (`sched_process_exit`); the process is gone when `tid == pid`.
     pub const EXIT: u32 = 3;
+    /// Set in [`super::Lifecycle::exit_code`] when the kernel's exit code
+    /// was read: captures from before it was recorded, and kernels whose
+    /// BTF lacks `task_struct.exit_code`, leave the field zero (unknown,
+    /// never "exited with 0").
+    pub const EXIT_CODE_KNOWN: u32 = 1 << 31;
+}
+
+/// How a process ended, from the kernel's exit code (`task_struct.exit_code`:
+/// the status shifted left by 8, or the signal number, with 0x80 when a core
+/// was dumped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExitStatus {
+    /// `exit(status)` or a return from `main`.
+    Exited(u8),
+    /// Killed by signal `signal`.
+    Killed {
+        /// The signal number.
+        signal: u8,
+        /// Whether a core dump was written (or attempted).
+        core: bool,
+    },
+}
+
+impl ExitStatus {
+    /// Decodes a raw kernel exit code.
+    pub fn from_code(code: u32) -> Self {
+        let signal = (code & 0x7f) as u8;
+        if signal == 0 {
+            Self::Exited(((code >> 8) & 0xff) as u8)
+        } else {
+            Self::Killed {
+                signal,
+                core: code & 0x80 != 0,
+            }
+        }
+    }
+
+    /// Whether the process ended itself abnormally: a non-zero exit
+    /// status, or a signal its own fault raises (a bad access, an abort,
+    /// a trap). Signals others send to end a process (TERM, KILL, INT,
+    /// HUP, QUIT) and a write to a closed pipe or socket (PIPE: its peer
+    /// left first) are not its own failure.
+    pub fn is_failure(self) -> bool {
+        match self {
+            Self::Exited(status) => status != 0,
+            Self::Killed { signal, .. } => matches!(
+                signal,
+                4 /* ILL */ | 5 /* TRAP */ | 6 /* ABRT */ | 7 /* BUS */ | 8 /* FPE */
+                    | 11 /* SEGV */ | 31 /* SYS */
+            ),
+        }
+    }
+
+    /// `exit status 1`, `killed by SIGSEGV (core dumped)`.
+    pub fn describe(self) -> String {
+        match self {
+            Self::Exited(status) => format!("exit status {status}"),
+            Self::Killed { signal, core } => format!(
+                "killed by {}{}",
+                signal_name(signal),
+                if core { " (core dumped)" } else { "" }
+            ),
+        }
+    }
+}
+
+/// `SIGSEGV` for 11; `signal 42` for what has no name on Linux x86-64.
+pub fn signal_name(signal: u8) -> String {
+    const NAMES: [&str; 32] = [
+        "", "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV",
+        "USR2", "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU",
+        "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
+    ];
+    match NAMES.get(usize::from(signal)) {
+        Some(name) if !name.is_empty() => format!("SIG{name}"),
+        _ => format!("signal {signal}"),
+    }
 }
 
 /// Process lifecycle, 56 bytes.
@@ -283,10 +360,19 @@ pub struct Lifecycle {
     pub child_tid: u32,
     /// Exit: 1 when the whole thread group is gone (the process ended).
     pub group_dead: u32,
-    /// Padding, zero.
-    pub _pad: u32,
+    /// Exit: the kernel's exit code with [`lifecycle::EXIT_CODE_KNOWN`]
+    /// set; zero when unknown (see [`Lifecycle::exit_status`]).
+    pub exit_code: u32,
     /// Task command name after the event, NUL-padded.
     pub comm: [u8; 16],
+}
+
+impl Lifecycle {
+    /// How the task ended, for an exit whose code was recorded.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        (self.event == lifecycle::EXIT && self.exit_code & lifecycle::EXIT_CODE_KNOWN != 0)
+            .then(|| ExitStatus::from_code(self.exit_code & !lifecycle::EXIT_CODE_KNOWN))
+    }
 }
 
 /// A TCP retransmission (`tcp:tcp_retransmit_skb`), 64 bytes. Fires in softirq
@@ -644,5 +730,56 @@ mod tests {
         };
         assert_eq!(FuncReturn::read_from(rec.as_bytes()), Some(rec));
         assert_eq!(FuncReturn::read_from(&rec.as_bytes()[..39]), None);
+    }
+
+    /// The kernel's exit codes (`wait(2)`'s status layout) decode to what
+    /// a person reads; only a process's own failures count as failures.
+    #[test]
+    fn exit_codes_decode_and_only_own_failures_count() {
+        let exit = |code: u32| Lifecycle {
+            event: lifecycle::EXIT,
+            group_dead: 1,
+            exit_code: code | lifecycle::EXIT_CODE_KNOWN,
+            ..Default::default()
+        };
+        assert_eq!(exit(0).exit_status(), Some(ExitStatus::Exited(0)));
+        assert_eq!(exit(3 << 8).exit_status(), Some(ExitStatus::Exited(3)));
+        let segv = exit(11 | 0x80).exit_status().expect("known");
+        assert_eq!(
+            segv,
+            ExitStatus::Killed {
+                signal: 11,
+                core: true
+            }
+        );
+        assert_eq!(segv.describe(), "killed by SIGSEGV (core dumped)");
+        assert!(segv.is_failure());
+        assert!(ExitStatus::Exited(1).is_failure());
+        assert!(!ExitStatus::Exited(0).is_failure());
+        // Sent by others, or its peer's leaving: not its own failure.
+        for signal in [1, 2, 3, 9, 13, 15] {
+            assert!(
+                !ExitStatus::Killed {
+                    signal,
+                    core: false
+                }
+                .is_failure(),
+                "{signal}"
+            );
+        }
+        assert_eq!(signal_name(64), "signal 64");
+        // Unknown (older captures): no status, not "exited with 0".
+        let unknown = Lifecycle {
+            event: lifecycle::EXIT,
+            ..Default::default()
+        };
+        assert_eq!(unknown.exit_status(), None);
+        // Only exits carry one.
+        let fork = Lifecycle {
+            event: lifecycle::FORK,
+            exit_code: lifecycle::EXIT_CODE_KNOWN,
+            ..Default::default()
+        };
+        assert_eq!(fork.exit_status(), None);
     }
 }

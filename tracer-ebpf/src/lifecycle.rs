@@ -23,13 +23,13 @@ use crate::{
 };
 
 #[inline(always)]
-fn record(event: u32, pid: u32, tid: u32, child_tid: u32, group_dead: u32) {
+fn record(event: u32, pid: u32, tid: u32, child_tid: u32, group_dead: u32, exit_code: u32) {
     let record = Lifecycle {
         header: header(kind::LIFECYCLE, size_of::<Lifecycle>(), pid, tid),
         event,
         child_tid,
         group_dead,
-        _pad: 0,
+        exit_code,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     if event == lifecycle::EXIT {
@@ -62,14 +62,14 @@ fn on_fork<C: aya_ebpf::EbpfContext>(ctx: &C, child: u32) {
         at_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
     };
     let _ = PARENT.insert(&child, &forked, 0);
-    record(lifecycle::FORK, pid, tid, child, 0);
+    record(lifecycle::FORK, pid, tid, child, 0, 0);
 }
 
 #[inline(always)]
 fn on_exec() {
     let (pid, tid) = current();
     if is_traced(pid) {
-        record(lifecycle::EXEC, pid, tid, 0, 0);
+        record(lifecycle::EXEC, pid, tid, 0, 0, 0);
     }
 }
 
@@ -90,7 +90,11 @@ fn on_exit(group_dead: impl FnOnce() -> u32) {
         crate::untrace(tid);
     }
     if is_traced(pid) {
-        record(lifecycle::EXIT, pid, tid, 0, group_dead);
+        // do_exit() stored the code before this tracepoint: how the
+        // process ended (a crash is told from a normal end by it).
+        let exit_code = read::<i32>(crate::kernel::current_task(), off!(task_exit_code))
+            .map_or(0, |code| code as u32 & 0xffff | lifecycle::EXIT_CODE_KNOWN);
+        record(lifecycle::EXIT, pid, tid, 0, group_dead, exit_code);
     }
     if group_dead != 0 {
         crate::untrace(pid);

@@ -311,6 +311,7 @@ const FIELDS: &[Field] = &[
     (|o| &mut o.task_flags, "task_struct", "flags", 4),
     (|o| &mut o.task_pid, "task_struct", "pid", 4),
     (|o| &mut o.task_tgid, "task_struct", "tgid", 4),
+    (|o| &mut o.task_exit_code, "task_struct", "exit_code", 4),
     (|o| &mut o.task_files, "task_struct", "files", 8),
     (|o| &mut o.files_fdt, "files_struct", "fdt", 8),
     (|o| &mut o.fdt_max_fds, "fdtable", "max_fds", 4),

@@ -329,7 +329,7 @@ fn print_scores(
     }
     writeln!(
         out,
-        "! behaviour no normal run showed: no model to match, a call no learned unit made there, call paths no learned unit had together, normal call paths in an order no normal run took, a unit that never completed, a score more than {NORMAL_MARGIN} above the highest of held-out normal units (\"normal\"), or a process deviating again and again where its peers do not"
+        "! behaviour no normal run showed: no model to match, a call no learned unit made there, call paths no learned unit had together, normal call paths in an order no normal run took, a unit that never completed, a process that crashed or exited with an error as no learned one did, a score more than {NORMAL_MARGIN} above the highest of held-out normal units (\"normal\"), or a process deviating again and again where its peers do not"
     )?;
     if !report.calibrated {
         writeln!(

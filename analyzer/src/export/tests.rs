@@ -186,7 +186,7 @@ fn capture() -> Capture {
         event: lifecycle::FORK,
         child_tid: 99,
         group_dead: 0,
-        _pad: 0,
+        exit_code: 0,
         comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
     };
     let retransmit = TcpRetransmit {

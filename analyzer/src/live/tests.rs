@@ -81,7 +81,7 @@ fn exit(ts: u64, pid: u32) -> Rec {
         event: lifecycle::EXIT,
         child_tid: 0,
         group_dead: 1,
-        _pad: 0,
+        exit_code: 0,
         comm: *b"srv\0\0\0\0\0\0\0\0\0\0\0\0\0",
     };
     (ts, r.as_bytes().to_vec())
@@ -821,7 +821,7 @@ fn a_thread_that_began_in_the_gap_loses_its_first_unit() {
             event: lifecycle::FORK,
             child_tid: TID,
             group_dead: 0,
-            _pad: 0,
+            exit_code: 0,
             comm: *b"srv\0\0\0\0\0\0\0\0\0\0\0\0\0",
         };
         (w + 5 * US, r.as_bytes().to_vec())

@@ -27,8 +27,9 @@ use crate::units::{ProcessUnits, UnitKind, Variant};
 /// each tree's units ([`Succession`]s); version 3 still reads, without it.
 /// 5: how many of each tree's units found their connection ended by the
 /// other end ([`CallTreeModel::peer_ended`]); versions 3 and 4 still read,
-/// without it.
-pub const MODEL_VERSION: u32 = 5;
+/// without it. 6: how learned processes failed ([`GroupModel::failures`]);
+/// versions 3 to 5 still read, without it.
+pub const MODEL_VERSION: u32 = 6;
 
 /// The oldest model version this build reads.
 pub const OLDEST_MODEL_VERSION: u32 = 3;
@@ -56,6 +57,14 @@ pub struct GroupModel {
     pub post_process: Trees,
     /// Handler units by connection key.
     pub handlers: Trees,
+    /// How learned processes of the group failed (an exit status or signal
+    /// of their own failure, see
+    /// [`tracer_common::record::ExitStatus::is_failure`], described, and
+    /// how many did): empty when none did. `None` when some learned
+    /// process ended without a recorded exit status (older recorders), and
+    /// in models learned before it was kept: then an ending says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<BTreeMap<String, u32>>,
 }
 
 impl GroupModel {
@@ -235,6 +244,7 @@ impl GlobalModel {
             None => {
                 self.groups.push(GroupModel {
                     signature: process.signature.clone(),
+                    failures: Some(BTreeMap::new()),
                     ..GroupModel::default()
                 });
                 self.groups.len() - 1
@@ -242,6 +252,18 @@ impl GlobalModel {
         };
         let group = &mut self.groups[idx];
         group.processes += 1;
+        match process.ended {
+            // Still running at the end, or ended as it should.
+            None => {}
+            Some((_, None)) => group.failures = None,
+            Some((_, Some(status))) => {
+                if let Some(failures) = group.failures.as_mut()
+                    && status.is_failure()
+                {
+                    *failures.entry(status.describe()).or_default() += 1;
+                }
+            }
+        }
         if group.examples.len() < 8 {
             group.examples.push(format!(
                 "{}[{}]@{}",
@@ -277,6 +299,15 @@ impl GlobalModel {
             {
                 Some(mine) => {
                     mine.processes += g.processes;
+                    mine.failures = match (mine.failures.take(), &g.failures) {
+                        (Some(mut a), Some(b)) => {
+                            for (how, n) in b {
+                                *a.entry(how.clone()).or_default() += n;
+                            }
+                            Some(a)
+                        }
+                        _ => None,
+                    };
                     for e in &g.examples {
                         if mine.examples.len() < 8 {
                             mine.examples.push(e.clone());

@@ -208,6 +208,7 @@ mod tests {
             signature: vec!["listen".into()],
             nodes: table,
             units,
+            ended: None,
         }
     }
 
@@ -971,5 +972,93 @@ mod tests {
         assert!(together.iter().all(|u| u.ended_by.is_none()));
         assert!(together.iter().filter(|u| u.pid == 2).all(|u| !u.anomalous));
         assert!(together.iter().any(|u| u.pid == 1 && u.anomalous));
+    }
+
+    /// A process that crashed (or exited with an error) as no learned
+    /// process of its group did is named, at the unit it was in when it
+    /// ended, even when every unit it ran behaves normally (the handler it
+    /// crashed in not traced, as under an overhead budget). An ending the
+    /// normal runs also showed, a signal others send, and a model that
+    /// does not know how its processes ended say nothing.
+    #[test]
+    fn a_process_that_failed_as_no_learned_one_did_is_named() {
+        use crate::score::Evidence;
+        use tracer_common::record::ExitStatus;
+        let ended = |status: Option<ExitStatus>| {
+            let mut p = process(1, &times(&[GET, PUT], 40));
+            p.ended = Some((1_000, status));
+            p
+        };
+        let normal = |status| -> Vec<Vec<ProcessUnits>> {
+            (0..4)
+                .map(|_| vec![ended(status), process(2, &times(&[GET], 40))])
+                .collect()
+        };
+        let segv = ExitStatus::Killed {
+            signal: 11,
+            core: false,
+        };
+        let crashed = |status| {
+            let mut p = process(1, &[GET, PUT, GET]);
+            // Inside the second unit (10..15).
+            p.ended = Some((12, Some(status)));
+            p
+        };
+        let model = learned(&normal(Some(ExitStatus::Exited(0))));
+        assert_eq!(model.groups[0].failures, Some(Default::default()));
+        let units = scores(&model, &crashed(segv));
+        let died: Vec<_> = units.iter().filter(|u| u.anomalous).collect();
+        assert_eq!(died.len(), 1, "{units:#?}");
+        assert_eq!(died[0].start_ns, 10);
+        assert!(matches!(
+            died[0].evidence.as_slice(),
+            [Evidence::Died { how, learned: 8, .. }] if how == "killed by SIGSEGV"
+        ));
+        let report = super::super::ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            super::super::Ranking::Evidence,
+            &["trial".to_string()],
+            units,
+        );
+        assert_eq!(report.first().map(|u| u.pid), Some(1));
+        assert!(
+            report
+                .explanation
+                .iter()
+                .any(|l| l.contains("killed by SIGSEGV: a failure of its own")),
+            "{:#?}",
+            report.explanation
+        );
+        // An error exit is a failure too; a kill by TERM is someone else's.
+        assert!(
+            scores(&model, &crashed(ExitStatus::Exited(1)))
+                .iter()
+                .any(|u| u.anomalous)
+        );
+        let term = ExitStatus::Killed {
+            signal: 15,
+            core: false,
+        };
+        assert!(scores(&model, &crashed(term)).iter().all(|u| !u.anomalous));
+        // The normal runs' processes ended so too: nothing new.
+        let model = learned(&normal(Some(segv)));
+        assert_eq!(
+            model.groups[0]
+                .failures
+                .as_ref()
+                .map(|f| f["killed by SIGSEGV"]),
+            Some(4)
+        );
+        assert!(scores(&model, &crashed(segv)).iter().all(|u| !u.anomalous));
+        // Learned from captures that did not record how processes ended.
+        let model = learned(&normal(None));
+        assert_eq!(model.groups[0].failures, None);
+        assert!(scores(&model, &crashed(segv)).iter().all(|u| !u.anomalous));
+        // A model from before endings were kept reads without them.
+        let mut old = serde_json::to_value(&model.groups[0]).expect("json");
+        old.as_object_mut().expect("group").remove("failures");
+        let old: crate::model::GroupModel = serde_json::from_value(old).expect("old group");
+        assert_eq!(old.failures, None);
     }
 }

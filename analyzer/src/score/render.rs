@@ -48,6 +48,7 @@ pub fn why(s: &UnitScore) -> String {
             Evidence::ClosedFirst { peer, comm, .. } => {
                 format!("closed first: its peer {comm}[{peer}] found the connection ended")
             }
+            Evidence::Died { how, at_s, .. } => format!("process ended at {at_s:.3} s, {how}"),
             Evidence::Repeated { units, peers, .. } => format!(
                 "deviated {units} times in this tree (peers: {})",
                 peers

@@ -539,6 +539,7 @@ fn deviation(u: &UnitScore) -> Option<String> {
             Evidence::Repeated { .. } => "repeated".to_string(),
             Evidence::LeftFirst { .. } => "left-first".to_string(),
             Evidence::ClosedFirst { peer, .. } => format!("closed-first:{peer}"),
+            Evidence::Died { how, .. } => format!("died:{how}"),
         };
         out.push('|');
         out.push_str(&part);
@@ -790,6 +791,10 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
             Evidence::LeftFirst { quiet_s, normal_s } => format!(
                 "it ended a connection at {:.3} s, the first of the run to, and the run then stalled: no unit began or ended in any process for {quiet_s:.2} s, where the normal runs never stayed quiet longer than {normal_s:.2} s; every other unit behaves like units of the normal runs (each process waiting as in them), so the process that left first is the one the others wait for",
                 u.deviated_s
+            ),
+            Evidence::Died { how, at_s, learned } => format!(
+                "its process ended at {at_s:.3} s, {how}: a failure of its own, which none of the {} learned processes of its group ended by",
+                thousands(u64::from(*learned))
             ),
             Evidence::ClosedFirst {
                 peer,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::Capture,
-    model::{CallTreeModel, GlobalModel, NO_UNIT, NormalRange, OTHER_BEHAVIOUR},
+    model::{CallTreeModel, GlobalModel, GroupModel, NO_UNIT, NormalRange, OTHER_BEHAVIOUR},
     units::{Links, NodeTable, ProcessUnits, Unit, UnitKind},
 };
 
@@ -275,6 +275,21 @@ pub enum Evidence {
         /// The longest quiet span of the normal runs, s.
         normal_s: f64,
     },
+    /// Its process ended by a failure of its own (a non-zero exit status,
+    /// or a bad access, an abort, a trap: see
+    /// [`tracer_common::record::ExitStatus::is_failure`]) that no learned
+    /// process of its group ever ended by. The unit is the one the process
+    /// was in when it ended, else the last one it began. Needs no function
+    /// probe: a crash shows even where an overhead budget detached the
+    /// handlers it crashed in.
+    Died {
+        /// How it ended (`killed by SIGSEGV (core dumped)`).
+        how: String,
+        /// When, s since the capture began.
+        at_s: f64,
+        /// Learned processes of the group (none ended so).
+        learned: u32,
+    },
     /// It closed its end of a connection, and the process at the other end
     /// then found the connection ended (end of stream or reset) in a unit
     /// of a tree whose learned units never found it so, and deviated there:
@@ -299,7 +314,7 @@ impl Evidence {
     pub fn strength(&self) -> u8 {
         match self {
             Self::NoGroup | Self::NoModel { .. } => 5,
-            Self::Open { waiting: false, .. } => 4,
+            Self::Open { waiting: false, .. } | Self::Died { .. } => 4,
             Self::Open { waiting: true, .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } | Self::ClosedFirst { .. } => 3,
             Self::NewBehaviour { .. } | Self::OutOfOrder { .. } | Self::LeftFirst { .. } => 2,
@@ -688,6 +703,7 @@ pub fn score_linked_processes(
     for p in processes {
         let group_index = model.groups.iter().position(|g| g.signature == p.signature);
         let group = group_index.map(|i| &model.groups[i]);
+        let first = out.len();
         let mut sequences = Sequences::default();
         for u in &p.units {
             let connection = u.connection.as_ref().map(|c| c.0.to_string());
@@ -806,10 +822,49 @@ pub fn score_linked_processes(
                 ended_by: None,
             });
         }
+        if let Some(g) = group {
+            died(g, capture, p, &mut out[first..]);
+        }
     }
     closed_first(model, capture, links, processes, &mut out);
     rank(&mut out);
     out
+}
+
+/// Marks the unit process `p` was in when it ended by a failure of its own
+/// that no learned process of its group `g` ended by ([`Evidence::Died`]),
+/// anomalous from its end on. `out` holds the scores of `p`'s units, in
+/// their order. A group whose learned endings are unknown says nothing.
+fn died(g: &GroupModel, capture: &Capture, p: &ProcessUnits, out: &mut [UnitScore]) {
+    let (Some(failures), Some((at_ns, Some(status)))) = (&g.failures, p.ended) else {
+        return;
+    };
+    let how = status.describe();
+    if !status.is_failure() || failures.contains_key(&how) {
+        return;
+    }
+    // The unit it was in, else the last it began before its end.
+    let Some(i) = out
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| u.start_ns <= at_ns)
+        .max_by_key(|(i, u)| (u.end_ns >= at_ns || !u.open.is_empty(), u.start_ns, *i))
+        .map(|(i, _)| i)
+    else {
+        return;
+    };
+    let clock = &capture.header.clock;
+    let u = &mut out[i];
+    if !u.anomalous || u.deviated_wall_ns > clock.to_realtime(at_ns) {
+        u.deviated_wall_ns = clock.to_realtime(at_ns);
+        u.deviated_s = (at_ns as f64 - clock.monotonic_ns as f64) / 1e9;
+    }
+    u.evidence.push(Evidence::Died {
+        how,
+        at_s: (at_ns as f64 - clock.monotonic_ns as f64) / 1e9,
+        learned: g.processes,
+    });
+    u.anomalous = true;
 }
 
 /// Blames an anomaly that followed the end of a connection on the process

@@ -94,6 +94,7 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
             signature,
             nodes: traces.nodes,
             units,
+            ended: traces.ended,
         });
     }
     out

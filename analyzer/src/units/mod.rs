@@ -80,6 +80,7 @@ mod tests {
             signature: Vec::new(),
             nodes: NodeTable::default(),
             units,
+            ended: None,
         }
     }
 

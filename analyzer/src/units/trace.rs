@@ -20,8 +20,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use tracer_common::{
     capture::RawRecords,
     record::{
-        FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit, UsdtString, kind,
-        lifecycle,
+        ExitStatus, FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit,
+        UsdtString, kind, lifecycle,
     },
     syscall::nr,
 };
@@ -250,6 +250,8 @@ pub struct ThreadTraces {
     pub peers: HashMap<(u32, usize), String>,
     /// Threads whose exit was recorded, with its time.
     pub exited: BTreeMap<u32, u64>,
+    /// When the whole process ended, and how where that was recorded.
+    pub ended: Option<(u64, Option<ExitStatus>)>,
     /// The call site (return address, as the process saw it) of each
     /// native call's node key, by key id ([`NodeTable::key_id`]): where
     /// exports look up the caller's file and line.
@@ -398,6 +400,7 @@ struct ProcessBuilder {
     threads: Vec<(u32, ThreadBuilder)>,
     thread_index: FxHashMap<u32, usize>,
     exited: BTreeMap<u32, u64>,
+    ended: Option<(u64, Option<ExitStatus>)>,
     /// (tid, index into `threads`) of the last record: runs of one thread's
     /// records skip the lookup.
     last_thread: Option<(u32, usize)>,
@@ -629,6 +632,7 @@ impl ProcessBuilder {
             peers: self.peers,
             pairs: self.pairs,
             exited: self.exited,
+            ended: self.ended,
             call_sites: self.call_sites,
         }
     }
@@ -691,10 +695,12 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
     })
 }
 
-/// The thread of an exit lifecycle record.
-fn exit_of(header: &Header, bytes: &[u8]) -> Option<u32> {
+/// An exit lifecycle record's thread, and whether the whole process ended
+/// with it (with its exit status, where recorded).
+fn exit_of(header: &Header, bytes: &[u8]) -> Option<(u32, Option<Option<ExitStatus>>)> {
     let rec = Lifecycle::read_from(bytes)?;
-    (rec.event == lifecycle::EXIT).then_some(header.tid)
+    (rec.event == lifecycle::EXIT)
+        .then(|| (header.tid, (rec.group_dead != 0).then(|| rec.exit_status())))
 }
 
 /// Every record of `capture` as (header, bytes); damaged chunks end early
@@ -782,10 +788,12 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 break;
             }
         } else if header.kind == kind::LIFECYCLE {
-            if let Some(tid) = exit_of(&header, bytes) {
-                builder(&mut current, &mut processes, header.pid)
-                    .exited
-                    .insert(tid, header.ts_ns);
+            if let Some((tid, ended)) = exit_of(&header, bytes) {
+                let b = builder(&mut current, &mut processes, header.pid);
+                b.exited.insert(tid, header.ts_ns);
+                if let Some(status) = ended {
+                    b.ended = Some((header.ts_ns, status));
+                }
             }
         } else if roles.is_empty() {
             // No USDT probes: nothing else builds traces.
@@ -808,7 +816,7 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
-        let mut exits: Vec<(u32, u32, u64)> = Vec::new();
+        let mut exits: Vec<(u32, u32, u64, Option<Option<ExitStatus>>)> = Vec::new();
         // Strings resolve in ring order, before the per-thread sort: a
         // pointer's text is sent once per process, by whichever thread.
         strings = UsdtStrings::default();
@@ -822,13 +830,17 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
             } else if header.kind == kind::USDT_STRING {
                 strings.record(bytes);
             } else if header.kind == kind::LIFECYCLE
-                && let Some(tid) = exit_of(&header, bytes)
+                && let Some((tid, ended)) = exit_of(&header, bytes)
             {
-                exits.push((header.pid, tid, header.ts_ns));
+                exits.push((header.pid, tid, header.ts_ns, ended));
             }
         }
-        for (pid, tid, t) in exits {
-            processes.entry(pid).or_default().exited.insert(tid, t);
+        for (pid, tid, t, ended) in exits {
+            let b = processes.entry(pid).or_default();
+            b.exited.insert(tid, t);
+            if let Some(status) = ended {
+                b.ended = Some((t, status));
+            }
         }
         let mut raw: Vec<_> = raw.into_iter().collect();
         raw.sort_unstable_by_key(|(k, _)| *k);

@@ -1,6 +1,7 @@
 //! Units and the processes they belong to.
 
 use serde::{Deserialize, Serialize};
+use tracer_common::record::ExitStatus;
 
 use super::ConnectionKey;
 
@@ -128,4 +129,7 @@ pub struct ProcessUnits {
     pub nodes: super::NodeTable,
     /// Units of every thread, in time order per thread.
     pub units: Vec<Unit>,
+    /// When the process ended within the capture (monotonic ns), and how
+    /// where the recorder read it.
+    pub ended: Option<(u64, Option<ExitStatus>)>,
 }

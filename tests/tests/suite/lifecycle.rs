@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use tests::{Background, capture, entries_by_function, events, fixture, privileged, tracer};
-use tracer_common::record::lifecycle;
+use tracer_common::record::{ExitStatus, lifecycle};
 
 /// A forked child is traced, and still traced after it execs.
 #[test]
@@ -322,5 +322,67 @@ fn probe_everywhere_reaches_other_processes_of_the_program() {
         counts.keys().map(|(p, _)| *p).collect::<Vec<_>>(),
         [traced.id()],
         "{counts:?}"
+    );
+}
+
+/// How each process ended is recorded: an exit status, or the signal that
+/// killed it. The model analysis tells a crash from a normal end by it,
+/// without a probe in the function that crashed.
+#[test]
+fn how_each_process_ended_is_recorded() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("ends.capture");
+    // Three children, run one after another: one exits with 3, one is
+    // killed by the abort signal it sends itself, one ends normally.
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        "sh",
+        "-c",
+        "sh -c 'exit 3'; sh -c 'kill -ABRT $$'; sh -c 'exit 0'; exit 0",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let mut ended: Vec<(u64, u32, Option<ExitStatus>)> = events(&cap)
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lifecycle(l) if l.event == lifecycle::EXIT && l.group_dead == 1 => {
+                Some((l.header.ts_ns, l.header.pid, l.exit_status()))
+            }
+            _ => None,
+        })
+        .collect();
+    ended.sort_unstable();
+    let statuses: Vec<Option<ExitStatus>> = ended.iter().map(|e| e.2).collect();
+    // Whether the abort dumped a core depends on the host's core limit.
+    assert!(
+        matches!(
+            statuses.as_slice(),
+            [
+                Some(ExitStatus::Exited(3)),
+                Some(ExitStatus::Killed { signal: 6, .. }),
+                Some(ExitStatus::Exited(0)),
+                Some(ExitStatus::Exited(0)),
+            ]
+        ),
+        "{ended:?}"
+    );
+    let text = tracer(&["replay", out.to_str().expect("utf8")]);
+    assert!(
+        text.stdout.contains("(process ended: killed by SIGABRT"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("(process ended: exit status 3)"),
+        "{}",
+        text.stdout
     );
 }

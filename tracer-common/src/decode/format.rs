@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     kernel::{NET_DEV_COUNTERS, NET_SNMP_COUNTERS, TcpRetransmitSock, block_op, file_class},
-    record::{SYSCALL_UNFINISHED, lifecycle},
+    record::{ExitStatus, SYSCALL_UNFINISHED, lifecycle},
     syscall,
 };
 use serde::Serialize;
@@ -196,10 +196,11 @@ impl<'a> Formatter<'a> {
                         line,
                         "{}{}",
                         comm_string(&l.comm),
-                        if l.group_dead != 0 {
-                            " (process ended)"
-                        } else {
-                            ""
+                        match (l.group_dead != 0, l.exit_status()) {
+                            (true, Some(status)) =>
+                                format!(" (process ended: {})", status.describe()),
+                            (true, None) => " (process ended)".to_string(),
+                            (false, _) => String::new(),
                         }
                     ),
                 };
@@ -431,6 +432,15 @@ impl<'a> Formatter<'a> {
                 }
                 if l.event == lifecycle::EXIT {
                     obj.insert("process_ended".into(), json!(l.group_dead != 0));
+                    if let Some(status) = l.exit_status() {
+                        let (code, signal, core) = match status {
+                            ExitStatus::Exited(code) => (Some(code), None, false),
+                            ExitStatus::Killed { signal, core } => (None, Some(signal), core),
+                        };
+                        obj.insert("exit_status".into(), json!(code));
+                        obj.insert("signal".into(), json!(signal));
+                        obj.insert("core_dumped".into(), json!(core));
+                    }
                 }
             }
             Event::TcpRetransmit(t) => {

@@ -562,7 +562,7 @@ mod tests {
             event,
             child_tid: child,
             group_dead: 0,
-            _pad: 0,
+            exit_code: 0,
             comm: [0; 16],
         };
         let records = [
