@@ -323,6 +323,7 @@ impl ExitStatus {
     }
 
     /// `exit status 1`, `killed by SIGSEGV (core dumped)`.
+    #[cfg(feature = "std")]
     pub fn describe(self) -> String {
         match self {
             Self::Exited(status) => format!("exit status {status}"),
@@ -336,6 +337,7 @@ impl ExitStatus {
 }
 
 /// `SIGSEGV` for 11; `signal 42` for what has no name on Linux x86-64.
+#[cfg(feature = "std")]
 pub fn signal_name(signal: u8) -> String {
     const NAMES: [&str; 32] = [
         "", "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV",
