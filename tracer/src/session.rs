@@ -2484,7 +2484,8 @@ mod tests {
         let placed = target.mapping(entry_ip).expect("a mapping");
         assert_eq!(placed.path, path);
         // A function of the program: same file offset through either mapping.
-        let f = an_entry_point_places_the_programs_code_where_the_kernel_mapped_it as usize as u64;
+        let f =
+            an_entry_point_places_the_programs_code_where_the_kernel_mapped_it as *const () as u64;
         assert!(
             f >= placed.start && f < placed.end,
             "{f:#x} outside {placed:?}"
