@@ -382,12 +382,15 @@ impl Tracker {
             && let Some(e) = record::Enroll::read_from(bytes)
         {
             // A new process of an `--exe` target (its first record, written
-            // to wake us): read its /proc now, while it lives.
+            // to wake us): read its /proc now, while it lives, as any
+            // traced process's first record does below.
             if !self.snapshotted.contains(&header.pid) {
+                loaded.register_sockets(header.pid);
                 self.snapshot(header.pid, true, sink)?;
             }
             if !self.infos.contains_key(&header.pid) {
                 self.place_enrolled(header.pid, &e, sink)?;
+                self.stub_if_gone(header.pid, header.ts_ns, sink)?;
             }
         } else if header.kind == kind::SAMPLE
             && let Some(s) = record::Sample::read_from(bytes)
