@@ -157,8 +157,9 @@ pub const TRACED_CHILD: u32 = 2;
 /// six integer argument registers ([`record::FuncEntryArgs`]).
 pub const COOKIE_ARGS: u64 = 1 << 32;
 /// Bit set in the attach cookie of an enrolment probe (at an executable's
-/// entry point, for `--exe`): the process hitting it becomes traced; no
-/// record is written.
+/// entry point, for `--exe`): the process hitting it becomes traced, and a
+/// [`record::Enroll`] says so, with the target's index in the cookie's
+/// [`COOKIE_FUNC_MASK`] bits.
 pub const COOKIE_ENROLL: u64 = 1 << 33;
 /// Entries of [`maps::USDT_SPECS`]: the most USDT probe sites one recording attaches.
 pub const USDT_MAX_SITES: u32 = 4096;

@@ -53,6 +53,8 @@ pub mod kind {
     pub const FUNC_ENTRY_STACK: u16 = 20;
     /// [`super::CpuTimes`]: written by the recorder, not by eBPF.
     pub const CPU_TIMES: u16 = 21;
+    /// [`super::Enroll`].
+    pub const ENROLL: u16 = 22;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -155,6 +157,24 @@ pub struct CpuTimes {
 pub mod cpu_times_flags {
     /// The sums keep the last reading of threads that exited.
     pub const KEEPS_EXITED: u32 = 1;
+}
+
+/// A process started running an `--exe` target and became traced (its
+/// enrolment probe, at the executable's entry point, fired), 40 bytes.
+/// Where the entry point was mapped places the executable in the process
+/// when the process is gone before the recorder could read its `/proc`
+/// maps (a short-lived process on a loaded machine).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Enroll {
+    /// Common header.
+    pub header: Header,
+    /// Index of the executable among the recording's `--exe` targets.
+    pub target: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Runtime address of the entry point.
+    pub entry_ip: u64,
 }
 
 /// Return from a traced function (uretprobe), 40 bytes.
@@ -561,6 +581,7 @@ const _: () = assert!(size_of::<SyscallEnter>() == 40);
 const _: () = assert!(size_of::<Syscall>() == 88);
 const _: () = assert!(size_of::<Sample>() == 56);
 const _: () = assert!(size_of::<Lifecycle>() == 56);
+const _: () = assert!(size_of::<Enroll>() == 40);
 const _: () = assert!(size_of::<TcpRetransmit>() == 64);
 const _: () = assert!(size_of::<TracepointOffsets>() == 32);
 const _: () = assert!(size_of::<UsdtHit>() == 80);
@@ -589,6 +610,7 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::NET_ADDR => Some(size_of::<crate::kernel::NetAddr>()),
         kind::FUNC_ENTRY_STACK => Some(size_of::<FuncEntryStack>()),
         kind::CPU_TIMES => Some(size_of::<CpuTimes>()),
+        kind::ENROLL => Some(size_of::<Enroll>()),
         _ => None,
     }
 }
@@ -642,6 +664,8 @@ unsafe impl Pod for Sample {}
 // SAFETY: as above.
 unsafe impl Pod for Lifecycle {}
 // SAFETY: as above.
+unsafe impl Pod for Enroll {}
+// SAFETY: as above.
 unsafe impl Pod for TcpRetransmit {}
 // SAFETY: as above.
 unsafe impl Pod for UsdtHit {}
@@ -692,6 +716,7 @@ mod tests {
         assert_eq!(offset_of!(Sample, comm), 40);
         assert_eq!(offset_of!(Lifecycle, event), 24);
         assert_eq!(offset_of!(Lifecycle, comm), 40);
+        assert_eq!(offset_of!(Enroll, entry_ip), 32);
         assert_eq!(offset_of!(TcpRetransmit, saddr), 32);
         assert_eq!(offset_of!(TcpRetransmit, daddr), 48);
         assert_eq!(offset_of!(UsdtHit, probe_id), 24);
@@ -707,7 +732,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in (1..=16).chain([kind::FUNC_ENTRY_STACK, kind::CPU_TIMES]) {
+        for k in (1..=16).chain([kind::FUNC_ENTRY_STACK, kind::CPU_TIMES, kind::ENROLL]) {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }

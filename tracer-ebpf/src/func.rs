@@ -9,11 +9,13 @@ use aya_ebpf::{
 };
 use tracer_common::{
     COOKIE_ARGS, COOKIE_CALIBRATE, COOKIE_ENROLL, COOKIE_FUNC_MASK, COOKIE_GEN, TRACED_ROOT,
-    record::{FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, STACK_ARGS, kind},
+    record::{Enroll, FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, STACK_ARGS, kind},
     stats::Stat,
 };
 
-use crate::{FUNC_GEN, FUNC_HITS, count, current, emit, emit_discarded, header, is_traced, trace};
+use crate::{
+    FUNC_GEN, FUNC_HITS, count, current, emit, emit_discarded, emit_urgent, header, is_traced, trace,
+};
 
 /// Whether a hit of a probe with `cookie` is recorded: the calibration
 /// probe's always (and discarded), others for traced processes when their
@@ -63,7 +65,19 @@ fn try_func_entry(ctx: &ProbeContext) {
         // from its first instruction.
         if !trace(pid, TRACED_ROOT) {
             count(Stat::PidMapFull);
+            return;
         }
+        // Said at once (user space reads the new process's /proc while it
+        // lives), with where the entry point is mapped (the executable's
+        // place in the process, should it be gone before that).
+        // SAFETY: the context of a uprobe is the task's saved user registers.
+        let ip = unsafe { (*ctx.regs).rip };
+        emit_urgent(Enroll {
+            header: header(kind::ENROLL, size_of::<Enroll>(), pid, tid),
+            target: (cookie & COOKIE_FUNC_MASK) as u32,
+            _pad: 0,
+            entry_ip: ip,
+        });
         return;
     }
     if !wanted(cookie, pid, true) {

@@ -1238,8 +1238,14 @@ impl Loaded {
     }
 
     /// Attaches an enrolment probe at `file_offset` (an executable's entry
-    /// point): every process that starts running it becomes traced.
-    pub fn attach_enroll(&mut self, exe: &Path, file_offset: u64) -> Result<(), LoadError> {
+    /// point): every process that starts running it becomes traced, and its
+    /// enrolment record carries `index`.
+    pub fn attach_enroll(
+        &mut self,
+        exe: &Path,
+        file_offset: u64,
+        index: u32,
+    ) -> Result<(), LoadError> {
         self.load_uprobes()?;
         let prog: &mut UProbe = self
             .ebpf
@@ -1251,7 +1257,7 @@ impl Loaded {
             .map_err(attach_err(programs::FUNC_ENTRY))?;
         let point = UProbeAttachPoint {
             location: UProbeAttachLocation::AbsoluteOffset(file_offset),
-            cookie: Some(tracer_common::COOKIE_ENROLL),
+            cookie: Some(tracer_common::COOKIE_ENROLL | u64::from(index)),
         };
         let id = prog
             .attach(point, exe, UProbeScope::AllProcesses)

@@ -401,6 +401,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::DEVICE_NAME => "device_name",
         kind::NET_ADDR => "net_addr",
         kind::CPU_TIMES => "cpu_times",
+        kind::ENROLL => "enroll",
         _ => "unknown",
     }
 }

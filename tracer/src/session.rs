@@ -16,8 +16,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, Meta, Overhead, Probe, ProcessInfo,
-        ProcessState, RawRecords, RecordSettings, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, Overhead, Probe, ProcessInfo,
+        ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
     },
     record::{
         self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
@@ -279,6 +279,8 @@ struct Tracker {
     exec_snapshots: BTreeSet<u32>,
     /// When each process was last snapshotted again for an unmapped sample.
     remapped: BTreeMap<u32, u64>,
+    /// The `--exe` targets, by the index their enrolment records carry.
+    enrolled: Vec<Option<EnrollTarget>>,
 }
 
 impl Tracker {
@@ -302,6 +304,7 @@ impl Tracker {
             probes_from: BTreeMap::new(),
             exec_snapshots: BTreeSet::new(),
             remapped: BTreeMap::new(),
+            enrolled: Vec::new(),
         }
     }
 
@@ -375,6 +378,20 @@ impl Tracker {
                     _ => {}
                 }
             }
+        } else if header.kind == kind::ENROLL
+            && let Some(e) = record::Enroll::read_from(bytes)
+        {
+            // A new process of an `--exe` target (its first record, written
+            // to wake us): read its /proc now, while it lives, as any
+            // traced process's first record does below.
+            if !self.snapshotted.contains(&header.pid) {
+                loaded.register_sockets(header.pid);
+                self.snapshot(header.pid, true, sink)?;
+            }
+            if !self.infos.contains_key(&header.pid) {
+                self.place_enrolled(header.pid, &e, sink)?;
+                self.stub_if_gone(header.pid, header.ts_ns, sink)?;
+            }
         } else if header.kind == kind::SAMPLE
             && let Some(s) = record::Sample::read_from(bytes)
         {
@@ -436,6 +453,57 @@ impl Tracker {
         self.remapped.insert(pid, ts_ns);
         let traced = info.traced;
         self.snapshot(pid, traced, sink)
+    }
+
+    /// A process of an `--exe` target gone before `/proc` could be read (a
+    /// short-lived process, a loaded machine): its snapshot places the
+    /// executable where its enrolment record saw the entry point, so calls
+    /// from the program's code are still placed. What only `/proc` has (its
+    /// environment, such as an MPI rank's number; its arguments; its
+    /// libraries, placed by the analyzer from probe hits) stays unknown.
+    fn place_enrolled(
+        &mut self,
+        pid: u32,
+        e: &record::Enroll,
+        sink: &mut Sink,
+    ) -> Result<(), RecordError> {
+        let Some(target) = self
+            .enrolled
+            .get(e.target as usize)
+            .and_then(Option::as_ref)
+        else {
+            return Ok(());
+        };
+        let Some(map) = target.mapping(e.entry_ip) else {
+            return Ok(());
+        };
+        log::debug!(
+            "process {pid} exited before its maps were read: {} placed from its entry point",
+            target.path
+        );
+        if self.objects_written.insert(target.path.clone()) {
+            self.pending_objects.push(PathBuf::from(&target.path));
+        }
+        let comm = self
+            .names
+            .get(&pid)
+            .filter(|c| !c.is_empty())
+            .cloned()
+            .unwrap_or_else(|| target.comm());
+        let info = ProcessInfo {
+            pid,
+            seen_ns: e.header.ts_ns,
+            traced: true,
+            comm: comm.clone(),
+            exe: target.path.clone(),
+            maps: vec![map],
+            probes_from_ns: self.probes_from.get(&pid).copied(),
+            ..Default::default()
+        };
+        self.comms.insert(pid, comm);
+        sink.meta(&Meta::Process(info.clone()))?;
+        self.infos.insert(pid, info);
+        Ok(())
     }
 
     /// A process that exited before `/proc` could be read still gets a
@@ -587,6 +655,59 @@ fn read_kallsyms() -> Vec<(u64, String)> {
         .collect();
     syms.sort_unstable();
     syms
+}
+
+/// An `--exe` target as its enrolment records name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct EnrollTarget {
+    /// Canonical path (as `/proc/PID/maps` names it).
+    path: String,
+    /// Entry point, a virtual address of the file.
+    entry: u64,
+    /// The loadable segment holding the entry point: the program's code.
+    text: Segment,
+}
+
+impl EnrollTarget {
+    /// `None` when no segment holds the entry point.
+    fn new(path: &str, entry: u64, segments: &[Segment]) -> Option<Self> {
+        let text = *segments
+            .iter()
+            .find(|s| entry >= s.vaddr && entry - s.vaddr < s.filesz)?;
+        Some(Self {
+            path: path.to_string(),
+            entry,
+            text,
+        })
+    }
+
+    /// The code's mapping in a process whose entry point ran at `entry_ip`;
+    /// `None` for an address that cannot be one (from a record).
+    fn mapping(&self, entry_ip: u64) -> Option<MapEntry> {
+        let bias = entry_ip.checked_sub(self.entry)?;
+        let start = bias.checked_add(self.text.vaddr)?;
+        Some(MapEntry {
+            start,
+            end: start.checked_add(self.text.filesz)?,
+            offset: self.text.offset,
+            perms: "r-xp".into(),
+            path: self.path.clone(),
+        })
+    }
+
+    /// The kernel's name of a process running it: the file name, cut to
+    /// 15 bytes.
+    fn comm(&self) -> String {
+        let name = Path::new(&self.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut end = name.len().min(15);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name[..end].to_string()
+    }
 }
 
 /// What step 1 of [`Session::start`] gathers from the targets.
@@ -1260,8 +1381,8 @@ impl Session {
         for probe in &empty_probes {
             loaded.attach_empty_probe(probe)?;
         }
-        for (exe, offset) in &enroll {
-            loaded.attach_enroll(exe, *offset)?;
+        for (index, (exe, offset)) in enroll.iter().enumerate() {
+            loaded.attach_enroll(exe, *offset, index as u32)?;
         }
         progress(&format!(
             "attached {} function probes ({} links{}) in {:.0} ms{}",
@@ -1308,6 +1429,13 @@ impl Session {
                 log::debug!("no symbols for {}: {e}", path.display());
             }
         }
+        tracker.enrolled = enroll
+            .iter()
+            .map(|(path, _)| {
+                let elf = elf_cache.get(path).ok()?;
+                EnrollTarget::new(&path.display().to_string(), elf.entry, &elf.table.segments)
+            })
+            .collect();
         tracker.elf_cache = elf_cache;
         // Probed objects' symbols go in even if no snapshot of a process
         // catches them mapped: the analyzer can place them from the probe hits.
@@ -2320,7 +2448,57 @@ impl Taps {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuMeter, CpuTally};
+    use super::{CpuMeter, CpuTally, EnrollTarget};
+
+    /// The mapping placed from an enrolment record is where the kernel
+    /// mapped the program: checked on this test process against its own
+    /// `/proc` maps, for a function of it (a call site in the program).
+    #[test]
+    fn an_entry_point_places_the_programs_code_where_the_kernel_mapped_it() {
+        let exe = std::env::current_exe()
+            .expect("current exe")
+            .canonicalize()
+            .expect("canonical");
+        let elf = crate::elf::ElfSymbols::read(&exe).expect("readable ELF");
+        let path = exe.display().to_string();
+        let target =
+            EnrollTarget::new(&path, elf.entry, &elf.table.segments).expect("entry in a segment");
+        let own = crate::procfs::snapshot(std::process::id(), 0, true).expect("own snapshot");
+        let real = |addr: u64| {
+            own.maps
+                .iter()
+                .find(|m| m.path == path && addr >= m.start && addr < m.end)
+                .map(|m| addr - m.start + m.offset)
+        };
+        // Where the entry point is mapped in this process (what the
+        // enrolment probe reads from the instruction pointer).
+        let entry_offset =
+            crate::elf::file_offset(&elf.table.segments, elf.entry).expect("entry offset");
+        let m = own
+            .maps
+            .iter()
+            .find(|m| {
+                m.path == path
+                    && entry_offset >= m.offset
+                    && entry_offset - m.offset < m.end - m.start
+            })
+            .expect("entry point mapped");
+        let entry_ip = m.start + (entry_offset - m.offset);
+        let placed = target.mapping(entry_ip).expect("a mapping");
+        assert_eq!(placed.path, path);
+        // A function of the program: same file offset through either mapping.
+        let f =
+            an_entry_point_places_the_programs_code_where_the_kernel_mapped_it as *const () as u64;
+        assert!(
+            f >= placed.start && f < placed.end,
+            "{f:#x} outside {placed:?}"
+        );
+        assert_eq!(Some(f - placed.start + placed.offset), real(f));
+        // An address no entry point can have is not placed.
+        assert_eq!(target.mapping(elf.entry.wrapping_sub(1)), None);
+        // Named as the kernel names it.
+        assert_eq!(target.comm(), own.comm);
+    }
 
     /// A child busy for a while, then asleep under the same pid.
     fn busy_child() -> (std::process::Child, u32) {

@@ -297,8 +297,8 @@ pub fn fit(rank: u32, host: &str, pid: u32, steps: &[Step]) -> TaskModel {
 
 /// Builds the run's models from MPI profiles, optionally symbolizing call
 /// sites with the captures the profiles came from (matched by host and
-/// pid); without captures, or for call sites that do not resolve, a state
-/// is the MPI function alone.
+/// pid); without captures a state is the MPI function alone, and a call
+/// site that does not resolve is said unplaced (see [`Sites::label`]).
 pub fn build(profiles: &Profiles, captures: &[&Capture], phase: Phase) -> Models {
     build_with_tails(profiles, captures, phase, None)
 }
@@ -341,7 +341,14 @@ pub fn build_with_tails(
             .collect();
         let mut steps = Vec::with_capacity(2 * calls.len() + 1);
         let mut prev = start;
-        let mut site_of = |addr: u64| sites.label(&r.host, r.pid, addr);
+        // Without captures no site is wanted: the function alone.
+        let mut site_of = |addr: u64| {
+            if captures.is_empty() {
+                String::new()
+            } else {
+                sites.label(&r.host, r.pid, addr)
+            }
+        };
         // (function, call site) → state, per rank: the strings of a state
         // are built and interned once, not once per call.
         let mut call_states = rustc_hash::FxHashMap::default();

@@ -435,7 +435,7 @@ pub fn write_events(
                 | Event::NetSnmp(_)
                 | Event::DeviceName(_)
                 | Event::NetAddr(_) => args = Some(fmt.json(&event).to_string()),
-                Event::Unknown(_) => {}
+                Event::Enroll(_) | Event::Unknown(_) => {}
             }
             t.bytes(8, name);
             t.i64(9, duration);

@@ -530,8 +530,22 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
         .flat_map(|e| &e.processes)
         .map(|p| (p.pid, p.state.as_str()))
         .collect();
-    let mut out = Vec::new();
+    const RANK_VARS: [&str; 3] = ["PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"];
+    // The launcher's rank, from the latest snapshot that has one (a
+    // process gone before its /proc was read has none).
+    let launcher_rank = |pid: u32| {
+        capture
+            .processes
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find_map(|p| env_rank(&p.env, &RANK_VARS))
+    };
+    // Ranks without one take, in pid order, the numbers no launcher's rank
+    // took: one rank missed among others never repeats a number.
+    let taken: BTreeSet<u32> = procs.keys().filter_map(|pid| launcher_rank(*pid)).collect();
     let mut by_pid_order = 0u32;
+    let mut out = Vec::new();
     for (pid, mut b) in procs {
         let mut open: Vec<OpenCall> = b
             .threads
@@ -561,13 +575,16 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
         }
         let info = capture.processes.get(&pid).and_then(|v| v.last());
         let env = info.map(|p| &p.env);
-        let from_env =
-            env.and_then(|e| env_rank(e, &["PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"]));
-        let (rank, rank_source) = match from_env {
+        let (rank, rank_source) = match launcher_rank(pid) {
             Some(r) => (r, RankSource::Environment),
-            None => (by_pid_order, RankSource::PidOrder),
+            None => {
+                while taken.contains(&by_pid_order) {
+                    by_pid_order += 1;
+                }
+                by_pid_order += 1;
+                (by_pid_order - 1, RankSource::PidOrder)
+            }
         };
-        by_pid_order += 1;
         let cpus: BTreeSet<u32> = b.calls.iter().map(|c| c.cpu).collect();
         out.push(RankProfile {
             rank,
@@ -746,6 +763,40 @@ mod tests {
     }
 
     const COMM_WORLD: u64 = 0x4400_0000;
+
+    /// A rank whose snapshot was missed (no environment) takes the number
+    /// no launcher's rank took, not its place in pid order: here pid order
+    /// would make it a second rank 1 and the profile would fail.
+    #[test]
+    fn a_rank_without_its_environment_takes_the_free_number() {
+        let lib = "libmpich.so.12";
+        let cap = capture(
+            &[(lib, "MPI_Barrier", false)],
+            &[(10, Some(1), Vec::new()), (30, Some(2), Vec::new())],
+            &[],
+            |b| {
+                for (i, pid) in [10, 20, 30].into_iter().enumerate() {
+                    let t = 1_000 * (i as u64 + 1);
+                    b.entry(pid, 0, t, 0x40, [COMM_WORLD, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+                    b.ret(pid, 0, t + 100);
+                }
+            },
+        );
+        let p = extract(&[&cap]).expect("profiles");
+        let got: Vec<(u32, u32, RankSource)> = p
+            .ranks
+            .iter()
+            .map(|r| (r.pid, r.rank, r.rank_source))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (20, 0, RankSource::PidOrder),
+                (10, 1, RankSource::Environment),
+                (30, 2, RankSource::Environment),
+            ]
+        );
+    }
 
     /// Rank 1 (by PMI_RANK) makes an MPI_Send with an MPI_Type_size nested
     /// inside (not a call of its own), then an MPI_Recv; rank 0 has no

@@ -14,6 +14,16 @@ use crate::{
     decode::{Capture, Symbolizer},
 };
 
+/// The label of a call site the recorder could not read (the stack was
+/// not readable at the call).
+pub const UNRECORDED: &str = "unplaced (call site not recorded)";
+/// The label of a call site of a host no capture is from.
+pub const NO_CAPTURE: &str = "unplaced (no capture of its host)";
+/// The label of a call site outside every mapping the capture holds for
+/// its process (the process was gone before the recorder read its maps,
+/// and the site is in no object its probes or entry point place).
+pub const UNMAPPED: &str = "unplaced (outside the process's recorded maps)";
+
 /// Labels of call sites of the processes of some captures, computed once
 /// per (host, pid, address).
 pub struct Sites<'a> {
@@ -42,14 +52,17 @@ impl<'a> Sites<'a> {
         }
     }
 
-    /// The label of return address `addr` in process `pid` on `host`; empty
-    /// for address 0 (not recorded) or an address no object covers.
+    /// The label of return address `addr` in process `pid` on `host`. A
+    /// site that cannot be placed says so and why ([`UNRECORDED`],
+    /// [`NO_CAPTURE`], [`UNMAPPED`]), never an empty label; the words do not
+    /// name the process, so one function's unplaced calls are one state in
+    /// every rank.
     pub fn label(&mut self, host: &str, pid: u32, addr: u64) -> String {
         if addr == 0 {
-            return String::new();
+            return UNRECORDED.into();
         }
         let Some(i) = self.symbolizers.iter().position(|(h, _)| *h == host) else {
-            return String::new();
+            return NO_CAPTURE.into();
         };
         let key = (i, pid, addr);
         if let Some(l) = self.cache.get(&key) {
@@ -61,7 +74,11 @@ impl<'a> Sites<'a> {
         let frames = self.lines.frames_at(s, pid, addr, AddressKind::Return);
         let label = match frames.first() {
             Some(f) if f.line.is_some() => label_of(f),
-            _ => s.user(pid, addr).map(|l| l.to_string()).unwrap_or_default(),
+            _ => s
+                .user(pid, addr)
+                .map(|l| l.to_string())
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| UNMAPPED.into()),
         };
         self.cache.insert(key, label.clone());
         label
@@ -175,8 +192,8 @@ mod tests {
                     .contains(&label),
             "{label}"
         );
-        assert_eq!(sites.label("n1", PID, 0), "");
-        assert_eq!(sites.label("other-host", PID, at(site)), "");
+        assert_eq!(sites.label("n1", PID, 0), UNRECORDED);
+        assert_eq!(sites.label("other-host", PID, at(site)), NO_CAPTURE);
 
         assert_eq!(sites.missing_notes(), Vec::<String>::new());
 
@@ -192,6 +209,20 @@ mod tests {
         let (cap, at) = capture(&built, None);
         let mut sites = Sites::new(&[&cap]);
         assert_eq!(sites.label("n1", PID, at(site)), "outer+0x1");
+    }
+
+    /// A call site outside every mapping the capture holds for its process
+    /// (gone before the recorder read its maps, in no probed object) says
+    /// it is unplaced, and the same words for every process: one state per
+    /// function in every rank.
+    #[test]
+    fn a_site_outside_the_recorded_maps_is_said_unplaced() {
+        let Some(built) = build() else { return };
+        let (cap, at) = capture(&built, Some(&built.program.build_id));
+        let mut sites = Sites::new(&[&cap]);
+        let outside = at(built.outer.0) - 0x10_0000;
+        assert_eq!(sites.label("n1", PID, outside), UNMAPPED);
+        assert_eq!(sites.label("n1", PID + 1, at(built.outer.0 + 1)), UNMAPPED);
     }
 
     #[test]

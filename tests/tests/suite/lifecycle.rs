@@ -124,6 +124,78 @@ fn a_process_gone_before_its_records_are_read_is_named_by_its_exit() {
     assert_eq!(cap.comm(pid), Some("calls"), "{:?}", cap.processes);
 }
 
+/// The program of a process that ended before the recorder read its first
+/// record is still placed, from its enrolment record: a call it made into
+/// a library is placed in its own code, not left unplaced (issue 17: an
+/// MPI rank's calls into libmpi had no call site). Only the library is
+/// probed, so no probe hit places the program.
+#[test]
+fn a_process_gone_before_its_records_are_read_has_its_program_placed() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("gone.capture");
+    let exe = calls.to_str().expect("utf8");
+    let recorder = Background::start(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "--no-follow",
+        "--no-syscalls",
+        "--exe",
+        exe,
+        "-f",
+        "libc.so.6:fflush",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args(["-s", sig, &recorder.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {sig}");
+    };
+    // Nothing is read while the process runs and is reaped.
+    signal("STOP");
+    let mut child = Command::new(&calls)
+        .args(["run", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("calls runs");
+    let pid = child.id();
+    let ran = child.wait().expect("calls exits");
+    signal("CONT");
+    assert!(ran.success(), "calls: {ran}");
+    let stopped = recorder.stop("INT");
+    assert!(stopped.success(), "tracer: {stopped}");
+
+    let cap = capture(&out);
+    let program = calls.canonicalize().expect("canonical");
+    let sym = analyzer::Symbolizer::new(&cap);
+    let sites: Vec<String> = events(&cap)
+        .iter()
+        .filter_map(|e| match e {
+            Event::Entry { rec, .. } if rec.header.pid == pid => Some(
+                sym.user(pid, rec.call_site)
+                    .filter(|l| Path::new(l.object) == program)
+                    .map_or_else(
+                        || format!("unplaced {:#x}", rec.call_site),
+                        |l| l.to_string(),
+                    ),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !sites.is_empty() && sites.iter().all(|s| !s.starts_with("unplaced")),
+        "{sites:?} {:?}",
+        cap.processes
+    );
+}
+
 /// Whether `pid`'s executable text differs from the file `exe`: a uprobe
 /// installed in a process writes a breakpoint into its copy of the page.
 fn text_patched(pid: u32, exe: &Path) -> bool {

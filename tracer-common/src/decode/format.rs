@@ -351,6 +351,13 @@ impl<'a> Formatter<'a> {
                     c.threads
                 );
             }
+            Event::Enroll(e) => {
+                let _ = write!(
+                    line,
+                    "--exe target {} entered at {:#x}",
+                    e.target, e.entry_ip
+                );
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -547,6 +554,10 @@ impl<'a> Formatter<'a> {
                 obj.insert("slices".into(), json!(c.slices));
                 obj.insert("threads".into(), json!(c.threads));
                 obj.insert("flags".into(), json!(c.flags));
+            }
+            Event::Enroll(e) => {
+                obj.insert("target".into(), json!(e.target));
+                obj.insert("entry_ip".into(), json!(e.entry_ip));
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

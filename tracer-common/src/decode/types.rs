@@ -5,8 +5,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::{
     kernel::{BlockIo, DeviceName, FileIo, NetAddr, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
-        CpuTimes, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample, SockAddr,
-        Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
+        CpuTimes, Enroll, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample,
+        SockAddr, Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
@@ -32,6 +32,8 @@ pub enum Event {
     Sample(Sample),
     /// Fork, exec or exit.
     Lifecycle(Lifecycle),
+    /// A process started running an `--exe` target.
+    Enroll(Enroll),
     /// A TCP retransmission (from an older capture, with its addresses only:
     /// [`TcpRetransmitSock::identity`] is `None`). Reads as a
     /// [`TcpRetransmit`] through `Deref`.
@@ -88,6 +90,7 @@ impl Event {
             kind::SYSCALL => Self::Syscall(Syscall::read_from(bytes)?),
             kind::SAMPLE => Self::Sample(Sample::read_from(bytes)?),
             kind::LIFECYCLE => Self::Lifecycle(Lifecycle::read_from(bytes)?),
+            kind::ENROLL => Self::Enroll(Enroll::read_from(bytes)?),
             kind::TCP_RETRANSMIT => Self::TcpRetransmit(TcpRetransmitSock {
                 base: TcpRetransmit::read_from(bytes)?,
                 ..TcpRetransmitSock::default()
@@ -114,6 +117,7 @@ impl Event {
             Self::Syscall(r) => &r.header,
             Self::Sample(r) => &r.header,
             Self::Lifecycle(r) => &r.header,
+            Self::Enroll(r) => &r.header,
             Self::TcpRetransmit(r) => &r.base.header,
             Self::Usdt(r) => &r.header,
             Self::UsdtString(r) => &r.header,
@@ -140,6 +144,7 @@ impl Event {
                 crate::record::lifecycle::EXEC => "exec",
                 _ => "exit",
             },
+            Self::Enroll(_) => "enroll",
             Self::TcpRetransmit(_) => "tcp_retransmit",
             Self::Usdt(_) => "usdt",
             Self::UsdtString(_) => "usdt_string",
