@@ -274,6 +274,15 @@ pub fn thresholds_text(t: &Thresholds) -> String {
         c.calibration.describe(),
         number(c.min_threshold)
     );
+    let margin = c.small_sample_margin(t.runs.len());
+    if margin > 1.0 {
+        let _ = writeln!(
+            s,
+            "  widened {margin:.2}× for training on {} run(s), fewer than the {} the cushion was chosen for (a fresh clean run beats every training run more often; --reference-runs)",
+            t.runs.len(),
+            c.reference_runs.unwrap_or(0)
+        );
+    }
     for (metric, servers) in &t.metrics {
         let _ = writeln!(
             s,

@@ -94,6 +94,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         }
     }
     let resolution = cfg.resolution();
+    let margin = cfg.small_sample_margin(runs.len());
     let mut metrics: BTreeMap<Metric, BTreeMap<String, ServerThreshold>> = BTreeMap::new();
     for metric in &cfg.metrics {
         // A metric with no component in any run (nothing was sampled, say)
@@ -152,7 +153,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                     }
                 };
                 let t = ServerThreshold {
-                    threshold: threshold.max(cfg.min_threshold),
+                    threshold: (margin * threshold).max(cfg.min_threshold),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),
