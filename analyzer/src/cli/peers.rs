@@ -189,9 +189,10 @@ pub(crate) struct FeatureArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     load_shift: bool,
     /// Small-sample margin (beyond the paper): trained on fewer than N
-    /// fault-free runs, every threshold is widened by (N+1)/(runs+1), since
-    /// a fresh clean run beats the largest of fewer training runs more
-    /// often (2 runs: ×1.33, 1 run: ×2); 0: off.
+    /// fault-free runs, the sustained calibration's cushion on its bar is
+    /// widened by (N+1)/(runs+1), since a fresh clean run beats the
+    /// largest of fewer training runs more often (2 runs: ×1.33, 1 run:
+    /// ×2; the paper's cap stays); 0: off.
     #[arg(long, value_name = "N", default_value_t = PeersConfig::default().reference_runs.unwrap_or(0))]
     reference_runs: usize,
     /// One capture holds several server daemons (`tracer record -p A -p B`):

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::types::{Outcome, Report, Thresholds};
+use super::types::{Calibration, Outcome, Report, Thresholds};
 use crate::report::{COLORS, escape};
 
 /// The diagnosis as text: verdict, per-metric score tables (`*` anomalous,
@@ -275,10 +275,10 @@ pub fn thresholds_text(t: &Thresholds) -> String {
         number(c.min_threshold)
     );
     let margin = c.small_sample_margin(t.runs.len());
-    if margin > 1.0 {
+    if margin > 1.0 && matches!(c.calibration, Calibration::Sustained { .. }) {
         let _ = writeln!(
             s,
-            "  widened {margin:.2}× for training on {} run(s), fewer than the {} the cushion was chosen for (a fresh clean run beats every training run more often; --reference-runs)",
+            "  cushion on the sustained bar widened {margin:.2}× for training on {} run(s), fewer than the {} it was chosen for (a fresh clean run beats every training run more often; --reference-runs)",
             t.runs.len(),
             c.reference_runs.unwrap_or(0)
         );

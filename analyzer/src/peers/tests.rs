@@ -1953,12 +1953,13 @@ fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
         let th = &t.metrics[&Metric::Time][&server.label];
         assert_eq!(th.minimal, bar, "{}", server.label);
         let paper = 2.0 * minimal_threshold(&[th.max_score], cfg.resolution());
-        // Two training runs: widened by the small-sample margin, 4/3.
+        // Two training runs: the bar's cushion widened by the small-sample
+        // margin, 4/3; the cap stays.
         let margin = cfg.small_sample_margin(runs.len());
         assert_eq!(margin, 4.0 / 3.0);
         assert_eq!(
             th.threshold,
-            (margin * (3.0 * bar).min(paper)).max(cfg.min_threshold)
+            (margin * 3.0 * bar).min(paper).max(cfg.min_threshold)
         );
     }
     // A steady series: the k-th highest is the largest, and the paper's
@@ -2521,12 +2522,9 @@ fn quantile_and_paper_thresholds_per_server() {
     };
     let runs = clean_runs(&paper, false);
     let t = train(&runs, &paper).expect("paper");
-    let margin = paper.small_sample_margin(runs.len());
+    // The small-sample margin is the sustained rule's only.
     for th in t.metrics[&Metric::Time].values() {
-        assert_eq!(
-            th.threshold,
-            (margin * 2.0 * th.minimal).max(paper.min_threshold)
-        );
+        assert_eq!(th.threshold, (2.0 * th.minimal).max(paper.min_threshold));
         assert!(th.minimal >= th.max_score);
     }
     let q = PeersConfig {
@@ -2548,7 +2546,7 @@ fn quantile_and_paper_thresholds_per_server() {
         let median = quantile(&mut own, 0.5);
         let th = &time[&server.label];
         assert_eq!(th.minimal, median, "{}", server.label);
-        assert_eq!(th.threshold, (margin * 3.0 * median).max(q.min_threshold));
+        assert_eq!(th.threshold, (3.0 * median).max(q.min_threshold));
         assert!(th.minimal < th.max_score, "the median is below the largest");
     }
 }
@@ -2872,8 +2870,11 @@ fn few_training_runs_widen_the_thresholds_and_spare_a_clean_run_under_load() {
     let narrow = train(&two, &off).expect("trained without the margin");
     let wide = train(&two, &cfg).expect("trained with the margin");
     for (label, th) in &wide.metrics[&Metric::CpuWait] {
-        let plain = narrow.metrics[&Metric::CpuWait][label].threshold;
-        assert_eq!(th.threshold, 4.0 / 3.0 * plain, "{label}");
+        let plain = &narrow.metrics[&Metric::CpuWait][label];
+        let cap = 2.0 * minimal_threshold(&[plain.max_score], 1.0);
+        assert_eq!(th.minimal, plain.minimal, "{label}");
+        assert_eq!(th.threshold, (4.0 * plain.minimal).min(cap), "{label}");
+        assert!(th.threshold > plain.threshold, "{label}");
     }
     assert_eq!(diagnose(&ci_trial, &narrow, cfg.k, 10).faulty, ["server4"]);
     let report = diagnose(&ci_trial, &wide, cfg.k, 10);

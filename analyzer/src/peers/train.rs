@@ -146,14 +146,17 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                         let m = quantile(&mut scores, q);
                         (m, margin * m)
                     }
+                    // The small-sample margin widens the sustained bar's
+                    // cushion, not the paper's cap: a steady metric keeps
+                    // its paper threshold.
                     Calibration::Sustained { factor, cap } => {
                         let m = sustained.get(&label).copied().unwrap_or(0.0);
                         let paper = cap * minimal_threshold(&scores, resolution);
-                        (m, (factor * m).min(paper))
+                        (m, (margin * factor * m).min(paper))
                     }
                 };
                 let t = ServerThreshold {
-                    threshold: (margin * threshold).max(cfg.min_threshold),
+                    threshold: threshold.max(cfg.min_threshold),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),
