@@ -38,6 +38,8 @@ pub(crate) struct FsArgs {
     command: FsCommand,
 }
 
+// Parsed once per invocation: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum FsCommand {
     /// One recorded experiment: start the cluster, record its servers, run
@@ -234,6 +236,11 @@ struct ScoreArgs {
     /// analyzer's; see `analyzer peers train --help`).
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     load_shift: Option<bool>,
+    /// Peer comparison: the small-sample margin's reference count of
+    /// training runs, 0 for off (default: the analyzer's; see `analyzer
+    /// peers train --help`).
+    #[arg(long, value_name = "N")]
+    reference_runs: Option<usize>,
     /// Threshold calibration (see `analyzer peers train --help`); several,
     /// comma-separated, print one summary line each (default: the
     /// analyzer's).
@@ -919,7 +926,7 @@ fn table(
         );
     }
     println!(
-        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, load-shift rule {}, thresholds {} per workload from the other clean runs",
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, load-shift rule {}, small-sample margin {}, thresholds {} per workload from the other clean runs",
         m.index.system,
         m.index.probes,
         a.window,
@@ -929,6 +936,8 @@ fn table(
         cfg.outlier.map_or("off".to_string(), |f| f.to_string()),
         cfg.persistence.map_or("off".to_string(), |p| p.to_string()),
         if cfg.load_shift { "on" } else { "off" },
+        cfg.reference_runs
+            .map_or("off".to_string(), |r| format!("below {r} training runs")),
         cfg.calibration.describe(),
     );
     let cells = cells_of(&verdicts);
@@ -978,6 +987,9 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     if let Some(on) = a.load_shift {
         cfg.load_shift = on;
+    }
+    if let Some(r) = a.reference_runs {
+        cfg.reference_runs = (r != 0).then_some(r);
     }
     cfg.validate()?;
     Ok(cfg)

@@ -188,6 +188,13 @@ pub(crate) struct FeatureArgs {
     /// false: off.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     load_shift: bool,
+    /// Small-sample margin (beyond the paper): trained on fewer than N
+    /// fault-free runs, the sustained calibration's cushion on its bar is
+    /// widened by (N+1)/(runs+1), since a fresh clean run beats the
+    /// largest of fewer training runs more often (2 runs: ×1.33, 1 run:
+    /// ×2; the paper's cap stays); 0: off.
+    #[arg(long, value_name = "N", default_value_t = PeersConfig::default().reference_runs.unwrap_or(0))]
+    reference_runs: usize,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -244,6 +251,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             outlier: (a.outlier != 0.0).then_some(a.outlier),
             persistence: (a.persistence != 0.0).then_some(a.persistence),
             load_shift: a.load_shift,
+            reference_runs: (a.reference_runs != 0).then_some(a.reference_runs),
             calibration: a.calibration,
             k: a.k,
             port_arg: a.port_arg,

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::types::{Outcome, Report, Thresholds};
+use super::types::{Calibration, Outcome, Report, Thresholds};
 use crate::report::{COLORS, escape};
 
 /// The diagnosis as text: verdict, per-metric score tables (`*` anomalous,
@@ -274,6 +274,15 @@ pub fn thresholds_text(t: &Thresholds) -> String {
         c.calibration.describe(),
         number(c.min_threshold)
     );
+    let margin = c.small_sample_margin(t.runs.len());
+    if margin > 1.0 && matches!(c.calibration, Calibration::Sustained { .. }) {
+        let _ = writeln!(
+            s,
+            "  cushion on the sustained bar widened {margin:.2}× for training on {} run(s), fewer than the {} it was chosen for (a fresh clean run beats every training run more often; --reference-runs)",
+            t.runs.len(),
+            c.reference_runs.unwrap_or(0)
+        );
+    }
     for (metric, servers) in &t.metrics {
         let _ = writeln!(
             s,

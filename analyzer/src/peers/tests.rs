@@ -1953,7 +1953,14 @@ fn the_sustained_bar_is_what_keeps_k_of_2k_minus_1_quiet() {
         let th = &t.metrics[&Metric::Time][&server.label];
         assert_eq!(th.minimal, bar, "{}", server.label);
         let paper = 2.0 * minimal_threshold(&[th.max_score], cfg.resolution());
-        assert_eq!(th.threshold, (3.0 * bar).min(paper).max(cfg.min_threshold));
+        // Two training runs: the bar's cushion widened by the small-sample
+        // margin, 4/3; the cap stays.
+        let margin = cfg.small_sample_margin(runs.len());
+        assert_eq!(margin, 4.0 / 3.0);
+        assert_eq!(
+            th.threshold,
+            (margin * 3.0 * bar).min(paper).max(cfg.min_threshold)
+        );
     }
     // A steady series: the k-th highest is the largest, and the paper's
     // threshold is the lower.
@@ -2515,6 +2522,7 @@ fn quantile_and_paper_thresholds_per_server() {
     };
     let runs = clean_runs(&paper, false);
     let t = train(&runs, &paper).expect("paper");
+    // The small-sample margin is the sustained rule's only.
     for th in t.metrics[&Metric::Time].values() {
         assert_eq!(th.threshold, (2.0 * th.minimal).max(paper.min_threshold));
         assert!(th.minimal >= th.max_score);
@@ -2743,4 +2751,197 @@ fn untrained_comparison_over_fault_kinds_and_seeds() {
             r.verdict.summary
         );
     }
+}
+
+/// A run of real cpu-wait scores (`scores[window][server]`, µs, from
+/// `xtask fs matrix --scores`) as a scored run of that one metric, each
+/// server's vector its score (the shape diagnosis ranks components on).
+fn cpu_wait_run(name: &str, scores: &[[f64; 4]]) -> Scored {
+    let servers: Vec<ServerInfo> = (1..=4)
+        .map(|s| ServerInfo {
+            label: format!("server{s}"),
+            source: format!("server{s}.capture"),
+            host: "node1".into(),
+            span: (0, 30 * SEC),
+        })
+        .collect();
+    let starts: Vec<u64> = (0..scores.len() as u64).map(|w| w * 2 * SEC).collect();
+    Scored {
+        run: name.into(),
+        servers,
+        windowed: Windowed {
+            starts,
+            window_ns: 4 * SEC,
+            metrics: vec![MetricVectors {
+                metric: Metric::CpuWait,
+                components: vec!["runnable, waiting for a CPU".into()],
+                vectors: scores
+                    .iter()
+                    .map(|w| w.iter().map(|s| vec![*s]).collect())
+                    .collect(),
+                empty: None,
+            }],
+            common_span: (0, 30 * SEC),
+        },
+        scores: vec![scores.iter().map(|w| w.to_vec()).collect()],
+        retransmit_peers: vec![Default::default(); 4],
+        notes: Vec::new(),
+        events: 0,
+    }
+}
+
+/// The small-sample margin: trained on fewer runs than the reference R,
+/// every threshold is widened by (R+1)/(n+1); at R runs or more, or with
+/// the margin off, nothing changes. On real windows (cpu-wait scores of
+/// MooseFS dd runs, 4 s windows every 2 s): in the CI test's runs at load
+/// about 15, a clean run in which server4 waited for a CPU 3-4 times as
+/// long as its peers for 6 s was called faulty on thresholds from 2 clean
+/// runs, and is not with the margin; in the m7 matrix, a CPU hog on one
+/// chunkserver is still found on thresholds from 2 of its clean runs.
+#[test]
+fn few_training_runs_widen_the_thresholds_and_spare_a_clean_run_under_load() {
+    let cfg = PeersConfig {
+        window_ns: 4 * SEC,
+        shift_ns: 2 * SEC,
+        metrics: vec![Metric::CpuWait],
+        ..PeersConfig::default()
+    };
+    assert_eq!(cfg.reference_runs, Some(3));
+    assert_eq!(cfg.small_sample_margin(1), 2.0);
+    assert_eq!(cfg.small_sample_margin(2), 4.0 / 3.0);
+    assert_eq!(cfg.small_sample_margin(3), 1.0);
+    assert_eq!(cfg.small_sample_margin(10), 1.0);
+    let off = PeersConfig {
+        reference_runs: None,
+        ..cfg.clone()
+    };
+    assert_eq!(off.small_sample_margin(1), 1.0);
+    // /var/tmp/mooseci-tm dd/none/run2, run3 and run9 (load 14-15).
+    let ci_clean2 = cpu_wait_run(
+        "ci-clean2",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 7.0],
+            [360.0, 275.0, 360.0, 1358.0],
+            [2369.0, 2167.0, 2167.0, 2639.0],
+            [1400.0, 1118.0, 1634.0, 1118.0],
+            [653.0, 470.0, 403.0, 403.0],
+            [217.0, 318.0, 318.0, 1041.0],
+            [272.0, 273.0, 273.0, 1098.0],
+            [1245.0, 1129.0, 1245.0, 2442.0],
+            [1400.0, 1764.0, 1229.0, 1935.0],
+        ],
+    );
+    let ci_clean3 = cpu_wait_run(
+        "ci-clean3",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [70.0, 46.0, 70.0, 285.0],
+            [388.0, 621.0, 477.0, 388.0],
+            [647.0, 647.0, 734.0, 955.0],
+            [1499.0, 1238.0, 1279.0, 1238.0],
+            [1519.0, 1385.0, 2162.0, 1519.0],
+            [513.0, 843.0, 5197.0, 843.0],
+            [1398.0, 1972.0, 2632.0, 2058.0],
+            [1173.0, 1173.0, 1028.0, 1336.0],
+        ],
+    );
+    let ci_trial = cpu_wait_run(
+        "ci-trial",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [252.0, 291.0, 555.0, 291.0],
+            [1059.0, 1823.0, 1425.0, 1059.0],
+            [729.0, 579.0, 729.0, 1296.0],
+            [482.0, 482.0, 1908.0, 393.0],
+            [1428.0, 1440.0, 1440.0, 5173.0],
+            [1936.0, 2501.0, 2501.0, 5914.0],
+            [903.0, 1143.0, 737.0, 737.0],
+            [1559.0, 1469.0, 1559.0, 4179.0],
+            [4560.0, 4466.0, 3141.0, 3141.0],
+        ],
+    );
+    let two = [ci_clean2.clone(), ci_clean3.clone()];
+    let narrow = train(&two, &off).expect("trained without the margin");
+    let wide = train(&two, &cfg).expect("trained with the margin");
+    for (label, th) in &wide.metrics[&Metric::CpuWait] {
+        let plain = &narrow.metrics[&Metric::CpuWait][label];
+        let cap = 2.0 * minimal_threshold(&[plain.max_score], 1.0);
+        assert_eq!(th.minimal, plain.minimal, "{label}");
+        assert_eq!(th.threshold, (4.0 * plain.minimal).min(cap), "{label}");
+        assert!(th.threshold > plain.threshold, "{label}");
+    }
+    assert_eq!(diagnose(&ci_trial, &narrow, cfg.k, 10).faulty, ["server4"]);
+    let report = diagnose(&ci_trial, &wide, cfg.k, 10);
+    assert_eq!(report.verdict.outcome, Outcome::NoneStandsOut, "{report:?}");
+    assert!(
+        render::thresholds_text(&wide).contains("widened 1.33× for training on 2 run(s)"),
+        "{}",
+        render::thresholds_text(&wide)
+    );
+    assert!(!render::thresholds_text(&narrow).contains("widened"));
+    // Three runs: no margin, the thresholds are the calibration's own.
+    let three = [ci_clean2, ci_clean3, ci_trial];
+    let t3 = train(&three, &cfg).expect("three runs");
+    let t3_off = train(&three, &off).expect("three runs, off");
+    assert_eq!(t3.metrics, t3_off.metrics);
+
+    // /var/tmp/peers6-m7: dd/none/run1 and run2, and the CPU hog on
+    // server1 (dd/cpu-hog/run1) from window 3.
+    let m7_clean1 = cpu_wait_run(
+        "m7-clean1",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [173.0, 218.0, 173.0, 275.0],
+            [1383.0, 1673.0, 1308.0, 1308.0],
+            [2179.0, 1764.0, 1690.0, 1690.0],
+            [602.0, 533.0, 392.0, 392.0],
+            [238.0, 467.0, 273.0, 273.0],
+            [1329.0, 389.0, 534.0, 534.0],
+            [2119.0, 1036.0, 1646.0, 1083.0],
+            [786.0, 853.0, 786.0, 1463.0],
+            [634.0, 892.0, 2443.0, 892.0],
+            [2258.0, 1810.0, 2877.0, 2429.0],
+            [2858.0, 2858.0, 3069.0, 3364.0],
+        ],
+    );
+    let m7_clean2 = cpu_wait_run(
+        "m7-clean2",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [601.0, 0.0, 0.0, 0.0],
+            [221.0, 122.0, 476.0, 221.0],
+            [387.0, 387.0, 514.0, 450.0],
+            [411.0, 228.0, 228.0, 126.0],
+            [1319.0, 733.0, 1007.0, 1045.0],
+            [1335.0, 1335.0, 1951.0, 2664.0],
+            [2357.0, 964.0, 964.0, 668.0],
+            [715.0, 1219.0, 1098.0, 594.0],
+            [3562.0, 4181.0, 2810.0, 2810.0],
+            [2026.0, 2158.0, 1284.0, 1284.0],
+            [724.0, 778.0, 1345.0, 621.0],
+        ],
+    );
+    let hog = cpu_wait_run(
+        "m7-cpu-hog",
+        &[
+            [313.0, 209.0, 333.0, 209.0],
+            [70.0, 62.0, 404.0, 70.0],
+            [67.0, 101.0, 282.0, 101.0],
+            [4510.0, 1504.0, 2115.0, 2115.0],
+            [10050.0, 3795.0, 2482.0, 3795.0],
+            [12295.0, 922.0, 922.0, 552.0],
+            [15498.0, 4437.0, 3881.0, 4437.0],
+            [12467.0, 5339.0, 5339.0, 4869.0],
+            [8799.0, 4518.0, 4518.0, 5473.0],
+            [11684.0, 2006.0, 1596.0, 2006.0],
+        ],
+    );
+    let t = train(&[m7_clean1, m7_clean2], &cfg).expect("m7 thresholds");
+    assert_eq!(diagnose(&hog, &t, cfg.k, 10).faulty, ["server1"]);
 }

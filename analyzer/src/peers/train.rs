@@ -94,6 +94,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         }
     }
     let resolution = cfg.resolution();
+    let margin = cfg.small_sample_margin(runs.len());
     let mut metrics: BTreeMap<Metric, BTreeMap<String, ServerThreshold>> = BTreeMap::new();
     for metric in &cfg.metrics {
         // A metric with no component in any run (nothing was sampled, say)
@@ -145,10 +146,13 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                         let m = quantile(&mut scores, q);
                         (m, margin * m)
                     }
+                    // The small-sample margin widens the sustained bar's
+                    // cushion, not the paper's cap: a steady metric keeps
+                    // its paper threshold.
                     Calibration::Sustained { factor, cap } => {
                         let m = sustained.get(&label).copied().unwrap_or(0.0);
                         let paper = cap * minimal_threshold(&scores, resolution);
-                        (m, (factor * m).min(paper))
+                        (m, (margin * factor * m).min(paper))
                     }
                 };
                 let t = ServerThreshold {
