@@ -173,14 +173,21 @@ fn moosefs_chunkservers_recorded_and_lossy_server_found() {
         .iter()
         .map(|s| s.during.as_ref().expect("fault phase").retransmits)
         .collect();
-    let others = retx
+    // The lossy server retransmits the most, charged to itself (issue 16:
+    // a remote-address lookup once charged them to another server), and
+    // far more than a typical peer. Its replication partner retransmits
+    // too, and honestly: the ACKs it waits for from server2 are lost
+    // (47.5/s against 24.2/s once, under load), so it is not held to half.
+    let mut others: Vec<f64> = retx
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != 1)
         .map(|(_, r)| *r)
-        .fold(0.0, f64::max);
+        .collect();
+    others.sort_by(f64::total_cmp);
+    let (median, most) = (others[others.len() / 2], others[others.len() - 1]);
     assert!(
-        retx[1] > 2.0 * others.max(0.5),
+        retx[1] > most && retx[1] > 2.0 * median.max(0.5),
         "retransmits/s while the fault was on: {retx:?}"
     );
     let report = diagnose(
