@@ -94,7 +94,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         }
     }
     let resolution = cfg.resolution();
-    let margin = cfg.small_sample_margin(runs.len());
+    let small_sample = cfg.small_sample_margin(runs.len());
     let mut metrics: BTreeMap<Metric, BTreeMap<String, ServerThreshold>> = BTreeMap::new();
     for metric in &cfg.metrics {
         // A metric with no component in any run (nothing was sampled, say)
@@ -152,7 +152,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                     Calibration::Sustained { factor, cap } => {
                         let m = sustained.get(&label).copied().unwrap_or(0.0);
                         let paper = cap * minimal_threshold(&scores, resolution);
-                        (m, (margin * factor * m).min(paper))
+                        (m, (small_sample * factor * m).min(paper))
                     }
                 };
                 let t = ServerThreshold {
