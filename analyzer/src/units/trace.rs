@@ -417,6 +417,15 @@ struct ThreadBuilder {
 }
 
 impl ProcessBuilder {
+    /// A thread of the process exited at `ts_ns` (the process with it when
+    /// `exit.ended`).
+    fn exit(&mut self, exit: Exit, ts_ns: u64) {
+        self.exited.insert(exit.tid, ts_ns);
+        if let Some(status) = exit.ended {
+            self.ended = Some((ts_ns, status));
+        }
+    }
+
     /// Appends one item of thread `tid`; `false` (and nothing appended) if
     /// it is older than the thread's last entry.
     #[inline]
@@ -695,12 +704,19 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
     })
 }
 
-/// An exit lifecycle record's thread, and whether the whole process ended
-/// with it (with its exit status, where recorded).
-fn exit_of(header: &Header, bytes: &[u8]) -> Option<(u32, Option<Option<ExitStatus>>)> {
+/// An exit lifecycle record's thread and, when the whole process ended with
+/// it, how (`None` inside: the status was not recorded).
+struct Exit {
+    tid: u32,
+    ended: Option<Option<ExitStatus>>,
+}
+
+fn exit_of(header: &Header, bytes: &[u8]) -> Option<Exit> {
     let rec = Lifecycle::read_from(bytes)?;
-    (rec.event == lifecycle::EXIT)
-        .then(|| (header.tid, (rec.group_dead != 0).then(|| rec.exit_status())))
+    (rec.event == lifecycle::EXIT).then(|| Exit {
+        tid: header.tid,
+        ended: (rec.group_dead != 0).then(|| rec.exit_status()),
+    })
 }
 
 /// Every record of `capture` as (header, bytes); damaged chunks end early
@@ -788,12 +804,8 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
                 break;
             }
         } else if header.kind == kind::LIFECYCLE {
-            if let Some((tid, ended)) = exit_of(&header, bytes) {
-                let b = builder(&mut current, &mut processes, header.pid);
-                b.exited.insert(tid, header.ts_ns);
-                if let Some(status) = ended {
-                    b.ended = Some((header.ts_ns, status));
-                }
+            if let Some(exit) = exit_of(&header, bytes) {
+                builder(&mut current, &mut processes, header.pid).exit(exit, header.ts_ns);
             }
         } else if roles.is_empty() {
             // No USDT probes: nothing else builds traces.
@@ -816,7 +828,7 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
         processes.clear();
         type Items = Vec<(u64, Item, Option<String>)>;
         let mut raw: FxHashMap<(u32, u32), Items> = FxHashMap::default();
-        let mut exits: Vec<(u32, u32, u64, Option<Option<ExitStatus>>)> = Vec::new();
+        let mut exits: Vec<(u32, u64, Exit)> = Vec::new();
         // Strings resolve in ring order, before the per-thread sort: a
         // pointer's text is sent once per process, by whichever thread.
         strings = UsdtStrings::default();
@@ -830,17 +842,13 @@ pub fn thread_traces(capture: &Capture) -> BTreeMap<u32, ThreadTraces> {
             } else if header.kind == kind::USDT_STRING {
                 strings.record(bytes);
             } else if header.kind == kind::LIFECYCLE
-                && let Some((tid, ended)) = exit_of(&header, bytes)
+                && let Some(exit) = exit_of(&header, bytes)
             {
-                exits.push((header.pid, tid, header.ts_ns, ended));
+                exits.push((header.pid, header.ts_ns, exit));
             }
         }
-        for (pid, tid, t, ended) in exits {
-            let b = processes.entry(pid).or_default();
-            b.exited.insert(tid, t);
-            if let Some(status) = ended {
-                b.ended = Some((t, status));
-            }
+        for (pid, t, exit) in exits {
+            processes.entry(pid).or_default().exit(exit, t);
         }
         let mut raw: Vec<_> = raw.into_iter().collect();
         raw.sort_unstable_by_key(|(k, _)| *k);
