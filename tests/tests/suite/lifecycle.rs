@@ -92,26 +92,7 @@ fn a_process_gone_before_its_records_are_read_is_named_by_its_exit() {
         "-o",
         out.to_str().expect("utf8"),
     ]);
-    let signal = |sig: &str| {
-        let status = Command::new("kill")
-            .args(["-s", sig, &recorder.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -s {sig}");
-    };
-    // The recorder reads nothing while the process runs and is reaped; the
-    // kernel side keeps its records in the ring.
-    signal("STOP");
-    let mut child = Command::new(&calls)
-        .args(["run", "3"])
-        .spawn()
-        .expect("calls runs");
-    let pid = child.id();
-    let ran = child.wait().expect("calls exits");
-    signal("CONT");
-    assert!(ran.success(), "calls: {ran}");
-    let stopped = recorder.stop("INT");
-    assert!(stopped.success(), "tracer: {stopped}");
+    let pid = run_while_paused(recorder, &calls);
 
     let cap = capture(&out);
     let counts = entries_by_function(&cap);
@@ -151,26 +132,7 @@ fn a_process_gone_before_its_records_are_read_has_its_program_placed() {
         "-o",
         out.to_str().expect("utf8"),
     ]);
-    let signal = |sig: &str| {
-        let status = Command::new("kill")
-            .args(["-s", sig, &recorder.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -s {sig}");
-    };
-    // Nothing is read while the process runs and is reaped.
-    signal("STOP");
-    let mut child = Command::new(&calls)
-        .args(["run", "3"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("calls runs");
-    let pid = child.id();
-    let ran = child.wait().expect("calls exits");
-    signal("CONT");
-    assert!(ran.success(), "calls: {ran}");
-    let stopped = recorder.stop("INT");
-    assert!(stopped.success(), "tracer: {stopped}");
+    let pid = run_while_paused(recorder, &calls);
 
     let cap = capture(&out);
     let program = calls.canonicalize().expect("canonical");
@@ -194,6 +156,33 @@ fn a_process_gone_before_its_records_are_read_has_its_program_placed() {
         "{sites:?} {:?}",
         cap.processes
     );
+}
+
+/// Runs `calls run 3` to its end while `recorder` is stopped (SIGSTOP), so
+/// the recorder reads nothing while the process lives and is reaped (the
+/// kernel side keeps its records in the ring); then lets it read them and
+/// stops it. Returns the process's pid.
+fn run_while_paused(recorder: Background, calls: &Path) -> u32 {
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args(["-s", sig, &recorder.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {sig}");
+    };
+    signal("STOP");
+    let mut child = Command::new(calls)
+        .args(["run", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("calls runs");
+    let pid = child.id();
+    let ran = child.wait().expect("calls exits");
+    signal("CONT");
+    assert!(ran.success(), "calls: {ran}");
+    let stopped = recorder.stop("INT");
+    assert!(stopped.success(), "tracer: {stopped}");
+    pid
 }
 
 /// Whether `pid`'s executable text differs from the file `exe`: a uprobe
