@@ -16,8 +16,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, Overhead, Probe, ProcessInfo,
-        ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, ObjectSymbols, Overhead,
+        Probe, ProcessInfo, ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
     },
     record::{
         self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
@@ -281,7 +281,32 @@ struct Tracker {
     remapped: BTreeMap<u32, u64>,
     /// The `--exe` targets, by the index their enrolment records carry.
     enrolled: Vec<Option<EnrollTarget>>,
+    /// Objects only untraced processes ran (`--sample-all`): their tables
+    /// hold just the symbols samples fell in (see [`SampledObject`]).
+    sampled: BTreeMap<String, SampledObject>,
 }
+
+/// An object that only processes sampled, not traced, ran. Its whole
+/// symbol table is not written: a busy host runs compilers and runtimes
+/// whose tables are tens of MB each (librustc_driver: 93 k symbols, 17 MB,
+/// a second to read), which made captures of seconds hundreds of MB and
+/// held the drain loop up. A table of the symbols its samples fell in is
+/// written instead, again whenever one is added (readers keep the last).
+#[derive(Default)]
+struct SampledObject {
+    /// File offsets of samples not yet placed in a symbol.
+    pending: Vec<u64>,
+    /// Indices, in the object's full table, of the symbols written.
+    hit: BTreeSet<usize>,
+    /// Its symbols could not be read: no use trying again.
+    unreadable: bool,
+}
+
+/// How long one tick may spend reading symbol tables of sampled-only
+/// objects before it leaves the rest for the next (the ring is drained in
+/// between), and how long the stop may: what is left then is said.
+const SAMPLED_SYMBOLS_TICK: Duration = Duration::from_millis(50);
+const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(10);
 
 impl Tracker {
     fn new() -> Self {
@@ -305,6 +330,7 @@ impl Tracker {
             exec_snapshots: BTreeSet::new(),
             remapped: BTreeMap::new(),
             enrolled: Vec::new(),
+            sampled: BTreeMap::new(),
         }
     }
 
@@ -319,6 +345,7 @@ impl Tracker {
         loaded: &mut Loaded,
         sink: &mut Sink,
     ) -> Result<(), RecordError> {
+        let mut sampled_ip = 0;
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
@@ -400,6 +427,7 @@ impl Tracker {
             }
             if s.user_ip != 0 {
                 self.remap_if_unmapped(header.pid, s.user_ip, header.ts_ns, sink)?;
+                sampled_ip = s.user_ip;
             }
         }
         if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
@@ -422,7 +450,36 @@ impl Tracker {
                 self.stub_if_gone(header.pid, header.ts_ns, sink)?;
             }
         }
+        if sampled_ip != 0 {
+            self.note_sample(header.pid, sampled_ip);
+        }
         Ok(())
+    }
+
+    /// Remembers where a sample of an untraced process fell, in an object
+    /// whose whole table is not written, so its symbol goes in.
+    fn note_sample(&mut self, pid: u32, ip: u64) {
+        let Some(info) = self.infos.get(&pid).filter(|i| !i.traced) else {
+            return;
+        };
+        let Some(map) = info
+            .maps
+            .iter()
+            .find(|m| ip >= m.start && ip < m.end && m.path.starts_with('/'))
+        else {
+            return;
+        };
+        if self.objects_written.contains(&map.path) {
+            return;
+        }
+        let Some(offset) = (ip - map.start).checked_add(map.offset) else {
+            return;
+        };
+        let object = self.sampled.entry(map.path.clone()).or_default();
+        // Bounded: a hot loop adds the same offsets until the next tick.
+        if !object.unreadable && object.pending.len() < 1 << 16 {
+            object.pending.push(offset);
+        }
     }
 
     /// Snapshots `pid` again when it ran code at `ip` outside every mapping
@@ -552,7 +609,9 @@ impl Tracker {
         }
         self.comms.insert(pid, info.comm.clone());
         for map in &info.maps {
-            let named = map.path.starts_with('/') || map.path == crate::elf::VDSO;
+            // An untraced process's objects (only sampled) get the symbols
+            // its samples fall in (`note_sample`); the vDSO is small.
+            let named = (traced && map.path.starts_with('/')) || map.path == crate::elf::VDSO;
             if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
                 self.pending_objects.push(PathBuf::from(&map.path));
@@ -585,6 +644,13 @@ impl Tracker {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
+        for (path, object) in &self.sampled {
+            if let Some(elf) = self.elf_cache.cached(Path::new(path))
+                && !object.hit.is_empty()
+            {
+                sink.meta(&Meta::Object(hit_table(&elf.table, &object.hit)))?;
+            }
+        }
         if !self.kernel_symbols.is_empty() {
             sink.meta(&Meta::KernelSymbols {
                 symbols: self.kernel_symbols.clone(),
@@ -593,18 +659,72 @@ impl Tracker {
         Ok(())
     }
 
-    /// Writes the symbol tables of newly seen objects and kernel symbols.
-    fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+    /// Writes the symbol tables of newly seen objects, the symbols new
+    /// samples of untraced processes fell in (reading their objects for at
+    /// most `sampled_for`), and kernel symbols.
+    fn settle(&mut self, sink: &mut Sink, sampled_for: Duration) -> Result<(), RecordError> {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
         }
         for path in std::mem::take(&mut self.pending_objects) {
+            // Traced now: its whole table replaces the sampled symbols.
+            self.sampled.remove(path.to_string_lossy().as_ref());
             match self.elf_cache.get(&path) {
                 Ok(elf) => sink.meta(&Meta::Object(elf.table.clone()))?,
                 Err(e) => log::debug!("no symbols for {}: {e}", path.display()),
             }
         }
+        self.write_sampled_symbols(sink, sampled_for)?;
         self.write_kernel_symbols(sink)
+    }
+
+    /// Places pending samples of sampled-only objects in their symbols and
+    /// writes each object whose set grew. Tables not read yet are read
+    /// while `budget` lasts (one read may overrun it); the rest wait.
+    fn write_sampled_symbols(
+        &mut self,
+        sink: &mut Sink,
+        budget: Duration,
+    ) -> Result<(), RecordError> {
+        let started = Instant::now();
+        for (path, object) in &mut self.sampled {
+            if object.pending.is_empty() {
+                continue;
+            }
+            let path = Path::new(path);
+            if self.elf_cache.cached(path).is_none() && started.elapsed() >= budget {
+                continue;
+            }
+            let elf = match self.elf_cache.get(path) {
+                Ok(elf) => elf,
+                Err(e) => {
+                    log::debug!("no symbols for {}: {e}", path.display());
+                    object.unreadable = true;
+                    object.pending = Vec::new();
+                    continue;
+                }
+            };
+            let before = object.hit.len();
+            for offset in std::mem::take(&mut object.pending) {
+                if let Some(i) = symbol_at_offset(&elf.table, offset) {
+                    object.hit.insert(i);
+                }
+            }
+            if object.hit.len() > before {
+                sink.meta(&Meta::Object(hit_table(&elf.table, &object.hit)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sampled-only objects whose samples are still unplaced (their tables
+    /// were not read in time), for the summary.
+    fn unread_sampled(&self) -> Vec<&str> {
+        self.sampled
+            .iter()
+            .filter(|(_, o)| !o.pending.is_empty())
+            .map(|(p, _)| p.as_str())
+            .collect()
     }
 
     fn write_kernel_symbols(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
@@ -633,6 +753,55 @@ impl Tracker {
             self.kernel_symbols.extend(new);
         }
         Ok(())
+    }
+}
+
+/// The index in `table` of the function symbol holding file offset
+/// `offset`. A symbol without a size holds up to the next one.
+fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<usize> {
+    let vaddr = table.segments.iter().find_map(|s| {
+        let within = offset.checked_sub(s.offset).filter(|d| *d < s.filesz)?;
+        s.vaddr.checked_add(within)
+    })?;
+    let i = table
+        .symbols
+        .partition_point(|s| s.addr <= vaddr)
+        .checked_sub(1)?;
+    let sym = &table.symbols[i];
+    let within = vaddr - sym.addr < sym.size || sym.size == 0;
+    within.then_some(i)
+}
+
+/// `table` with only the symbols at `hit`, each with a size (up to the
+/// next symbol where it had none), so an address outside them finds none
+/// rather than the nearest one written.
+fn hit_table(table: &ObjectSymbols, hit: &BTreeSet<usize>) -> ObjectSymbols {
+    let symbols = hit
+        .iter()
+        .filter_map(|&i| {
+            let sym = table.symbols.get(i)?;
+            let size = if sym.size > 0 {
+                sym.size
+            } else {
+                table.symbols[i + 1..]
+                    .iter()
+                    .find(|n| n.addr > sym.addr)
+                    .map_or(0, |n| n.addr - sym.addr)
+            };
+            Some(Symbol {
+                addr: sym.addr,
+                size,
+                name: sym.name.clone(),
+            })
+        })
+        .collect();
+    ObjectSymbols {
+        path: table.path.clone(),
+        build_id: table.build_id.clone(),
+        segments: table.segments.clone(),
+        symbols,
+        debug_link: table.debug_link.clone(),
+        debug_file: table.debug_file.clone(),
     }
 }
 
@@ -1499,7 +1668,7 @@ impl Session {
                 usdt_started.elapsed().as_secs_f64() * 1e3
             ));
         }
-        tracker.settle(&mut sink)?;
+        tracker.settle(&mut sink, SAMPLED_SYMBOLS_TICK)?;
         if let Some(fd) = held.as_mut().and_then(|h| h.release.take()) {
             // Release the command: it execs now, traced.
             std::fs::File::from(fd).write_all(&[1])?;
@@ -1861,7 +2030,7 @@ impl Session {
             self.cpu_times()?;
         }
         self.budget_step()?;
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_TICK)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
         if self.last_stats.elapsed() >= Duration::from_secs(1) {
@@ -2021,7 +2190,7 @@ impl Session {
         // The interval ends with the file, so none straddles two files.
         self.collect_kstats()?;
         self.last_kstats = Instant::now();
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_TICK)?;
         write_stats(&self.loaded, &mut self.sink)?;
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
@@ -2117,7 +2286,16 @@ impl Session {
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_STOP)?;
+        let unread = self.tracker.unread_sampled();
+        if !unread.is_empty() {
+            progress(&format!(
+                "symbols of {} object(s) that only sampled processes ran were not read within {} s of the stop ({}): their samples show as object+offset",
+                unread.len(),
+                SAMPLED_SYMBOLS_STOP.as_secs(),
+                unread.join(", ")
+            ));
+        }
         let kernel_ms = self
             .kernel_cost
             .as_ref()
@@ -2448,7 +2626,48 @@ impl Taps {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuMeter, CpuTally, EnrollTarget};
+    use super::{CpuMeter, CpuTally, EnrollTarget, hit_table, symbol_at_offset};
+    use tracer_common::capture::{ObjectSymbols, Segment, Symbol};
+
+    /// A sampled-only object's table keeps the symbols samples fell in,
+    /// each bounded, so an address in a symbol left out finds nothing
+    /// rather than the nearest symbol kept.
+    #[test]
+    fn a_sampled_objects_table_holds_the_hit_symbols_bounded() {
+        let sym = |addr, size, name: &str| Symbol {
+            addr,
+            size,
+            name: name.into(),
+        };
+        let table = ObjectSymbols {
+            path: "/bin/app".into(),
+            segments: vec![Segment {
+                vaddr: 0x1000,
+                offset: 0,
+                filesz: 0x1000,
+            }],
+            symbols: vec![
+                sym(0x1000, 0, "a"),
+                sym(0x1100, 0x10, "b"),
+                sym(0x1200, 0, "c"),
+            ],
+            ..ObjectSymbols::default()
+        };
+        // File offsets 0x50 (in a), 0x180 (past b's end), 0x210 (in c),
+        // 0x2000 (outside the segment).
+        assert_eq!(symbol_at_offset(&table, 0x50), Some(0));
+        assert_eq!(symbol_at_offset(&table, 0x180), None);
+        assert_eq!(symbol_at_offset(&table, 0x210), Some(2));
+        assert_eq!(symbol_at_offset(&table, 0x2000), None);
+        let hit = hit_table(&table, &[0, 2].into_iter().collect());
+        let names: Vec<(&str, u64)> = hit
+            .symbols
+            .iter()
+            .map(|s| (s.name.as_str(), s.size))
+            .collect();
+        assert_eq!(names, [("a", 0x100), ("c", 0)]);
+        assert_eq!(hit.segments, table.segments);
+    }
 
     /// The mapping placed from an enrolment record is where the kernel
     /// mapped the program: checked on this test process against its own
