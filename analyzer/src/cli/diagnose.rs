@@ -500,6 +500,11 @@ fn mpi_analyses(
         &mut |w| sites.label(&w.host, w.pid, w.call_site),
         &mut since,
     ));
+    if let Some(note) = profiles.rank_numbering_note() {
+        for r in &mut results {
+            r.notes.push(note.clone());
+        }
+    }
     Ok(MpiResults {
         results,
         interference,

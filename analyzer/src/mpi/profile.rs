@@ -222,6 +222,29 @@ impl Profiles {
     pub fn total_calls(&self) -> usize {
         self.ranks.iter().map(|r| r.calls.len()).sum()
     }
+
+    /// For a person, when some ranks were numbered by pid order rather
+    /// than by the launcher: which, and why their numbers may not be their
+    /// `MPI_COMM_WORLD` ranks. `None` when every rank's number is the
+    /// launcher's.
+    pub fn rank_numbering_note(&self) -> Option<String> {
+        let guessed: Vec<String> = self
+            .ranks
+            .iter()
+            .filter(|r| r.rank_source == RankSource::PidOrder)
+            .map(|r| format!("rank {} (pid {} on {})", r.rank, r.pid, r.host))
+            .collect();
+        (!guessed.is_empty()).then(|| {
+            format!(
+                "{} numbered by pid order, not by the launcher: the environment was not read (the process was gone before the recorder read its /proc), so the number may not be the MPI_COMM_WORLD rank",
+                if guessed.len() == 1 {
+                    format!("{} is", guessed[0])
+                } else {
+                    format!("{} are", guessed.join(", "))
+                }
+            )
+        })
+    }
 }
 
 fn env_rank(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
@@ -796,6 +819,17 @@ mod tests {
                 (30, 2, RankSource::Environment),
             ]
         );
+        // Every report that names ranks says which number is a guess.
+        let note = p.rank_numbering_note().expect("a note");
+        assert!(
+            note.starts_with("rank 0 (pid 20 on ") && note.contains("not by the launcher"),
+            "{note}"
+        );
+        let launched = Profiles {
+            ranks: p.ranks[1..].to_vec(),
+            ..p
+        };
+        assert_eq!(launched.rank_numbering_note(), None);
     }
 
     /// Rank 1 (by PMI_RANK) makes an MPI_Send with an MPI_Type_size nested
