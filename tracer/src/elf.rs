@@ -309,6 +309,12 @@ impl ElfCache {
     pub fn cached(&self, path: &Path) -> Option<&ElfSymbols> {
         self.tables.get(path)
     }
+
+    /// Forgets the symbols of `path` (read again on next use): keeps the
+    /// memory of a long recording bounded.
+    pub fn evict(&mut self, path: &Path) {
+        self.tables.remove(path);
+    }
 }
 
 /// The loadable segments of `file` that have bytes in the file.

@@ -284,6 +284,8 @@ struct Tracker {
     /// Objects only untraced processes ran (`--sample-all`): their tables
     /// hold just the symbols samples fell in (see [`SampledObject`]).
     sampled: BTreeMap<String, SampledObject>,
+    /// Settles so far (the recency of [`SampledObject::used`]).
+    settles: u64,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -292,15 +294,29 @@ struct Tracker {
 /// a second to read), which made captures of seconds hundreds of MB and
 /// held the drain loop up. A table of the symbols its samples fell in is
 /// written instead, again whenever one is added (readers keep the last).
+/// Its full table stays cached while the cache of such tables is under
+/// [`SAMPLED_CACHE_BYTES`]; the least recently sampled go first.
 #[derive(Default)]
 struct SampledObject {
     /// File offsets of samples not yet placed in a symbol.
     pending: Vec<u64>,
-    /// Indices, in the object's full table, of the symbols written.
-    hit: BTreeSet<usize>,
+    /// The symbols written (each with a size), by address.
+    hit: BTreeMap<u64, Symbol>,
+    /// The table last written (the object's and the `hit` symbols), again
+    /// in each new file after a rotation.
+    table: Option<ObjectSymbols>,
     /// Its symbols could not be read: no use trying again.
     unreadable: bool,
+    /// Bytes its full table takes in the cache (0: not cached).
+    cached_bytes: usize,
+    /// The last settle that placed a sample in it.
+    used: u64,
 }
+
+/// Memory the full tables of sampled-only objects may take in the
+/// recorder (an agent sampling a busy host for days sees every compiler
+/// and runtime it runs).
+const SAMPLED_CACHE_BYTES: usize = 128 << 20;
 
 /// How long one tick may spend reading symbol tables of sampled-only
 /// objects before it leaves the rest for the next (the ring is drained in
@@ -331,6 +347,7 @@ impl Tracker {
             remapped: BTreeMap::new(),
             enrolled: Vec::new(),
             sampled: BTreeMap::new(),
+            settles: 0,
         }
     }
 
@@ -644,11 +661,9 @@ impl Tracker {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
-        for (path, object) in &self.sampled {
-            if let Some(elf) = self.elf_cache.cached(Path::new(path))
-                && !object.hit.is_empty()
-            {
-                sink.meta(&Meta::Object(hit_table(&elf.table, &object.hit)))?;
+        for object in self.sampled.values() {
+            if let Some(table) = &object.table {
+                sink.meta(&Meta::Object(table.clone()))?;
             }
         }
         if !self.kernel_symbols.is_empty() {
@@ -680,13 +695,16 @@ impl Tracker {
 
     /// Places pending samples of sampled-only objects in their symbols and
     /// writes each object whose set grew. Tables not read yet are read
-    /// while `budget` lasts (one read may overrun it); the rest wait.
+    /// while `budget` lasts (one read may overrun it); the rest wait. Then
+    /// the least recently sampled full tables leave the cache while it
+    /// holds more than [`SAMPLED_CACHE_BYTES`] of them.
     fn write_sampled_symbols(
         &mut self,
         sink: &mut Sink,
         budget: Duration,
     ) -> Result<(), RecordError> {
         let started = Instant::now();
+        self.settles += 1;
         for (path, object) in &mut self.sampled {
             if object.pending.is_empty() {
                 continue;
@@ -704,17 +722,54 @@ impl Tracker {
                     continue;
                 }
             };
+            object.used = self.settles;
+            object.cached_bytes = elf
+                .table
+                .symbols
+                .iter()
+                .map(|s| s.name.len() + size_of::<Symbol>())
+                .sum();
             let before = object.hit.len();
             for offset in std::mem::take(&mut object.pending) {
-                if let Some(i) = symbol_at_offset(&elf.table, offset) {
-                    object.hit.insert(i);
+                if let Some(sym) = symbol_at_offset(&elf.table, offset) {
+                    object.hit.entry(sym.addr).or_insert(sym);
                 }
             }
             if object.hit.len() > before {
-                sink.meta(&Meta::Object(hit_table(&elf.table, &object.hit)))?;
+                let table = ObjectSymbols {
+                    path: elf.table.path.clone(),
+                    build_id: elf.table.build_id.clone(),
+                    segments: elf.table.segments.clone(),
+                    symbols: object.hit.values().cloned().collect(),
+                    debug_link: elf.table.debug_link.clone(),
+                    debug_file: elf.table.debug_file.clone(),
+                };
+                sink.meta(&Meta::Object(table.clone()))?;
+                object.table = Some(table);
             }
         }
+        self.evict_sampled(SAMPLED_CACHE_BYTES);
         Ok(())
+    }
+
+    /// Drops the least recently sampled full tables of sampled-only
+    /// objects from the cache until they take at most `cap` bytes (their
+    /// hit symbols stay).
+    fn evict_sampled(&mut self, cap: usize) {
+        let mut cached: usize = self.sampled.values().map(|o| o.cached_bytes).sum();
+        while cached > cap {
+            let Some((path, object)) = self
+                .sampled
+                .iter_mut()
+                .filter(|(_, o)| o.cached_bytes > 0)
+                .min_by_key(|(_, o)| o.used)
+            else {
+                break;
+            };
+            self.elf_cache.evict(Path::new(path));
+            cached -= object.cached_bytes;
+            object.cached_bytes = 0;
+        }
     }
 
     /// Sampled-only objects whose samples are still unplaced (their tables
@@ -756,9 +811,11 @@ impl Tracker {
     }
 }
 
-/// The index in `table` of the function symbol holding file offset
-/// `offset`. A symbol without a size holds up to the next one.
-fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<usize> {
+/// The function symbol of `table` holding file offset `offset`, with a
+/// size: up to the next symbol where it had none, so that in a table of
+/// some symbols only, an address outside them finds none rather than the
+/// nearest one kept.
+fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<Symbol> {
     let vaddr = table.segments.iter().find_map(|s| {
         let within = offset.checked_sub(s.offset).filter(|d| *d < s.filesz)?;
         s.vaddr.checked_add(within)
@@ -768,41 +825,16 @@ fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<usize> {
         .partition_point(|s| s.addr <= vaddr)
         .checked_sub(1)?;
     let sym = &table.symbols[i];
-    let within = vaddr - sym.addr < sym.size || sym.size == 0;
-    within.then_some(i)
-}
-
-/// `table` with only the symbols at `hit`, each with a size (up to the
-/// next symbol where it had none), so an address outside them finds none
-/// rather than the nearest one written.
-fn hit_table(table: &ObjectSymbols, hit: &BTreeSet<usize>) -> ObjectSymbols {
-    let symbols = hit
-        .iter()
-        .filter_map(|&i| {
-            let sym = table.symbols.get(i)?;
-            let size = if sym.size > 0 {
-                sym.size
-            } else {
-                table.symbols[i + 1..]
-                    .iter()
-                    .find(|n| n.addr > sym.addr)
-                    .map_or(0, |n| n.addr - sym.addr)
-            };
-            Some(Symbol {
-                addr: sym.addr,
-                size,
-                name: sym.name.clone(),
-            })
-        })
-        .collect();
-    ObjectSymbols {
-        path: table.path.clone(),
-        build_id: table.build_id.clone(),
-        segments: table.segments.clone(),
-        symbols,
-        debug_link: table.debug_link.clone(),
-        debug_file: table.debug_file.clone(),
-    }
+    let next = table.symbols[i + 1..].iter().find(|n| n.addr > sym.addr);
+    let size = match (sym.size, next) {
+        (0, Some(n)) => n.addr - sym.addr,
+        (size, _) => size,
+    };
+    (vaddr - sym.addr < size || size == 0).then(|| Symbol {
+        addr: sym.addr,
+        size,
+        name: sym.name.clone(),
+    })
 }
 
 fn comm_of(raw: &[u8; 16]) -> String {
@@ -2626,14 +2658,16 @@ impl Taps {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuMeter, CpuTally, EnrollTarget, hit_table, symbol_at_offset};
+    use std::path::Path;
+
+    use super::{CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, symbol_at_offset};
     use tracer_common::capture::{ObjectSymbols, Segment, Symbol};
 
-    /// A sampled-only object's table keeps the symbols samples fell in,
-    /// each bounded, so an address in a symbol left out finds nothing
-    /// rather than the nearest symbol kept.
+    /// A sample of a sampled-only object is placed in its symbol, which
+    /// is given a size where it had none, so that a table of the symbols
+    /// hit alone finds nothing for an address in a symbol left out.
     #[test]
-    fn a_sampled_objects_table_holds_the_hit_symbols_bounded() {
+    fn a_sampled_offset_is_placed_in_a_bounded_symbol() {
         let sym = |addr, size, name: &str| Symbol {
             addr,
             size,
@@ -2653,20 +2687,44 @@ mod tests {
             ],
             ..ObjectSymbols::default()
         };
-        // File offsets 0x50 (in a), 0x180 (past b's end), 0x210 (in c),
-        // 0x2000 (outside the segment).
-        assert_eq!(symbol_at_offset(&table, 0x50), Some(0));
+        // File offsets 0x50 (in a), 0x180 (past b's end), 0x210 (in c,
+        // the last), 0x2000 (outside the segment).
+        assert_eq!(
+            symbol_at_offset(&table, 0x50),
+            Some(sym(0x1000, 0x100, "a"))
+        );
+        assert_eq!(
+            symbol_at_offset(&table, 0x108),
+            Some(sym(0x1100, 0x10, "b"))
+        );
         assert_eq!(symbol_at_offset(&table, 0x180), None);
-        assert_eq!(symbol_at_offset(&table, 0x210), Some(2));
+        assert_eq!(symbol_at_offset(&table, 0x210), Some(sym(0x1200, 0, "c")));
         assert_eq!(symbol_at_offset(&table, 0x2000), None);
-        let hit = hit_table(&table, &[0, 2].into_iter().collect());
-        let names: Vec<(&str, u64)> = hit
-            .symbols
-            .iter()
-            .map(|s| (s.name.as_str(), s.size))
-            .collect();
-        assert_eq!(names, [("a", 0x100), ("c", 0)]);
-        assert_eq!(hit.segments, table.segments);
+    }
+
+    /// Over the cap, the least recently sampled object's full table leaves
+    /// the cache first; the symbols it had placed stay.
+    #[test]
+    fn the_least_recently_sampled_table_is_evicted_first() {
+        let (recent, old) = (Path::new("/usr/bin/true"), Path::new("/usr/bin/false"));
+        let mut tracker = Tracker::new();
+        for (used, path) in [(2, recent), (1, old)] {
+            tracker.elf_cache.get(path).expect("readable ELF");
+            let object = SampledObject {
+                cached_bytes: 100,
+                used,
+                ..SampledObject::default()
+            };
+            tracker.sampled.insert(path.display().to_string(), object);
+        }
+        tracker.evict_sampled(150);
+        assert!(tracker.elf_cache.cached(recent).is_some());
+        assert!(tracker.elf_cache.cached(old).is_none());
+        tracker.evict_sampled(150);
+        assert!(
+            tracker.elf_cache.cached(recent).is_some(),
+            "under the cap nothing more goes"
+        );
     }
 
     /// The mapping placed from an enrolment record is where the kernel
