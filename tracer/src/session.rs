@@ -286,6 +286,8 @@ struct Tracker {
     sampled: BTreeMap<String, SampledObject>,
     /// Settles so far (the recency of [`SampledObject::used`]).
     settles: u64,
+    /// Processes whose last snapshot was taken as untraced (only sampled).
+    untraced: HashSet<u32>,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -348,6 +350,7 @@ impl Tracker {
             enrolled: Vec::new(),
             sampled: BTreeMap::new(),
             settles: 0,
+            untraced: HashSet::new(),
         }
     }
 
@@ -447,7 +450,16 @@ impl Tracker {
                 sampled_ip = s.user_ip;
             }
         }
-        if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
+        // A process first seen by a sample (`--sample-all`) and traced
+        // since (a record of its own, or the kernel says so) is read again
+        // as a traced one: its objects' whole tables, the live set.
+        let traced_since = !self.untraced.is_empty()
+            && self.untraced.contains(&header.pid)
+            && ((header.kind != kind::SAMPLE
+                && header.kind != kind::TCP_RETRANSMIT
+                && header.kind != kind::TCP_RETRANSMIT_SOCK)
+                || loaded.is_traced(header.pid));
+        if header.pid != 0 && (traced_since || !self.snapshotted.contains(&header.pid)) {
             let retransmit =
                 header.kind == kind::TCP_RETRANSMIT || header.kind == kind::TCP_RETRANSMIT_SOCK;
             let traced =
@@ -617,6 +629,11 @@ impl Tracker {
     /// Writes a snapshot of `pid` now; its objects' symbols follow in [`Tracker::settle`].
     fn snapshot(&mut self, pid: u32, traced: bool, sink: &mut Sink) -> Result<(), RecordError> {
         self.snapshotted.insert(pid);
+        if traced {
+            self.untraced.remove(&pid);
+        } else {
+            self.untraced.insert(pid);
+        }
         let Ok(mut info) = procfs::snapshot(pid, monotonic_ns(), traced) else {
             return Ok(());
         };
@@ -648,6 +665,7 @@ impl Tracker {
         self.infos.retain(|pid, _| live.contains(pid));
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
+        self.untraced.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
         self.forked_from.retain(|pid, _| live.contains(pid));
         self.probes_from.retain(|pid, _| live.contains(pid));

@@ -126,3 +126,69 @@ fn sample_all_sees_another_busy_process() {
     // it; what matters is that nothing else is (`calls` has a dozen).
     assert_eq!(written, sampled, "the hog's symbols are those sampled");
 }
+
+/// `--sample-all --exe`: a process sampled while it ran a shell (untraced,
+/// only the symbols its samples fell in) that then execs the target is
+/// traced from its exec: the program's whole table is in the capture, and
+/// its samples land in its hot function.
+#[test]
+fn a_sampled_process_that_execs_the_target_gets_its_whole_table() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", Some("execd"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("exec.capture");
+    let calls_s = calls.to_str().expect("utf8");
+    let rec = tests::Background::start(&[
+        "record",
+        "--sample-all",
+        "--sample-hz",
+        "200",
+        "--exe",
+        calls_s,
+        "-f",
+        "leaf",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    // The shell spins first (sampled, untraced), then becomes the target.
+    let status = Command::new("sh")
+        .args([
+            "-c",
+            &format!("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec {calls_s} spin 400"),
+        ])
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
+    assert!(rec.stop("INT").success());
+    let cap = capture(&out);
+    let table = &cap
+        .objects
+        .get(calls_s)
+        .unwrap_or_else(|| panic!("{:?}", cap.objects.keys()))
+        .symbols;
+    for f in ["main", "leaf", "hot"] {
+        assert!(
+            table.iter().any(|s| s.name == f),
+            "{f} missing from the target's table: {:?}",
+            table.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    }
+    let sym = Symbolizer::new(&cap);
+    let (mut shell, mut hot) = (0, 0);
+    for e in events(&cap) {
+        if let Event::Sample(s) = e {
+            if s.comm.starts_with(b"sh\0") {
+                shell += 1;
+            } else if s.comm.starts_with(b"execd\0")
+                && sym
+                    .user(s.header.pid, s.user_ip)
+                    .is_some_and(|l| l.symbol == Some("hot"))
+            {
+                hot += 1;
+            }
+        }
+    }
+    assert!(shell > 10 && hot > 20, "shell {shell}, hot {hot} samples");
+}
