@@ -505,6 +505,20 @@ fn mpi_analyses(
             r.notes.push(note.clone());
         }
     }
+    // Calls an overhead budget detached look like ranks that stopped
+    // calling: no MPI analysis concludes anything from such captures.
+    let detached = mpi::Detached::of(refs);
+    if let Some(note) = detached.note() {
+        for r in &mut results {
+            if detached.loses_calls() && r.status != Status::NotRun {
+                r.status = Status::NoData;
+                r.reason = Some(note.clone());
+                r.findings.clear();
+            } else {
+                r.notes.push(note.clone());
+            }
+        }
+    }
     Ok(MpiResults {
         results,
         interference,
