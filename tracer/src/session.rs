@@ -1923,6 +1923,22 @@ impl Session {
                 }
             }
         }
+        // MPI's C functions: the profile of every rank needs each call.
+        let mpi_calls: Vec<&str> = plan
+            .drop
+            .iter()
+            .filter_map(|i| self.probes.get(*i))
+            .filter(|p| {
+                !p.entry_only && (p.symbol.starts_with("MPI_") || p.symbol.starts_with("PMPI_"))
+            })
+            .map(|p| p.symbol.as_str())
+            .collect();
+        let mpi_warning = (!mpi_calls.is_empty()).then(|| {
+            format!(
+                "warning: the budget detached MPI functions ({}): their calls from now on are missing, so the MPI analyses will not judge this capture; record MPI ranks without --overhead",
+                mpi_calls.join(", ")
+            )
+        });
         let first = budget.item.is_none();
         let changed = first || !plan.drop.is_empty();
         match &mut budget.item {
@@ -1966,6 +1982,7 @@ impl Session {
             }
             Some(_) => {}
         }
+        self.notices.extend(mpi_warning);
         let window = budget.cpu.window(self.loaded.func_hits(self.probes.len()));
         if changed {
             budget.since = Some(window.clone());

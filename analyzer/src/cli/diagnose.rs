@@ -512,6 +512,15 @@ fn mpi_analyses(
         for r in &mut results {
             if detached.loses_calls() && r.status != Status::NotRun {
                 r.status = Status::NoData;
+                r.summary = format!(
+                    "not judged: an overhead budget detached MPI functions ({})",
+                    detached
+                        .calls
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
                 r.reason = Some(note.clone());
                 r.findings.clear();
             } else {
