@@ -27,7 +27,7 @@ use tracer_common::{
 
 use crate::{
     btf,
-    elf::{ElfCache, file_offset},
+    elf::{ElfCache, ElfSymbols, file_offset},
     kstats::{KernelStats, KernelStatsConfig},
     loader::{Followed, LoadOptions, Loaded, MAX_SCOPED_PROCESSES},
     overhead::{self, Costs},
@@ -288,6 +288,8 @@ struct Tracker {
     settles: u64,
     /// Processes whose last snapshot was taken as untraced (only sampled).
     untraced: HashSet<u32>,
+    /// Reads sampled-only objects' tables (started on first need).
+    reader: Option<SymbolReader>,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -320,11 +322,49 @@ struct SampledObject {
 /// and runtime it runs).
 const SAMPLED_CACHE_BYTES: usize = 128 << 20;
 
-/// How long one tick may spend reading symbol tables of sampled-only
-/// objects before it leaves the rest for the next (the ring is drained in
-/// between), and how long the stop may: what is left then is said.
-const SAMPLED_SYMBOLS_TICK: Duration = Duration::from_millis(50);
+/// How long settling waits for the symbol tables of sampled-only objects
+/// being read: not at all while recording (they are read off the loop,
+/// which keeps draining the ring), up to this at the stop; what is left
+/// then is said.
+const SAMPLED_SYMBOLS_TICK: Duration = Duration::ZERO;
 const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(10);
+
+/// Reads the symbol tables of sampled-only objects on a thread of its own:
+/// one big table takes about a second (librustc_driver, in a release
+/// build), during which the recording loop would neither drain the ring
+/// nor read a new process's `/proc` before it is gone.
+struct SymbolReader {
+    paths: std::sync::mpsc::Sender<PathBuf>,
+    tables: std::sync::mpsc::Receiver<(PathBuf, Result<ElfSymbols, String>)>,
+    /// Paths sent and not yet answered.
+    reading: HashSet<PathBuf>,
+}
+
+impl SymbolReader {
+    fn start(debug_dirs: Vec<PathBuf>) -> Option<Self> {
+        let (paths, todo) = std::sync::mpsc::channel::<PathBuf>();
+        let (done, tables) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("symbols".into())
+            .spawn(move || {
+                // Ends when the tracker (the sender) is gone.
+                for path in todo {
+                    let table =
+                        ElfSymbols::read_with(&path, &debug_dirs).map_err(|e| e.to_string());
+                    if done.send((path, table)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| log::warn!("no thread to read symbols on: {e}"))
+            .ok()?;
+        Some(Self {
+            paths,
+            tables,
+            reading: HashSet::new(),
+        })
+    }
+}
 
 impl Tracker {
     fn new() -> Self {
@@ -351,6 +391,7 @@ impl Tracker {
             sampled: BTreeMap::new(),
             settles: 0,
             untraced: HashSet::new(),
+            reader: None,
         }
     }
 
@@ -693,8 +734,8 @@ impl Tracker {
     }
 
     /// Writes the symbol tables of newly seen objects, the symbols new
-    /// samples of untraced processes fell in (reading their objects for at
-    /// most `sampled_for`), and kernel symbols.
+    /// samples of untraced processes fell in (waiting up to `sampled_for`
+    /// for their objects' tables being read), and kernel symbols.
     fn settle(&mut self, sink: &mut Sink, sampled_for: Duration) -> Result<(), RecordError> {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
@@ -712,62 +753,113 @@ impl Tracker {
     }
 
     /// Places pending samples of sampled-only objects in their symbols and
-    /// writes each object whose set grew. Tables not read yet are read
-    /// while `budget` lasts (one read may overrun it); the rest wait. Then
-    /// the least recently sampled full tables leave the cache while it
-    /// holds more than [`SAMPLED_CACHE_BYTES`] of them.
+    /// writes each object whose set grew. Tables not cached are read on the
+    /// reader's thread; those that arrive within `wait` are used now, the
+    /// rest at a later settle. Then the least recently sampled full tables
+    /// leave the cache while it holds more than [`SAMPLED_CACHE_BYTES`].
     fn write_sampled_symbols(
         &mut self,
         sink: &mut Sink,
-        budget: Duration,
+        wait: Duration,
     ) -> Result<(), RecordError> {
-        let started = Instant::now();
         self.settles += 1;
-        for (path, object) in &mut self.sampled {
-            if object.pending.is_empty() {
-                continue;
-            }
-            let path = Path::new(path);
-            if self.elf_cache.cached(path).is_none() && started.elapsed() >= budget {
-                continue;
-            }
-            let elf = match self.elf_cache.get(path) {
-                Ok(elf) => elf,
-                Err(e) => {
-                    log::debug!("no symbols for {}: {e}", path.display());
-                    object.unreadable = true;
-                    object.pending = Vec::new();
+        let deadline = Instant::now() + wait;
+        loop {
+            self.receive_tables(deadline);
+            for (path, object) in &mut self.sampled {
+                if object.pending.is_empty() {
                     continue;
                 }
-            };
-            object.used = self.settles;
-            object.cached_bytes = elf
-                .table
-                .symbols
-                .iter()
-                .map(|s| s.name.len() + size_of::<Symbol>())
-                .sum();
-            let before = object.hit.len();
-            for offset in std::mem::take(&mut object.pending) {
-                if let Some(sym) = symbol_at_offset(&elf.table, offset) {
-                    object.hit.entry(sym.addr).or_insert(sym);
+                let Some(elf) = self.elf_cache.cached(Path::new(path)) else {
+                    let reader = match &mut self.reader {
+                        Some(r) => r,
+                        None => match SymbolReader::start(self.elf_cache.debug_dirs().to_vec()) {
+                            Some(r) => self.reader.insert(r),
+                            None => {
+                                object.unreadable = true;
+                                object.pending = Vec::new();
+                                continue;
+                            }
+                        },
+                    };
+                    let path = PathBuf::from(path);
+                    if !reader.reading.contains(&path) && reader.paths.send(path.clone()).is_ok() {
+                        reader.reading.insert(path);
+                    }
+                    continue;
+                };
+                object.used = self.settles;
+                // Both lists (one name per address, and every alias), with
+                // the allocator's share of each name.
+                object.cached_bytes = elf
+                    .table
+                    .symbols
+                    .iter()
+                    .chain(&elf.names)
+                    .map(|s| s.name.capacity() + size_of::<Symbol>() + 16)
+                    .sum();
+                let before = object.hit.len();
+                for offset in std::mem::take(&mut object.pending) {
+                    if let Some(sym) = symbol_at_offset(&elf.table, offset) {
+                        object.hit.entry(sym.addr).or_insert(sym);
+                    }
+                }
+                if object.hit.len() > before {
+                    let table = ObjectSymbols {
+                        path: elf.table.path.clone(),
+                        build_id: elf.table.build_id.clone(),
+                        segments: elf.table.segments.clone(),
+                        symbols: object.hit.values().cloned().collect(),
+                        debug_link: elf.table.debug_link.clone(),
+                        debug_file: elf.table.debug_file.clone(),
+                    };
+                    sink.meta(&Meta::Object(table.clone()))?;
+                    object.table = Some(table);
                 }
             }
-            if object.hit.len() > before {
-                let table = ObjectSymbols {
-                    path: elf.table.path.clone(),
-                    build_id: elf.table.build_id.clone(),
-                    segments: elf.table.segments.clone(),
-                    symbols: object.hit.values().cloned().collect(),
-                    debug_link: elf.table.debug_link.clone(),
-                    debug_file: elf.table.debug_file.clone(),
-                };
-                sink.meta(&Meta::Object(table.clone()))?;
-                object.table = Some(table);
+            let reading = self.reader.as_ref().is_some_and(|r| !r.reading.is_empty());
+            if !reading || Instant::now() >= deadline {
+                break;
             }
         }
         self.evict_sampled(SAMPLED_CACHE_BYTES);
         Ok(())
+    }
+
+    /// Takes the tables the reader has read, waiting for one until
+    /// `deadline` when some are being read and none is ready.
+    fn receive_tables(&mut self, deadline: Instant) {
+        let Some(reader) = &mut self.reader else {
+            return;
+        };
+        let mut first = true;
+        loop {
+            let got = match reader.tables.try_recv() {
+                Ok(t) => Some(t),
+                Err(_) if first && !reader.reading.is_empty() => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        None
+                    } else {
+                        reader.tables.recv_timeout(left).ok()
+                    }
+                }
+                Err(_) => None,
+            };
+            first = false;
+            let Some((path, table)) = got else { break };
+            reader.reading.remove(&path);
+            match table {
+                Ok(elf) => self.elf_cache.insert(path, elf),
+                Err(e) => {
+                    log::debug!("no symbols for {}: {e}", path.display());
+                    if let Some(o) = self.sampled.get_mut(path.to_string_lossy().as_ref()) {
+                        o.unreadable = true;
+                        o.pending = Vec::new();
+                    }
+                }
+            }
+        }
     }
 
     /// Drops the least recently sampled full tables of sampled-only

@@ -176,19 +176,21 @@ fn a_sampled_process_that_execs_the_target_gets_its_whole_table() {
         );
     }
     let sym = Symbolizer::new(&cap);
-    let (mut shell, mut hot) = (0, 0);
+    let (mut shell, mut hot, mut elsewhere) = (0, 0, Vec::new());
     for e in events(&cap) {
         if let Event::Sample(s) = e {
             if s.comm.starts_with(b"sh\0") {
                 shell += 1;
-            } else if s.comm.starts_with(b"execd\0")
-                && sym
-                    .user(s.header.pid, s.user_ip)
-                    .is_some_and(|l| l.symbol == Some("hot"))
-            {
-                hot += 1;
+            } else if s.comm.starts_with(b"execd\0") {
+                match sym.user(s.header.pid, s.user_ip) {
+                    Some(l) if l.symbol == Some("hot") => hot += 1,
+                    l => elsewhere.push(l.map(|l| l.to_string())),
+                }
             }
         }
     }
-    assert!(shell > 10 && hot > 20, "shell {shell}, hot {hot} samples");
+    assert!(
+        shell > 10 && hot > 20,
+        "shell {shell}, hot {hot} samples; elsewhere: {elsewhere:?}"
+    );
 }
