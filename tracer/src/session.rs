@@ -327,7 +327,7 @@ const SAMPLED_CACHE_BYTES: usize = 128 << 20;
 /// which keeps draining the ring), up to this at the stop; what is left
 /// then is said.
 const SAMPLED_SYMBOLS_TICK: Duration = Duration::ZERO;
-const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(10);
+const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(3);
 
 /// Reads the symbol tables of sampled-only objects on a thread of its own:
 /// one big table takes about a second (librustc_driver, in a release
