@@ -347,8 +347,23 @@ impl SymbolReader {
         std::thread::Builder::new()
             .name("symbols".into())
             .spawn(move || {
-                // Ends when the tracker (the sender) is gone.
-                for path in todo {
+                // Smallest file first: a program's own table (what a hog's
+                // samples need) takes milliseconds, a runtime's a second,
+                // so a few big ones do not hold up many small ones.
+                let mut queue = std::collections::BinaryHeap::new();
+                let size = |p: &Path| std::fs::metadata(p).map_or(u64::MAX, |m| m.len());
+                loop {
+                    if queue.is_empty() {
+                        // Ends when the tracker (the sender) is gone.
+                        let Ok(path) = todo.recv() else { break };
+                        queue.push(std::cmp::Reverse((size(&path), path)));
+                    }
+                    while let Ok(path) = todo.try_recv() {
+                        queue.push(std::cmp::Reverse((size(&path), path)));
+                    }
+                    let Some(std::cmp::Reverse((_, path))) = queue.pop() else {
+                        continue;
+                    };
                     let table =
                         ElfSymbols::read_with(&path, &debug_dirs).map_err(|e| e.to_string());
                     if done.send((path, table)).is_err() {
