@@ -584,8 +584,10 @@ pub struct PeersConfig {
     /// run-queue delay bursts (a loop-device flush, page-cache writeback, a
     /// CPU taken for a while) changes from run to run, so a burst one clean
     /// server showed in training is one any of them may show. A fault is
-    /// far beyond that. Pooling only raises thresholds: it names no server
-    /// the per-server thresholds spare. Issue 16, MooseFS dd runs of 16 s
+    /// far beyond that. Pooling only raises thresholds, so no server is
+    /// anomalous in a window it was not anomalous in before (a server the
+    /// persistence rule called brief beside one the pool now spares can be
+    /// named instead). Issue 16, MooseFS dd runs of 16 s
     /// (4 s windows every 2 s), each clean run judged on every pair of 9
     /// others at load 10-15: 24 of 360 called a server faulty (by
     /// file-latency 13, cpu-wait 11), 6 with the pool; faulty runs
