@@ -808,7 +808,8 @@ pub struct ServerThreshold {
     /// The threshold used in diagnosis: the calibration's factor or margin
     /// times `minimal` (sustained: also times the small-sample margin,
     /// [`PeersConfig::reference_runs`], at most its cap), at least the
-    /// floor.
+    /// floor; with [`PeersConfig::pool`], the largest of the servers' such
+    /// thresholds of the metric.
     pub threshold: f64,
     /// What the calibration multiplies: the smallest threshold (a multiple
     /// of the resolution) that leaves no training window of the server
