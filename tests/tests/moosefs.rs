@@ -57,6 +57,12 @@ fn diagnose(clean: &[(&Path, &LoadedRun)], trial: (&Path, &LoadedRun)) -> peers:
 /// probes the function metrics say they have no data (and why) instead of
 /// scoring zeros; trained on two clean runs nobody stands out in a third;
 /// trained on three, packet loss on one chunkserver names it alone.
+// Clean chunkservers have bursts: one's file latency or run-queue delay
+// 2-10 times its peers' for 6-12 s (a loop-device flush, writeback, a CPU
+// taken for a while), a different one each run. Trained on two runs, each
+// server on its own, a burst its own runs lacked named it in 24 of 360
+// clean judgements (issue 16); the thresholds are pooled over the servers
+// (`PeersConfig::pool`), 6 of 360, every fault still found.
 // Chunkservers replicate to each other, so the healthy ones sending to the
 // lossy one retransmit too. A retransmission between two servers is charged
 // to the end the lossy paths share, not to its sender (issue 16: charged to
@@ -153,18 +159,45 @@ fn moosefs_chunkservers_recorded_and_lossy_server_found() {
         peers::Outcome::NoneStandsOut,
         "{text}"
     );
-    let silent: Vec<peers::Metric> = report.verdict.no_data.iter().map(|s| s.metric).collect();
-    assert_eq!(
-        silent,
-        [peers::Metric::Count, peers::Metric::Time],
-        "{text}"
-    );
-    assert!(
-        report.verdict.no_data[0]
-            .reason
-            .contains("the captures hold no function calls"),
-        "{text}"
-    );
+    // The function metrics have no data, and say why. Beside them only
+    // syscall-time may be silent: on a quiet host no system call of the
+    // training runs reached its 67 ms in a window (the most was 65 ms),
+    // which the report says. The kernel's own signals are compared, so
+    // "no server stands out" is a verdict.
+    for function_metric in [peers::Metric::Count, peers::Metric::Time] {
+        let silent = report
+            .verdict
+            .no_data
+            .iter()
+            .find(|s| s.metric == function_metric)
+            .unwrap_or_else(|| panic!("{function_metric} has data: {text}"));
+        assert!(
+            silent
+                .reason
+                .contains("the captures hold no function calls"),
+            "{text}"
+        );
+    }
+    for silent in &report.verdict.no_data {
+        assert!(
+            [
+                peers::Metric::Count,
+                peers::Metric::Time,
+                peers::Metric::SyscallTime
+            ]
+            .contains(&silent.metric),
+            "{}: {text}",
+            silent.metric
+        );
+    }
+    for compared in [
+        peers::Metric::Retransmits,
+        peers::Metric::SocketBytes,
+        peers::Metric::CpuWait,
+        peers::Metric::FileLatency,
+    ] {
+        assert!(report.verdict.compared.contains(&compared), "{text}");
+    }
     assert!(text.contains("no data for count: "), "{text}");
 
     let lossy = record_dd(&cluster, &dirs[3], Some((FaultKind::PacketLoss, 1)));

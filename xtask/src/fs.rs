@@ -241,6 +241,15 @@ struct ScoreArgs {
     /// peers train --help`).
     #[arg(long, value_name = "N")]
     reference_runs: Option<usize>,
+    /// Train on every set of this many of the other clean runs of the
+    /// workload, each set one judgement of the run (what the CI test does
+    /// with 2 or 3 clean runs); default: all of the other clean runs at once.
+    #[arg(long, value_name = "N")]
+    train_runs: Option<usize>,
+    /// Peer comparison: the peer pool, true or false (default: the
+    /// analyzer's; see `analyzer peers train --help`).
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pool: Option<bool>,
     /// Threshold calibration (see `analyzer peers train --help`); several,
     /// comma-separated, print one summary line each (default: the
     /// analyzer's).
@@ -748,89 +757,132 @@ fn score_matrix(
 fn judge(
     m: &ScoredMatrix,
     cfg: &analyzer::peers::PeersConfig,
+    train_runs: Option<usize>,
     mut scores: Option<&mut dyn std::io::Write>,
 ) -> anyhow::Result<Vec<RunVerdict>> {
     let mut out = Vec::new();
     for (i, run) in m.index.runs.iter().enumerate() {
-        let clean: Vec<_> = m
+        let others: Vec<usize> = m
             .index
             .runs
             .iter()
             .enumerate()
             .filter(|(j, r)| *j != i && r.fault.is_none() && r.workload == run.workload)
-            .map(|(j, _)| m.runs[j].0.clone())
+            .map(|(j, _)| j)
             .collect();
-        if clean.is_empty() {
+        if others.is_empty() {
             bail!(
                 "{}: no other clean {} run to train on (use --clean 2 or more)",
                 run.dir,
                 run.workload
             );
         }
-        let thresholds = train(&clean, cfg)?;
-        let (s, info) = &m.runs[i];
-        let report = diagnose(s, &thresholds, cfg.k, 10);
-        if let Some(w) = scores.as_deref_mut() {
-            let metrics: BTreeMap<String, serde_json::Value> = s
-                .windowed
-                .metrics
-                .iter()
-                .enumerate()
-                .map(|(mi, mv)| {
-                    let th: BTreeMap<String, f64> = thresholds
-                        .metrics
-                        .get(&mv.metric)
-                        .map(|t| {
-                            t.iter()
-                                .map(|(l, x)| (server_label(info, l), x.threshold))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    (
-                        mv.metric.name().to_string(),
-                        serde_json::json!({
-                            "dimensions": mv.components.len(),
-                            "thresholds": th,
-                            "scores": s.scores[mi],
-                        }),
-                    )
-                })
-                .collect();
-            let servers: Vec<String> = s
-                .servers
-                .iter()
-                .map(|x| server_label(info, &x.label))
-                .collect();
-            writeln!(
-                w,
-                "{}",
-                serde_json::json!({
-                    "dir": run.dir,
-                    "workload": run.workload,
-                    "fault": run.fault,
-                    "server": run.server,
-                    "servers": servers,
-                    "fault_on_s": info.fault.as_ref().map(|f| (f.on_unix_ns as f64 - s.windowed.starts.first().copied().unwrap_or(0) as f64) / 1e9),
-                    "starts_s": s.windowed.starts.iter().map(|t| (*t as f64 - s.windowed.starts[0] as f64) / 1e9).collect::<Vec<_>>(),
-                    "metrics": metrics,
-                })
-            )?;
+        let sets = match train_runs {
+            Some(n) if n < others.len() => subsets(&others, n.max(1)),
+            _ => vec![others],
+        };
+        for set in sets {
+            let clean: Vec<_> = set.iter().map(|j| m.runs[*j].0.clone()).collect();
+            let dir = if train_runs.is_some() {
+                let names: Vec<String> = set
+                    .iter()
+                    .map(|j| {
+                        m.index.runs[*j]
+                            .dir
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or("")
+                            .to_string()
+                    })
+                    .collect();
+                format!("{} by {}", run.dir, names.join("+"))
+            } else {
+                run.dir.clone()
+            };
+            let thresholds = train(&clean, cfg)?;
+            let (s, info) = &m.runs[i];
+            let report = diagnose(s, &thresholds, cfg.k, 10);
+            if let Some(w) = scores.as_deref_mut() {
+                let metrics: BTreeMap<String, serde_json::Value> = s
+                    .windowed
+                    .metrics
+                    .iter()
+                    .enumerate()
+                    .map(|(mi, mv)| {
+                        let th: BTreeMap<String, f64> = thresholds
+                            .metrics
+                            .get(&mv.metric)
+                            .map(|t| {
+                                t.iter()
+                                    .map(|(l, x)| (server_label(info, l), x.threshold))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (
+                            mv.metric.name().to_string(),
+                            serde_json::json!({
+                                "dimensions": mv.components.len(),
+                                "thresholds": th,
+                                "scores": s.scores[mi],
+                            }),
+                        )
+                    })
+                    .collect();
+                let servers: Vec<String> = s
+                    .servers
+                    .iter()
+                    .map(|x| server_label(info, &x.label))
+                    .collect();
+                writeln!(
+                    w,
+                    "{}",
+                    serde_json::json!({
+                        "dir": dir,
+                        "workload": run.workload,
+                        "fault": run.fault,
+                        "server": run.server,
+                        "servers": servers,
+                        "fault_on_s": info.fault.as_ref().map(|f| (f.on_unix_ns as f64 - s.windowed.starts.first().copied().unwrap_or(0) as f64) / 1e9),
+                        "starts_s": s.windowed.starts.iter().map(|t| (*t as f64 - s.windowed.starts[0] as f64) / 1e9).collect::<Vec<_>>(),
+                        "metrics": metrics,
+                    })
+                )?;
+            }
+            let metrics = verdicts_of(&report, info);
+            let verdict = metrics
+                .last()
+                .map(|v| v.indicted.join(","))
+                .unwrap_or_default();
+            out.push(RunVerdict {
+                dir,
+                workload: run.workload,
+                fault: run.fault,
+                server: run.server.clone(),
+                metrics,
+                verdict,
+            });
         }
-        let metrics = verdicts_of(&report, info);
-        let verdict = metrics
-            .last()
-            .map(|v| v.indicted.join(","))
-            .unwrap_or_default();
-        out.push(RunVerdict {
-            dir: run.dir.clone(),
-            workload: run.workload,
-            fault: run.fault,
-            server: run.server.clone(),
-            metrics,
-            verdict,
-        });
     }
     Ok(out)
+}
+
+/// Every set of `n` of `items`, in order.
+fn subsets(items: &[usize], n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    if items.len() < n {
+        return Vec::new();
+    }
+    let mut out: Vec<Vec<usize>> = subsets(&items[1..], n - 1)
+        .into_iter()
+        .map(|mut rest| {
+            rest.insert(0, items[0]);
+            rest
+        })
+        .collect();
+    out.extend(subsets(&items[1..], n));
+    out
 }
 
 /// Cells of every metric, of `combined`, and of `combined WORKLOAD`.
@@ -885,7 +937,7 @@ fn table(
                 ..m.cfg.clone()
             };
             cfg.validate()?;
-            let cells = cells_of(&judge(&m, &cfg, None)?);
+            let cells = cells_of(&judge(&m, &cfg, a.train_runs, None)?);
             println!("{:<24} {}", c.to_string(), headline(&cells, &m.failed));
         }
         return Ok(());
@@ -904,6 +956,7 @@ fn table(
     let verdicts = judge(
         &m,
         &cfg,
+        a.train_runs,
         scores_file.as_mut().map(|w| w as &mut dyn std::io::Write),
     )?;
     if let Some(mut w) = scores_file {
@@ -926,7 +979,7 @@ fn table(
         );
     }
     println!(
-        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, load-shift rule {}, small-sample margin {}, thresholds {} per workload from the other clean runs",
+        "\n{} with probes {}: windows {} s every {} s, k = {} (of 2k-1), {:?} distance, outlier factor {}, persistence share {}, load-shift rule {}, peer pool {}, small-sample margin {}, thresholds {} per workload from {}",
         m.index.system,
         m.index.probes,
         a.window,
@@ -936,9 +989,14 @@ fn table(
         cfg.outlier.map_or("off".to_string(), |f| f.to_string()),
         cfg.persistence.map_or("off".to_string(), |p| p.to_string()),
         if cfg.load_shift { "on" } else { "off" },
+        if cfg.pool { "on" } else { "off" },
         cfg.reference_runs
             .map_or("off".to_string(), |r| format!("below {r} training runs")),
         cfg.calibration.describe(),
+        a.train_runs
+            .map_or("the other clean runs".to_string(), |n| format!(
+                "every set of {n} other clean runs (one judgement each)"
+            )),
     );
     let cells = cells_of(&verdicts);
     let (metrics, workloads): (BTreeMap<_, _>, BTreeMap<_, _>) = cells
@@ -990,6 +1048,9 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     if let Some(r) = a.reference_runs {
         cfg.reference_runs = (r != 0).then_some(r);
+    }
+    if let Some(on) = a.pool {
+        cfg.pool = on;
     }
     cfg.validate()?;
     Ok(cfg)

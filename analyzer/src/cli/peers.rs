@@ -195,6 +195,13 @@ pub(crate) struct FeatureArgs {
     /// ×2; the paper's cap stays); 0: off.
     #[arg(long, value_name = "N", default_value_t = PeersConfig::default().reference_runs.unwrap_or(0))]
     reference_runs: usize,
+    /// Peer pool (beyond the paper): every server's trained threshold of a
+    /// metric is the largest of the servers' own, since a burst one clean
+    /// server shows in training (a disk flush, a CPU taken for a while) is
+    /// one any of its peers may show; only raises thresholds; false: each
+    /// server's own training only.
+    #[arg(long, value_name = "BOOL", default_value_t = PeersConfig::default().pool, action = clap::ArgAction::Set)]
+    pool: bool,
     /// One capture holds several server daemons (`tracer record -p A -p B`):
     /// each traced process (with its followed children) is a server,
     /// labelled `comm[pid]` or by --label-arg. Untraced processes' samples
@@ -252,6 +259,7 @@ impl TryFrom<FeatureArgs> for PeersConfig {
             persistence: (a.persistence != 0.0).then_some(a.persistence),
             load_shift: a.load_shift,
             reference_runs: (a.reference_runs != 0).then_some(a.reference_runs),
+            pool: a.pool,
             calibration: a.calibration,
             k: a.k,
             port_arg: a.port_arg,

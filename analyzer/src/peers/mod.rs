@@ -7,7 +7,9 @@
 //! binary and function, user and kernel), calls and exclusive time; plus
 //! kernel network signals the paper lacked (TCP retransmissions and socket
 //! bytes per server). A server's score in a window is its median distance to
-//! the other servers; thresholds are learned from fault-free runs; a server
+//! the other servers; thresholds are learned from fault-free runs (per
+//! server, then pooled: the largest of the servers' own, see
+//! [`PeersConfig::pool`]); a server
 //! above its threshold in k of the last 2k−1 windows is faulty, and the
 //! functions that differ most from the median server point at the cause.
 //! Nothing here knows what the servers are: any set of peer daemons recorded

@@ -283,6 +283,12 @@ pub fn thresholds_text(t: &Thresholds) -> String {
             c.reference_runs.unwrap_or(0)
         );
     }
+    if c.pool {
+        let _ = writeln!(
+            s,
+            "  pooled: each server's threshold is the largest of the servers' own (a burst one clean server showed, any may show; --pool false)"
+        );
+    }
     for (metric, servers) in &t.metrics {
         let _ = writeln!(
             s,

@@ -2548,6 +2548,7 @@ fn calibrations_parse_print_and_default_to_the_paper_for_old_files() {
 fn quantile_and_paper_thresholds_per_server() {
     let paper = PeersConfig {
         calibration: Calibration::paper(),
+        pool: false,
         ..config(ServerSplit::PerCapture)
     };
     let runs = clean_runs(&paper, false);
@@ -2830,10 +2831,13 @@ fn cpu_wait_run(name: &str, scores: &[[f64; 4]]) -> Scored {
 /// chunkserver is still found on thresholds from 2 of its clean runs.
 #[test]
 fn few_training_runs_widen_the_thresholds_and_spare_a_clean_run_under_load() {
+    // Each server on its own training: the margin alone (the peer pool is
+    // tested below).
     let cfg = PeersConfig {
         window_ns: 4 * SEC,
         shift_ns: 2 * SEC,
         metrics: vec![Metric::CpuWait],
+        pool: false,
         ..PeersConfig::default()
     };
     assert_eq!(cfg.reference_runs, Some(3));
@@ -2974,4 +2978,111 @@ fn few_training_runs_widen_the_thresholds_and_spare_a_clean_run_under_load() {
     );
     let t = train(&[m7_clean1, m7_clean2], &cfg).expect("m7 thresholds");
     assert_eq!(diagnose(&hog, &t, cfg.k, 10).faulty, ["server1"]);
+}
+
+/// The peer pool: a burst one clean server showed in training is one any
+/// of them may show. Real cpu-wait scores (ms per 4 s window every 2 s) of
+/// MooseFS dd runs at load 10-15 (`/var/tmp/moosefp-quiet`, issue 16):
+/// in clean run5, server4 waited for a CPU about twice as long as its
+/// peers for about 6 s; in clean run10, server3 did, 2-10 times as long,
+/// for about 12 s. Trained on run3 and run5, each server on its own, server3
+/// of run10 is called faulty, since its own training held no such burst;
+/// pooled, every server gets server4's threshold and nobody stands out.
+/// A CPU cap on server2 (from 6.7 s; 20-45 times its peers for the rest
+/// of the run) is still found, and only it.
+#[test]
+fn a_burst_one_clean_server_showed_is_not_a_fault_on_another_but_a_lasting_deviation_is() {
+    let cfg = PeersConfig {
+        window_ns: 4 * SEC,
+        shift_ns: 2 * SEC,
+        metrics: vec![Metric::CpuWait],
+        ..PeersConfig::default()
+    };
+    assert!(cfg.pool, "on by default");
+    let own = PeersConfig {
+        pool: false,
+        ..cfg.clone()
+    };
+    let run3 = cpu_wait_run(
+        "run3",
+        &[
+            [7.0, 8.0, 156.0, 8.0],
+            [250.0, 40.0, 40.0, 33.0],
+            [227.0, 443.0, 227.0, 197.0],
+            [225.0, 301.0, 519.0, 293.0],
+            [132.0, 174.0, 77.0, 97.0],
+            [84.0, 243.0, 57.0, 84.0],
+            [96.0, 139.0, 96.0, 101.0],
+            [116.0, 95.0, 161.0, 66.0],
+        ],
+    );
+    let run5 = cpu_wait_run(
+        "run5",
+        &[
+            [0.0, 0.0, 0.0, 0.0],
+            [61.0, 158.0, 61.0, 38.0],
+            [189.0, 184.0, 242.0, 184.0],
+            [617.0, 117.0, 117.0, 87.0],
+            [353.0, 649.0, 649.0, 1212.0],
+            [1077.0, 1077.0, 539.0, 2019.0],
+            [751.0, 257.0, 146.0, 257.0],
+            [360.0, 280.0, 243.0, 280.0],
+            [211.0, 74.0, 109.0, 109.0],
+        ],
+    );
+    let run10 = cpu_wait_run(
+        "run10",
+        &[
+            [159.0, 85.0, 340.0, 159.0],
+            [251.0, 239.0, 712.0, 251.0],
+            [51.0, 55.0, 522.0, 55.0],
+            [51.0, 31.0, 277.0, 51.0],
+            [169.0, 169.0, 985.0, 142.0],
+            [515.0, 685.0, 1808.0, 685.0],
+            [838.0, 838.0, 1314.0, 1439.0],
+            [708.0, 1369.0, 708.0, 762.0],
+        ],
+    );
+    let capped = cpu_wait_run(
+        "cpu-cap on server2",
+        &[
+            [275.0, 275.0, 371.0, 179.0],
+            [257.0, 257.0, 274.0, 300.0],
+            [188.0, 8205.0, 141.0, 188.0],
+            [457.0, 18417.0, 582.0, 582.0],
+            [423.0, 19485.0, 297.0, 423.0],
+            [936.0, 16183.0, 592.0, 936.0],
+            [1826.0, 17823.0, 1063.0, 1826.0],
+            [946.0, 22688.0, 732.0, 946.0],
+        ],
+    );
+    let training = [run3, run5];
+    let apart = train(&training, &own).expect("per server");
+    let pooled = train(&training, &cfg).expect("pooled");
+    let top = apart.metrics[&Metric::CpuWait]
+        .values()
+        .map(|t| t.threshold)
+        .fold(0.0, f64::max);
+    assert!(
+        apart.metrics[&Metric::CpuWait]["server3"].threshold < top / 2.0,
+        "server3's own training held no burst: {apart:?}"
+    );
+    for (label, th) in &pooled.metrics[&Metric::CpuWait] {
+        assert_eq!(th.threshold, top, "{label}");
+        assert_eq!(
+            th,
+            &ServerThreshold {
+                threshold: top,
+                ..apart.metrics[&Metric::CpuWait][label].clone()
+            }
+        );
+    }
+    assert_eq!(diagnose(&run10, &apart, cfg.k, 10).faulty, ["server3"]);
+    let report = diagnose(&run10, &pooled, cfg.k, 10);
+    assert_eq!(report.verdict.outcome, Outcome::NoneStandsOut, "{report:?}");
+    let report = diagnose(&capped, &pooled, cfg.k, 10);
+    assert_eq!(report.faulty, ["server2"], "{report:?}");
+    assert_eq!(report.verdict.outcome, Outcome::Faulty);
+    assert!(render::thresholds_text(&pooled).contains("pooled: each server's threshold"));
+    assert!(!render::thresholds_text(&apart).contains("pooled"));
 }

@@ -134,7 +134,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                 *e = e.max(bar);
             }
         }
-        let thresholds = per_server
+        let mut thresholds: BTreeMap<String, ServerThreshold> = per_server
             .into_iter()
             .map(|(label, mut scores)| {
                 let (minimal, threshold) = match cfg.calibration {
@@ -164,6 +164,13 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                 (label, t)
             })
             .collect();
+        // The peer pool: a clean burst any server showed, any may show.
+        if cfg.pool {
+            let top = thresholds.values().map(|t| t.threshold).fold(0.0, f64::max);
+            for t in thresholds.values_mut() {
+                t.threshold = top;
+            }
+        }
         metrics.insert(*metric, thresholds);
     }
     Ok(Thresholds {
