@@ -294,6 +294,7 @@ mod tests {
             shared: false,
             group: None,
             ended_by: None,
+            not_judged: Vec::new(),
         }
     }
 
