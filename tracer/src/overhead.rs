@@ -440,7 +440,10 @@ mod tests {
         assert!((plan5.estimated_percent - 11.01).abs() < 1e-6);
         assert!((plan5.kept_percent - 1.01).abs() < 1e-6);
         // A tighter budget takes the warm one too, never the loop that fits.
-        assert_eq!(plan(&probes, &calls, COSTS, SECOND, Some(0.5), None).drop, [1, 2]);
+        assert_eq!(
+            plan(&probes, &calls, COSTS, SECOND, Some(0.5), None).drop,
+            [1, 2]
+        );
         // A loose one drops nothing.
         assert!(
             plan(&probes, &calls, COSTS, SECOND, Some(20.0), None)
@@ -478,13 +481,28 @@ mod tests {
             traced_wait_ns: 0,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0), None);
+        let p = plan(
+            &[probe(0, "handle")],
+            &[5_000],
+            COSTS,
+            ring,
+            Some(10.0),
+            None,
+        );
         assert!(p.drop.is_empty(), "{p:?}");
         assert!((p.demand_percent - 10.0).abs() < 1e-9);
         assert!((p.estimated_percent - 5.0).abs() < 1e-9);
         assert!((p.latency_percent - 50.0).abs() < 1e-9);
         assert_eq!(
-            plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(2.0), None).drop,
+            plan(
+                &[probe(0, "handle")],
+                &[5_000],
+                COSTS,
+                ring,
+                Some(2.0),
+                None
+            )
+            .drop,
             [0]
         );
     }
@@ -499,7 +517,14 @@ mod tests {
             traced_wait_ns: 0,
             host_busy: 1.0,
         };
-        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0), None);
+        let p = plan(
+            &[probe(0, "handle")],
+            &[5_000],
+            COSTS,
+            ring,
+            Some(10.0),
+            None,
+        );
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
         assert_eq!(p.drop, [0]);
     }
@@ -514,7 +539,14 @@ mod tests {
             traced_wait_ns: 800_000_000,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "hot")], &[10_000], COSTS, starved, Some(5.0), None);
+        let p = plan(
+            &[probe(0, "hot")],
+            &[10_000],
+            COSTS,
+            starved,
+            Some(5.0),
+            None,
+        );
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
         assert_eq!(p.drop, [0]);
     }
@@ -566,7 +598,10 @@ mod tests {
             left_out: ["old".to_string()].into(),
         };
         // 10%, 5% and 1%: at 11%, without the model, hot goes.
-        assert_eq!(plan(&probes, &calls, COSTS, SECOND, Some(11.0), None).drop, [0]);
+        assert_eq!(
+            plan(&probes, &calls, COSTS, SECOND, Some(11.0), None).drop,
+            [0]
+        );
         // Like the model: old, then warm, and hot stays.
         let p = plan(&probes, &calls, COSTS, SECOND, Some(11.0), Some(&keep));
         assert_eq!(p.drop, [2, 1]);

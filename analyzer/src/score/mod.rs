@@ -12,6 +12,6 @@ pub use report::{
     Earliest, NotJudged, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
 };
 pub use suspect::{
-    Detached, Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest, Scoring, Seen,
-    UnitScore, rank, score_linked_processes, score_processes, score_tree,
+    Detached, Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest,
+    Scoring, Seen, UnitScore, rank, score_linked_processes, score_processes, score_tree,
 };

@@ -1547,7 +1547,11 @@ mod tests {
         }
     }
 
-    fn report_of(model: &GlobalModel, cap: &Capture, trial: &ProcessUnits) -> super::super::ScoreReport {
+    fn report_of(
+        model: &GlobalModel,
+        cap: &Capture,
+        trial: &ProcessUnits,
+    ) -> super::super::ScoreReport {
         let units = score_linked_processes(
             model,
             cap,
@@ -1600,14 +1604,28 @@ mod tests {
 
         // Kept: the units lacking helper are named.
         let kept = report_of(&model, &capture_without(&[]), &trial);
-        assert_eq!(kept.verdict, super::super::Verdict::Anomalous, "{}", kept.summary);
+        assert_eq!(
+            kept.verdict,
+            super::super::Verdict::Anomalous,
+            "{}",
+            kept.summary
+        );
         assert!(kept.not_judged.is_empty());
 
         // Detached: not judged, and said so.
         let cap = capture_without(&["helper"]);
         let r = report_of(&model, &cap, &trial);
-        assert_eq!(r.verdict, super::super::Verdict::CannotJudge, "{}", r.summary);
-        assert!(r.summary.starts_with("cannot judge: 5 of 10 units"), "{}", r.summary);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::CannotJudge,
+            "{}",
+            r.summary
+        );
+        assert!(
+            r.summary.starts_with("cannot judge: 5 of 10 units"),
+            "{}",
+            r.summary
+        );
         assert!(r.suspects.is_empty());
         assert_eq!(r.not_judged.len(), 1);
         let p = &r.not_judged[0];
@@ -1628,7 +1646,10 @@ mod tests {
         // A new call in the tree learned without helper is still judged.
         let mut extra = trial.clone();
         let last = extra.units.len() - 1;
-        let mut b = unit(&mut extra.nodes, &[&["other", "work2"], &["other", "surprise"]]);
+        let mut b = unit(
+            &mut extra.nodes,
+            &[&["other", "work2"], &["other", "surprise"]],
+        );
         b.connection = Some(crate::units::ConnectionKey("conn-b".into()));
         b.start_ns = 100;
         extra.units[last] = b;
@@ -1681,7 +1702,12 @@ mod tests {
         let mut trial = learned_process(2);
         trial.signature = vec!["listen@setup+0x2".into()];
         let r = report_of(&model, &capture_without(&["setup"]), &trial);
-        assert_eq!(r.verdict, super::super::Verdict::CannotJudge, "{}", r.summary);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::CannotJudge,
+            "{}",
+            r.summary
+        );
         assert_eq!(r.not_judged[0].functions, ["setup"]);
         let r = report_of(&model, &capture_without(&[]), &trial);
         assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);

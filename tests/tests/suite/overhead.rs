@@ -455,7 +455,8 @@ fn a_capture_whose_budget_detached_the_models_functions_is_not_judged_on_them() 
         .filter_map(|f| f.as_str())
         .collect();
     assert!(
-        named.iter().all(|f| dropped.contains(*f)) && named.iter().any(|f| f.starts_with("handle_")),
+        named.iter().all(|f| dropped.contains(*f))
+            && named.iter().any(|f| f.starts_with("handle_")),
         "{named:?} {dropped:?}"
     );
     assert!(report["suspects"].as_array().is_some_and(Vec::is_empty));
@@ -468,8 +469,17 @@ fn a_capture_whose_budget_detached_the_models_functions_is_not_judged_on_them() 
         model.to_str().expect("utf8"),
         budget.to_str().expect("utf8"),
     ]);
-    assert!(text.stdout.contains("verdict: cannot judge"), "{}", text.stdout);
-    assert!(text.stdout.contains("not judged (their capture's overhead budget"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("verdict: cannot judge"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("not judged (their capture's overhead budget"),
+        "{}",
+        text.stdout
+    );
 
     // diagnose: no conclusion from the model, said as such, not "nothing
     // stands out".
@@ -489,10 +499,15 @@ fn a_capture_whose_budget_detached_the_models_functions_is_not_judged_on_them() 
         .expect("the model analysis");
     assert_eq!(m["status"], "no_data", "{m}");
     assert!(
-        m["summary"].as_str().is_some_and(|s| s.starts_with("cannot judge")),
+        m["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("cannot judge")),
         "{m}"
     );
-    assert!(m["not_judged"].as_array().is_some_and(|p| !p.is_empty()), "{m}");
+    assert!(
+        m["not_judged"].as_array().is_some_and(|p| !p.is_empty()),
+        "{m}"
+    );
     assert_ne!(d["outcome"], "suspect_found", "{d}");
 }
 
