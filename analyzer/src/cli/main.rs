@@ -372,7 +372,23 @@ fn print_scores(
     for e in &report.earliest {
         match e.unit {
             Some(i) => writeln!(out, "earliest anomaly in {}: {}", e.capture, describe(i))?,
-            None => writeln!(out, "{}: no unit behaves unlike the normal runs", e.capture)?,
+            None => {
+                let unjudged: u32 = report
+                    .not_judged
+                    .iter()
+                    .filter(|p| p.capture == e.capture)
+                    .map(|p| p.units)
+                    .sum();
+                if unjudged == 0 {
+                    writeln!(out, "{}: no unit behaves unlike the normal runs", e.capture)?
+                } else {
+                    writeln!(
+                        out,
+                        "{}: no judged unit behaves unlike the normal runs; {unjudged} units not judged",
+                        e.capture
+                    )?
+                }
+            }
         }
     }
     if report.earliest.len() > 1

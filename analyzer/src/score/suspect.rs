@@ -696,7 +696,7 @@ pub struct Detached {
     /// Per group: the functions of `functions` in each tree (by kind and
     /// key; trees without any left out), and in the whole group (its
     /// signature, tree keys and trees).
-    groups: Vec<(HashMap<(UnitKind, String), Vec<String>>, Vec<String>)>,
+    groups: Vec<(TreeFunctions, Vec<String>)>,
     /// The functions of `functions` in any group.
     any: Vec<String>,
 }
@@ -774,6 +774,9 @@ impl Detached {
         }
     }
 }
+
+/// Per tree (kind and key): the detached functions it was learned with.
+type TreeFunctions = HashMap<(UnitKind, String), Vec<String>>;
 
 /// The functions of `functions` called along `path` (`a@s > b@s2 > c`).
 fn path_functions<'a>(
