@@ -374,7 +374,11 @@ impl ScoreReport {
         origin_ns: u64,
         links: Option<&Links>,
     ) {
-        if self.verdict != Verdict::NothingStandsOut || self.stall.is_some() {
+        if !matches!(
+            self.verdict,
+            Verdict::NothingStandsOut | Verdict::CannotJudge
+        ) || self.stall.is_some()
+        {
             return;
         }
         let (Some(normal), Some((from, to))) = (model.quiet_ns, span) else {
@@ -402,6 +406,16 @@ impl ScoreReport {
             stall.to_s,
             stall.normal_s
         );
+        if self.verdict == Verdict::CannotJudge {
+            // Units not judged may deviate: who left first says nothing
+            // then. The stall itself needs no function probe.
+            self.summary = format!(
+                "{}; and {note}: a stall or hang, in a process this report cannot name",
+                self.summary
+            );
+            self.stall = Some(stall);
+            return;
+        }
         let left = links
             .and_then(|l| l.first_close(from.saturating_add(1)))
             .and_then(|(t, pid, tid)| {
@@ -1329,6 +1343,25 @@ mod tests {
         let before = named.summary.clone();
         named.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0, None);
         assert_eq!((named.stall.clone(), named.summary.clone()), (None, before));
+        // Units not judged: the stall is said, and no process named.
+        let mut unjudged = unit("c", 0.9, 10, 10, false);
+        unjudged.not_judged = vec!["helper".into()];
+        let mut cannot = ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            Ranking::Evidence,
+            &["c".to_string()],
+            vec![unjudged],
+        );
+        assert_eq!(cannot.verdict, Verdict::CannotJudge);
+        cannot.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0, None);
+        assert!(cannot.stall.is_some());
+        assert_eq!(cannot.verdict, Verdict::CannotJudge);
+        assert!(
+            cannot.summary.starts_with("cannot judge") && cannot.summary.contains("went quiet"),
+            "{}",
+            cannot.summary
+        );
     }
 
     /// At a stall no unit shows, the unit that ended a connection first
