@@ -279,7 +279,9 @@ pub struct ObjectSymbols {
     pub build_id: Option<String>,
     /// Loadable segments, to convert file offsets to virtual addresses.
     pub segments: Vec<Segment>,
-    /// Function symbols sorted by address.
+    /// Function symbols sorted by address: all of them for an object a
+    /// traced process maps; for one only sampled processes ran
+    /// (`--sample-all`), those its samples fell in, each with a size.
     pub symbols: Vec<Symbol>,
     /// The object's `.gnu_debuglink`, so an analysis elsewhere can find its
     /// debug file by name (absent in older captures).

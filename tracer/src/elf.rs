@@ -112,11 +112,18 @@ impl ElfSymbols {
     /// debug file when one is installed under `debug_dirs` (by build id) or
     /// where its `.gnu_debuglink` points.
     pub fn read_with(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, ElfError> {
-        let data = fs::read(path).map_err(|source| ElfError::Read {
+        // Read lazily: only the headers, notes and symbol tables, not the
+        // whole file (a 150 MB runtime library was read whole before).
+        let file = fs::File::open(path).map_err(|source| ElfError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse_with(&data, path, debug_dirs)
+        let cache = ReadCache::new(file);
+        let file = object::File::parse(&cache).map_err(|source| ElfError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_file(&file, path, debug_dirs)
     }
 
     /// [`ElfSymbols::read`] of the file's bytes (`path` names it), looking
@@ -131,9 +138,18 @@ impl ElfSymbols {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::from_file(&file, path, debug_dirs)
+    }
+
+    /// The symbols of a parsed `file` (`path` names it).
+    fn from_file<'data, R: object::ReadRef<'data>>(
+        file: &object::File<'data, R>,
+        path: &Path,
+        debug_dirs: &[PathBuf],
+    ) -> Result<Self, ElfError> {
         let mut has_symtab = file.symbols().next().is_some();
-        let mut symbols = function_symbols(&file, true);
-        let build_id = build_id_hex(&file);
+        let mut symbols = function_symbols(file, true);
+        let build_id = build_id_hex(file);
         let debug_link = file
             .gnu_debuglink()
             .ok()
@@ -184,7 +200,7 @@ impl ElfSymbols {
         unique.reverse();
         unique.dedup_by_key(|s| s.addr);
         unique.reverse();
-        let segments = segments(&file);
+        let segments = segments(file);
         Ok(Self {
             names: symbols,
             table: ObjectSymbols {
@@ -309,10 +325,22 @@ impl ElfCache {
     pub fn cached(&self, path: &Path) -> Option<&ElfSymbols> {
         self.tables.get(path)
     }
+
+    /// Keeps `elf` as the symbols of `path` (read elsewhere, e.g. on
+    /// another thread).
+    pub fn insert(&mut self, path: PathBuf, elf: ElfSymbols) {
+        self.tables.insert(path, elf);
+    }
+
+    /// Forgets the symbols of `path` (read again on next use): keeps the
+    /// memory of a long recording bounded.
+    pub fn evict(&mut self, path: &Path) {
+        self.tables.remove(path);
+    }
 }
 
 /// The loadable segments of `file` that have bytes in the file.
-pub fn segments(file: &object::File<'_>) -> Vec<Segment> {
+pub fn segments<'data, R: object::ReadRef<'data>>(file: &object::File<'data, R>) -> Vec<Segment> {
     file.segments()
         .filter_map(|seg| {
             let (offset, filesz) = seg.file_range();

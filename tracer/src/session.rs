@@ -16,8 +16,8 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{
     capture::{
-        CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, Overhead, Probe, ProcessInfo,
-        ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
+        CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, ObjectSymbols, Overhead,
+        Probe, ProcessInfo, ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
     },
     record::{
         self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
@@ -27,7 +27,7 @@ use tracer_common::{
 
 use crate::{
     btf,
-    elf::{ElfCache, file_offset},
+    elf::{ElfCache, ElfSymbols, file_offset},
     kstats::{KernelStats, KernelStatsConfig},
     loader::{Followed, LoadOptions, Loaded, MAX_SCOPED_PROCESSES},
     overhead::{self, Costs},
@@ -281,6 +281,104 @@ struct Tracker {
     remapped: BTreeMap<u32, u64>,
     /// The `--exe` targets, by the index their enrolment records carry.
     enrolled: Vec<Option<EnrollTarget>>,
+    /// Objects only untraced processes ran (`--sample-all`): their tables
+    /// hold just the symbols samples fell in (see [`SampledObject`]).
+    sampled: BTreeMap<String, SampledObject>,
+    /// Settles so far (the recency of [`SampledObject::used`]).
+    settles: u64,
+    /// Processes whose last snapshot was taken as untraced (only sampled).
+    untraced: HashSet<u32>,
+    /// Reads sampled-only objects' tables (started on first need).
+    reader: Option<SymbolReader>,
+}
+
+/// An object that only processes sampled, not traced, ran. Its whole
+/// symbol table is not written: a busy host runs compilers and runtimes
+/// whose tables are tens of MB each (librustc_driver: 93 k symbols, 17 MB,
+/// a second to read), which made captures of seconds hundreds of MB and
+/// held the drain loop up. A table of the symbols its samples fell in is
+/// written instead, again whenever one is added (readers keep the last).
+/// Its full table stays cached while the cache of such tables is under
+/// [`SAMPLED_CACHE_BYTES`]; the least recently sampled go first.
+#[derive(Default)]
+struct SampledObject {
+    /// File offsets of samples not yet placed in a symbol.
+    pending: Vec<u64>,
+    /// The symbols written (each with a size), by address.
+    hit: BTreeMap<u64, Symbol>,
+    /// The table last written (the object's and the `hit` symbols), again
+    /// in each new file after a rotation.
+    table: Option<ObjectSymbols>,
+    /// Its symbols could not be read: no use trying again.
+    unreadable: bool,
+    /// Bytes its full table takes in the cache (0: not cached).
+    cached_bytes: usize,
+    /// The last settle that placed a sample in it.
+    used: u64,
+}
+
+/// Memory the full tables of sampled-only objects may take in the
+/// recorder (an agent sampling a busy host for days sees every compiler
+/// and runtime it runs).
+const SAMPLED_CACHE_BYTES: usize = 128 << 20;
+
+/// How long settling waits for the symbol tables of sampled-only objects
+/// being read: not at all while recording (they are read off the loop,
+/// which keeps draining the ring), up to this at the stop; what is left
+/// then is said.
+const SAMPLED_SYMBOLS_TICK: Duration = Duration::ZERO;
+const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(3);
+
+/// Reads the symbol tables of sampled-only objects on a thread of its own:
+/// one big table takes about a second (librustc_driver, in a release
+/// build), during which the recording loop would neither drain the ring
+/// nor read a new process's `/proc` before it is gone.
+struct SymbolReader {
+    paths: std::sync::mpsc::Sender<PathBuf>,
+    tables: std::sync::mpsc::Receiver<(PathBuf, Result<ElfSymbols, String>)>,
+    /// Paths sent and not yet answered.
+    reading: HashSet<PathBuf>,
+}
+
+impl SymbolReader {
+    fn start(debug_dirs: Vec<PathBuf>) -> Option<Self> {
+        let (paths, todo) = std::sync::mpsc::channel::<PathBuf>();
+        let (done, tables) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("symbols".into())
+            .spawn(move || {
+                // Smallest file first: a program's own table (what a hog's
+                // samples need) takes milliseconds, a runtime's a second,
+                // so a few big ones do not hold up many small ones.
+                let mut queue = std::collections::BinaryHeap::new();
+                let size = |p: &Path| std::fs::metadata(p).map_or(u64::MAX, |m| m.len());
+                loop {
+                    if queue.is_empty() {
+                        // Ends when the tracker (the sender) is gone.
+                        let Ok(path) = todo.recv() else { break };
+                        queue.push(std::cmp::Reverse((size(&path), path)));
+                    }
+                    while let Ok(path) = todo.try_recv() {
+                        queue.push(std::cmp::Reverse((size(&path), path)));
+                    }
+                    let Some(std::cmp::Reverse((_, path))) = queue.pop() else {
+                        continue;
+                    };
+                    let table =
+                        ElfSymbols::read_with(&path, &debug_dirs).map_err(|e| e.to_string());
+                    if done.send((path, table)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| log::warn!("no thread to read symbols on: {e}"))
+            .ok()?;
+        Some(Self {
+            paths,
+            tables,
+            reading: HashSet::new(),
+        })
+    }
 }
 
 impl Tracker {
@@ -305,6 +403,10 @@ impl Tracker {
             exec_snapshots: BTreeSet::new(),
             remapped: BTreeMap::new(),
             enrolled: Vec::new(),
+            sampled: BTreeMap::new(),
+            settles: 0,
+            untraced: HashSet::new(),
+            reader: None,
         }
     }
 
@@ -319,6 +421,7 @@ impl Tracker {
         loaded: &mut Loaded,
         sink: &mut Sink,
     ) -> Result<(), RecordError> {
+        let mut sampled_ip = 0;
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
@@ -400,9 +503,19 @@ impl Tracker {
             }
             if s.user_ip != 0 {
                 self.remap_if_unmapped(header.pid, s.user_ip, header.ts_ns, sink)?;
+                sampled_ip = s.user_ip;
             }
         }
-        if header.pid != 0 && !self.snapshotted.contains(&header.pid) {
+        // A process first seen by a sample (`--sample-all`) and traced
+        // since (a record of its own, or the kernel says so) is read again
+        // as a traced one: its objects' whole tables, the live set.
+        let traced_since = !self.untraced.is_empty()
+            && self.untraced.contains(&header.pid)
+            && ((header.kind != kind::SAMPLE
+                && header.kind != kind::TCP_RETRANSMIT
+                && header.kind != kind::TCP_RETRANSMIT_SOCK)
+                || loaded.is_traced(header.pid));
+        if header.pid != 0 && (traced_since || !self.snapshotted.contains(&header.pid)) {
             let retransmit =
                 header.kind == kind::TCP_RETRANSMIT || header.kind == kind::TCP_RETRANSMIT_SOCK;
             let traced =
@@ -422,7 +535,36 @@ impl Tracker {
                 self.stub_if_gone(header.pid, header.ts_ns, sink)?;
             }
         }
+        if sampled_ip != 0 {
+            self.note_sample(header.pid, sampled_ip);
+        }
         Ok(())
+    }
+
+    /// Remembers where a sample of an untraced process fell, in an object
+    /// whose whole table is not written, so its symbol goes in.
+    fn note_sample(&mut self, pid: u32, ip: u64) {
+        let Some(info) = self.infos.get(&pid).filter(|i| !i.traced) else {
+            return;
+        };
+        let Some(map) = info
+            .maps
+            .iter()
+            .find(|m| ip >= m.start && ip < m.end && m.path.starts_with('/'))
+        else {
+            return;
+        };
+        if self.objects_written.contains(&map.path) {
+            return;
+        }
+        let Some(offset) = (ip - map.start).checked_add(map.offset) else {
+            return;
+        };
+        let object = self.sampled.entry(map.path.clone()).or_default();
+        // Bounded: a hot loop adds the same offsets until the next tick.
+        if !object.unreadable && object.pending.len() < 1 << 16 {
+            object.pending.push(offset);
+        }
     }
 
     /// Snapshots `pid` again when it ran code at `ip` outside every mapping
@@ -543,6 +685,11 @@ impl Tracker {
     /// Writes a snapshot of `pid` now; its objects' symbols follow in [`Tracker::settle`].
     fn snapshot(&mut self, pid: u32, traced: bool, sink: &mut Sink) -> Result<(), RecordError> {
         self.snapshotted.insert(pid);
+        if traced {
+            self.untraced.remove(&pid);
+        } else {
+            self.untraced.insert(pid);
+        }
         let Ok(mut info) = procfs::snapshot(pid, monotonic_ns(), traced) else {
             return Ok(());
         };
@@ -552,7 +699,9 @@ impl Tracker {
         }
         self.comms.insert(pid, info.comm.clone());
         for map in &info.maps {
-            let named = map.path.starts_with('/') || map.path == crate::elf::VDSO;
+            // An untraced process's objects (only sampled) get the symbols
+            // its samples fall in (`note_sample`); the vDSO is small.
+            let named = (traced && map.path.starts_with('/')) || map.path == crate::elf::VDSO;
             if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
                 self.pending_objects.push(PathBuf::from(&map.path));
@@ -572,6 +721,7 @@ impl Tracker {
         self.infos.retain(|pid, _| live.contains(pid));
         self.comms.retain(|pid, _| live.contains(pid));
         self.snapshotted.retain(|pid| live.contains(pid));
+        self.untraced.retain(|pid| live.contains(pid));
         self.names.retain(|pid, _| live.contains(pid));
         self.forked_from.retain(|pid, _| live.contains(pid));
         self.probes_from.retain(|pid, _| live.contains(pid));
@@ -585,6 +735,11 @@ impl Tracker {
                 sink.meta(&Meta::Object(elf.table.clone()))?;
             }
         }
+        for object in self.sampled.values() {
+            if let Some(table) = &object.table {
+                sink.meta(&Meta::Object(table.clone()))?;
+            }
+        }
         if !self.kernel_symbols.is_empty() {
             sink.meta(&Meta::KernelSymbols {
                 symbols: self.kernel_symbols.clone(),
@@ -593,18 +748,163 @@ impl Tracker {
         Ok(())
     }
 
-    /// Writes the symbol tables of newly seen objects and kernel symbols.
-    fn settle(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
+    /// Writes the symbol tables of newly seen objects, the symbols new
+    /// samples of untraced processes fell in (waiting up to `sampled_for`
+    /// for their objects' tables being read), and kernel symbols.
+    fn settle(&mut self, sink: &mut Sink, sampled_for: Duration) -> Result<(), RecordError> {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
         }
         for path in std::mem::take(&mut self.pending_objects) {
+            // Traced now: its whole table replaces the sampled symbols.
+            self.sampled.remove(path.to_string_lossy().as_ref());
             match self.elf_cache.get(&path) {
                 Ok(elf) => sink.meta(&Meta::Object(elf.table.clone()))?,
                 Err(e) => log::debug!("no symbols for {}: {e}", path.display()),
             }
         }
+        self.write_sampled_symbols(sink, sampled_for)?;
         self.write_kernel_symbols(sink)
+    }
+
+    /// Places pending samples of sampled-only objects in their symbols and
+    /// writes each object whose set grew. Tables not cached are read on the
+    /// reader's thread; those that arrive within `wait` are used now, the
+    /// rest at a later settle. Then the least recently sampled full tables
+    /// leave the cache while it holds more than [`SAMPLED_CACHE_BYTES`].
+    fn write_sampled_symbols(
+        &mut self,
+        sink: &mut Sink,
+        wait: Duration,
+    ) -> Result<(), RecordError> {
+        self.settles += 1;
+        let deadline = Instant::now() + wait;
+        loop {
+            self.receive_tables(deadline);
+            for (path, object) in &mut self.sampled {
+                if object.pending.is_empty() {
+                    continue;
+                }
+                let Some(elf) = self.elf_cache.cached(Path::new(path)) else {
+                    let reader = match &mut self.reader {
+                        Some(r) => r,
+                        None => match SymbolReader::start(self.elf_cache.debug_dirs().to_vec()) {
+                            Some(r) => self.reader.insert(r),
+                            None => {
+                                object.unreadable = true;
+                                object.pending = Vec::new();
+                                continue;
+                            }
+                        },
+                    };
+                    let path = PathBuf::from(path);
+                    if !reader.reading.contains(&path) && reader.paths.send(path.clone()).is_ok() {
+                        reader.reading.insert(path);
+                    }
+                    continue;
+                };
+                object.used = self.settles;
+                // Both lists (one name per address, and every alias), with
+                // the allocator's share of each name.
+                object.cached_bytes = elf
+                    .table
+                    .symbols
+                    .iter()
+                    .chain(&elf.names)
+                    .map(|s| s.name.capacity() + size_of::<Symbol>() + 16)
+                    .sum();
+                let before = object.hit.len();
+                for offset in std::mem::take(&mut object.pending) {
+                    if let Some(sym) = symbol_at_offset(&elf.table, offset) {
+                        object.hit.entry(sym.addr).or_insert(sym);
+                    }
+                }
+                if object.hit.len() > before {
+                    let table = ObjectSymbols {
+                        path: elf.table.path.clone(),
+                        build_id: elf.table.build_id.clone(),
+                        segments: elf.table.segments.clone(),
+                        symbols: object.hit.values().cloned().collect(),
+                        debug_link: elf.table.debug_link.clone(),
+                        debug_file: elf.table.debug_file.clone(),
+                    };
+                    sink.meta(&Meta::Object(table.clone()))?;
+                    object.table = Some(table);
+                }
+            }
+            let reading = self.reader.as_ref().is_some_and(|r| !r.reading.is_empty());
+            if !reading || Instant::now() >= deadline {
+                break;
+            }
+        }
+        self.evict_sampled(SAMPLED_CACHE_BYTES);
+        Ok(())
+    }
+
+    /// Takes the tables the reader has read, waiting for one until
+    /// `deadline` when some are being read and none is ready.
+    fn receive_tables(&mut self, deadline: Instant) {
+        let Some(reader) = &mut self.reader else {
+            return;
+        };
+        let mut first = true;
+        loop {
+            let got = match reader.tables.try_recv() {
+                Ok(t) => Some(t),
+                Err(_) if first && !reader.reading.is_empty() => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        None
+                    } else {
+                        reader.tables.recv_timeout(left).ok()
+                    }
+                }
+                Err(_) => None,
+            };
+            first = false;
+            let Some((path, table)) = got else { break };
+            reader.reading.remove(&path);
+            match table {
+                Ok(elf) => self.elf_cache.insert(path, elf),
+                Err(e) => {
+                    log::debug!("no symbols for {}: {e}", path.display());
+                    if let Some(o) = self.sampled.get_mut(path.to_string_lossy().as_ref()) {
+                        o.unreadable = true;
+                        o.pending = Vec::new();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the least recently sampled full tables of sampled-only
+    /// objects from the cache until they take at most `cap` bytes (their
+    /// hit symbols stay).
+    fn evict_sampled(&mut self, cap: usize) {
+        let mut cached: usize = self.sampled.values().map(|o| o.cached_bytes).sum();
+        while cached > cap {
+            let Some((path, object)) = self
+                .sampled
+                .iter_mut()
+                .filter(|(_, o)| o.cached_bytes > 0)
+                .min_by_key(|(_, o)| o.used)
+            else {
+                break;
+            };
+            self.elf_cache.evict(Path::new(path));
+            cached -= object.cached_bytes;
+            object.cached_bytes = 0;
+        }
+    }
+
+    /// Sampled-only objects whose samples are still unplaced (their tables
+    /// were not read in time), for the summary.
+    fn unread_sampled(&self) -> Vec<&str> {
+        self.sampled
+            .iter()
+            .filter(|(_, o)| !o.pending.is_empty())
+            .map(|(p, _)| p.as_str())
+            .collect()
     }
 
     fn write_kernel_symbols(&mut self, sink: &mut Sink) -> Result<(), RecordError> {
@@ -634,6 +934,32 @@ impl Tracker {
         }
         Ok(())
     }
+}
+
+/// The function symbol of `table` holding file offset `offset`, with a
+/// size: up to the next symbol where it had none, so that in a table of
+/// some symbols only, an address outside them finds none rather than the
+/// nearest one kept.
+fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<Symbol> {
+    let vaddr = table.segments.iter().find_map(|s| {
+        let within = offset.checked_sub(s.offset).filter(|d| *d < s.filesz)?;
+        s.vaddr.checked_add(within)
+    })?;
+    let i = table
+        .symbols
+        .partition_point(|s| s.addr <= vaddr)
+        .checked_sub(1)?;
+    let sym = &table.symbols[i];
+    let next = table.symbols[i + 1..].iter().find(|n| n.addr > sym.addr);
+    let size = match (sym.size, next) {
+        (0, Some(n)) => n.addr - sym.addr,
+        (size, _) => size,
+    };
+    (vaddr - sym.addr < size || size == 0).then(|| Symbol {
+        addr: sym.addr,
+        size,
+        name: sym.name.clone(),
+    })
 }
 
 fn comm_of(raw: &[u8; 16]) -> String {
@@ -1499,7 +1825,7 @@ impl Session {
                 usdt_started.elapsed().as_secs_f64() * 1e3
             ));
         }
-        tracker.settle(&mut sink)?;
+        tracker.settle(&mut sink, SAMPLED_SYMBOLS_TICK)?;
         if let Some(fd) = held.as_mut().and_then(|h| h.release.take()) {
             // Release the command: it execs now, traced.
             std::fs::File::from(fd).write_all(&[1])?;
@@ -1721,6 +2047,22 @@ impl Session {
                 }
             }
         }
+        // MPI's C functions: the profile of every rank needs each call.
+        let mpi_calls: Vec<&str> = plan
+            .drop
+            .iter()
+            .filter_map(|i| self.probes.get(*i))
+            .filter(|p| {
+                !p.entry_only && (p.symbol.starts_with("MPI_") || p.symbol.starts_with("PMPI_"))
+            })
+            .map(|p| p.symbol.as_str())
+            .collect();
+        let mpi_warning = (!mpi_calls.is_empty()).then(|| {
+            format!(
+                "warning: the budget detached MPI functions ({}): their calls from now on are missing, so the MPI analyses will not judge this capture; record MPI ranks without --overhead",
+                mpi_calls.join(", ")
+            )
+        });
         let first = budget.item.is_none();
         let changed = first || !plan.drop.is_empty();
         match &mut budget.item {
@@ -1764,6 +2106,7 @@ impl Session {
             }
             Some(_) => {}
         }
+        self.notices.extend(mpi_warning);
         let window = budget.cpu.window(self.loaded.func_hits(self.probes.len()));
         if changed {
             budget.since = Some(window.clone());
@@ -1878,7 +2221,7 @@ impl Session {
             self.cpu_times()?;
         }
         self.budget_step()?;
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_TICK)?;
         self.sink.flush()?;
         self.loaded.flush_logs();
         if self.last_stats.elapsed() >= Duration::from_secs(1) {
@@ -2038,7 +2381,7 @@ impl Session {
         // The interval ends with the file, so none straddles two files.
         self.collect_kstats()?;
         self.last_kstats = Instant::now();
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_TICK)?;
         write_stats(&self.loaded, &mut self.sink)?;
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
@@ -2134,7 +2477,16 @@ impl Session {
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
-        self.tracker.settle(&mut self.sink)?;
+        self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_STOP)?;
+        let unread = self.tracker.unread_sampled();
+        if !unread.is_empty() {
+            progress(&format!(
+                "symbols of {} object(s) that only sampled processes ran were not read within {} s of the stop ({}): their samples show as object+offset",
+                unread.len(),
+                SAMPLED_SYMBOLS_STOP.as_secs(),
+                unread.join(", ")
+            ));
+        }
         let kernel_ms = self
             .kernel_cost
             .as_ref()
@@ -2465,7 +2817,74 @@ impl Taps {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuMeter, CpuTally, EnrollTarget};
+    use std::path::Path;
+
+    use super::{CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, symbol_at_offset};
+    use tracer_common::capture::{ObjectSymbols, Segment, Symbol};
+
+    /// A sample of a sampled-only object is placed in its symbol, which
+    /// is given a size where it had none, so that a table of the symbols
+    /// hit alone finds nothing for an address in a symbol left out.
+    #[test]
+    fn a_sampled_offset_is_placed_in_a_bounded_symbol() {
+        let sym = |addr, size, name: &str| Symbol {
+            addr,
+            size,
+            name: name.into(),
+        };
+        let table = ObjectSymbols {
+            path: "/bin/app".into(),
+            segments: vec![Segment {
+                vaddr: 0x1000,
+                offset: 0,
+                filesz: 0x1000,
+            }],
+            symbols: vec![
+                sym(0x1000, 0, "a"),
+                sym(0x1100, 0x10, "b"),
+                sym(0x1200, 0, "c"),
+            ],
+            ..ObjectSymbols::default()
+        };
+        // File offsets 0x50 (in a), 0x180 (past b's end), 0x210 (in c,
+        // the last), 0x2000 (outside the segment).
+        assert_eq!(
+            symbol_at_offset(&table, 0x50),
+            Some(sym(0x1000, 0x100, "a"))
+        );
+        assert_eq!(
+            symbol_at_offset(&table, 0x108),
+            Some(sym(0x1100, 0x10, "b"))
+        );
+        assert_eq!(symbol_at_offset(&table, 0x180), None);
+        assert_eq!(symbol_at_offset(&table, 0x210), Some(sym(0x1200, 0, "c")));
+        assert_eq!(symbol_at_offset(&table, 0x2000), None);
+    }
+
+    /// Over the cap, the least recently sampled object's full table leaves
+    /// the cache first; the symbols it had placed stay.
+    #[test]
+    fn the_least_recently_sampled_table_is_evicted_first() {
+        let (recent, old) = (Path::new("/usr/bin/true"), Path::new("/usr/bin/false"));
+        let mut tracker = Tracker::new();
+        for (used, path) in [(2, recent), (1, old)] {
+            tracker.elf_cache.get(path).expect("readable ELF");
+            let object = SampledObject {
+                cached_bytes: 100,
+                used,
+                ..SampledObject::default()
+            };
+            tracker.sampled.insert(path.display().to_string(), object);
+        }
+        tracker.evict_sampled(150);
+        assert!(tracker.elf_cache.cached(recent).is_some());
+        assert!(tracker.elf_cache.cached(old).is_none());
+        tracker.evict_sampled(150);
+        assert!(
+            tracker.elf_cache.cached(recent).is_some(),
+            "under the cap nothing more goes"
+        );
+    }
 
     /// The mapping placed from an enrolment record is where the kernel
     /// mapped the program: checked on this test process against its own

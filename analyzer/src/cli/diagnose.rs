@@ -500,6 +500,34 @@ fn mpi_analyses(
         &mut |w| sites.label(&w.host, w.pid, w.call_site),
         &mut since,
     ));
+    if let Some(note) = profiles.rank_numbering_note() {
+        for r in &mut results {
+            r.notes.push(note.clone());
+        }
+    }
+    // Calls an overhead budget detached look like ranks that stopped
+    // calling: no MPI analysis concludes anything from such captures.
+    let detached = mpi::Detached::of(refs);
+    if let Some(note) = detached.note() {
+        for r in &mut results {
+            if detached.loses_calls() && r.status != Status::NotRun {
+                r.status = Status::NoData;
+                r.summary = format!(
+                    "not judged: an overhead budget detached MPI functions ({})",
+                    detached
+                        .calls
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                r.reason = Some(note.clone());
+                r.findings.clear();
+            } else {
+                r.notes.push(note.clone());
+            }
+        }
+    }
     Ok(MpiResults {
         results,
         interference,

@@ -161,6 +161,11 @@ pub(crate) fn profiles(paths: &[PathBuf]) -> anyhow::Result<(Vec<Capture>, Profi
         .collect::<anyhow::Result<Vec<_>>>()?;
     let refs: Vec<&Capture> = captures.iter().collect();
     let profiles = mpi::extract(&refs).context("building MPI profiles")?;
+    // Every MPI and tasks command reads its captures here: each says what
+    // an overhead budget took from them.
+    if let Some(note) = mpi::Detached::of(&refs).note() {
+        eprintln!("note: {note}");
+    }
     if profiles.ranks.is_empty() {
         bail!(
             "no MPI calls in {}: record with `tracer record --mpi -- mpiexec ...`",

@@ -195,6 +195,14 @@ fn note_missing_lines(sites: &mpi::sites::Sites<'_>) {
     }
 }
 
+/// Says which ranks were numbered by pid order (their launcher's rank
+/// was not read), if any: every rank the reports name is by that number.
+fn note_rank_numbering(profiles: &mpi::Profiles) {
+    if let Some(note) = profiles.rank_numbering_note() {
+        eprintln!("note: {note}");
+    }
+}
+
 /// Runs one `tasks` subcommand.
 pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()> {
     if let TasksCommand::Hang {
@@ -220,6 +228,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                     "version": mpi::waitfor::HANG_VERSION,
                     "verdict": report.verdict(&profiles),
                     "hang": report,
+                    "rank_numbering": profiles.rank_numbering_note(),
                 }))?
             )?;
         } else {
@@ -229,6 +238,7 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 mpi::report::hang_text(&report, &profiles, &mut sites)
             )?;
             note_missing_lines(&sites);
+            note_rank_numbering(&profiles);
         }
         return Ok(());
     }
@@ -322,10 +332,12 @@ pub(crate) fn run(cmd: TasksCommand, out: &mut impl Write) -> anyhow::Result<()>
                 "hang_verdict": hang_report.verdict(&profiles),
                 "hang": hang_report,
                 "analysis": analysis,
+                "rank_numbering": profiles.rank_numbering_note(),
             }))?
         )?;
     } else {
         write!(out, "{}", report::verdict_text(&judged))?;
+        note_rank_numbering(&profiles);
         if hang_report.hung {
             writeln!(out)?;
             write!(

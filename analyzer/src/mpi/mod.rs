@@ -50,8 +50,8 @@ pub use export::{ExportError, write_jsonl, write_parquet};
 pub use learn::{LearnConfig, MODEL_VERSION, Model, ProcessorModel, learn};
 pub use metric::{DETECTION_VERSION, Detection, ProcessorResult, detect};
 pub use profile::{
-    Call, CpuReading, OpenCall, PROFILE_VERSION, ProfileError, Profiles, RankProfile, RankSource,
-    extract,
+    Call, CpuReading, Detached, OpenCall, PROFILE_VERSION, ProfileError, Profiles, RankProfile,
+    RankSource, extract,
 };
 pub use typical::{TypicalConfig, TypicalSequence, rank_sequences, typical_sequences};
 pub use verdict::{Outcome, VERDICT_VERSION, Verdict};

@@ -222,6 +222,89 @@ impl Profiles {
     pub fn total_calls(&self) -> usize {
         self.ranks.iter().map(|r| r.calls.len()).sum()
     }
+
+    /// For a person, when some ranks were numbered by pid order rather
+    /// than by the launcher: which, and why their numbers may not be their
+    /// `MPI_COMM_WORLD` ranks. `None` when every rank's number is the
+    /// launcher's.
+    pub fn rank_numbering_note(&self) -> Option<String> {
+        let guessed: Vec<String> = self
+            .ranks
+            .iter()
+            .filter(|r| r.rank_source == RankSource::PidOrder)
+            .map(|r| format!("rank {} (pid {} on {})", r.rank, r.pid, r.host))
+            .collect();
+        (!guessed.is_empty()).then(|| {
+            format!(
+                "{} numbered by pid order, not by the launcher: the environment was not read (the process was gone before the recorder read its /proc), so the number may not be the MPI_COMM_WORLD rank",
+                if guessed.len() == 1 {
+                    format!("{} is", guessed[0])
+                } else {
+                    format!("{} are", guessed.join(", "))
+                }
+            )
+        })
+    }
+}
+
+/// MPI functions an overhead budget (`tracer record --overhead`) detached
+/// while the ranks ran: their calls after that are not in the profiles.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Detached {
+    /// `MPI_*` C functions detached, with the earliest time one went
+    /// (seconds into its capture).
+    pub calls: BTreeMap<String, f64>,
+    /// Language-binding wrappers detached (their calls are still profiled,
+    /// from the C functions they make; their call sites are the wrapper's).
+    pub bindings: BTreeSet<String>,
+}
+
+impl Detached {
+    /// What the captures' overhead budgets detached of MPI.
+    pub fn of(captures: &[&Capture]) -> Self {
+        let mut out = Self::default();
+        for c in captures {
+            let Some(o) = &c.overhead else { continue };
+            let start = c.header.clock.monotonic_ns;
+            for d in &o.dropped {
+                let Some(p) = c.probes.get(d.func_id as usize) else {
+                    continue;
+                };
+                if p.entry_only {
+                    if let Some(name) = wrapper_name(&p.symbol, &p.aliases) {
+                        out.bindings.insert(name);
+                    }
+                } else if let Some(name) = c_name(&p.symbol, &p.aliases) {
+                    let at = d.at_ns.saturating_sub(start) as f64 / 1e9;
+                    let e = out.calls.entry(name).or_insert(at);
+                    *e = e.min(at);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether calls are missing: the MPI analyses cannot judge the run.
+    pub fn loses_calls(&self) -> bool {
+        !self.calls.is_empty()
+    }
+
+    /// What is missing and what it means, for a person; `None` when the
+    /// budgets detached nothing of MPI.
+    pub fn note(&self) -> Option<String> {
+        if let Some(first) = self.calls.values().copied().reduce(f64::min) {
+            return Some(format!(
+                "an overhead budget detached {} from {first:.1} s into the recording: their calls after that are missing, so ranks would seem to stop calling them; no MPI verdict is drawn from these captures (record MPI ranks without --overhead)",
+                self.calls.keys().cloned().collect::<Vec<_>>().join(", "),
+            ));
+        }
+        (!self.bindings.is_empty()).then(|| {
+            format!(
+                "an overhead budget detached the language bindings of {}: their calls are profiled from the C functions they make, but the call sites of later calls are the MPI library's wrappers, not the program",
+                self.bindings.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
 }
 
 fn env_rank(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
@@ -795,6 +878,87 @@ mod tests {
                 (10, 1, RankSource::Environment),
                 (30, 2, RankSource::Environment),
             ]
+        );
+        // Every report that names ranks says which number is a guess.
+        let note = p.rank_numbering_note().expect("a note");
+        assert!(
+            note.starts_with("rank 0 (pid 20 on ") && note.contains("not by the launcher"),
+            "{note}"
+        );
+        let launched = Profiles {
+            ranks: p.ranks[1..].to_vec(),
+            ..p
+        };
+        assert_eq!(launched.rank_numbering_note(), None);
+    }
+
+    /// What an overhead budget detached of MPI is told: C functions (calls
+    /// missing: no verdict) apart from bindings (call sites only).
+    #[test]
+    fn mpi_functions_an_overhead_budget_detached_are_told() {
+        let probes = [
+            ("libmpich.so.12", "MPI_Send", false),
+            ("libmpichfort.so.12", "mpi_recv_", true),
+            ("libmpich.so.12", "MPI_Recv", false),
+        ];
+        let with = |dropped: &[(u32, &str, u64)]| {
+            let mut w = CaptureWriter::new(
+                Vec::new(),
+                &CaptureHeader {
+                    format_version: FORMAT_VERSION,
+                    host: "node7".into(),
+                    clock: tracer_common::capture::ClockRef {
+                        monotonic_ns: 1_000_000_000,
+                        realtime_ns: 0,
+                    },
+                    ..Default::default()
+                },
+            )
+            .expect("writer");
+            let probes = probes
+                .iter()
+                .enumerate()
+                .map(|(i, (object, symbol, entry_only))| Probe {
+                    func_id: i as u32,
+                    object: object.to_string(),
+                    symbol: symbol.to_string(),
+                    entry_only: *entry_only,
+                    ..Default::default()
+                })
+                .collect();
+            w.write_meta(&Meta::Probes { probes }).expect("probes");
+            w.write_meta(&Meta::Overhead(tracer_common::capture::Overhead {
+                dropped: dropped
+                    .iter()
+                    .map(|(id, symbol, at_ns)| tracer_common::capture::DroppedProbe {
+                        func_id: *id,
+                        symbol: symbol.to_string(),
+                        at_ns: *at_ns,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }))
+            .expect("overhead");
+            Capture::read(w.into_inner().as_slice()).expect("capture")
+        };
+        let none = with(&[]);
+        assert_eq!(Detached::of(&[&none]).note(), None);
+        let binding = with(&[(1, "mpi_recv_", 1_500_000_000)]);
+        let d = Detached::of(&[&binding]);
+        assert!(!d.loses_calls());
+        let note = d.note().expect("a note");
+        assert!(note.contains("language bindings of MPI_Recv"), "{note}");
+        let calls = with(&[
+            (0, "MPI_Send", 3_500_000_000),
+            (1, "mpi_recv_", 1_500_000_000),
+        ]);
+        let d = Detached::of(&[&binding, &calls]);
+        assert!(d.loses_calls());
+        let note = d.note().expect("a note");
+        assert!(
+            note.contains("detached MPI_Send from 2.5 s") && note.contains("no MPI verdict"),
+            "{note}"
         );
     }
 

@@ -106,6 +106,44 @@ pub fn stands_out(scores: &[f64], factor: f64) -> Vec<bool> {
         .collect()
 }
 
+/// How far beyond their trained thresholds a server's peers are, at the
+/// median, before the run counts as unlike training as a whole.
+pub const BEYOND_TRAINING: f64 = 5.0;
+
+/// The median, over the windows `server` was faulty in by metric `mi`, of
+/// its peers' scores in units of their own thresholds, when it is at least
+/// [`BEYOND_TRAINING`]: every server was far from what training saw, and a
+/// verdict there rests on the outlier rule alone.
+fn peers_beyond_training(
+    run: &Scored,
+    thresholds: &Thresholds,
+    mi: usize,
+    server: usize,
+    faulty: &[bool],
+) -> Option<f64> {
+    let metric = run.windowed.metrics.get(mi)?.metric;
+    let mut ratios: Vec<f64> = Vec::new();
+    for (w, _) in faulty.iter().enumerate().filter(|(_, f)| **f) {
+        for (o, peer) in run.servers.iter().enumerate() {
+            if o == server {
+                continue;
+            }
+            let Some((threshold, _)) = thresholds.get(metric, &peer.label) else {
+                continue;
+            };
+            let score = run.scores.get(mi)?.get(w)?.get(o)?;
+            if threshold > 0.0 && score.is_finite() {
+                ratios.push(score / threshold);
+            }
+        }
+    }
+    if ratios.is_empty() {
+        return None;
+    }
+    let m = median(&mut ratios);
+    (m >= BEYOND_TRAINING).then_some(m)
+}
+
 /// Components ranked by Σ over `windows` of term(server, median server),
 /// largest first, at most `top`.
 pub fn rank_components(
@@ -235,6 +273,14 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             let v = &mut verdicts[s];
             v.anomalous_windows.insert(metric, anomalous_windows.len());
             if let Some(first) = faulty.iter().position(|f| *f) {
+                if let Some(beyond) = peers_beyond_training(run, thresholds, mi, s, &faulty) {
+                    notes.push(format!(
+                        "while {} stood out by {}, its peers were themselves {beyond:.0} times their trained thresholds (median): this run is unlike the training runs as a whole (host load, a shared disk or network), so the thresholds cannot say what is normal here and {} stands out only among its peers",
+                        server.label,
+                        metric.name(),
+                        server.label
+                    ));
+                }
                 v.faulty = true;
                 v.metrics.push(metric);
                 v.first_faulty_window = Some(v.first_faulty_window.map_or(first, |x| x.min(first)));

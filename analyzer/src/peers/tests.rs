@@ -1708,6 +1708,36 @@ fn the_outlier_rule_indicts_nobody_where_everyone_disagrees() {
     );
 }
 
+/// A run unlike training as a whole (every server 8× its trained
+/// threshold, server2 a further 5× its peers) still names server2 by the
+/// outlier rule, and says that its peers were themselves far beyond
+/// training; where its peers are within training, nothing is said.
+#[test]
+fn a_run_unlike_training_as_a_whole_is_said() {
+    let mut run = everyone_then_one();
+    for w in 5..8 {
+        run.scores[0][w] = vec![40.0, 40.0, 200.0, 40.0];
+    }
+    let r = diagnose(&run, &hand_thresholds(Some(1.5)), 2, 10);
+    assert_eq!(r.faulty, vec!["server2"]);
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("unlike the training runs as a whole"))
+        .unwrap_or_else(|| panic!("{:?}", r.notes));
+    assert!(
+        note.starts_with("while server2 stood out by time, its peers were themselves 8 times"),
+        "{note}"
+    );
+    let within = diagnose(&everyone_then_one(), &hand_thresholds(Some(1.5)), 2, 10);
+    assert_eq!(within.faulty, vec!["server2"]);
+    assert!(
+        !within.notes.iter().any(|n| n.contains("as a whole")),
+        "{:?}",
+        within.notes
+    );
+}
+
 /// A CPU cap on server2 (its threads wait 10× as long for a CPU) while
 /// server3 takes over the work it sheds (40 MB a second more through its
 /// sockets), both from 12 s: server2 is faulty by run-queue delay and

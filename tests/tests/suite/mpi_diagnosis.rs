@@ -225,3 +225,58 @@ fn issue_17_hang_culprits_are_named() {
         );
     }
 }
+
+/// MPI ranks recorded under an overhead budget that detaches MPI functions
+/// (a budget of 0.01%: any MPI call rate exceeds it): the recorder warns
+/// when it happens, and `diagnose` draws no MPI verdict from the capture
+/// (the ranks would seem to stop calling those functions), saying why,
+/// rather than "nothing stands out" or a hung rank.
+#[test]
+fn mpi_calls_an_overhead_budget_detached_give_no_verdict() {
+    use analyzer::diagnose::{AnalysisKind, Diagnosis, Status};
+    if !ready() {
+        return;
+    }
+    let exe = tests::fixture("mpi_nonblocking", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("budget.capture");
+    let run = tests::tracer(&[
+        "record",
+        "--mpi",
+        "--overhead",
+        "0.01%",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        "mpiexec",
+        "-n",
+        "2",
+        exe.to_str().expect("utf8"),
+        // About a second untraced: the budget's first look comes after
+        // 250 ms of calls, well before the end.
+        "20000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: the budget detached MPI functions"),
+        "{}",
+        run.stderr
+    );
+    let diag = tests::analyzer(&["diagnose", "--json", out.to_str().expect("utf8")]);
+    let d: Diagnosis = serde_json::from_str(&diag.stdout).expect("a diagnosis");
+    for kind in [AnalysisKind::Outliers, AnalysisKind::Hang] {
+        let a = d.analysis(kind).expect("listed");
+        assert_eq!(a.status, Status::NoData, "{a:#?}");
+        assert!(
+            a.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("an overhead budget detached MPI_")),
+            "{a:#?}"
+        );
+        assert!(a.findings.is_empty(), "{a:#?}");
+    }
+    assert_eq!(diag.status.code(), Some(0), "{}", diag.stdout);
+}

@@ -51,7 +51,10 @@ fn samples_land_in_the_hot_function() {
     );
 }
 
-/// `--sample-all` sees an untraced busy process by name.
+/// `--sample-all` sees an untraced busy process by name, and its samples
+/// land in its hot function; the capture holds only the symbols its
+/// samples fell in, not its objects' whole tables (a busy host's compilers
+/// made captures of seconds hundreds of MB and stops a minute late).
 #[test]
 fn sample_all_sees_another_busy_process() {
     if !privileged() {
@@ -105,5 +108,89 @@ fn sample_all_sees_another_busy_process() {
         symbolized * 2 >= hog_samples.len(),
         "{symbolized} of {} hog samples symbolized to hot()",
         hog_samples.len()
+    );
+    let hog_path = hog.to_str().expect("utf8");
+    let table = &cap
+        .objects
+        .get(hog_path)
+        .unwrap_or_else(|| panic!("{:?}", cap.objects.keys()))
+        .symbols;
+    let sampled: std::collections::BTreeSet<&str> = hog_samples
+        .iter()
+        .filter_map(|s| sym.user(s.header.pid, s.user_ip))
+        .filter(|l| l.object == hog_path)
+        .filter_map(|l| l.symbol)
+        .collect();
+    let written: std::collections::BTreeSet<&str> = table.iter().map(|s| s.name.as_str()).collect();
+    // Its samples were placed by this table, so each sampled symbol is in
+    // it; what matters is that nothing else is (`calls` has a dozen).
+    assert_eq!(written, sampled, "the hog's symbols are those sampled");
+}
+
+/// `--sample-all --exe`: a process sampled while it ran a shell (untraced,
+/// only the symbols its samples fell in) that then execs the target is
+/// traced from its exec: the program's whole table is in the capture, and
+/// its samples land in its hot function.
+#[test]
+fn a_sampled_process_that_execs_the_target_gets_its_whole_table() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", Some("execd"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("exec.capture");
+    let calls_s = calls.to_str().expect("utf8");
+    let rec = tests::Background::start(&[
+        "record",
+        "--sample-all",
+        "--sample-hz",
+        "200",
+        "--exe",
+        calls_s,
+        "-f",
+        "leaf",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    // The shell spins first (sampled, untraced), then becomes the target.
+    let status = Command::new("sh")
+        .args([
+            "-c",
+            &format!("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec {calls_s} spin 400"),
+        ])
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
+    assert!(rec.stop("INT").success());
+    let cap = capture(&out);
+    let table = &cap
+        .objects
+        .get(calls_s)
+        .unwrap_or_else(|| panic!("{:?}", cap.objects.keys()))
+        .symbols;
+    for f in ["main", "leaf", "hot"] {
+        assert!(
+            table.iter().any(|s| s.name == f),
+            "{f} missing from the target's table: {:?}",
+            table.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    }
+    let sym = Symbolizer::new(&cap);
+    let (mut shell, mut hot, mut elsewhere) = (0, 0, Vec::new());
+    for e in events(&cap) {
+        if let Event::Sample(s) = e {
+            if s.comm.starts_with(b"sh\0") {
+                shell += 1;
+            } else if s.comm.starts_with(b"execd\0") {
+                match sym.user(s.header.pid, s.user_ip) {
+                    Some(l) if l.symbol == Some("hot") => hot += 1,
+                    l => elsewhere.push(l.map(|l| l.to_string())),
+                }
+            }
+        }
+    }
+    assert!(
+        shell > 10 && hot > 20,
+        "shell {shell}, hot {hot} samples; elsewhere: {elsewhere:?}"
     );
 }

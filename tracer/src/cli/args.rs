@@ -287,7 +287,10 @@ pub struct RecordArgs {
     /// CPU samples per second per CPU (perf cpu-clock); 0 turns sampling off.
     #[arg(long, value_name = "HZ", default_value_t = 99)]
     pub sample_hz: u64,
-    /// Sample every process on the node, not only traced ones (a CPU hog shows up by name).
+    /// Sample every process on the node, not only traced ones (a CPU hog
+    /// shows up by name). Of objects only untraced processes ran, the
+    /// capture holds the symbols their samples fell in, not whole tables
+    /// (a busy host's compilers would take hundreds of MB).
     #[arg(long)]
     pub sample_all: bool,
     /// Keep the function probes' cost within PCT percent slowdown of the
