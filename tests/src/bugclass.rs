@@ -433,6 +433,9 @@ pub struct Length {
     pub scale: u32,
     /// `tracer record --overhead` (e.g. "5%").
     pub overhead: Option<String>,
+    /// `tracer record --like MODEL`: the budget keeps the model's functions
+    /// while others can go.
+    pub like: Option<PathBuf>,
 }
 
 impl Default for Length {
@@ -440,6 +443,7 @@ impl Default for Length {
         Self {
             scale: 1,
             overhead: None,
+            like: None,
         }
     }
 }
@@ -458,6 +462,9 @@ pub fn record_with(
     let mut args: Vec<String> = vec!["record".into(), "--sample-hz".into(), "0".into()];
     if let Some(budget) = &length.overhead {
         args.extend(["--overhead".into(), budget.clone()]);
+        if let Some(model) = &length.like {
+            args.extend(["--like".into(), model.display().to_string()]);
+        }
     }
     if program == Program::PyJobs {
         args.push("--python".into());
@@ -567,6 +574,10 @@ pub struct Outcome {
     pub top1: bool,
     /// Any unit was anomalous (a false alarm for a normal run).
     pub alarm: bool,
+    /// The report could not judge some units and found nothing in the
+    /// others ([`analyzer::score::Verdict::CannotJudge`]): no answer, not a
+    /// wrong one.
+    pub cannot_judge: bool,
     /// The report's summary.
     pub summary: String,
 }
@@ -579,6 +590,7 @@ pub fn judge(run: &RecordedRun, report: &ScoreReport) -> Outcome {
         top1: faulty.is_some()
             && report.units.first().filter(|u| u.anomalous).map(|u| u.pid) == faulty,
         alarm: report.first_anomaly.is_some(),
+        cannot_judge: report.verdict == analyzer::score::Verdict::CannotJudge,
         summary: report.summary.clone(),
     }
 }

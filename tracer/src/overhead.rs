@@ -40,7 +40,7 @@
 //! probes' calls until the end go into the capture ([`Overhead`]) so the
 //! analysis knows which functions are missing on purpose.
 
-use std::{hint::black_box, path::PathBuf};
+use std::{collections::BTreeSet, hint::black_box, path::PathBuf};
 
 use tracer_common::capture::{DroppedProbe, Overhead, Probe};
 
@@ -139,6 +139,105 @@ fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
     Ok(Costs { call_ns, entry_ns })
 }
 
+/// The functions a model of normal runs was learned with (`tracer record
+/// --like MODEL`): a budget drops every other probe before one of them, so
+/// that the capture compares with the model (the analysis cannot judge
+/// units whose learned trees call a function the capture lacks).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Keep {
+    /// Functions (symbol names) in the model's call trees and process
+    /// signatures.
+    pub model: BTreeSet<String>,
+    /// Functions the model was learned without (its `left_out`): the first
+    /// to drop, as the model cannot use them anyway.
+    pub left_out: BTreeSet<String>,
+}
+
+impl Keep {
+    /// The functions of a model file (`analyzer model learn`'s JSON),
+    /// read without the analyzer: its trees' nodes' callees (system calls
+    /// aside), the frames of its process signatures, and its `left_out`.
+    pub fn from_model_json(text: &str) -> Result<Self, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let groups = v
+            .get("groups")
+            .and_then(|g| g.as_array())
+            .ok_or("no `groups`: not a model of `analyzer model learn`")?;
+        let mut keep = Keep::default();
+        let frame_function = |frame: &str| {
+            frame
+                .split_once('@')
+                .map_or(frame, |(callee, _)| callee)
+                .to_string()
+        };
+        for g in groups {
+            for path in g
+                .get("signature")
+                .and_then(|s| s.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.as_str())
+            {
+                keep.model.extend(
+                    path.split(" > ")
+                        .map(frame_function)
+                        .filter(|f| !f.is_empty() && !f.starts_with("sys:")),
+                );
+            }
+            for kind in [
+                "initializer",
+                "finalizer",
+                "pre_process",
+                "post_process",
+                "handlers",
+            ] {
+                let trees = g.get(kind).and_then(|t| t.as_object());
+                for tree in trees.into_iter().flat_map(|t| t.values()) {
+                    let nodes = tree.get("nodes").and_then(|n| n.as_array());
+                    for callee in nodes
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|n| n.get("callee")?.as_str())
+                    {
+                        if !callee.starts_with("sys:") {
+                            keep.model.insert(callee.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        keep.left_out = v
+            .get("left_out")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect();
+        if keep.model.is_empty() {
+            return Err("the model has no function: nothing to keep".into());
+        }
+        Ok(keep)
+    }
+
+    /// In which order a probe of `symbol` goes: 0 what the model was
+    /// learned without, 1 what it does not have, 2 what it has.
+    fn tier(&self, symbol: &str) -> u8 {
+        if self.left_out.contains(symbol) {
+            0
+        } else if self.model.contains(symbol) {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether the model was learned with `symbol`.
+    pub fn has(&self, symbol: &str) -> bool {
+        self.tier(symbol) == 2
+    }
+}
+
 /// What an interval saw.
 #[derive(Clone, Copy, Debug)]
 pub struct Interval {
@@ -194,20 +293,29 @@ fn costs_of(probes: &[Probe], calls: &[u64], costs: Costs) -> Vec<f64> {
 /// Weighs the `calls` each probe made over `interval` (both indexed like
 /// `probes`; probes already dropped made none) and, with a `budget`
 /// (percent), chooses which to drop: the costliest first, until the rest
-/// fit. Returns the slowdown estimated with every probe still attached,
-/// with those kept, and the indexes of those to drop, costliest first.
+/// fit; with `keep`, the functions its model was learned without first,
+/// then those it does not have, its own last (each costliest first).
+/// Returns the slowdown estimated with every probe still attached, with
+/// those kept, and the indexes of those to drop, in the order dropped.
 pub fn plan(
     probes: &[Probe],
     calls: &[u64],
     costs: Costs,
     interval: Interval,
     budget: Option<f64>,
+    keep: Option<&Keep>,
 ) -> Plan {
     let cost = costs_of(probes, calls, costs);
     let total: f64 = cost.iter().sum();
     let mut order: Vec<usize> = (0..probes.len()).filter(|i| cost[*i] > 0.0).collect();
     // Costliest first; equal costs in probe order, so a plan is repeatable.
-    order.sort_by(|a, b| cost[*b].total_cmp(&cost[*a]).then(a.cmp(b)));
+    let tier = |i: usize| keep.map_or(0, |k| k.tier(&probes[i].symbol));
+    order.sort_by(|a, b| {
+        tier(*a)
+            .cmp(&tier(*b))
+            .then(cost[*b].total_cmp(&cost[*a]))
+            .then(a.cmp(b))
+    });
     let mut kept = total;
     let mut drop = Vec::new();
     if let Some(budget) = budget {
@@ -326,16 +434,19 @@ mod tests {
         let probes = [probe(0, "loop"), probe(1, "hot"), probe(2, "warm")];
         // 1 s of one core: 0.1 s in hot, 0.01 s in warm, 0.1 ms in loop.
         let calls = [10, 10_000, 1_000];
-        let plan5 = plan(&probes, &calls, COSTS, SECOND, Some(5.0));
+        let plan5 = plan(&probes, &calls, COSTS, SECOND, Some(5.0), None);
         assert_eq!(plan5.drop, [1]);
         assert_eq!(plan5.dropped[0].symbol, "hot");
         assert!((plan5.estimated_percent - 11.01).abs() < 1e-6);
         assert!((plan5.kept_percent - 1.01).abs() < 1e-6);
         // A tighter budget takes the warm one too, never the loop that fits.
-        assert_eq!(plan(&probes, &calls, COSTS, SECOND, Some(0.5)).drop, [1, 2]);
+        assert_eq!(
+            plan(&probes, &calls, COSTS, SECOND, Some(0.5), None).drop,
+            [1, 2]
+        );
         // A loose one drops nothing.
         assert!(
-            plan(&probes, &calls, COSTS, SECOND, Some(20.0))
+            plan(&probes, &calls, COSTS, SECOND, Some(20.0), None)
                 .drop
                 .is_empty()
         );
@@ -350,7 +461,7 @@ mod tests {
             traced_wait_ns: 400_000_000,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "hot")], &[30_000], COSTS, interval, None);
+        let p = plan(&[probe(0, "hot")], &[30_000], COSTS, interval, None, None);
         assert!(p.drop.is_empty());
         assert!((p.core_percent - 30.0).abs() < 1e-9);
         assert!((p.demand_percent - 100.0).abs() < 1e-9);
@@ -370,13 +481,28 @@ mod tests {
             traced_wait_ns: 0,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0));
+        let p = plan(
+            &[probe(0, "handle")],
+            &[5_000],
+            COSTS,
+            ring,
+            Some(10.0),
+            None,
+        );
         assert!(p.drop.is_empty(), "{p:?}");
         assert!((p.demand_percent - 10.0).abs() < 1e-9);
         assert!((p.estimated_percent - 5.0).abs() < 1e-9);
         assert!((p.latency_percent - 50.0).abs() < 1e-9);
         assert_eq!(
-            plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(2.0)).drop,
+            plan(
+                &[probe(0, "handle")],
+                &[5_000],
+                COSTS,
+                ring,
+                Some(2.0),
+                None
+            )
+            .drop,
             [0]
         );
     }
@@ -391,7 +517,14 @@ mod tests {
             traced_wait_ns: 0,
             host_busy: 1.0,
         };
-        let p = plan(&[probe(0, "handle")], &[5_000], COSTS, ring, Some(10.0));
+        let p = plan(
+            &[probe(0, "handle")],
+            &[5_000],
+            COSTS,
+            ring,
+            Some(10.0),
+            None,
+        );
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
         assert_eq!(p.drop, [0]);
     }
@@ -406,7 +539,14 @@ mod tests {
             traced_wait_ns: 800_000_000,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "hot")], &[10_000], COSTS, starved, Some(5.0));
+        let p = plan(
+            &[probe(0, "hot")],
+            &[10_000],
+            COSTS,
+            starved,
+            Some(5.0),
+            None,
+        );
         assert!((p.estimated_percent - 50.0).abs() < 1e-9);
         assert_eq!(p.drop, [0]);
     }
@@ -415,7 +555,7 @@ mod tests {
     fn entry_only_probes_cost_their_own_calibration() {
         let mut marker = probe(0, "marker");
         marker.entry_only = true;
-        let p = plan(&[marker], &[20_000], COSTS, SECOND, None);
+        let p = plan(&[marker], &[20_000], COSTS, SECOND, None, None);
         assert!((p.core_percent - 10.0).abs() < 1e-9);
     }
 
@@ -428,7 +568,7 @@ mod tests {
             traced_wait_ns: 999_000_000,
             host_busy: 0.0,
         };
-        let p = plan(&[probe(0, "f")], &[100], COSTS, interval, Some(5.0));
+        let p = plan(&[probe(0, "f")], &[100], COSTS, interval, Some(5.0), None);
         assert_eq!(p.estimated_percent, 100.0);
         assert_eq!(p.drop, [0]);
         let idle = Interval {
@@ -445,5 +585,43 @@ mod tests {
         let (object, offset) = calibration_site().expect("site");
         assert!(object.is_absolute());
         assert!(offset > 0);
+    }
+
+    /// `--like MODEL`: the functions the model was learned without go
+    /// first, then those it lacks, its own only when the rest cannot fit.
+    #[test]
+    fn like_a_model_keeps_its_functions_while_others_can_go() {
+        let probes = [probe(0, "hot"), probe(1, "warm"), probe(2, "old")];
+        let calls = [10_000, 5_000, 1_000];
+        let keep = Keep {
+            model: ["hot".to_string()].into(),
+            left_out: ["old".to_string()].into(),
+        };
+        // 10%, 5% and 1%: at 11%, without the model, hot goes.
+        assert_eq!(
+            plan(&probes, &calls, COSTS, SECOND, Some(11.0), None).drop,
+            [0]
+        );
+        // Like the model: old, then warm, and hot stays.
+        let p = plan(&probes, &calls, COSTS, SECOND, Some(11.0), Some(&keep));
+        assert_eq!(p.drop, [2, 1]);
+        let p = plan(&probes, &calls, COSTS, SECOND, Some(5.0), Some(&keep));
+        assert_eq!(p.drop, [2, 1, 0], "the model's own go last");
+        assert!(keep.has("hot") && !keep.has("warm") && !keep.has("old"));
+    }
+
+    #[test]
+    fn a_model_file_gives_its_functions() {
+        let json = r#"{"version":6,"variant":"000","sources":[],"left_out":["old"],
+            "groups":[{"signature":["main@_start+0x1 > listen_on@main+0x2 > sys:listen"],
+            "processes":1,"examples":[],"initializer":{},"finalizer":{},"pre_process":{},"post_process":{},
+            "handlers":{"k":{"nodes":[{"parent":null,"site":"loop+0x1","callee":"serve","p_sum":1.0},
+            {"parent":0,"site":"serve+0x2","callee":"sys:recvfrom","p_sum":1.0}]}}}]}"#;
+        let keep = Keep::from_model_json(json).expect("a model");
+        let model: Vec<&str> = keep.model.iter().map(String::as_str).collect();
+        assert_eq!(model, ["listen_on", "main", "serve"]);
+        assert!(keep.left_out.contains("old"));
+        assert!(Keep::from_model_json("{}").is_err());
+        assert!(Keep::from_model_json("not json").is_err());
     }
 }

@@ -108,6 +108,9 @@ pub struct RecordConfig {
     pub overhead_percent: Option<f64>,
     /// How long function probes are counted before they are weighed.
     pub overhead_interval: Duration,
+    /// The functions a model was learned with (`--like MODEL`): the budget
+    /// drops every other probe before one of them.
+    pub overhead_keep: Option<crate::overhead::Keep>,
 }
 
 impl Default for RecordConfig {
@@ -145,6 +148,7 @@ impl Default for RecordConfig {
             debug_dirs: Vec::new(),
             overhead_percent: None,
             overhead_interval: Duration::from_secs(2),
+            overhead_keep: None,
         }
     }
 }

@@ -1989,13 +1989,30 @@ impl Session {
             }
         }
         let interval = budget.cpu.since(&budget.window);
+        let keep = self.config.overhead_keep.as_ref();
         let mut plan = overhead::plan(
             &self.probes,
             &delta,
             budget.costs,
             interval,
             self.config.overhead_percent,
+            keep,
         );
+        if let Some(keep) = keep {
+            let lost: Vec<&str> = plan
+                .dropped
+                .iter()
+                .map(|d| d.symbol.as_str())
+                .filter(|s| keep.has(s))
+                .collect();
+            if !lost.is_empty() {
+                self.notices.push(format!(
+                    "overhead budget: the rest did not fit without detaching {}, which the model (--like) was learned with: its units that call {} cannot be judged against it",
+                    lost.join(", "),
+                    if lost.len() == 1 { "it" } else { "them" }
+                ));
+            }
+        }
         let now_ns = monotonic_ns();
         if !plan.drop.is_empty() {
             let mut kept = budget.kept.clone();
@@ -2116,7 +2133,7 @@ impl Session {
                 .zip(&budget.window.calls)
                 .map(|(now, then)| now.saturating_sub(*then))
                 .collect();
-            let plan = overhead::plan(&self.probes, &delta, budget.costs, interval, None);
+            let plan = overhead::plan(&self.probes, &delta, budget.costs, interval, None, None);
             return Some(overhead::first_item(
                 budget.costs,
                 interval,

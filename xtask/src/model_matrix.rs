@@ -69,6 +69,12 @@ pub(crate) struct ModelMatrixArgs {
     /// budget (`tracer record --overhead`, e.g. 5%).
     #[arg(long)]
     overhead: Option<String>,
+    /// With --overhead: record the normal and faulty runs `tracer record
+    /// --like` the model learned from the learned runs (written to
+    /// OUTPUT/PROGRAM/model.json), so that their budget keeps the model's
+    /// functions while others can go.
+    #[arg(long, requires = "overhead")]
+    like_learned: bool,
 }
 
 /// What one program's directory holds.
@@ -162,11 +168,13 @@ fn record_program(
         base + slot * width
     };
     let started = Instant::now();
+    let like: std::cell::RefCell<Option<PathBuf>> = Default::default();
     let mut record = |name: String, fault: Option<Injection>| -> anyhow::Result<RecordedRun> {
         let out = dir.join(format!("{name}.capture"));
         let length = bugclass::Length {
             scale: a.scale,
             overhead: a.overhead.clone(),
+            like: like.borrow().clone(),
         };
         let run =
             bugclass::record_with(tracer, program, &exe, &out, port(), fault.as_ref(), &length)
@@ -204,6 +212,13 @@ fn record_program(
     };
     for i in 0..a.learn {
         runs.learn.push(normal(format!("learn-{i}"))?);
+    }
+    if a.like_learned {
+        let learned: Vec<PathBuf> = runs.learn.iter().map(|r| r.capture.clone()).collect();
+        let path = dir.join("model.json");
+        std::fs::write(&path, serde_json::to_vec(&bugclass::learn(&learned))?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        *like.borrow_mut() = Some(path);
     }
     for i in 0..a.normals {
         runs.normal.push(normal(format!("normal-{i}"))?);
@@ -254,6 +269,12 @@ struct Row {
     detected: usize,
     top1: usize,
     alarms: usize,
+    /// Runs whose report could not judge some units and found nothing in
+    /// the others (their budget detached functions the model has): no
+    /// answer, counted apart from detections and from wrong answers.
+    cannot_judge: usize,
+    /// Faulty runs whose earliest anomaly is in another process.
+    wrong: usize,
     /// Runs that missed, with their fault and the report's summary.
     misses: Vec<String>,
 }
@@ -287,11 +308,14 @@ fn score_program(
         detected: 0,
         top1: 0,
         alarms: 0,
+        cannot_judge: 0,
+        wrong: 0,
         misses: Vec::new(),
     };
     for run in &runs.normal {
         let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
         normal.runs += 1;
+        normal.cannot_judge += usize::from(outcome.cannot_judge);
         if outcome.alarm {
             normal.alarms += 1;
             normal
@@ -324,12 +348,16 @@ fn score_program(
             detected: 0,
             top1: 0,
             alarms: 0,
+            cannot_judge: 0,
+            wrong: 0,
             misses: Vec::new(),
         });
         row.runs += 1;
         row.detected += usize::from(outcome.detected);
         row.top1 += usize::from(outcome.top1);
         row.alarms += usize::from(outcome.alarm);
+        row.cannot_judge += usize::from(outcome.cannot_judge);
+        row.wrong += usize::from(outcome.alarm && !outcome.detected);
         if !outcome.detected || !outcome.top1 {
             row.misses.push(format!(
                 "{} (daemon {} pid {:?}, at {}, {}): detected {}, top-1 {}: {}",
@@ -377,26 +405,32 @@ fn print_table(rows: &[Row]) {
             }
         );
         println!(
-            "| program | class | runs | detection | top-1 | false alarms |\n| --- | --- | --- | --- | --- | --- |"
+            "| program | class | runs | detection | top-1 | wrong process | cannot judge | false alarms |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
         );
         for r in &rows {
             match r.class {
                 None => println!(
-                    "| {} | normal | {} | | | {} |",
+                    "| {} | normal | {} | | | | {} | {} |",
                     r.program,
                     r.runs,
+                    pct(r.cannot_judge, r.runs),
                     pct(r.alarms, r.runs)
                 ),
                 Some(c) => println!(
-                    "| {} | {} | {} | {} | {} | |",
+                    "| {} | {} | {} | {} | {} | {} | {} | |",
                     r.program,
                     c,
                     r.runs,
                     pct(r.detected, r.runs),
-                    pct(r.top1, r.runs)
+                    pct(r.top1, r.runs),
+                    pct(r.wrong, r.runs),
+                    pct(r.cannot_judge, r.runs)
                 ),
             }
         }
+        println!(
+            "(wrong process: the earliest anomaly is in another process; cannot judge: the report found nothing in the units it could judge and could not judge the others, as their capture's overhead budget detached functions the model has: no answer, neither a detection nor a wrong one)"
+        );
         for r in &rows {
             for m in &r.misses {
                 println!(

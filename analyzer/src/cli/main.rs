@@ -309,7 +309,13 @@ fn print_scores(
             "{:>4} {:>6.3}{} {:>6}  {:<22} {:>7} {:<12} {:>9.3} {:<12} {:<21} {}",
             i + 1,
             s.score,
-            if s.anomalous { '!' } else { ' ' },
+            if s.anomalous {
+                '!'
+            } else if !s.not_judged.is_empty() {
+                '?'
+            } else {
+                ' '
+            },
             s.normal.map_or("-".to_string(), |n| format!("{n:.3}")),
             format!("{}[{}]@{}", s.comm, s.pid, s.host),
             s.tid,
@@ -331,6 +337,12 @@ fn print_scores(
         out,
         "! behaviour no normal run showed: no model to match, a call no learned unit made there, call paths no learned unit had together, normal call paths in an order no normal run took, a unit that never completed, a process that crashed or exited with an error as no learned one did, a score more than {NORMAL_MARGIN} above the highest of held-out normal units (\"normal\"), or a process deviating again and again where its peers do not"
     )?;
+    if !report.not_judged.is_empty() {
+        writeln!(
+            out,
+            "? not judged: the unit's tree was learned with functions this capture's overhead budget detached (only a unit that never completed, or a process that died, still counts)"
+        )?;
+    }
     if !report.calibrated {
         writeln!(
             out,
@@ -360,7 +372,23 @@ fn print_scores(
     for e in &report.earliest {
         match e.unit {
             Some(i) => writeln!(out, "earliest anomaly in {}: {}", e.capture, describe(i))?,
-            None => writeln!(out, "{}: no unit behaves unlike the normal runs", e.capture)?,
+            None => {
+                let unjudged: u32 = report
+                    .not_judged
+                    .iter()
+                    .filter(|p| p.capture == e.capture)
+                    .map(|p| p.units)
+                    .sum();
+                if unjudged == 0 {
+                    writeln!(out, "{}: no unit behaves unlike the normal runs", e.capture)?
+                } else {
+                    writeln!(
+                        out,
+                        "{}: no judged unit behaves unlike the normal runs; {unjudged} units not judged",
+                        e.capture
+                    )?
+                }
+            }
         }
     }
     if report.earliest.len() > 1
@@ -376,6 +404,24 @@ fn print_scores(
         writeln!(out, "why:")?;
         for line in &report.explanation {
             writeln!(out, "  {line}")?;
+        }
+    }
+    if !report.not_judged.is_empty() {
+        writeln!(
+            out,
+            "not judged (their capture's overhead budget detached functions the model has):"
+        )?;
+        for p in &report.not_judged {
+            writeln!(
+                out,
+                "  {}[{}]@{}: {} of {} units, trees learned with {}",
+                p.comm,
+                p.pid,
+                p.host,
+                p.units,
+                p.of,
+                p.functions.join(", ")
+            )?;
         }
     }
     if report.suspects.len() > 1 {

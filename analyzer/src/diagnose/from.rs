@@ -118,6 +118,9 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
         ScoreVerdict::Anomalous => Status::Found,
         ScoreVerdict::NothingStandsOut => Status::NothingStandsOut,
         ScoreVerdict::NoUnits => Status::NoData,
+        // Nothing concluded about the units not judged, and nothing found
+        // in the others: no conclusion, said as such.
+        ScoreVerdict::CannotJudge => Status::NoData,
     };
     let mut notes = Vec::new();
     if !report.calibrated {
@@ -204,6 +207,22 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
             findings.extend(functions_of(u, &process));
         }
     }
+    let not_judged = report
+        .not_judged
+        .iter()
+        .map(|p| process_key(&servers.of_capture(&p.capture, &p.host), p.pid))
+        .collect();
+    for p in &report.not_judged {
+        notes.push(format!(
+            "cannot judge {} of the {} units of {}[{}]@{}: its capture's overhead budget detached {}, which the model learned their trees with",
+            p.units,
+            p.of,
+            p.comm,
+            p.pid,
+            p.host,
+            p.functions.join(", ")
+        ));
+    }
     AnalysisResult {
         analysis: AnalysisKind::Model,
         status,
@@ -211,7 +230,7 @@ pub fn model(report: &ScoreReport, servers: &RunServers) -> AnalysisResult {
         reason: (status == Status::NoData).then(|| report.summary.clone()),
         untrained: false,
         notes,
-        not_judged: Vec::new(),
+        not_judged,
         findings,
     }
 }

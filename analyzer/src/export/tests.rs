@@ -494,6 +494,7 @@ fn units_parquet_reads_back() {
         shared: false,
         group: None,
         ended_by: None,
+        not_judged: Vec::new(),
     };
     let report = ScoreReport::new(
         Variant::Paper000,

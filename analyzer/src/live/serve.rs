@@ -109,8 +109,9 @@ impl Server {
         };
         if let Some(model) = &mut self.model {
             // The functions the model was learned without are left out of
-            // the window's units too (as `model score` does); a mismatch
-            // the other way shows in the scores.
+            // the window's units too (as `model score` does); units of
+            // trees learned with a function the window lacks are not
+            // judged, so not alerted on.
             let _ = model.model().prepare(&mut capture);
             let scores = model.evaluate(&capture, since_ns, now_ns, "live");
             capture.left_out.clear();
@@ -182,7 +183,13 @@ pub fn unit_findings(
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
     let (mut units, mut rest) = (0, 0);
-    for s in scores.iter().filter(|s| s.score >= threshold) {
+    // A unit whose tree the model learned with a function the window's
+    // overhead budget detached scores high for that reason alone: it is
+    // not judged (see `UnitScore::not_judged`), so no alert.
+    for s in scores
+        .iter()
+        .filter(|s| s.score >= threshold && s.not_judged.is_empty())
+    {
         if s.reason.starts_with("no process group") {
             if unknown.insert(s.pid) {
                 let mut f = unit_finding(s, threshold);
@@ -294,6 +301,7 @@ mod tests {
             shared: false,
             group: None,
             ended_by: None,
+            not_judged: Vec::new(),
         }
     }
 

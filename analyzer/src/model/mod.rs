@@ -178,7 +178,7 @@ impl GlobalModel {
         (!missing.is_empty()).then(|| {
             let them = if missing.len() == 1 { "it" } else { "them" };
             format!(
-                "the overhead budget of this capture detached {} ({}), which the model was learned with: units that call {them} differ from the learned ones for that reason alone; learn from captures without {them} (-f patterns that leave {them} out, or the same budget)",
+                "the overhead budget of this capture detached {} ({}), which the model was learned with: units of trees learned with {them} differ from the learned ones for that reason alone and are not judged; record with `tracer record --like MODEL` (the budget keeps the model's functions where it can), or learn from captures without {them} (-f patterns that leave {them} out)",
                 if missing.len() == 1 { "a function" } else { "functions" },
                 missing.join(", "),
             )

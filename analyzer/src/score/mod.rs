@@ -9,9 +9,9 @@ mod suspect;
 pub use calibrate::{Calibration, calibrate};
 pub use render::{scores_svg, why};
 pub use report::{
-    Earliest, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
+    Earliest, NotJudged, REPEAT_MIN, Ranking, SCORE_REPORT_VERSION, ScoreReport, Suspect, Verdict,
 };
 pub use suspect::{
-    Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest, Scoring, Seen,
-    UnitScore, rank, score_linked_processes, score_processes, score_tree,
+    Detached, Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest,
+    Scoring, Seen, UnitScore, rank, score_linked_processes, score_processes, score_tree,
 };

@@ -8,6 +8,12 @@ use crate::report::{Series, scatter_svg};
 /// the calls that weigh most in its score.
 pub fn why(s: &UnitScore) -> String {
     let last = |path: &str| path.rsplit(" > ").next().unwrap_or(path).to_string();
+    if s.evidence.is_empty() && !s.not_judged.is_empty() {
+        return format!(
+            "not judged: learned with {}, detached by this capture's budget",
+            s.not_judged.join(", ")
+        );
+    }
     if let Some(e) = s.evidence.first() {
         return match e {
             Evidence::NoGroup | Evidence::NoModel { .. } => s.reason.clone(),

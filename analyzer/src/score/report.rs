@@ -25,8 +25,10 @@ use crate::{
 };
 
 /// Version of [`ScoreReport`]'s JSON form. 2: verdict, summary, suspects,
-/// explanation; units carry their evidence and behaviour.
-pub const SCORE_REPORT_VERSION: u32 = 2;
+/// explanation; units carry their evidence and behaviour. 3: the verdict
+/// `cannot_judge`, `not_judged` processes, and units' `not_judged`
+/// functions.
+pub const SCORE_REPORT_VERSION: u32 = 3;
 
 /// Deviating units a process needs in one tree before repetition counts
 /// as evidence: fewer could be chance (with 4 processes, 3 deviations all
@@ -58,6 +60,32 @@ pub enum Verdict {
     /// Nothing to judge: no execution unit in the captures (no traced call,
     /// or no process of them).
     NoUnits,
+    /// No judged unit behaves unlike the normal runs, but some units could
+    /// not be judged (`not_judged` says which and why): the overhead budget
+    /// of their capture detached functions the model was learned with. No
+    /// conclusion about those processes either way.
+    CannotJudge,
+}
+
+/// A process some of whose units could not be judged: their trees (or its
+/// group) were learned with functions its capture's overhead budget
+/// detached (see [`super::UnitScore::not_judged`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotJudged {
+    /// Capture it came from.
+    pub capture: String,
+    /// Host.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Its units not judged.
+    pub units: u32,
+    /// Its units.
+    pub of: u32,
+    /// The detached functions those units' trees were learned with.
+    pub functions: Vec<String>,
 }
 
 /// A process with anomalous units.
@@ -113,6 +141,12 @@ pub struct ScoreReport {
     /// any normal run (see [`ScoreReport::judge_quiet`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<Stall>,
+    /// Processes with units that could not be judged, in the order of
+    /// their first unit: their capture's overhead budget detached
+    /// functions the model was learned with. Whatever the verdict, nothing
+    /// is concluded about those units.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<NotJudged>,
 }
 
 /// A capture in which no unit of any process began or ended for longer
@@ -201,6 +235,7 @@ impl ScoreReport {
             first_anomaly: None,
             explanation: Vec::new(),
             stall: None,
+            not_judged: Vec::new(),
         };
         report.conclude();
         report
@@ -239,10 +274,14 @@ impl ScoreReport {
             .min_by_key(|(i, u)| (u.deviated_wall_ns, *i))
             .map(|(i, _)| i);
         let suspects = suspects(&units);
+        let not_judged = not_judged(&units);
+        let unjudged = units.iter().filter(|u| !u.not_judged.is_empty()).count();
         let verdict = if units.is_empty() {
             Verdict::NoUnits
         } else if first_anomaly.is_some() {
             Verdict::Anomalous
+        } else if unjudged > 0 {
+            Verdict::CannotJudge
         } else {
             Verdict::NothingStandsOut
         };
@@ -277,6 +316,13 @@ impl ScoreReport {
             (Verdict::NoUnits, _) => {
                 "no execution units: the captures hold no traced call of any process".to_string()
             }
+            (Verdict::CannotJudge, _) => format!(
+                "cannot judge: {unjudged} of {} units, in {}, could not be compared with the model ({}); none of the other {} units behaves unlike the normal runs, but that says nothing of the units not judged",
+                units.len(),
+                processes_named(&not_judged),
+                detached_why(&not_judged),
+                units.len() - unjudged,
+            ),
             _ => format!(
                 "nothing stands out: each of the {} units behaves like units of the normal runs{}{}",
                 units.len(),
@@ -287,6 +333,15 @@ impl ScoreReport {
                 },
                 unsure_note(&units)
             ),
+        };
+        let summary = if verdict == Verdict::Anomalous && unjudged > 0 {
+            format!(
+                "{summary}; {unjudged} units, in {}, were not judged ({})",
+                processes_named(&not_judged),
+                detached_why(&not_judged)
+            )
+        } else {
+            summary
         };
         let explanation = first_anomaly
             .map(|i| explain(&units[i]))
@@ -299,6 +354,7 @@ impl ScoreReport {
         self.earliest = earliest;
         self.first_anomaly = first_anomaly;
         self.explanation = explanation;
+        self.not_judged = not_judged;
     }
 
     /// Notes a stall where nothing else stands out: `capture`'s longest
@@ -318,7 +374,11 @@ impl ScoreReport {
         origin_ns: u64,
         links: Option<&Links>,
     ) {
-        if self.verdict != Verdict::NothingStandsOut || self.stall.is_some() {
+        if !matches!(
+            self.verdict,
+            Verdict::NothingStandsOut | Verdict::CannotJudge
+        ) || self.stall.is_some()
+        {
             return;
         }
         let (Some(normal), Some((from, to))) = (model.quiet_ns, span) else {
@@ -346,6 +406,16 @@ impl ScoreReport {
             stall.to_s,
             stall.normal_s
         );
+        if self.verdict == Verdict::CannotJudge {
+            // Units not judged may deviate: who left first says nothing
+            // then. The stall itself needs no function probe.
+            self.summary = format!(
+                "{}; and {note}: a stall or hang, in a process this report cannot name",
+                self.summary
+            );
+            self.stall = Some(stall);
+            return;
+        }
         let left = links
             .and_then(|l| l.first_close(from.saturating_add(1)))
             .and_then(|(t, pid, tid)| {
@@ -392,6 +462,84 @@ impl ScoreReport {
     pub fn first(&self) -> Option<&UnitScore> {
         self.first_anomaly.map(|i| &self.units[i])
     }
+}
+
+/// The processes with units not judged, in the order of their first unit.
+fn not_judged(units: &[UnitScore]) -> Vec<NotJudged> {
+    let mut out: Vec<NotJudged> = Vec::new();
+    let mut index: HashMap<ProcessKey, usize> = HashMap::new();
+    let mut order: Vec<(u64, usize)> = Vec::new();
+    for u in units {
+        let i = *index.entry(process_of(u)).or_insert_with(|| {
+            out.push(NotJudged {
+                capture: u.capture.clone(),
+                host: u.host.clone(),
+                pid: u.pid,
+                comm: u.comm.clone(),
+                units: 0,
+                of: 0,
+                functions: Vec::new(),
+            });
+            order.push((u64::MAX, out.len() - 1));
+            out.len() - 1
+        });
+        let p = &mut out[i];
+        p.of += 1;
+        if !u.not_judged.is_empty() {
+            p.units += 1;
+            order[i].0 = order[i].0.min(u.wall_ns);
+            for f in &u.not_judged {
+                if !p.functions.contains(f) {
+                    p.functions.push(f.clone());
+                }
+            }
+        }
+    }
+    order.sort_unstable();
+    let mut slots: Vec<Option<NotJudged>> = out.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, i)| slots[i].take())
+        .filter(|p| p.units > 0)
+        .map(|mut p| {
+            p.functions.sort();
+            p
+        })
+        .collect()
+}
+
+/// `comm[pid]@host` of each process not judged, for a summary.
+fn processes_named(not_judged: &[NotJudged]) -> String {
+    const SHOWN: usize = 6;
+    let mut names: Vec<String> = not_judged
+        .iter()
+        .take(SHOWN)
+        .map(|p| format!("{}[{}]@{} ({} of {})", p.comm, p.pid, p.host, p.units, p.of))
+        .collect();
+    if not_judged.len() > SHOWN {
+        names.push(format!("{} more", not_judged.len() - SHOWN));
+    }
+    format!(
+        "{} process{} ({})",
+        not_judged.len(),
+        if not_judged.len() == 1 { "" } else { "es" },
+        names.join(", ")
+    )
+}
+
+/// Why units were not judged, for a summary.
+fn detached_why(not_judged: &[NotJudged]) -> String {
+    let mut functions: Vec<&String> = not_judged.iter().flat_map(|p| &p.functions).collect();
+    functions.sort();
+    functions.dedup();
+    format!(
+        "the overhead budget of their capture detached {}, which the model's trees of those units were learned with: they differ from the learned units for that reason alone; record with `tracer record --like MODEL` to keep the model's functions, or learn from captures without them",
+        functions
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// What units did that the few learned units of their tree never did (see
@@ -442,8 +590,9 @@ fn repeated(units: &mut [UnitScore]) {
         let (Some(tree), Some(seen)) = (tree_of(u), u.behaviour.as_ref()) else {
             continue;
         };
-        // Uncalibrated, or cut by the end of its thread's trace.
-        if seen.normal.is_none() || u.cut {
+        // Uncalibrated, cut by the end of its thread's trace, or not
+        // comparable with its tree.
+        if seen.normal.is_none() || u.cut || !u.not_judged.is_empty() {
             continue;
         }
         let entry = trees
@@ -910,6 +1059,7 @@ mod tests {
             shared: false,
             group: Some(0),
             ended_by: None,
+            not_judged: Vec::new(),
         }
     }
 
@@ -1193,6 +1343,25 @@ mod tests {
         let before = named.summary.clone();
         named.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0, None);
         assert_eq!((named.stall.clone(), named.summary.clone()), (None, before));
+        // Units not judged: the stall is said, and no process named.
+        let mut unjudged = unit("c", 0.9, 10, 10, false);
+        unjudged.not_judged = vec!["helper".into()];
+        let mut cannot = ScoreReport::new(
+            Variant::Paper000,
+            Scoring::Nodes,
+            Ranking::Evidence,
+            &["c".to_string()],
+            vec![unjudged],
+        );
+        assert_eq!(cannot.verdict, Verdict::CannotJudge);
+        cannot.judge_quiet(&model, "c", Some((0, 9_000_000_000)), 0, None);
+        assert!(cannot.stall.is_some());
+        assert_eq!(cannot.verdict, Verdict::CannotJudge);
+        assert!(
+            cannot.summary.starts_with("cannot judge") && cannot.summary.contains("went quiet"),
+            "{}",
+            cannot.summary
+        );
     }
 
     /// At a stall no unit shows, the unit that ended a connection first

@@ -145,6 +145,16 @@ pub struct UnitScore {
     /// [`Evidence::ClosedFirst`]): a consequence, not where it began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_by: Option<u32>,
+    /// Functions the model learned this unit's tree (or, for a unit with
+    /// no tree or a process with no group, the trees and signatures of its
+    /// process group, of any group) with that this capture's overhead
+    /// budget detached: the unit differs from the learned ones for that
+    /// reason alone, so it cannot be compared with them and was not judged
+    /// (see [`Detached`]). Only evidence that needs no function probe
+    /// counts for it: its process dying ([`Evidence::Died`]), and its never
+    /// completing ([`Evidence::Open`]). Empty for a unit judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<String>,
 }
 
 /// How a unit's call paths compare with the learned units of its tree.
@@ -665,6 +675,120 @@ fn model_node(model: &CallTreeModel, table: &NodeTable, node: u32) -> Option<u32
     parent
 }
 
+/// The functions a capture's overhead budget detached (see
+/// [`Capture::budget_dropped`]) that the model was learned with (not in
+/// [`GlobalModel::left_out`]), and which parts of the model have them.
+///
+/// A unit of a tree learned with such a function cannot be compared with
+/// the tree: the capture leaves the function out, so the unit lacks its
+/// calls and has its callees one level up, which every learned unit of the
+/// tree did not, for that reason alone. Projecting the tree onto the
+/// functions both have is not sound: its probabilities were averaged per
+/// process and its normal ranges calibrated on held-out units that had the
+/// function, and neither can be recomputed without the learned captures.
+/// So such units are not judged ([`UnitScore::not_judged`]); nor are the
+/// units with no tree in a group that has such a function somewhere (the
+/// thread roles, connections and the event loop that cut units may have
+/// changed with it), nor the units of a process whose signature matches no
+/// group where some group has one.
+pub struct Detached {
+    functions: std::collections::BTreeSet<String>,
+    /// Per group: the functions of `functions` in each tree (by kind and
+    /// key; trees without any left out), and in the whole group (its
+    /// signature, tree keys and trees).
+    groups: Vec<(TreeFunctions, Vec<String>)>,
+    /// The functions of `functions` in any group.
+    any: Vec<String>,
+}
+
+impl Detached {
+    /// What of `model` the budget of `capture` detached.
+    pub fn of(model: &GlobalModel, capture: &Capture) -> Self {
+        let functions: std::collections::BTreeSet<String> = capture
+            .budget_dropped()
+            .difference(&model.left_out)
+            .cloned()
+            .collect();
+        let mut groups = Vec::with_capacity(model.groups.len());
+        let mut any = std::collections::BTreeSet::new();
+        if !functions.is_empty() {
+            for g in &model.groups {
+                let mut trees = HashMap::new();
+                let mut all = std::collections::BTreeSet::new();
+                for path in &g.signature {
+                    all.extend(path_functions(path, &functions));
+                }
+                for kind in UnitKind::ALL {
+                    for (key, tree) in g.trees(kind) {
+                        let mut here: std::collections::BTreeSet<String> =
+                            path_functions(key, &functions).collect();
+                        here.extend(
+                            tree.nodes
+                                .iter()
+                                .filter(|n| functions.contains(&n.callee))
+                                .map(|n| n.callee.clone()),
+                        );
+                        if !here.is_empty() {
+                            all.extend(here.iter().cloned());
+                            trees.insert((kind, key.clone()), here.into_iter().collect());
+                        }
+                    }
+                }
+                any.extend(all.iter().cloned());
+                groups.push((trees, all.into_iter().collect()));
+            }
+        }
+        Self {
+            functions,
+            groups,
+            any: any.into_iter().collect(),
+        }
+    }
+
+    /// Whether the capture lacks nothing the model has.
+    pub fn is_empty(&self) -> bool {
+        self.any.is_empty()
+    }
+
+    /// Every function the budget detached that the model was learned
+    /// with, whether or not a learned tree has it.
+    pub fn functions(&self) -> &std::collections::BTreeSet<String> {
+        &self.functions
+    }
+
+    /// The functions that keep unit `u` of a process matched to group
+    /// `group` (`None`: matched to none) from being judged; empty when it
+    /// can be.
+    fn unit(&self, group: Option<usize>, has_tree: bool, u: &Unit) -> Vec<String> {
+        if self.any.is_empty() {
+            return Vec::new();
+        }
+        match group.and_then(|g| self.groups.get(g)) {
+            None => self.any.clone(),
+            // A tree learned without them compares like any other.
+            Some((trees, _)) if has_tree => trees
+                .get(&(u.kind, u.model_key().to_string()))
+                .cloned()
+                .unwrap_or_default(),
+            Some((_, all)) => all.clone(),
+        }
+    }
+}
+
+/// Per tree (kind and key): the detached functions it was learned with.
+type TreeFunctions = HashMap<(UnitKind, String), Vec<String>>;
+
+/// The functions of `functions` called along `path` (`a@s > b@s2 > c`).
+fn path_functions<'a>(
+    path: &'a str,
+    functions: &'a std::collections::BTreeSet<String>,
+) -> impl Iterator<Item = String> + 'a {
+    path.split(" > ").filter_map(move |frame| {
+        let callee = frame.split_once('@').map_or(frame, |(callee, _)| callee);
+        functions.contains(callee).then(|| callee.to_string())
+    })
+}
+
 /// Scores every unit of `processes` (decomposed from `capture`) against
 /// `model`: 1 for a process with no matching group and for a unit with no
 /// matching tree (000 §3.1). Each unit is also matched against the learned
@@ -700,6 +824,7 @@ pub fn score_linked_processes(
     scoring: Scoring,
 ) -> Vec<UnitScore> {
     let mut out = Vec::new();
+    let detached = Detached::of(model, capture);
     for p in processes {
         let group_index = model.groups.iter().position(|g| g.signature == p.signature);
         let group = group_index.map(|i| &model.groups[i]);
@@ -783,6 +908,18 @@ pub fn score_linked_processes(
                     }
                 },
             };
+            let not_judged = detached.unit(
+                group_index,
+                group.is_some_and(|g| g.tree(u.kind, u.model_key()).is_some()),
+                u,
+            );
+            if !not_judged.is_empty() {
+                // Only a unit that never completed says something without
+                // the detached functions (a process that died is judged
+                // below, from its exit).
+                evidence.retain(|e| matches!(e, Evidence::Open { .. }));
+                unsure.clear();
+            }
             let wall_ns = capture.header.clock.to_realtime(u.start_ns);
             let deviated_ns = group
                 .and_then(|g| g.tree(u.kind, u.model_key()))
@@ -820,6 +957,7 @@ pub fn score_linked_processes(
                 shared: false,
                 group: group_index.map(|i| i as u32),
                 ended_by: None,
+                not_judged,
             });
         }
         if let Some(g) = group {
@@ -1358,5 +1496,223 @@ mod tests {
         let missing = unit(&mut table, &[&["a"]]);
         assert!((score_tree(&m, &table, &missing, Scoring::Nodes).0 - 0.5).abs() < 1e-9);
         assert!((score_tree(&m, &table, &missing, Scoring::Edges).0 - 1.0).abs() < 1e-9);
+    }
+
+    /// A process learned with `helper` on connection `conn-a` and without
+    /// it on `conn-b`, `n` units each.
+    fn learned_process(n: usize) -> ProcessUnits {
+        let mut table = NodeTable::default();
+        let mut units = Vec::new();
+        for i in 0..n {
+            let mut a = unit(&mut table, &[&["serve", "helper", "work"]]);
+            a.connection = Some(crate::units::ConnectionKey("conn-a".into()));
+            a.start_ns = 2 * i as u64;
+            let mut b = unit(&mut table, &[&["other", "work2"]]);
+            b.connection = Some(crate::units::ConnectionKey("conn-b".into()));
+            b.start_ns = 2 * i as u64 + 1;
+            units.extend([a, b]);
+        }
+        ProcessUnits {
+            pid: 1,
+            comm: "d".into(),
+            host: "h".into(),
+            signature: vec!["listen@main+0x1".into()],
+            nodes: table,
+            units,
+            ended: None,
+        }
+    }
+
+    /// A capture whose overhead budget detached `dropped`.
+    fn capture_without(dropped: &[&str]) -> Capture {
+        Capture {
+            header: Default::default(),
+            processes: Default::default(),
+            objects: Default::default(),
+            probes: Vec::new(),
+            usdt_probes: Vec::new(),
+            kernel_symbols: Vec::new(),
+            stats: None,
+            end: None,
+            overhead: Some(tracer_common::capture::Overhead {
+                dropped: dropped
+                    .iter()
+                    .map(|s| tracer_common::capture::DroppedProbe {
+                        symbol: s.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            chunks: Vec::new(),
+            truncated: None,
+            left_out: Default::default(),
+        }
+    }
+
+    fn report_of(
+        model: &GlobalModel,
+        cap: &Capture,
+        trial: &ProcessUnits,
+    ) -> super::super::ScoreReport {
+        let units = score_linked_processes(
+            model,
+            cap,
+            &Links::of(cap),
+            "trial",
+            std::slice::from_ref(trial),
+            Scoring::Nodes,
+        );
+        super::super::ScoreReport::new(
+            model.variant,
+            Scoring::Nodes,
+            super::super::Ranking::Evidence,
+            &["trial".to_string()],
+            units,
+        )
+    }
+
+    /// Units of a tree learned with a function the capture's budget
+    /// detached lack its calls for that reason alone: they are not named
+    /// anomalous, and the report says it cannot judge them (issue 19). The
+    /// same units in a capture that kept the function are named; units of
+    /// a tree learned without it are judged as ever; a unit that never
+    /// completed, and a process that died, still count.
+    #[test]
+    fn units_of_trees_learned_with_a_detached_function_are_not_judged() {
+        let mut model = GlobalModel::new(crate::units::Variant::Paper000);
+        model.learn(&learned_process(MIN_LEARNED_UNITS as usize + 10));
+        for tree in model.groups[0].all_trees_mut() {
+            tree.normal = Some(NormalRange {
+                units: 100,
+                ..Default::default()
+            });
+        }
+        // The trial: conn-a without helper (its calls left out of the
+        // capture), as the budget leaves it.
+        let mut trial = learned_process(5);
+        let mut table = NodeTable::default();
+        let mut units = Vec::new();
+        for i in 0..5u64 {
+            let mut a = unit(&mut table, &[&["serve", "work"]]);
+            a.connection = Some(crate::units::ConnectionKey("conn-a".into()));
+            a.start_ns = 2 * i;
+            let mut b = unit(&mut table, &[&["other", "work2"]]);
+            b.connection = Some(crate::units::ConnectionKey("conn-b".into()));
+            b.start_ns = 2 * i + 1;
+            units.extend([a, b]);
+        }
+        trial.nodes = table;
+        trial.units = units;
+
+        // Kept: the units lacking helper are named.
+        let kept = report_of(&model, &capture_without(&[]), &trial);
+        assert_eq!(
+            kept.verdict,
+            super::super::Verdict::Anomalous,
+            "{}",
+            kept.summary
+        );
+        assert!(kept.not_judged.is_empty());
+
+        // Detached: not judged, and said so.
+        let cap = capture_without(&["helper"]);
+        let r = report_of(&model, &cap, &trial);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::CannotJudge,
+            "{}",
+            r.summary
+        );
+        assert!(
+            r.summary.starts_with("cannot judge: 5 of 10 units"),
+            "{}",
+            r.summary
+        );
+        assert!(r.suspects.is_empty());
+        assert_eq!(r.not_judged.len(), 1);
+        let p = &r.not_judged[0];
+        assert_eq!((p.pid, p.units, p.of), (1, 5, 10));
+        assert_eq!(p.functions, ["helper"]);
+        for u in &r.units {
+            let a = u.connection.as_deref() == Some("conn-a");
+            assert_eq!(u.not_judged.is_empty(), !a, "{u:?}");
+            assert!(!u.anomalous, "{u:?}");
+        }
+
+        // A function the model was learned without changes nothing.
+        model.left_out.insert("helper".into());
+        let left_out = report_of(&model, &cap, &trial);
+        assert!(left_out.not_judged.is_empty());
+        model.left_out.clear();
+
+        // A new call in the tree learned without helper is still judged.
+        let mut extra = trial.clone();
+        let last = extra.units.len() - 1;
+        let mut b = unit(
+            &mut extra.nodes,
+            &[&["other", "work2"], &["other", "surprise"]],
+        );
+        b.connection = Some(crate::units::ConnectionKey("conn-b".into()));
+        b.start_ns = 100;
+        extra.units[last] = b;
+        let r = report_of(&model, &cap, &extra);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
+        let first = r.first().expect("an anomaly");
+        assert_eq!(first.connection.as_deref(), Some("conn-b"));
+        assert!(r.summary.contains("were not judged"), "{}", r.summary);
+
+        // A unit of conn-a that never completed still counts.
+        let mut hung = trial.clone();
+        let open = hung.units[0].nodes[0];
+        hung.units[0].open = vec![open];
+        let r = report_of(&model, &cap, &hung);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
+        let first = r.first().expect("an anomaly");
+        assert!(
+            matches!(first.evidence[..], [Evidence::Open { .. }]),
+            "{:?}",
+            first.evidence
+        );
+
+        // So does a process that died as no learned one did.
+        let mut died = trial.clone();
+        died.ended = Some((
+            9,
+            Some(tracer_common::record::ExitStatus::Killed {
+                signal: 11,
+                core: true,
+            }),
+        ));
+        let r = report_of(&model, &cap, &died);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
+        assert!(
+            r.first()
+                .is_some_and(|u| matches!(u.evidence[..], [Evidence::Died { .. }])),
+            "{r:?}"
+        );
+    }
+
+    /// A process whose signature matches no group is not named for it
+    /// where a group's signature has a detached function: without the
+    /// function its signature could not match.
+    #[test]
+    fn a_process_matching_no_group_is_not_judged_when_signatures_lost_a_function() {
+        let mut model = GlobalModel::new(crate::units::Variant::Paper000);
+        let mut learned = learned_process(MIN_LEARNED_UNITS as usize);
+        learned.signature = vec!["setup@main+0x1 > listen@setup+0x2".into()];
+        model.learn(&learned);
+        let mut trial = learned_process(2);
+        trial.signature = vec!["listen@setup+0x2".into()];
+        let r = report_of(&model, &capture_without(&["setup"]), &trial);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::CannotJudge,
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.not_judged[0].functions, ["setup"]);
+        let r = report_of(&model, &capture_without(&[]), &trial);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
     }
 }

@@ -370,3 +370,218 @@ fn a_model_learned_under_a_budget_scores_captures_that_kept_every_probe() {
         scored.stderr
     );
 }
+
+/// Scored against a model learned with every probe, a capture whose budget
+/// detached the ring's handlers is not named anomalous for lacking them:
+/// the units of the trees learned with them cannot be compared and are
+/// not judged, and the report says so, `model score` as `diagnose` (issue
+/// 19: before, such runs named a process, often the wrong one).
+#[test]
+fn a_capture_whose_budget_detached_the_models_functions_is_not_judged_on_them() {
+    if !privileged() {
+        return;
+    }
+    let ring = fixture("statusring", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = tests::port_block(30);
+    let record = |name: &str, budget: bool, port: u16| {
+        let out = dir.path().join(format!("{name}.capture"));
+        let port = port.to_string();
+        let mut args = vec!["record", "--sample-hz", "0"];
+        if budget {
+            // Far below what the ring's probes cost: the handlers go.
+            args.extend(["--overhead", "0.5%"]);
+        }
+        for f in [
+            "handle_*",
+            "*_msg",
+            "dispatch",
+            "main_loop",
+            "close_connection",
+        ] {
+            args.extend(["-f", f]);
+        }
+        let out_s = out.to_str().expect("utf8");
+        args.extend([
+            "-o",
+            out_s,
+            "--",
+            ring.to_str().expect("utf8"),
+            "4",
+            "400",
+            &port,
+        ]);
+        let run = tracer(&args);
+        assert!(run.status.success(), "{}", run.stderr);
+        out
+    };
+    let learn: Vec<_> = (0..2)
+        .map(|i| record(&format!("full{i}"), false, base + 10 * i))
+        .collect();
+    let budget = record("budget", true, base + 20);
+    let dropped = capture(&budget).budget_dropped();
+    assert!(
+        dropped.iter().any(|f| f.starts_with("handle_")),
+        "the budget detached handlers: {dropped:?}"
+    );
+    let model = dir.path().join("model.json");
+    let mut args = vec!["model", "learn", "-o", model.to_str().expect("utf8")];
+    args.extend(learn.iter().map(|p| p.to_str().expect("utf8")));
+    let learned = analyzer(&args);
+    assert!(learned.status.success(), "{}", learned.stderr);
+
+    let scored = analyzer(&[
+        "model",
+        "score",
+        "--json",
+        "--model",
+        model.to_str().expect("utf8"),
+        budget.to_str().expect("utf8"),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&scored.stdout).expect("json report");
+    assert_eq!(report["verdict"], "cannot_judge", "{}", report["summary"]);
+    assert!(
+        report["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("cannot judge")),
+        "{}",
+        report["summary"]
+    );
+    let not_judged = report["not_judged"].as_array().expect("not_judged");
+    assert!(!not_judged.is_empty());
+    let named: Vec<&str> = not_judged
+        .iter()
+        .flat_map(|p| p["functions"].as_array().into_iter().flatten())
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        named.iter().all(|f| dropped.contains(*f))
+            && named.iter().any(|f| f.starts_with("handle_")),
+        "{named:?} {dropped:?}"
+    );
+    assert!(report["suspects"].as_array().is_some_and(Vec::is_empty));
+
+    // The text says which processes and why.
+    let text = analyzer(&[
+        "model",
+        "score",
+        "--model",
+        model.to_str().expect("utf8"),
+        budget.to_str().expect("utf8"),
+    ]);
+    assert!(
+        text.stdout.contains("verdict: cannot judge"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("not judged (their capture's overhead budget"),
+        "{}",
+        text.stdout
+    );
+
+    // diagnose: no conclusion from the model, said as such, not "nothing
+    // stands out".
+    let diagnosed = analyzer(&[
+        "diagnose",
+        "--json",
+        "--model",
+        model.to_str().expect("utf8"),
+        budget.to_str().expect("utf8"),
+    ]);
+    let d: serde_json::Value = serde_json::from_str(&diagnosed.stdout).expect("json diagnosis");
+    let m = d["analyses"]
+        .as_array()
+        .expect("analyses")
+        .iter()
+        .find(|a| a["analysis"] == "model")
+        .expect("the model analysis");
+    assert_eq!(m["status"], "no_data", "{m}");
+    assert!(
+        m["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("cannot judge")),
+        "{m}"
+    );
+    assert!(
+        m["not_judged"].as_array().is_some_and(|p| !p.is_empty()),
+        "{m}"
+    );
+    assert_ne!(d["outcome"], "suspect_found", "{d}");
+}
+
+/// `--like MODEL`: the budget drops what the model does not have before
+/// what it has, and says when it could not keep the model's functions. The
+/// model has `leaf` and `hotcold`: `cold` (50 calls a second) goes first,
+/// then `leaf` (millions), which no budget of 5% keeps.
+#[test]
+fn like_a_model_the_budget_drops_other_functions_first_and_says_what_it_could_not_keep() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("model.json");
+    std::fs::write(
+        &model,
+        r#"{"version":6,"variant":"000","sources":[],"groups":[{"signature":[],"processes":1,
+        "examples":[],"initializer":{"main":{"nodes":[
+        {"parent":null,"site":"main+0x1","callee":"hotcold","p_sum":1.0,"models":1},
+        {"parent":0,"site":"hotcold+0x2","callee":"leaf","p_sum":1.0,"models":1}]}},
+        "finalizer":{},"pre_process":{},"post_process":{},"handlers":{}}]}"#,
+    )
+    .expect("model");
+    let out = dir.path().join("like.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "cold",
+        "-f",
+        "hotcold",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--like",
+        model.to_str().expect("utf8"),
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "3000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let o = capture(&out).overhead.expect("the overhead item");
+    let dropped: Vec<&str> = o.dropped.iter().map(|d| d.symbol.as_str()).collect();
+    assert_eq!(dropped, ["cold", "leaf"], "{o:?}");
+    assert!(
+        run.stderr
+            .contains("without detaching leaf, which the model (--like) was learned with"),
+        "{}",
+        run.stderr
+    );
+
+    // Not a model: an error that says so, before recording.
+    std::fs::write(&model, "{}").expect("write");
+    let bad = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "--overhead",
+        "5%",
+        "--like",
+        model.to_str().expect("utf8"),
+        "-o",
+        dir.path().join("x.capture").to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "100",
+    ]);
+    assert!(!bad.status.success());
+    assert!(bad.stderr.contains("not a model"), "{}", bad.stderr);
+}

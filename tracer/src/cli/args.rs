@@ -3,6 +3,7 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tracer::{
     quantity::{parse_duration, parse_percent, parse_size},
@@ -306,6 +307,15 @@ pub struct RecordArgs {
     /// about after the first interval.
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub overhead: Option<f64>,
+    /// With --overhead: keep the functions of the model MODEL (`analyzer
+    /// model learn`'s file) while others can go. The budget then drops the
+    /// functions the model was learned without first, then those it does
+    /// not have, and the model's own only when the rest do not fit (told
+    /// when it happens): the capture's units compare with the model's,
+    /// where units of trees learned with a function the capture lacks
+    /// cannot be judged.
+    #[arg(long, value_name = "MODEL", requires = "overhead")]
+    pub like: Option<PathBuf>,
     /// How long function probes are counted before they are weighed
     /// against --overhead (with a budget the first look comes after 250 ms,
     /// so that a probe set over budget does not run at full cost for a
@@ -359,6 +369,17 @@ impl TryFrom<RecordArgs> for RecordConfig {
     type Error = anyhow::Error;
 
     fn try_from(a: RecordArgs) -> anyhow::Result<Self> {
+        let like = a
+            .like
+            .as_deref()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --like {}", path.display()))?;
+                tracer::overhead::Keep::from_model_json(&text)
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| format!("--like {}", path.display()))
+            })
+            .transpose()?;
         let mut targets: Vec<Target> = a.pids.into_iter().map(Target::Pid).collect();
         targets.extend(a.exes.into_iter().map(Target::Exe));
         if !a.command.is_empty() {
@@ -412,6 +433,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             debug_dirs: a.debug_dirs,
             overhead_percent: a.overhead,
             overhead_interval: a.overhead_interval,
+            overhead_keep: like,
             ..RecordConfig::default()
         })
     }
