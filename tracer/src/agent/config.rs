@@ -735,8 +735,40 @@ impl AgentConfig {
             argv: std::env::args().collect(),
             skip_unusable: true,
             overhead_percent: t.overhead.map(|p| p.0),
+            overhead_keep: t.overhead.and(self.budget_keep()),
             ..RecordConfig::default()
         })
+    }
+
+    /// With a budget and a model to score against, the model's functions
+    /// are the budget's last to drop (as `record --like`): units of trees
+    /// learned with a function a capture lacks cannot be judged. A model
+    /// that cannot be read here is said in the log and the budget goes on
+    /// without it (the analysis process reports the file itself).
+    fn budget_keep(&self) -> Option<crate::overhead::Keep> {
+        let path = self.analysis.model.as_ref()?;
+        let text = match std::fs::metadata(path) {
+            Ok(m) if m.len() <= MAX_ANALYSIS_FILE => std::fs::read_to_string(path),
+            Ok(m) => Err(std::io::Error::other(format!(
+                "{} bytes, more than {}",
+                m.len(),
+                format_size(MAX_ANALYSIS_FILE)
+            ))),
+            Err(e) => Err(e),
+        };
+        match text
+            .map_err(|e| e.to_string())
+            .and_then(|t| crate::overhead::Keep::from_model_json(&t))
+        {
+            Ok(keep) => Some(keep),
+            Err(e) => {
+                log::warn!(
+                    "the overhead budget does not keep the functions of {}: {e}",
+                    path.display()
+                );
+                None
+            }
+        }
     }
 
     /// Where alerts go.
@@ -779,6 +811,33 @@ mod tests {
             assert!(format!("{e:#}").contains("percent"), "{bad}: {e:#}");
         }
         assert_eq!(parse(MINIMAL).expect("minimal").trace.overhead, None);
+    }
+
+    /// With a budget and a model, the budget keeps the model's functions
+    /// (as `record --like`); without a budget, or without a model, nothing
+    /// is kept.
+    #[test]
+    fn the_budget_keeps_the_functions_of_the_model_scored_against() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let model = dir.path().join("model.json");
+        std::fs::write(
+            &model,
+            r#"{"version":6,"left_out":["old"],"groups":[{"signature":["main@_start+0x1"],
+            "handlers":{"k":{"nodes":[{"parent":null,"site":"loop+0x1","callee":"serve","p_sum":1.0}]}}}]}"#,
+        )
+        .expect("write");
+        let keep = |text: &str| {
+            let mut c = parse(text).expect(text);
+            c.analysis.model = Some(model.clone());
+            c.record_config(&[PathBuf::from("/usr/bin/true")], true, &[], "x".into())
+                .expect("record config")
+                .overhead_keep
+        };
+        let kept = keep(&format!("{MINIMAL}overhead = \"5%\"\n")).expect("kept");
+        assert!(kept.has("serve") && kept.has("main") && !kept.has("old"));
+        assert_eq!(keep(MINIMAL), None, "no budget, nothing to order");
+        std::fs::write(&model, "not a model").expect("write");
+        assert_eq!(keep(&format!("{MINIMAL}overhead = \"5%\"\n")), None);
     }
 
     #[test]
