@@ -19,6 +19,7 @@ use tracer_common::{
         CaptureHeader, ClockRef, End, FORMAT_VERSION, MapEntry, Meta, ObjectSymbols, Overhead,
         Probe, ProcessInfo, ProcessState, RawRecords, RecordSettings, Segment, Stats, Symbol,
     },
+    decode::{lookup, segment_vaddr},
     record::{
         self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
         Syscall, kind, lifecycle,
@@ -304,10 +305,9 @@ struct Tracker {
 struct SampledObject {
     /// File offsets of samples not yet placed in a symbol.
     pending: Vec<u64>,
-    /// The symbols written (each with a size), by address.
-    hit: BTreeMap<u64, Symbol>,
-    /// The table last written (the object's and the `hit` symbols), again
-    /// in each new file after a rotation.
+    /// The table written: the object's, with the symbols samples fell in
+    /// (each with a size, sorted by address); again in each new file after
+    /// a rotation.
     table: Option<ObjectSymbols>,
     /// Its symbols could not be read: no use trying again.
     unreadable: bool,
@@ -506,20 +506,18 @@ impl Tracker {
                 sampled_ip = s.user_ip;
             }
         }
+        let retransmit =
+            header.kind == kind::TCP_RETRANSMIT || header.kind == kind::TCP_RETRANSMIT_SOCK;
+        let is_traced = |loaded: &Loaded| {
+            (header.kind != kind::SAMPLE && !retransmit) || loaded.is_traced(header.pid)
+        };
         // A process first seen by a sample (`--sample-all`) and traced
         // since (a record of its own, or the kernel says so) is read again
         // as a traced one: its objects' whole tables, the live set.
-        let traced_since = !self.untraced.is_empty()
-            && self.untraced.contains(&header.pid)
-            && ((header.kind != kind::SAMPLE
-                && header.kind != kind::TCP_RETRANSMIT
-                && header.kind != kind::TCP_RETRANSMIT_SOCK)
-                || loaded.is_traced(header.pid));
+        let traced_since =
+            !self.untraced.is_empty() && self.untraced.contains(&header.pid) && is_traced(loaded);
         if header.pid != 0 && (traced_since || !self.snapshotted.contains(&header.pid)) {
-            let retransmit =
-                header.kind == kind::TCP_RETRANSMIT || header.kind == kind::TCP_RETRANSMIT_SOCK;
-            let traced =
-                (header.kind != kind::SAMPLE && !retransmit) || loaded.is_traced(header.pid);
+            let traced = is_traced(loaded);
             // A retransmit runs in whatever task the softirq interrupted: its
             // addresses matter, that task does not.
             if retransmit && !traced {
@@ -804,32 +802,35 @@ impl Tracker {
                     continue;
                 };
                 object.used = self.settles;
-                // Both lists (one name per address, and every alias), with
-                // the allocator's share of each name.
-                object.cached_bytes = elf
-                    .table
-                    .symbols
-                    .iter()
-                    .chain(&elf.names)
-                    .map(|s| s.name.capacity() + size_of::<Symbol>() + 16)
-                    .sum();
-                let before = object.hit.len();
+                let full = &elf.table;
+                let table = object.table.get_or_insert_with(|| ObjectSymbols {
+                    path: full.path.clone(),
+                    build_id: full.build_id.clone(),
+                    segments: full.segments.clone(),
+                    symbols: Vec::new(),
+                    debug_link: full.debug_link.clone(),
+                    debug_file: full.debug_file.clone(),
+                });
+                let before = table.symbols.len();
                 for offset in std::mem::take(&mut object.pending) {
-                    if let Some(sym) = symbol_at_offset(&elf.table, offset) {
-                        object.hit.entry(sym.addr).or_insert(sym);
+                    let Some((sym, size)) = symbol_at_offset(full, offset) else {
+                        continue;
+                    };
+                    // A hot function's samples find it written already.
+                    if let Err(at) = table.symbols.binary_search_by_key(&sym.addr, |s| s.addr) {
+                        let name = sym.name.clone();
+                        table.symbols.insert(
+                            at,
+                            Symbol {
+                                addr: sym.addr,
+                                size,
+                                name,
+                            },
+                        );
                     }
                 }
-                if object.hit.len() > before {
-                    let table = ObjectSymbols {
-                        path: elf.table.path.clone(),
-                        build_id: elf.table.build_id.clone(),
-                        segments: elf.table.segments.clone(),
-                        symbols: object.hit.values().cloned().collect(),
-                        debug_link: elf.table.debug_link.clone(),
-                        debug_file: elf.table.debug_file.clone(),
-                    };
+                if table.symbols.len() > before {
                     sink.meta(&Meta::Object(table.clone()))?;
-                    object.table = Some(table);
                 }
             }
             let reading = self.reader.as_ref().is_some_and(|r| !r.reading.is_empty());
@@ -847,33 +848,38 @@ impl Tracker {
         let Some(reader) = &mut self.reader else {
             return;
         };
-        let mut first = true;
-        loop {
-            let got = match reader.tables.try_recv() {
-                Ok(t) => Some(t),
-                Err(_) if first && !reader.reading.is_empty() => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        None
-                    } else {
-                        reader.tables.recv_timeout(left).ok()
-                    }
-                }
-                Err(_) => None,
-            };
-            first = false;
-            let Some((path, table)) = got else { break };
+        let mut next = reader.tables.try_recv().ok();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if next.is_none() && !reader.reading.is_empty() && !left.is_zero() {
+            next = reader.tables.recv_timeout(left).ok();
+        }
+        while let Some((path, table)) = next {
             reader.reading.remove(&path);
-            match table {
-                Ok(elf) => self.elf_cache.insert(path, elf),
-                Err(e) => {
+            let object = self.sampled.get_mut(path.to_string_lossy().as_ref());
+            match (table, object) {
+                (Ok(elf), Some(object)) => {
+                    // Both lists (one name per address, and every alias),
+                    // with the allocator's share of each name.
+                    object.cached_bytes = elf
+                        .table
+                        .symbols
+                        .iter()
+                        .chain(&elf.names)
+                        .map(|s| s.name.capacity() + size_of::<Symbol>() + 16)
+                        .sum();
+                    self.elf_cache.insert(path, elf);
+                }
+                // Traced since (its whole table is written): nothing to do.
+                (Ok(_), None) => {}
+                (Err(e), object) => {
                     log::debug!("no symbols for {}: {e}", path.display());
-                    if let Some(o) = self.sampled.get_mut(path.to_string_lossy().as_ref()) {
+                    if let Some(o) = object {
                         o.unreadable = true;
                         o.pending = Vec::new();
                     }
                 }
             }
+            next = reader.tables.try_recv().ok();
         }
     }
 
@@ -936,30 +942,23 @@ impl Tracker {
     }
 }
 
-/// The function symbol of `table` holding file offset `offset`, with a
+/// The function symbol of `table` holding file offset `offset`, and its
 /// size: up to the next symbol where it had none, so that in a table of
 /// some symbols only, an address outside them finds none rather than the
 /// nearest one kept.
-fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<Symbol> {
-    let vaddr = table.segments.iter().find_map(|s| {
-        let within = offset.checked_sub(s.offset).filter(|d| *d < s.filesz)?;
-        s.vaddr.checked_add(within)
-    })?;
-    let i = table
-        .symbols
-        .partition_point(|s| s.addr <= vaddr)
-        .checked_sub(1)?;
-    let sym = &table.symbols[i];
-    let next = table.symbols[i + 1..].iter().find(|n| n.addr > sym.addr);
-    let size = match (sym.size, next) {
-        (0, Some(n)) => n.addr - sym.addr,
-        (size, _) => size,
+fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<(&Symbol, u64)> {
+    let vaddr = segment_vaddr(table, offset)?;
+    let sym = lookup(&table.symbols, vaddr)?;
+    // `lookup` took the last symbol at or below `vaddr`: the next one with a
+    // higher address starts above `vaddr`.
+    let size = match sym.size {
+        0 => {
+            let next = table.symbols.partition_point(|s| s.addr <= sym.addr);
+            table.symbols.get(next).map_or(0, |n| n.addr - sym.addr)
+        }
+        size => size,
     };
-    (vaddr - sym.addr < size || size == 0).then(|| Symbol {
-        addr: sym.addr,
-        size,
-        name: sym.name.clone(),
-    })
+    Some((sym, size))
 }
 
 fn comm_of(raw: &[u8; 16]) -> String {
@@ -2848,17 +2847,12 @@ mod tests {
         };
         // File offsets 0x50 (in a), 0x180 (past b's end), 0x210 (in c,
         // the last), 0x2000 (outside the segment).
-        assert_eq!(
-            symbol_at_offset(&table, 0x50),
-            Some(sym(0x1000, 0x100, "a"))
-        );
-        assert_eq!(
-            symbol_at_offset(&table, 0x108),
-            Some(sym(0x1100, 0x10, "b"))
-        );
-        assert_eq!(symbol_at_offset(&table, 0x180), None);
-        assert_eq!(symbol_at_offset(&table, 0x210), Some(sym(0x1200, 0, "c")));
-        assert_eq!(symbol_at_offset(&table, 0x2000), None);
+        let at = |offset| symbol_at_offset(&table, offset).map(|(s, size)| (s.name.as_str(), size));
+        assert_eq!(at(0x50), Some(("a", 0x100)));
+        assert_eq!(at(0x108), Some(("b", 0x10)));
+        assert_eq!(at(0x180), None);
+        assert_eq!(at(0x210), Some(("c", 0)));
+        assert_eq!(at(0x2000), None);
     }
 
     /// Over the cap, the least recently sampled object's full table leaves
@@ -2872,6 +2866,15 @@ mod tests {
             let object = SampledObject {
                 cached_bytes: 100,
                 used,
+                table: Some(ObjectSymbols {
+                    path: path.display().to_string(),
+                    symbols: vec![Symbol {
+                        addr: 0x1000,
+                        size: 0x10,
+                        name: "placed".into(),
+                    }],
+                    ..ObjectSymbols::default()
+                }),
                 ..SampledObject::default()
             };
             tracker.sampled.insert(path.display().to_string(), object);
@@ -2879,6 +2882,8 @@ mod tests {
         tracker.evict_sampled(150);
         assert!(tracker.elf_cache.cached(recent).is_some());
         assert!(tracker.elf_cache.cached(old).is_none());
+        let placed = &tracker.sampled[old.to_str().expect("utf8")].table;
+        assert_eq!(placed.as_ref().map(|t| t.symbols.len()), Some(1));
         tracker.evict_sampled(150);
         assert!(
             tracker.elf_cache.cached(recent).is_some(),

@@ -10,6 +10,6 @@ mod types;
 
 pub use capture::{Capture, DecodeError, decode_records};
 pub use symbolize::{
-    Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in, segment_vaddr,
+    Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in, lookup, segment_vaddr,
 };
 pub use types::{Event, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name};

@@ -364,8 +364,9 @@ fn locate<'a>(object: &'a str, table: &'a ObjectSymbols, vaddr: u64) -> Location
     }
 }
 
-/// The symbol containing `vaddr` in a table sorted by address.
-fn lookup(symbols: &[Symbol], vaddr: u64) -> Option<&Symbol> {
+/// The symbol containing `vaddr` in a table sorted by address (one
+/// without a size contains everything up to the next).
+pub fn lookup(symbols: &[Symbol], vaddr: u64) -> Option<&Symbol> {
     let idx = symbols
         .partition_point(|s| s.addr <= vaddr)
         .checked_sub(1)?;
