@@ -902,32 +902,9 @@ mod tests {
             ("libmpich.so.12", "MPI_Recv", false),
         ];
         let with = |dropped: &[(u32, &str, u64)]| {
-            let mut w = CaptureWriter::new(
-                Vec::new(),
-                &CaptureHeader {
-                    format_version: FORMAT_VERSION,
-                    host: "node7".into(),
-                    clock: tracer_common::capture::ClockRef {
-                        monotonic_ns: 1_000_000_000,
-                        realtime_ns: 0,
-                    },
-                    ..Default::default()
-                },
-            )
-            .expect("writer");
-            let probes = probes
-                .iter()
-                .enumerate()
-                .map(|(i, (object, symbol, entry_only))| Probe {
-                    func_id: i as u32,
-                    object: object.to_string(),
-                    symbol: symbol.to_string(),
-                    entry_only: *entry_only,
-                    ..Default::default()
-                })
-                .collect();
-            w.write_meta(&Meta::Probes { probes }).expect("probes");
-            w.write_meta(&Meta::Overhead(tracer_common::capture::Overhead {
+            let mut cap = capture(&probes, &[], &[], |_| {});
+            cap.header.clock.monotonic_ns = 1_000_000_000;
+            cap.overhead = Some(tracer_common::capture::Overhead {
                 dropped: dropped
                     .iter()
                     .map(|(id, symbol, at_ns)| tracer_common::capture::DroppedProbe {
@@ -938,9 +915,8 @@ mod tests {
                     })
                     .collect(),
                 ..Default::default()
-            }))
-            .expect("overhead");
-            Capture::read(w.into_inner().as_slice()).expect("capture")
+            });
+            cap
         };
         let none = with(&[]);
         assert_eq!(Detached::of(&[&none]).note(), None);
