@@ -139,6 +139,10 @@ fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
     Ok(Costs { call_ns, entry_ns })
 }
 
+/// Largest model file `--like` (and the agent's budget) reads: the
+/// agent's bound on what it hands its analysis process.
+pub const MAX_MODEL_BYTES: u64 = 256 << 20;
+
 /// The functions a model of normal runs was learned with (`tracer record
 /// --like MODEL`): a budget drops every other probe before one of them, so
 /// that the capture compares with the model (the analysis cannot judge
@@ -157,6 +161,23 @@ impl Keep {
     /// The functions of a model file (`analyzer model learn`'s JSON),
     /// read without the analyzer: its trees' nodes' callees (system calls
     /// aside), the frames of its process signatures, and its `left_out`.
+    pub fn from_model_file(path: &std::path::Path) -> Result<Self, String> {
+        // A model file is input to a root process: bounded before it is read.
+        let len = std::fs::metadata(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .len();
+        if len > MAX_MODEL_BYTES {
+            return Err(format!(
+                "{} is {len} bytes, more than the {MAX_MODEL_BYTES} a model may take",
+                path.display()
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::from_model_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// [`Keep::from_model_file`] of a model's text.
     pub fn from_model_json(text: &str) -> Result<Self, String> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;

@@ -22,7 +22,7 @@ use crate::{
 pub const CONFIG_VERSION: u32 = 1;
 
 /// Largest model or thresholds file the agent hands to its analysis process.
-pub const MAX_ANALYSIS_FILE: u64 = 256 << 20;
+pub const MAX_ANALYSIS_FILE: u64 = crate::overhead::MAX_MODEL_BYTES;
 
 /// An example configuration, printed by `tracer agent --example-config`.
 pub const EXAMPLE: &str = include_str!("../../../packaging/agent.toml");
@@ -747,25 +747,10 @@ impl AgentConfig {
     /// without it (the analysis process reports the file itself).
     fn budget_keep(&self) -> Option<crate::overhead::Keep> {
         let path = self.analysis.model.as_ref()?;
-        let text = match std::fs::metadata(path) {
-            Ok(m) if m.len() <= MAX_ANALYSIS_FILE => std::fs::read_to_string(path),
-            Ok(m) => Err(std::io::Error::other(format!(
-                "{} bytes, more than {}",
-                m.len(),
-                format_size(MAX_ANALYSIS_FILE)
-            ))),
-            Err(e) => Err(e),
-        };
-        match text
-            .map_err(|e| e.to_string())
-            .and_then(|t| crate::overhead::Keep::from_model_json(&t))
-        {
+        match crate::overhead::Keep::from_model_file(path) {
             Ok(keep) => Some(keep),
             Err(e) => {
-                log::warn!(
-                    "the overhead budget does not keep the functions of {}: {e}",
-                    path.display()
-                );
+                log::warn!("the overhead budget does not keep a model's functions: {e}");
                 None
             }
         }

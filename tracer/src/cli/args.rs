@@ -373,11 +373,9 @@ impl TryFrom<RecordArgs> for RecordConfig {
             .like
             .as_deref()
             .map(|path| {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading --like {}", path.display()))?;
-                tracer::overhead::Keep::from_model_json(&text)
+                tracer::overhead::Keep::from_model_file(path)
                     .map_err(anyhow::Error::msg)
-                    .with_context(|| format!("--like {}", path.display()))
+                    .context("--like")
             })
             .transpose()?;
         let mut targets: Vec<Target> = a.pids.into_iter().map(Target::Pid).collect();
