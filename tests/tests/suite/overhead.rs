@@ -265,38 +265,8 @@ fn a_model_learned_under_a_budget_scores_captures_that_kept_every_probe() {
     let ring = fixture("statusring", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let base = tests::port_block(40);
-    let record = |name: &str, budget: bool, port: u16| {
-        let out = dir.path().join(format!("{name}.capture"));
-        let port = port.to_string();
-        let mut args = vec!["record", "--sample-hz", "0"];
-        if budget {
-            // Far below what the ring's probes cost, on a quiet machine or
-            // a busy one: the handlers go.
-            args.extend(["--overhead", "0.5%"]);
-        }
-        for f in [
-            "handle_*",
-            "*_msg",
-            "dispatch",
-            "main_loop",
-            "close_connection",
-        ] {
-            args.extend(["-f", f]);
-        }
-        let out_s = out.to_str().expect("utf8");
-        args.extend([
-            "-o",
-            out_s,
-            "--",
-            ring.to_str().expect("utf8"),
-            "4",
-            "400",
-            &port,
-        ]);
-        let run = tracer(&args);
-        assert!(run.status.success(), "{}", run.stderr);
-        out
-    };
+    let record =
+        |name: &str, budget: bool, port: u16| record_ring(&ring, dir.path(), name, budget, port);
     let learn: Vec<_> = (0..2)
         .map(|i| record(&format!("budget{i}"), true, base + 10 * i))
         .collect();
@@ -384,37 +354,8 @@ fn a_capture_whose_budget_detached_the_models_functions_is_not_judged_on_them() 
     let ring = fixture("statusring", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let base = tests::port_block(30);
-    let record = |name: &str, budget: bool, port: u16| {
-        let out = dir.path().join(format!("{name}.capture"));
-        let port = port.to_string();
-        let mut args = vec!["record", "--sample-hz", "0"];
-        if budget {
-            // Far below what the ring's probes cost: the handlers go.
-            args.extend(["--overhead", "0.5%"]);
-        }
-        for f in [
-            "handle_*",
-            "*_msg",
-            "dispatch",
-            "main_loop",
-            "close_connection",
-        ] {
-            args.extend(["-f", f]);
-        }
-        let out_s = out.to_str().expect("utf8");
-        args.extend([
-            "-o",
-            out_s,
-            "--",
-            ring.to_str().expect("utf8"),
-            "4",
-            "400",
-            &port,
-        ]);
-        let run = tracer(&args);
-        assert!(run.status.success(), "{}", run.stderr);
-        out
-    };
+    let record =
+        |name: &str, budget: bool, port: u16| record_ring(&ring, dir.path(), name, budget, port);
     let learn: Vec<_> = (0..2)
         .map(|i| record(&format!("full{i}"), false, base + 10 * i))
         .collect();
@@ -584,4 +525,45 @@ fn like_a_model_the_budget_drops_other_functions_first_and_says_what_it_could_no
     ]);
     assert!(!bad.status.success());
     assert!(bad.stderr.contains("not a model"), "{}", bad.stderr);
+}
+
+/// Records the status ring (`ring`, 4 daemons, 400 rounds, from `port`)
+/// with its handler, dispatch and loop functions into `dir/NAME.capture`,
+/// under an overhead budget far below what those probes cost (on a quiet
+/// machine or a busy one: the handlers go) when `budget`.
+fn record_ring(
+    ring: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    budget: bool,
+    port: u16,
+) -> std::path::PathBuf {
+    let out = dir.join(format!("{name}.capture"));
+    let port = port.to_string();
+    let mut args = vec!["record", "--sample-hz", "0"];
+    if budget {
+        args.extend(["--overhead", "0.5%"]);
+    }
+    for f in [
+        "handle_*",
+        "*_msg",
+        "dispatch",
+        "main_loop",
+        "close_connection",
+    ] {
+        args.extend(["-f", f]);
+    }
+    let out_s = out.to_str().expect("utf8");
+    args.extend([
+        "-o",
+        out_s,
+        "--",
+        ring.to_str().expect("utf8"),
+        "4",
+        "400",
+        &port,
+    ]);
+    let run = tracer(&args);
+    assert!(run.status.success(), "{}", run.stderr);
+    out
 }
