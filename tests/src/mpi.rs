@@ -41,6 +41,10 @@ pub enum Fault {
         cpu: u32,
         /// On and off instead of continuous.
         on_off: bool,
+        /// Busy workers on the core (stress-ng `--cpu N`): each takes as
+        /// much of it as the rank there, so N leave the rank 1/(N+1).
+        #[serde(default = "one")]
+        workers: u32,
     },
     /// `SIGSTOP` to `rank` after `at`, `SIGCONT` after `length` more.
     Pause {
@@ -83,6 +87,10 @@ pub enum Fault {
         /// Iteration.
         iter: u32,
     },
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Fault {
@@ -201,11 +209,12 @@ fn signal(pid: u32, sig: &str) {
 struct Hog(Option<Child>);
 
 impl Hog {
-    fn start(cpu: u32, on_off: bool, group: Option<&CpuGroup>) -> Self {
+    fn start(cpu: u32, on_off: bool, workers: u32, group: Option<&CpuGroup>) -> Self {
+        let workers = workers.max(1);
         let script = if on_off {
-            "while :; do timeout 0.4 stress-ng --cpu 1 -q; sleep 0.4; done"
+            format!("while :; do timeout 0.4 stress-ng --cpu {workers} -q; sleep 0.4; done")
         } else {
-            "exec stress-ng --cpu 1 -q --timeout 300"
+            format!("exec stress-ng --cpu {workers} -q --timeout 300")
         };
         // In the job's group at the ranks' nice value (see `record`): the
         // hog and the rank on its core share that core equally.
@@ -218,7 +227,7 @@ impl Hog {
             &cpu.to_string(),
             "sh",
             "-c",
-            script,
+            &script,
         ]);
         let mut cmd = match group {
             Some(g) => g.wrap(&cmd),
@@ -317,7 +326,11 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         );
     }
     let _hog = match fault {
-        Fault::Hog { cpu, on_off } => Some(Hog::start(cpu, on_off, group.as_ref().ok())),
+        Fault::Hog {
+            cpu,
+            on_off,
+            workers,
+        } => Some(Hog::start(cpu, on_off, workers, group.as_ref().ok())),
         _ => None,
     };
     // mpiexec, its proxy and the ranks start inside the job's group, all at

@@ -219,10 +219,12 @@ fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fa
             Fault::Hog {
                 cpu: (rep % 2) as u32,
                 on_off: false,
+                workers: 1,
             },
             Fault::Hog {
                 cpu: ((rep + 1) % 2) as u32,
                 on_off: true,
+                workers: 1,
             },
         ],
         Experiment::Outliers => {
@@ -299,6 +301,7 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         Fault::Hog {
                             cpu: 1,
                             on_off: false,
+                            workers: 1,
                         },
                         "learn-hog".into(),
                     ));
