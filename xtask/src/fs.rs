@@ -693,6 +693,11 @@ struct RunVerdict {
     metrics: Vec<MetricVerdict>,
     /// The report's own verdict line.
     verdict: String,
+    /// Servers named although their peers were themselves far beyond
+    /// their trained thresholds (the report's "unlike the training runs as
+    /// a whole" note), with the metrics that named them so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    beyond_training: Vec<String>,
 }
 
 /// Every run of a matrix directory, scored once.
@@ -853,6 +858,19 @@ fn judge(
                 .last()
                 .map(|v| v.indicted.join(","))
                 .unwrap_or_default();
+            let beyond_training = report
+                .servers
+                .iter()
+                .filter(|v| v.faulty && !v.beyond_training.is_empty())
+                .map(|v| {
+                    let by: Vec<String> = v
+                        .beyond_training
+                        .iter()
+                        .map(|(m, x)| format!("{} {x:.0}x", m.name()))
+                        .collect();
+                    format!("{} ({})", server_label(info, &v.server), by.join(", "))
+                })
+                .collect();
             out.push(RunVerdict {
                 dir,
                 workload: run.workload,
@@ -860,6 +878,7 @@ fn judge(
                 server: run.server.clone(),
                 metrics,
                 verdict,
+                beyond_training,
             });
         }
     }
@@ -963,8 +982,16 @@ fn table(
         std::io::Write::flush(&mut w)?;
     }
     for v in &verdicts {
+        let beyond = if v.beyond_training.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  peers beyond training: {}",
+                v.beyond_training.join("; ")
+            )
+        };
         println!(
-            "{:<28} faulty {:<8} indicted [{}]",
+            "{:<28} faulty {:<8} indicted [{}]{beyond}",
             v.dir,
             v.server.as_deref().unwrap_or("-"),
             v.verdict
@@ -1007,6 +1034,7 @@ fn table(
     print_table(&workloads);
     print_impact(&m);
     println!("\n{}", headline(&cells, &m.failed));
+    println!("{}", beyond_line(&verdicts));
     if let Some(path) = &a.json {
         let out = TableJson {
             version: 1,
@@ -1054,6 +1082,31 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// How often a server was named while its peers were far beyond training
+/// (the report's note), among faulty and clean runs' judgements, and how
+/// many of those named the faulty server.
+fn beyond_line(verdicts: &[RunVerdict]) -> String {
+    let noted: Vec<&RunVerdict> = verdicts
+        .iter()
+        .filter(|v| !v.beyond_training.is_empty())
+        .collect();
+    let faulty = noted.iter().filter(|v| v.fault.is_some()).count();
+    let right = noted
+        .iter()
+        .filter(|v| {
+            v.server
+                .as_ref()
+                .is_some_and(|s| v.beyond_training.iter().any(|b| b.starts_with(&format!("{s} "))))
+        })
+        .count();
+    format!(
+        "beyond-training note: {} of {} judgements ({faulty} of faulty runs, {right} of them on the faulty server; {} of clean runs)",
+        noted.len(),
+        verdicts.len(),
+        noted.len() - faulty
+    )
 }
 
 /// The headline figures: combined TP over the faulty runs, runs naming a

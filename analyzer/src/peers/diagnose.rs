@@ -203,6 +203,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             faulty_windows: 0,
             brief: false,
             load_shift: false,
+            beyond_training: BTreeMap::new(),
             source: s.source.clone(),
             retransmit_peers: BTreeMap::new(),
         })
@@ -280,6 +281,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
                         metric.name(),
                         server.label
                     ));
+                    v.beyond_training.insert(metric, beyond);
                 }
                 v.faulty = true;
                 v.metrics.push(metric);

@@ -1729,12 +1729,37 @@ fn a_run_unlike_training_as_a_whole_is_said() {
         note.starts_with("while server2 stood out by time, its peers were themselves 8 times"),
         "{note}"
     );
+    // The same, for a program reading the report: by which metric, how far.
+    let beyond: Vec<(&str, Vec<(Metric, f64)>)> = r
+        .servers
+        .iter()
+        .map(|v| {
+            (
+                v.server.as_str(),
+                v.beyond_training.iter().map(|(m, x)| (*m, *x)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        beyond,
+        vec![
+            ("server0", vec![]),
+            ("server1", vec![]),
+            ("server2", vec![(Metric::Time, 8.0)]),
+            ("server3", vec![]),
+        ]
+    );
     let within = diagnose(&everyone_then_one(), &hand_thresholds(Some(1.5)), 2, 10);
     assert_eq!(within.faulty, vec!["server2"]);
     assert!(
         !within.notes.iter().any(|n| n.contains("as a whole")),
         "{:?}",
         within.notes
+    );
+    assert!(
+        within.servers.iter().all(|v| v.beyond_training.is_empty()),
+        "{:?}",
+        within.servers
     );
 }
 

@@ -955,6 +955,14 @@ pub struct ServerVerdict {
     /// resources ([`PeersConfig::load_shift`]); `faulty` is then false.
     #[serde(default)]
     pub load_shift: bool,
+    /// Metrics it was found faulty by while its peers were themselves far
+    /// beyond their trained thresholds (the median of their scores over
+    /// their thresholds, in the windows it was faulty in, at least
+    /// [`super::diagnose::BEYOND_TRAINING`]), with that median: the run
+    /// was unlike training as a whole there, and the verdict by that
+    /// metric rests on the outlier rule alone. A report note says so too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub beyond_training: BTreeMap<Metric, f64>,
     /// Where the server came from (capture path, pid).
     pub source: String,
     /// TCP retransmissions of its connections over the whole run, by the
