@@ -985,10 +985,7 @@ fn table(
         let beyond = if v.beyond_training.is_empty() {
             String::new()
         } else {
-            format!(
-                "  peers beyond training: {}",
-                v.beyond_training.join("; ")
-            )
+            format!("  peers beyond training: {}", v.beyond_training.join("; "))
         };
         println!(
             "{:<28} faulty {:<8} indicted [{}]{beyond}",
@@ -1096,9 +1093,11 @@ fn beyond_line(verdicts: &[RunVerdict]) -> String {
     let right = noted
         .iter()
         .filter(|v| {
-            v.server
-                .as_ref()
-                .is_some_and(|s| v.beyond_training.iter().any(|b| b.starts_with(&format!("{s} "))))
+            v.server.as_ref().is_some_and(|s| {
+                v.beyond_training
+                    .iter()
+                    .any(|b| b.starts_with(&format!("{s} ")))
+            })
         })
         .count();
     format!(
