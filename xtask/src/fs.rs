@@ -698,6 +698,10 @@ struct RunVerdict {
     /// a whole" note), with the metrics that named them so.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     beyond_training: Vec<String>,
+    /// Training runs of this judgement that were unlike the other training
+    /// runs as a whole, with the metrics.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    training_unlike: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// Every run of a matrix directory, scored once.
@@ -871,6 +875,20 @@ fn judge(
                     format!("{} ({})", server_label(info, &v.server), by.join(", "))
                 })
                 .collect();
+            let training_unlike = thresholds
+                .runs
+                .iter()
+                .zip(&set)
+                .filter(|(r, _)| !r.unlike_others.is_empty())
+                .map(|(r, j)| {
+                    let by = r
+                        .unlike_others
+                        .iter()
+                        .map(|(m, x)| (m.name().to_string(), *x))
+                        .collect();
+                    (m.index.runs[*j].dir.clone(), by)
+                })
+                .collect();
             out.push(RunVerdict {
                 dir,
                 workload: run.workload,
@@ -879,6 +897,7 @@ fn judge(
                 metrics,
                 verdict,
                 beyond_training,
+                training_unlike,
             });
         }
     }
@@ -1100,11 +1119,56 @@ fn beyond_line(verdicts: &[RunVerdict]) -> String {
             })
         })
         .count();
+    // Run → metric → the smallest and largest factor over the judgements.
+    let mut unlike: BTreeMap<&str, BTreeMap<&str, (f64, f64)>> = BTreeMap::new();
+    for v in verdicts {
+        for (run, by) in &v.training_unlike {
+            for (metric, x) in by {
+                let e = unlike
+                    .entry(run.as_str())
+                    .or_default()
+                    .entry(metric.as_str())
+                    .or_insert((*x, *x));
+                *e = (e.0.min(*x), e.1.max(*x));
+            }
+        }
+    }
+    let trained_on = verdicts
+        .iter()
+        .filter(|v| !v.training_unlike.is_empty())
+        .count();
+    let missed = verdicts
+        .iter()
+        .filter(|v| {
+            !v.training_unlike.is_empty()
+                && v.server.as_ref().is_some_and(|s| {
+                    !v.metrics
+                        .iter()
+                        .any(|m| m.metric == "combined" && m.indicted.contains(s))
+                })
+        })
+        .count();
     format!(
-        "beyond-training note: {} of {} judgements ({faulty} of faulty runs, {right} of them on the faulty server; {} of clean runs)",
+        "beyond-training note: {} of {} judgements ({faulty} of faulty runs, {right} of them on the faulty server; {} of clean runs)\n\
+         training runs unlike the others as a whole: {}; in the training of {trained_on} judgements, {missed} of them faulty runs whose server went unnamed",
         noted.len(),
         verdicts.len(),
-        noted.len() - faulty
+        noted.len() - faulty,
+        if unlike.is_empty() {
+            "none".to_string()
+        } else {
+            unlike
+                .iter()
+                .map(|(run, by)| {
+                    let by: Vec<String> = by
+                        .iter()
+                        .map(|(m, (lo, hi))| format!("{m} {lo:.0}-{hi:.0}x"))
+                        .collect();
+                    format!("{run} ({})", by.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
     )
 }
 

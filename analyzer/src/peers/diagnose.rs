@@ -187,6 +187,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
     let n_servers = run.servers.len();
     let n_windows = run.windowed.starts.len();
     let mut notes = run.notes.clone();
+    notes.extend(super::render::unlike_training_lines(thresholds));
     let mut metrics = Vec::new();
     // cells[w][s][metric]
     let mut cells: Vec<Vec<BTreeMap<Metric, Cell>>> =
