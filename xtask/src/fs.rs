@@ -693,6 +693,15 @@ struct RunVerdict {
     metrics: Vec<MetricVerdict>,
     /// The report's own verdict line.
     verdict: String,
+    /// Servers named although their peers were themselves far beyond
+    /// their trained thresholds (the report's "unlike the training runs as
+    /// a whole" note), with the metrics that named them so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    beyond_training: Vec<String>,
+    /// Training runs of this judgement that were unlike the other training
+    /// runs as a whole, with the metrics.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    training_unlike: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// Every run of a matrix directory, scored once.
@@ -853,6 +862,33 @@ fn judge(
                 .last()
                 .map(|v| v.indicted.join(","))
                 .unwrap_or_default();
+            let beyond_training = report
+                .servers
+                .iter()
+                .filter(|v| v.faulty && !v.beyond_training.is_empty())
+                .map(|v| {
+                    let by: Vec<String> = v
+                        .beyond_training
+                        .iter()
+                        .map(|(m, x)| format!("{} {x:.0}x", m.name()))
+                        .collect();
+                    format!("{} ({})", server_label(info, &v.server), by.join(", "))
+                })
+                .collect();
+            let training_unlike = thresholds
+                .runs
+                .iter()
+                .zip(&set)
+                .filter(|(r, _)| !r.unlike_others.is_empty())
+                .map(|(r, j)| {
+                    let by = r
+                        .unlike_others
+                        .iter()
+                        .map(|(m, x)| (m.name().to_string(), *x))
+                        .collect();
+                    (m.index.runs[*j].dir.clone(), by)
+                })
+                .collect();
             out.push(RunVerdict {
                 dir,
                 workload: run.workload,
@@ -860,6 +896,8 @@ fn judge(
                 server: run.server.clone(),
                 metrics,
                 verdict,
+                beyond_training,
+                training_unlike,
             });
         }
     }
@@ -963,8 +1001,13 @@ fn table(
         std::io::Write::flush(&mut w)?;
     }
     for v in &verdicts {
+        let beyond = if v.beyond_training.is_empty() {
+            String::new()
+        } else {
+            format!("  peers beyond training: {}", v.beyond_training.join("; "))
+        };
         println!(
-            "{:<28} faulty {:<8} indicted [{}]",
+            "{:<28} faulty {:<8} indicted [{}]{beyond}",
             v.dir,
             v.server.as_deref().unwrap_or("-"),
             v.verdict
@@ -1007,6 +1050,7 @@ fn table(
     print_table(&workloads);
     print_impact(&m);
     println!("\n{}", headline(&cells, &m.failed));
+    println!("{}", beyond_line(&verdicts));
     if let Some(path) = &a.json {
         let out = TableJson {
             version: 1,
@@ -1054,6 +1098,78 @@ fn score_config(run: &LoadedRun, a: &ScoreArgs) -> anyhow::Result<analyzer::peer
     }
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// How often a server was named while its peers were far beyond training
+/// (the report's note), among faulty and clean runs' judgements, and how
+/// many of those named the faulty server.
+fn beyond_line(verdicts: &[RunVerdict]) -> String {
+    let noted: Vec<&RunVerdict> = verdicts
+        .iter()
+        .filter(|v| !v.beyond_training.is_empty())
+        .collect();
+    let faulty = noted.iter().filter(|v| v.fault.is_some()).count();
+    let right = noted
+        .iter()
+        .filter(|v| {
+            v.server.as_ref().is_some_and(|s| {
+                v.beyond_training
+                    .iter()
+                    .any(|b| b.starts_with(&format!("{s} ")))
+            })
+        })
+        .count();
+    // Run → metric → the smallest and largest factor over the judgements.
+    let mut unlike: BTreeMap<&str, BTreeMap<&str, (f64, f64)>> = BTreeMap::new();
+    for v in verdicts {
+        for (run, by) in &v.training_unlike {
+            for (metric, x) in by {
+                let e = unlike
+                    .entry(run.as_str())
+                    .or_default()
+                    .entry(metric.as_str())
+                    .or_insert((*x, *x));
+                *e = (e.0.min(*x), e.1.max(*x));
+            }
+        }
+    }
+    let trained_on = verdicts
+        .iter()
+        .filter(|v| !v.training_unlike.is_empty())
+        .count();
+    let missed = verdicts
+        .iter()
+        .filter(|v| {
+            !v.training_unlike.is_empty()
+                && v.server.as_ref().is_some_and(|s| {
+                    !v.metrics
+                        .iter()
+                        .any(|m| m.metric == "combined" && m.indicted.contains(s))
+                })
+        })
+        .count();
+    format!(
+        "beyond-training note: {} of {} judgements ({faulty} of faulty runs, {right} of them on the faulty server; {} of clean runs)\n\
+         training runs unlike the others as a whole: {}; in the training of {trained_on} judgements, {missed} of them faulty runs whose server went unnamed",
+        noted.len(),
+        verdicts.len(),
+        noted.len() - faulty,
+        if unlike.is_empty() {
+            "none".to_string()
+        } else {
+            unlike
+                .iter()
+                .map(|(run, by)| {
+                    let by: Vec<String> = by
+                        .iter()
+                        .map(|(m, (lo, hi))| format!("{m} {lo:.0}-{hi:.0}x"))
+                        .collect();
+                    format!("{run} ({})", by.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    )
 }
 
 /// The headline figures: combined TP over the faulty runs, runs naming a

@@ -187,6 +187,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
     let n_servers = run.servers.len();
     let n_windows = run.windowed.starts.len();
     let mut notes = run.notes.clone();
+    notes.extend(super::render::unlike_training_lines(thresholds));
     let mut metrics = Vec::new();
     // cells[w][s][metric]
     let mut cells: Vec<Vec<BTreeMap<Metric, Cell>>> =
@@ -203,6 +204,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
             faulty_windows: 0,
             brief: false,
             load_shift: false,
+            beyond_training: BTreeMap::new(),
             source: s.source.clone(),
             retransmit_peers: BTreeMap::new(),
         })
@@ -280,6 +282,7 @@ pub fn diagnose(run: &Scored, thresholds: &Thresholds, k: usize, top: usize) -> 
                         metric.name(),
                         server.label
                     ));
+                    v.beyond_training.insert(metric, beyond);
                 }
                 v.faulty = true;
                 v.metrics.push(metric);

@@ -28,15 +28,16 @@ mod train;
 mod types;
 
 pub use diagnose::{
-    carries_more, diagnose, k_of_2k_minus_1, load_shifted, persistent, rank_components, stands_out,
+    BEYOND_TRAINING, carries_more, diagnose, k_of_2k_minus_1, load_shifted, persistent,
+    rank_components, stands_out,
 };
 pub use distance::{KL_EPSILON, distance, median, median_vector, scores, term};
 pub use features::{
     CaptureSource, Features, MetricVectors, ServerInfo, Windowed, extract, normalize,
 };
 pub use train::{
-    UNTRAINED_FACTOR, minimal_threshold, quantile, sustained_threshold, train, untrained,
-    untrained_windows,
+    UNTRAINED_FACTOR, minimal_threshold, quantile, sustained_threshold, train, unlike_others,
+    untrained, untrained_windows,
 };
 pub use types::{
     Calibration, Cell, Culprit, Distance, FaultyServer, Metric, Outcome, PAPER_SAMPLE_HZ,

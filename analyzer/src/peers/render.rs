@@ -319,7 +319,32 @@ pub fn thresholds_text(t: &Thresholds) -> String {
             skipped.join(", ")
         );
     }
+    for line in unlike_training_lines(t) {
+        let _ = writeln!(s, "  {line}");
+    }
     s
+}
+
+/// One line per training run that was unlike the other training runs as a
+/// whole ([`super::TrainingRun::unlike_others`]); empty when none was.
+pub fn unlike_training_lines(t: &Thresholds) -> Vec<String> {
+    t.runs
+        .iter()
+        .filter(|r| !r.unlike_others.is_empty())
+        .map(|r| {
+            let by: Vec<String> = r
+                .unlike_others
+                .iter()
+                .map(|(m, x)| format!("{} {x:.0}", m.name()))
+                .collect();
+            format!(
+                "training run {} was unlike the other training runs as a whole (its servers' median score, times the largest of any server in the others: {}): every server deviated at once (host load, a shared disk or network), which no peer comparison calls, yet those windows set the thresholds{}; they are loose: a fault may go unnamed (train without that run, or on more runs)",
+                r.name,
+                by.join(", "),
+                if t.config.pool { ", pooled for every server" } else { "" }
+            )
+        })
+        .collect()
 }
 
 fn distance_name(d: super::Distance) -> &'static str {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Scored,
+    BEYOND_TRAINING, Scored,
     types::{
         Calibration, Metric, PeersConfig, PeersError, ServerThreshold, THRESHOLDS_VERSION,
         Thresholds, TrainingRun,
@@ -173,19 +173,78 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
         }
         metrics.insert(*metric, thresholds);
     }
+    let unlike = unlike_others(runs, cfg);
     Ok(Thresholds {
         version: THRESHOLDS_VERSION,
         config: cfg.clone(),
         metrics,
         runs: runs
             .iter()
-            .map(|r| TrainingRun {
+            .zip(unlike)
+            .map(|(r, unlike_others)| TrainingRun {
                 name: r.run.clone(),
                 servers: r.servers.iter().map(|s| s.label.clone()).collect(),
                 windows: r.windowed.starts.len(),
+                unlike_others,
             })
             .collect(),
     })
+}
+
+/// Per training run, the metrics by which it was unlike the other training
+/// runs as a whole ([`TrainingRun::unlike_others`]): its servers' median
+/// score in its worst window at least [`BEYOND_TRAINING`] times the largest
+/// score of any server in the other runs. A host-wide stall in one clean
+/// run (MooseFS PostMark: the host's disk busy with another process's reads
+/// for 8 s, every chunkserver's file latency 100 times the other runs')
+/// otherwise raised every pooled threshold unseen, and a throttled disk
+/// 78-374 times its peers' latency went unnamed. Needs two runs.
+pub fn unlike_others(runs: &[Scored], cfg: &PeersConfig) -> Vec<BTreeMap<Metric, f64>> {
+    let mut out = vec![BTreeMap::new(); runs.len()];
+    if runs.len() < 2 {
+        return out;
+    }
+    for metric in &cfg.metrics {
+        let series: Vec<Option<&Vec<Vec<f64>>>> = runs
+            .iter()
+            .map(|r| r.metric_index(*metric).map(|mi| &r.scores[mi]))
+            .collect();
+        let largest = |s: &Vec<Vec<f64>>| {
+            s.iter()
+                .flatten()
+                .copied()
+                .filter(|x| x.is_finite())
+                .fold(0.0, f64::max)
+        };
+        for (i, own) in series.iter().enumerate() {
+            let Some(own) = own else { continue };
+            let others = series
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .filter_map(|(_, s)| s.map(largest))
+                .fold(0.0, f64::max);
+            if others <= 0.0 {
+                continue;
+            }
+            let worst = own
+                .iter()
+                .map(|w| {
+                    let mut v: Vec<f64> = w.iter().copied().filter(|x| x.is_finite()).collect();
+                    if v.is_empty() {
+                        0.0
+                    } else {
+                        super::median(&mut v)
+                    }
+                })
+                .fold(0.0, f64::max);
+            let ratio = worst / others;
+            if ratio >= BEYOND_TRAINING {
+                out[i].insert(*metric, ratio);
+            }
+        }
+    }
+    out
 }
 
 /// How far above the run's typical score an untrained threshold sits.

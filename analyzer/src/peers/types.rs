@@ -831,6 +831,16 @@ pub struct TrainingRun {
     pub servers: Vec<String>,
     /// Windows scored.
     pub windows: usize,
+    /// Metrics by which this run was unlike the other training runs as a
+    /// whole, with how far: its servers' median score in its worst window
+    /// over the largest score any server had in the other runs, where that
+    /// is at least [`super::BEYOND_TRAINING`]. Every server
+    /// deviated at once (the host, a shared disk or network, not one
+    /// server), so the diagnosis's outlier rule would call none of them,
+    /// but calibration still takes those windows' scores, and the pool
+    /// gives every server the bar they set: the thresholds are loose.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unlike_others: BTreeMap<Metric, f64>,
 }
 
 /// Thresholds learned from fault-free runs (`analyzer peers train`).
@@ -955,6 +965,14 @@ pub struct ServerVerdict {
     /// resources ([`PeersConfig::load_shift`]); `faulty` is then false.
     #[serde(default)]
     pub load_shift: bool,
+    /// Metrics it was found faulty by while its peers were themselves far
+    /// beyond their trained thresholds (the median of their scores over
+    /// their thresholds, in the windows it was faulty in, at least
+    /// [`super::BEYOND_TRAINING`]), with that median: the run
+    /// was unlike training as a whole there, and the verdict by that
+    /// metric rests on the outlier rule alone. A report note says so too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub beyond_training: BTreeMap<Metric, f64>,
     /// Where the server came from (capture path, pid).
     pub source: String,
     /// TCP retransmissions of its connections over the whole run, by the
