@@ -12,13 +12,13 @@ use aya_ebpf::{
 };
 use tracer_common::{
     kernel::{file_class, mode},
-    record::{SockAddr, Syscall, SyscallEnter, kind},
+    record::{BlockedEntry, SockAddr, Syscall, SyscallEnter, kind},
     stats::Stat,
     syscall::{self, NONE, flag},
 };
 
 use crate::{
-    CLOSED, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
+    BLOCKED, CLOSED, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
     emit, files, global, header, is_traced, kernel,
 };
 
@@ -66,12 +66,18 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     socket
 }
 
-/// Offset of `r10` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
-/// `user_regs_struct`); r10, r9, r8, ax, cx, dx, si, di follow in order.
-const PT_REGS_R10: u64 = 56;
+/// Offset of `bp` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
+/// `user_regs_struct`); bx, r11, r10, r9, r8, ax, cx, dx, si, di,
+/// orig_ax, ip, cs, flags, sp follow in order: one read of 16 words
+/// gives the arguments and the registers an unwinder starts from.
+const PT_REGS_BP: u64 = 32;
 /// The six argument registers' indexes in that block, in argument order
 /// (di, si, dx, r10, r8, r9).
-const ARG_REGS: [usize; 6] = [7, 6, 5, 0, 2, 1];
+const ARG_REGS: [usize; 6] = [10, 9, 8, 3, 5, 4];
+/// Indexes of bp, ip and sp in that block.
+const REG_BP: usize = 0;
+const REG_IP: usize = 12;
+const REG_SP: usize = 15;
 
 const AF_UNIX: u16 = 1;
 const AF_INET: u16 = 2;
@@ -82,17 +88,17 @@ fn fd_key(pid: u32, fd: i64) -> u64 {
     ((pid as u64) << 32) | (fd as u64 & 0xffff_ffff)
 }
 
-/// The system call's six arguments, read from the user registers saved at
-/// entry (`struct pt_regs *` is the raw tracepoint's first argument).
+/// The user registers saved at entry from bp to sp (`struct pt_regs *` is
+/// the raw tracepoint's first argument): the six arguments and bp, ip, sp.
 #[inline(always)]
-fn args(ctx: &RawTracePointContext) -> Option<[u64; 8]> {
+fn regs(ctx: &RawTracePointContext) -> Option<[u64; 16]> {
     let regs: u64 = ctx.arg(0);
     // SAFETY: the helper checks the address; a fault returns an error.
-    unsafe { bpf_probe_read_kernel((regs + PT_REGS_R10) as *const [u64; 8]) }.ok()
+    unsafe { bpf_probe_read_kernel((regs + PT_REGS_BP) as *const [u64; 16]) }.ok()
 }
 
 #[inline(always)]
-fn arg(regs: &[u64; 8], index: u8) -> u64 {
+fn arg(regs: &[u64; 16], index: u8) -> u64 {
     match ARG_REGS.get(index as usize) {
         Some(i) => regs.get(*i).copied().unwrap_or(0),
         None => 0,
@@ -112,6 +118,10 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         return;
     }
     let nr: u64 = ctx.arg(1);
+    let Some(regs) = regs(ctx) else {
+        return;
+    };
+    note_blocked(pid, tid, nr as u32, &regs);
     let Some(spec) = syscall::spec(nr as u32) else {
         return;
     };
@@ -120,9 +130,6 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     if !sockets && !files {
         return;
     }
-    let Some(regs) = args(ctx) else {
-        return;
-    };
     let fd = if spec.fd_arg == NONE {
         -1
     } else {
@@ -183,6 +190,32 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     }
 }
 
+/// Keeps where this thread entered a system call, every call: the
+/// recorder unwinds the threads still inside one at the stop. Written in
+/// place after the thread's first call (one lookup and a store).
+#[inline(always)]
+fn note_blocked(pid: u32, tid: u32, nr: u32, regs: &[u64; 16]) {
+    let entry = BlockedEntry {
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
+        pid,
+        nr,
+        ip: regs[REG_IP],
+        sp: regs[REG_SP],
+        bp: regs[REG_BP],
+    };
+    match BLOCKED.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry; only its own system calls and
+        // its exit touch it, one at a time.
+        Some(slot) => unsafe { *slot = entry },
+        None => {
+            if BLOCKED.insert(&tid, &entry, 0).is_err() {
+                count(Stat::BlockedFull);
+            }
+        }
+    }
+}
+
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     try_sys_exit(&ctx);
@@ -195,6 +228,10 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     // Calls in progress are only kept for traced processes.
     if !crate::may_be_traced(pid) {
         return;
+    }
+    if let Some(blocked) = BLOCKED.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry (see `note_blocked`).
+        unsafe { (*blocked).ts_ns = 0 };
     }
     let Some(slot) = INFLIGHT.get_ptr_mut(&tid) else {
         return;

@@ -21,8 +21,8 @@ use tracer_common::{
     },
     decode::{lookup, segment_vaddr},
     record::{
-        self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
-        Syscall, kind, lifecycle,
+        self, BlockedEntry, BlockedStack, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _,
+        SYSCALL_UNFINISHED, SockAddr, Syscall, kind, lifecycle,
     },
 };
 
@@ -37,6 +37,7 @@ use crate::{
     sink::Sink,
     targets::{self, TargetError, TargetObjects},
     tracefs,
+    unwind::{Stack, Unwinder},
     usdt::{self, UsdtSite},
 };
 
@@ -2421,6 +2422,67 @@ impl Session {
         Ok(closed)
     }
 
+    /// One [`BlockedStack`] record per thread of a traced process that is
+    /// inside a system call now (any call: where a hung thread stands),
+    /// with its user stack unwound. A thread whose call ended while its
+    /// stack was read (its entry changed) is left out: its stack is no
+    /// longer the call's. Processes already gone are out of reach.
+    fn write_blocked(&mut self, stop_ns: u64) -> Result<(), RecordError> {
+        let mut by_pid: BTreeMap<u32, Vec<(u32, BlockedEntry)>> = BTreeMap::new();
+        for (tid, entry) in self.loaded.blocked() {
+            if self.loaded.is_traced(entry.pid) {
+                by_pid.entry(entry.pid).or_default().push((tid, entry));
+            }
+        }
+        let mut unwinder = Unwinder::new();
+        let mut left_out = 0;
+        for (pid, mut threads) in by_pid {
+            let Ok(text) = procfs::maps_text(pid) else {
+                continue;
+            };
+            let maps = procfs::parse_maps(&text);
+            threads.sort_by_key(|(tid, _)| *tid);
+            for (tid, entry) in threads {
+                let stack = Stack::read(pid, entry.sp, &maps);
+                if self.loaded.blocked_entry(tid) != Some(entry) {
+                    left_out += 1;
+                    continue;
+                }
+                let (frames, flags) =
+                    unwinder.unwind(pid, &maps, &stack, (entry.ip, entry.sp, entry.bp));
+                let mut rec = BlockedStack {
+                    header: Header {
+                        ts_ns: stop_ns,
+                        pid,
+                        tid,
+                        kind: kind::BLOCKED_STACK,
+                        size: size_of::<BlockedStack>() as u16,
+                        cpu: 0,
+                    },
+                    since_ns: entry.ts_ns,
+                    nr: entry.nr,
+                    depth: frames.len() as u32,
+                    flags,
+                    ..BlockedStack::default()
+                };
+                for (slot, frame) in rec.frames.iter_mut().zip(&frames) {
+                    *slot = *frame;
+                }
+                self.sink.push(rec.as_bytes(), &rec.header)?;
+                // Objects mapped since the process was read (a dlopen):
+                // read again, so the frames' symbols are in the capture.
+                for frame in frames {
+                    self.tracker
+                        .remap_if_unmapped(pid, frame, stop_ns, &mut self.sink)?;
+                }
+            }
+        }
+        if left_out > 0 {
+            log::debug!("{left_out} thread(s) left their system call while their stack was read");
+        }
+        Ok(())
+    }
+
     /// Final drain, unfinished system calls, counters, end marker; then the
     /// summary goes to `progress` and the programs are detached.
     pub async fn finish(
@@ -2476,6 +2538,7 @@ impl Session {
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
+        self.write_blocked(stop_ns)?;
         self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_STOP)?;
         let unread = self.tracker.unread_sampled();
         if !unread.is_empty() {

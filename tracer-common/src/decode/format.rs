@@ -358,6 +358,24 @@ impl<'a> Formatter<'a> {
                     e.target, e.entry_ip
                 );
             }
+            Event::Blocked(b) => {
+                let _ = write!(
+                    line,
+                    "blocked for {:.3} s in {}",
+                    h.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9,
+                    syscall_name(b.nr)
+                );
+                // Frame 0 is inside the system call's wrapper; the rest are
+                // return addresses: place them at their call instruction.
+                for (i, addr) in b.frames().iter().enumerate() {
+                    let at = if i == 0 {
+                        *addr
+                    } else {
+                        addr.saturating_sub(1)
+                    };
+                    let _ = write!(line, " <- {}", self.user(h.pid, at));
+                }
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -558,6 +576,24 @@ impl<'a> Formatter<'a> {
             Event::Enroll(e) => {
                 obj.insert("target".into(), json!(e.target));
                 obj.insert("entry_ip".into(), json!(e.entry_ip));
+            }
+            Event::Blocked(b) => {
+                obj.insert("since_ns".into(), json!(b.since_ns));
+                obj.insert("syscall".into(), json!(syscall_name(b.nr)));
+                obj.insert("flags".into(), json!(b.flags));
+                obj.insert(
+                    "frames".into(),
+                    json!(
+                        b.frames()
+                            .iter()
+                            .enumerate()
+                            .map(|(i, a)| {
+                                let at = if i == 0 { *a } else { a.saturating_sub(1) };
+                                json!({"addr": a, "at": self.user(h.pid, at)})
+                            })
+                            .collect::<Vec<_>>()
+                    ),
+                );
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));
