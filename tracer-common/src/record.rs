@@ -269,6 +269,12 @@ pub mod blocked_flags {
     /// The unwinding stopped early: the stack read ended, or an address
     /// fell in no object with unwind information and no frame pointer.
     pub const INCOMPLETE: u32 = 4;
+    /// The thread entered the call before the recording started (no
+    /// `sys_enter` of it was seen): read from `/proc/PID/task/TID/syscall`,
+    /// `since_ns` is the recording's start (it was blocked at least that
+    /// long), and its frame pointer was not known: frames that needed it
+    /// were found by looking for a frame record on the stack.
+    pub const BEFORE_START: u32 = 8;
 }
 
 /// A traced thread that was inside a system call when the recording

@@ -1418,6 +1418,12 @@ impl Loaded {
             .collect()
     }
 
+    /// Threads that entered a system call since the programs were attached
+    /// (inside one now or not).
+    pub fn blocked_tids(&self) -> HashSet<u32> {
+        self.blocked.keys().filter_map(Result::ok).collect()
+    }
+
     /// Where thread `tid` entered its current system call, if it is in one.
     pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
         self.blocked.get(&tid, 0).ok().filter(|e| e.ts_ns != 0)

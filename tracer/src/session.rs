@@ -22,7 +22,7 @@ use tracer_common::{
     decode::{lookup, segment_vaddr},
     record::{
         self, BlockedEntry, BlockedStack, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _,
-        SYSCALL_UNFINISHED, SockAddr, Syscall, kind, lifecycle,
+        SYSCALL_UNFINISHED, SockAddr, Syscall, blocked_flags, kind, lifecycle,
     },
 };
 
@@ -1437,6 +1437,9 @@ pub struct Session {
     has_pid_targets: bool,
     has_exe_targets: bool,
     started: Instant,
+    /// When the programs were attached, `CLOCK_MONOTONIC` ns: a thread
+    /// blocked since before then was blocked at least since then.
+    recording_start_ns: u64,
     last_stats: Instant,
     command_status: Option<std::process::ExitStatus>,
     taps: Option<Taps>,
@@ -1853,6 +1856,7 @@ impl Session {
             probes,
             usdt_sites,
             started,
+            recording_start_ns: monotonic_ns(),
             last_stats: Instant::now(),
             command_status: None,
             taps: None,
@@ -2434,13 +2438,55 @@ impl Session {
                 by_pid.entry(entry.pid).or_default().push((tid, entry));
             }
         }
+        // Threads blocked since before the recording started: no entry,
+        // but the kernel says where they are.
+        let seen: HashSet<u32> = self.loaded.blocked_tids();
+        let mut before: BTreeMap<u32, Vec<(u32, u32, u64, u64)>> = BTreeMap::new();
+        for &pid in self
+            .tracker
+            .live
+            .iter()
+            .filter(|p| self.loaded.is_traced(**p))
+        {
+            for tid in procfs::threads(pid) {
+                if seen.contains(&tid) {
+                    continue;
+                }
+                if let Some((nr, sp, ip)) = procfs::blocked_syscall(pid, tid) {
+                    before.entry(pid).or_default().push((tid, nr, sp, ip));
+                }
+            }
+        }
         let mut unwinder = Unwinder::new();
         let mut left_out = 0;
-        for (pid, mut threads) in by_pid {
+        let pids: BTreeSet<u32> = by_pid.keys().chain(before.keys()).copied().collect();
+        for pid in pids {
             let Ok(text) = procfs::maps_text(pid) else {
                 continue;
             };
             let maps = procfs::parse_maps(&text);
+            for (tid, nr, sp, ip) in before.remove(&pid).unwrap_or_default() {
+                let stack = Stack::read(pid, sp, &maps);
+                // Still in the same call: otherwise its stack is not the call's.
+                if procfs::blocked_syscall(pid, tid) != Some((nr, sp, ip))
+                    || self.loaded.blocked_entry(tid).is_some()
+                {
+                    left_out += 1;
+                    continue;
+                }
+                let (frames, flags) = unwinder.unwind(pid, &maps, &stack, (ip, sp, None));
+                let since = self.recording_start_ns;
+                self.push_blocked(
+                    pid,
+                    tid,
+                    nr,
+                    since,
+                    &frames,
+                    flags | blocked_flags::BEFORE_START,
+                    stop_ns,
+                )?;
+            }
+            let mut threads = by_pid.remove(&pid).unwrap_or_default();
             threads.sort_by_key(|(tid, _)| *tid);
             for (tid, entry) in threads {
                 let stack = Stack::read(pid, entry.sp, &maps);
@@ -2449,36 +2495,52 @@ impl Session {
                     continue;
                 }
                 let (frames, flags) =
-                    unwinder.unwind(pid, &maps, &stack, (entry.ip, entry.sp, entry.bp));
-                let mut rec = BlockedStack {
-                    header: Header {
-                        ts_ns: stop_ns,
-                        pid,
-                        tid,
-                        kind: kind::BLOCKED_STACK,
-                        size: size_of::<BlockedStack>() as u16,
-                        cpu: 0,
-                    },
-                    since_ns: entry.ts_ns,
-                    nr: entry.nr,
-                    depth: frames.len() as u32,
-                    flags,
-                    ..BlockedStack::default()
-                };
-                for (slot, frame) in rec.frames.iter_mut().zip(&frames) {
-                    *slot = *frame;
-                }
-                self.sink.push(rec.as_bytes(), &rec.header)?;
-                // Objects mapped since the process was read (a dlopen):
-                // read again, so the frames' symbols are in the capture.
-                for frame in frames {
-                    self.tracker
-                        .remap_if_unmapped(pid, frame, stop_ns, &mut self.sink)?;
-                }
+                    unwinder.unwind(pid, &maps, &stack, (entry.ip, entry.sp, Some(entry.bp)));
+                self.push_blocked(pid, tid, entry.nr, entry.ts_ns, &frames, flags, stop_ns)?;
             }
         }
         if left_out > 0 {
             log::debug!("{left_out} thread(s) left their system call while their stack was read");
+        }
+        Ok(())
+    }
+
+    /// Writes one [`BlockedStack`] record.
+    #[expect(clippy::too_many_arguments, reason = "the record's fields")]
+    fn push_blocked(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        nr: u32,
+        since_ns: u64,
+        frames: &[u64],
+        flags: u32,
+        stop_ns: u64,
+    ) -> Result<(), RecordError> {
+        let mut rec = BlockedStack {
+            header: Header {
+                ts_ns: stop_ns,
+                pid,
+                tid,
+                kind: kind::BLOCKED_STACK,
+                size: size_of::<BlockedStack>() as u16,
+                cpu: 0,
+            },
+            since_ns,
+            nr,
+            depth: frames.len() as u32,
+            flags,
+            ..BlockedStack::default()
+        };
+        for (slot, frame) in rec.frames.iter_mut().zip(frames) {
+            *slot = *frame;
+        }
+        self.sink.push(rec.as_bytes(), &rec.header)?;
+        // Objects mapped since the process was read (a dlopen): read
+        // again, so the frames' symbols are in the capture.
+        for &frame in frames {
+            self.tracker
+                .remap_if_unmapped(pid, frame, stop_ns, &mut self.sink)?;
         }
         Ok(())
     }

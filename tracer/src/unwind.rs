@@ -193,15 +193,16 @@ impl Unwinder {
     }
 
     /// The return addresses of a thread stopped at `ip` with stack pointer
-    /// `sp` and frame pointer `bp` in process `pid` mapped as `maps`:
-    /// `ip` first, then each caller's return address, innermost first, at
-    /// most [`BLOCKED_FRAMES`]; and [`blocked_flags`] saying how it went.
+    /// `sp` and frame pointer `bp` (`None`: not known) in process `pid`
+    /// mapped as `maps`: `ip` first, then each caller's return address,
+    /// innermost first, at most [`BLOCKED_FRAMES`]; and [`blocked_flags`]
+    /// saying how it went.
     pub fn unwind(
         &mut self,
         pid: u32,
         maps: &[MapEntry],
         stack: &Stack,
-        (ip, sp, bp): (u64, u64, u64),
+        (ip, sp, bp): (u64, u64, Option<u64>),
     ) -> (Vec<u64>, u32) {
         let mut frames = vec![ip];
         let mut flags = 0;
@@ -216,6 +217,8 @@ impl Unwinder {
             let lookup = if first { ip } else { ip.saturating_sub(1) };
             first = false;
             let step = self.step_at(pid, maps, lookup);
+            // The frame pointer, found on the stack where it is not known.
+            let frame_pointer = |bp: Option<u64>| bp.or_else(|| frame_record(stack, sp, maps));
             let next = match step {
                 Some(Step::Cfi {
                     cfa,
@@ -223,48 +226,44 @@ impl Unwinder {
                     bp: bp_rule,
                 }) => {
                     let base = match cfa.0 {
-                        X86_64::RSP => sp,
-                        X86_64::RBP => bp,
-                        _ => {
-                            flags |= blocked_flags::INCOMPLETE;
-                            break;
+                        X86_64::RSP => Some(sp),
+                        X86_64::RBP => frame_pointer(bp),
+                        _ => None,
+                    };
+                    let cfa = base.map(|b| b.wrapping_add_signed(cfa.1));
+                    let ra = match (ra, cfa) {
+                        (Some(RegisterRule::Offset(n)), Some(cfa)) => {
+                            stack.word(cfa.wrapping_add_signed(n))
                         }
-                    };
-                    let cfa = base.wrapping_add_signed(cfa.1);
-                    let ra = match ra {
-                        Some(RegisterRule::Offset(n)) => stack.word(cfa.wrapping_add_signed(n)),
                         // The outermost frame (`_start`, `clone`'s child).
-                        Some(RegisterRule::Undefined) => break,
+                        (Some(RegisterRule::Undefined), _) => break,
                         _ => None,
                     };
-                    let next_bp = match bp_rule {
-                        Some(RegisterRule::Offset(n)) => stack.word(cfa.wrapping_add_signed(n)),
-                        Some(RegisterRule::ValOffset(n)) => Some(cfa.wrapping_add_signed(n)),
-                        Some(RegisterRule::Undefined) => Some(0),
-                        None | Some(RegisterRule::SameValue) => Some(bp),
-                        Some(_) => None,
+                    let next_bp = match (bp_rule, cfa) {
+                        (Some(RegisterRule::Offset(n)), Some(cfa)) => {
+                            stack.word(cfa.wrapping_add_signed(n))
+                        }
+                        (Some(RegisterRule::ValOffset(n)), Some(cfa)) => {
+                            Some(cfa.wrapping_add_signed(n))
+                        }
+                        (Some(RegisterRule::Undefined), _) => Some(0),
+                        _ => bp,
                     };
-                    match (ra, next_bp) {
-                        (Some(ra), Some(nbp)) => Some((ra, cfa, nbp)),
-                        _ => None,
-                    }
+                    ra.zip(cfa).map(|(ra, cfa)| (ra, cfa, next_bp))
                 }
                 Some(Step::Unsupported) => None,
                 None => {
                     // No call frame information: frame pointers, if `bp`
                     // looks like one (on this stack, above `sp`).
                     flags |= blocked_flags::FRAME_POINTERS;
-                    if bp == 0 {
+                    match frame_pointer(bp) {
                         // The chain's end (the outermost frame zeroes it).
-                        break;
-                    }
-                    if bp > sp {
-                        stack
+                        Some(0) => break,
+                        Some(bp) if bp > sp => stack
                             .word(bp.wrapping_add(8))
                             .zip(stack.word(bp))
-                            .map(|(ra, nbp)| (ra, bp.wrapping_add(16), nbp))
-                    } else {
-                        None
+                            .map(|(ra, nbp)| (ra, bp.wrapping_add(16), Some(nbp))),
+                        _ => None,
                     }
                 }
             };
@@ -317,6 +316,30 @@ impl Unwinder {
     }
 }
 
+/// How far above the stack pointer a frame record is looked for.
+const FRAME_RECORD_SCAN: u64 = 4096;
+
+/// The first frame record (saved frame pointer, then a return address)
+/// above `sp`, for a thread whose frame pointer is not known (it entered
+/// its system call before the recording): the return address must be in
+/// executable code of the process and the saved frame pointer 0 or further
+/// up the stack. A guess, as every such scan is; only used where call frame
+/// information needs the frame pointer.
+fn frame_record(stack: &Stack, sp: u64, maps: &[MapEntry]) -> Option<u64> {
+    let code = |a: u64| {
+        maps.iter()
+            .any(|m| a >= m.start && a < m.end && m.perms.contains('x'))
+    };
+    (sp..sp.saturating_add(FRAME_RECORD_SCAN))
+        .step_by(8)
+        .find(|&at| {
+            let (Some(saved), Some(ra)) = (stack.word(at), stack.word(at.wrapping_add(8))) else {
+                return false;
+            };
+            code(ra) && (saved == 0 || (saved > at && stack.word(saved).is_some()))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,7 +359,7 @@ mod tests {
         let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let stack = Stack::from_bytes(base, bytes);
         let (frames, flags) =
-            Unwinder::new().unwind(1, &[], &stack, (0x40_0000, base, base + 0x10));
+            Unwinder::new().unwind(1, &[], &stack, (0x40_0000, base, Some(base + 0x10)));
         assert_eq!(frames, vec![0x40_0000, 0x40_1234, 0x40_5678]);
         assert_ne!(flags & blocked_flags::FRAME_POINTERS, 0);
         // A zero frame pointer ends the chain where it should.
@@ -366,7 +389,7 @@ mod tests {
             let maps = crate::procfs::parse_maps(&crate::procfs::maps_text(pid).expect("own maps"));
             let stack = Stack::read(pid, sp, &maps);
             assert!(!stack.is_empty());
-            let (frames, flags) = Unwinder::new().unwind(pid, &maps, &stack, (ip, sp, bp));
+            let (frames, flags) = Unwinder::new().unwind(pid, &maps, &stack, (ip, sp, Some(bp)));
             std::hint::black_box((ip, frames, flags))
         }
         #[inline(never)]

@@ -10,6 +10,7 @@ use std::{
 
 use analyzer::{Capture, Event, Symbolizer};
 use tests::{capture, events, fixture, privileged, tracer};
+use tracer_common::record::blocked_flags;
 
 /// Starts the `stuck` fixture and waits until both its threads run.
 fn start_stuck(args: &[&str]) -> Child {
@@ -103,5 +104,53 @@ fn blocked_threads_are_found_where_they_wait_without_probes() {
     assert!(
         at(&worker.1, "worker").is_some_and(|w| Some(w) > stuck),
         "worker above stuck_here: {worker:?}"
+    );
+}
+
+/// A thread that entered its system call before the recording started (a
+/// daemon found hung, then traced) is found too, from what the kernel
+/// says, and said to have been blocked since before the recording.
+#[test]
+fn a_thread_blocked_before_the_recording_is_found_too() {
+    if !privileged() {
+        return;
+    }
+    let mut child = start_stuck(&["long"]);
+    let pid = child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("long.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        "1s",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let before: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Blocked(b) if b.header.tid != pid => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_ne!(before[0].flags & blocked_flags::BEFORE_START, 0);
+    let stacks = blocked_stacks(&cap, pid);
+    let (_, worker) = stacks
+        .iter()
+        .find(|(tid, _)| **tid != pid)
+        .expect("the worker");
+    assert!(worker.0.contains("sleep"), "{worker:?}");
+    assert!(
+        worker.1.iter().any(|n| n == "stuck_here"),
+        "stuck_here in {worker:?}"
     );
 }
