@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     kernel::{NET_DEV_COUNTERS, NET_SNMP_COUNTERS, TcpRetransmitSock, block_op, file_class},
-    record::{ExitStatus, SYSCALL_UNFINISHED, lifecycle},
+    record::{ExitStatus, SYSCALL_UNFINISHED, blocked_flags, lifecycle},
     syscall,
 };
 use serde::Serialize;
@@ -361,7 +361,12 @@ impl<'a> Formatter<'a> {
             Event::Blocked(b) => {
                 let _ = write!(
                     line,
-                    "blocked for {:.3} s in {}",
+                    "blocked for {}{:.3} s in {}",
+                    if b.flags & blocked_flags::BEFORE_START != 0 {
+                        "at least "
+                    } else {
+                        ""
+                    },
                     h.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9,
                     syscall_name(b.nr)
                 );

@@ -1,0 +1,185 @@
+//! Where each traced thread stood at the end of a capture: the threads the
+//! recorder found inside a system call when it stopped, with their user
+//! call stacks (`BlockedStack` records), symbolized. A hung thread is
+//! almost always blocked in a system call, so this names where a daemon
+//! hung with no function probe at all (issues 19 and 20). Threads that
+//! were running user code at the stop are not here (samples cover them),
+//! nor processes already gone.
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{
+    decode::syscall_name,
+    record::{BlockedStack, blocked_flags},
+};
+
+use crate::{
+    Capture, Event, Symbolizer,
+    debuginfo::{AddressKind, SourceLines},
+};
+
+/// One frame of a blocked thread's stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedFrame {
+    /// The address: the instruction after the `syscall` for the first
+    /// frame, a return address for the others.
+    pub addr: u64,
+    /// The function (the capture's symbol), or `object+0xoffset`, or the
+    /// bare address.
+    pub function: String,
+    /// Whether `function` is a symbol (not an object offset or address).
+    pub named: bool,
+    /// `file:line` of the call, where debug information was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// A thread inside a system call when the recording stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BlockedThread {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The process's command name.
+    pub comm: String,
+    /// The system call it was in.
+    pub syscall: String,
+    /// How long it had been in it at the stop, s.
+    pub blocked_s: f64,
+    /// It entered the call before the recording started: `blocked_s` is a
+    /// lower bound.
+    pub at_least: bool,
+    /// When it entered the call, s since the capture began (negative or 0
+    /// with `at_least`).
+    pub since_s: f64,
+    /// Its frames, innermost first.
+    pub frames: Vec<BlockedFrame>,
+    /// The unwinding stopped before the outermost frame (an object without
+    /// unwind information, an unreadable stack): callers may be missing.
+    pub incomplete: bool,
+}
+
+impl BlockedThread {
+    /// The function names of its frames, innermost first (`?` for a frame
+    /// in no known symbol).
+    pub fn path(&self) -> Vec<&str> {
+        self.frames
+            .iter()
+            .map(|f| if f.named { f.function.as_str() } else { "?" })
+            .collect()
+    }
+
+    /// Where it stood, as the same code stands in every run (names, not
+    /// addresses): the system call and its call path. What models learn.
+    pub fn place(&self) -> String {
+        format!("{} <- {}", self.syscall, self.path().join(" <- "))
+    }
+
+    /// "thread 12 of 10 (ring) had been blocked for 7.2 s in nanosleep <-
+    /// handle_status (ring.c:80) <- dispatch <- main".
+    pub fn sentence(&self) -> String {
+        let frames: Vec<String> = self
+            .frames
+            .iter()
+            .map(|f| match &f.source {
+                Some(s) => format!("{} ({s})", f.function),
+                None => f.function.clone(),
+            })
+            .collect();
+        format!(
+            "thread {} of {} ({}) had been blocked for {}{:.2} s in {} <- {}{}",
+            self.tid,
+            self.pid,
+            self.comm,
+            if self.at_least { "at least " } else { "" },
+            self.blocked_s,
+            self.syscall,
+            frames.join(" <- "),
+            if self.incomplete {
+                " (its callers could not be unwound)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// The threads of `capture` that were inside a system call when its
+/// recording stopped, longest blocked first. With `lines`, frames get their
+/// `file:line` where the objects' debug information is on this machine.
+pub fn blocked_threads(
+    capture: &Capture,
+    mut lines: Option<&mut SourceLines>,
+) -> Vec<BlockedThread> {
+    let sym = Symbolizer::new(capture);
+    let origin = capture.header.clock.monotonic_ns;
+    let mut out: Vec<BlockedThread> = capture
+        .events()
+        .filter_map(Result::ok)
+        .filter_map(|e| match e {
+            Event::Blocked(b) => Some(b),
+            _ => None,
+        })
+        .map(|b| thread_of(capture, &sym, lines.as_deref_mut(), origin, &b))
+        .collect();
+    out.sort_by(|a, b| {
+        b.blocked_s
+            .total_cmp(&a.blocked_s)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.tid.cmp(&b.tid))
+    });
+    out
+}
+
+fn thread_of(
+    capture: &Capture,
+    sym: &Symbolizer<'_>,
+    mut lines: Option<&mut SourceLines>,
+    origin: u64,
+    b: &BlockedStack,
+) -> BlockedThread {
+    let pid = b.header.pid;
+    let frames = b
+        .frames()
+        .iter()
+        .enumerate()
+        .map(|(i, &addr)| {
+            let (kind, at) = if i == 0 {
+                (AddressKind::Instruction, addr)
+            } else {
+                (AddressKind::Return, addr.saturating_sub(1))
+            };
+            let loc = sym.user(pid, at);
+            let symbol = loc.as_ref().and_then(|l| l.symbol);
+            let function = match (symbol, &loc) {
+                (Some(s), _) => s.to_string(),
+                (None, Some(l)) => l.to_string(),
+                (None, None) => format!("{at:#x}"),
+            };
+            let source = lines.as_deref_mut().and_then(|lines| {
+                lines
+                    .frames_at(sym, pid, addr, kind)
+                    .first()
+                    .and_then(|f| f.file_line())
+            });
+            BlockedFrame {
+                addr,
+                function,
+                named: symbol.is_some(),
+                source,
+            }
+        })
+        .collect();
+    let at_least = b.flags & blocked_flags::BEFORE_START != 0;
+    BlockedThread {
+        pid,
+        tid: b.header.tid,
+        comm: capture.comm(pid).unwrap_or("?").to_string(),
+        syscall: syscall_name(b.nr),
+        blocked_s: b.header.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9,
+        at_least,
+        since_s: (b.since_ns as f64 - origin as f64) / 1e9,
+        frames,
+        incomplete: b.flags & blocked_flags::INCOMPLETE != 0,
+    }
+}
