@@ -351,7 +351,7 @@ mod tests {
     fn frames_without_objects_are_walked_by_frame_pointers() {
         let base = 0x7000_0000u64;
         // Frames at base+0x10 and base+0x40; the outer one ends the chain.
-        let mut words = vec![0u64; 16];
+        let mut words = [0u64; 16];
         words[2] = base + 0x40; // saved bp of frame 1
         words[3] = 0x40_1234; // return address into frame 2
         words[8] = 0; // saved bp of frame 2: end

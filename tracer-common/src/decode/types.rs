@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// One decoded record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// Function entry; `args` when the probe recorded argument registers,
     /// `stack` when it read the stack-passed ones too.
@@ -57,7 +57,7 @@ pub enum Event {
     /// A traced process's CPU times, read by the recorder.
     CpuTimes(CpuTimes),
     /// A traced thread inside a system call at the stop, with its stack.
-    Blocked(BlockedStack),
+    Blocked(Box<BlockedStack>),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -107,7 +107,7 @@ impl Event {
             kind::DEVICE_NAME => Self::DeviceName(DeviceName::read_from(bytes)?),
             kind::NET_ADDR => Self::NetAddr(NetAddr::read_from(bytes)?),
             kind::CPU_TIMES => Self::CpuTimes(CpuTimes::read_from(bytes)?),
-            kind::BLOCKED_STACK => Self::Blocked(BlockedStack::read_from(bytes)?),
+            kind::BLOCKED_STACK => Self::Blocked(Box::new(BlockedStack::read_from(bytes)?)),
             _ => Self::Unknown(*header),
         })
     }
