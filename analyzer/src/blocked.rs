@@ -2,14 +2,18 @@
 //! recorder found inside a system call when it stopped, with their user
 //! call stacks (`BlockedStack` records), symbolized. A hung thread is
 //! almost always blocked in a system call, so this names where a daemon
-//! hung with no function probe at all (issues 19 and 20). Threads that
-//! were running user code at the stop are not here (samples cover them),
-//! nor processes already gone.
+//! hung with no function probe at all (issues 19 and 20). A process that
+//! ended during the recording (stopped or killed while it hung) ends where
+//! its threads were when a signal ended their long calls, recorded then,
+//! if it ended within [`ENDED_WITHIN_NS`] of that. Threads that were
+//! running user code at the end are not here (samples cover them).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{
     decode::syscall_name,
-    record::{BlockedStack, blocked_flags},
+    record::{BlockedStack, blocked_flags, lifecycle},
 };
 
 use crate::{
@@ -57,7 +61,40 @@ pub struct BlockedThread {
     /// The unwinding stopped before the outermost frame (an object without
     /// unwind information, an unreadable stack): callers may be missing.
     pub incomplete: bool,
+    /// Not at the recording's stop: a signal ended the call (at `since_s +
+    /// blocked_s`), and the process ended right after.
+    #[serde(default)]
+    pub ended_by_signal: bool,
 }
+
+/// How soon after a signal ended a thread's long call its process must
+/// have ended for that call to be where the thread stood at its end (a
+/// launcher's or watchdog's stop, then kill).
+pub const ENDED_WITHIN_NS: u64 = 1_000_000_000;
+
+/// System calls in which a thread waits for other processes (an event
+/// loop's wait, a receive, an accept, a parent's wait for children): a
+/// thread blocked long in one is most likely waiting for another that
+/// hung, not hung itself.
+const WAITS_FOR_OTHERS: &[&str] = &[
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "read",
+    "readv",
+    "recvfrom",
+    "recvmsg",
+    "recvmmsg",
+    "accept",
+    "accept4",
+    "connect",
+    "wait4",
+    "waitid",
+];
 
 impl BlockedThread {
     /// The function names of its frames, innermost first (`?` for a frame
@@ -67,6 +104,12 @@ impl BlockedThread {
             .iter()
             .map(|f| if f.named { f.function.as_str() } else { "?" })
             .collect()
+    }
+
+    /// Whether its call is one in which threads wait for other processes
+    /// ([`WAITS_FOR_OTHERS`]).
+    pub fn waits_for_others(&self) -> bool {
+        WAITS_FOR_OTHERS.contains(&self.syscall.as_str())
     }
 
     /// Where it stood, as the same code stands in every run (names, not
@@ -87,7 +130,7 @@ impl BlockedThread {
             })
             .collect();
         format!(
-            "thread {} of {} ({}) had been blocked for {}{:.2} s in {} <- {}{}",
+            "thread {} of {} ({}) had been blocked for {}{:.2} s in {} <- {}{}{}",
             self.tid,
             self.pid,
             self.comm,
@@ -99,6 +142,14 @@ impl BlockedThread {
                 " (its callers could not be unwound)"
             } else {
                 ""
+            },
+            if self.ended_by_signal {
+                format!(
+                    ", when a signal ended the call at {:.3} s and then its process",
+                    self.since_s + self.blocked_s
+                )
+            } else {
+                String::new()
             }
         )
     }
@@ -113,12 +164,34 @@ pub fn blocked_threads(
 ) -> Vec<BlockedThread> {
     let sym = Symbolizer::new(capture);
     let origin = capture.header.clock.monotonic_ns;
-    let mut out: Vec<BlockedThread> = capture
-        .events()
-        .filter_map(Result::ok)
-        .filter_map(|e| match e {
-            Event::Blocked(b) => Some(b),
-            _ => None,
+    // The last record of each thread; when each process ended.
+    let mut last: BTreeMap<u32, Box<BlockedStack>> = BTreeMap::new();
+    let mut ended: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in capture.events().filter_map(Result::ok) {
+        match e {
+            Event::Blocked(b) => {
+                if last
+                    .get(&b.header.tid)
+                    .is_none_or(|l| l.header.ts_ns <= b.header.ts_ns)
+                {
+                    last.insert(b.header.tid, b);
+                }
+            }
+            Event::Lifecycle(l) if l.event == lifecycle::EXIT && l.group_dead != 0 => {
+                ended.insert(l.header.pid, l.header.ts_ns);
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<BlockedThread> = last
+        .into_values()
+        .filter(|b| {
+            // A call a signal ended stands for the thread's end only if its
+            // process ended right after (else the thread went on).
+            b.flags & blocked_flags::ENDED_BY_SIGNAL == 0
+                || ended.get(&b.header.pid).is_some_and(|&at| {
+                    at >= b.header.ts_ns && at - b.header.ts_ns <= ENDED_WITHIN_NS
+                })
         })
         .map(|b| thread_of(capture, &sym, lines.as_deref_mut(), origin, &b))
         .collect();
@@ -181,5 +254,16 @@ fn thread_of(
         since_s: (b.since_ns as f64 - origin as f64) / 1e9,
         frames,
         incomplete: b.flags & blocked_flags::INCOMPLETE != 0,
+        ended_by_signal: b.flags & blocked_flags::ENDED_BY_SIGNAL != 0,
     }
+}
+
+/// Whether the recorder of `capture` looked for blocked threads (its loss
+/// counters include the blocked-thread map's, `blocked_full`): then a
+/// capture with none had none; an older recorder's says nothing.
+pub fn recorded(capture: &Capture) -> bool {
+    capture
+        .stats
+        .as_ref()
+        .is_some_and(|s| s.counters.contains_key("blocked_full"))
 }

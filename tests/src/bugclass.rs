@@ -527,7 +527,10 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
             let mut cap = crate::capture(p);
             cap.leave_out(&model.left_out);
             let stop = cap.end.as_ref().map(|e| e.stop_ns);
-            ends.push(analyzer::blocked::blocked_threads(&cap, None));
+            ends.push(
+                analyzer::blocked::recorded(&cap)
+                    .then(|| analyzer::blocked::blocked_threads(&cap, None)),
+            );
             (decompose_capture(&cap, Variant::Paper000), stop)
         })
         .unzip();
@@ -536,7 +539,7 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
             model.learn(p);
         }
         model.learn_quiet(run, stop);
-        model.learn_ends(run, blocked);
+        model.learn_ends(run, blocked.as_deref());
     }
     calibrate(&mut model, None, &decomposed);
     model

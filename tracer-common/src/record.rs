@@ -58,6 +58,9 @@ pub mod kind {
     /// [`super::BlockedStack`]: written by the recorder at the stop, not by
     /// eBPF.
     pub const BLOCKED_STACK: u16 = 23;
+    /// [`super::BlockedRaw`]: ring only; the recorder turns it into a
+    /// [`BLOCKED_STACK`] record.
+    pub const BLOCKED_RAW: u16 = 24;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -275,6 +278,45 @@ pub mod blocked_flags {
     /// long), and its frame pointer was not known: frames that needed it
     /// were found by looking for a frame record on the stack.
     pub const BEFORE_START: u32 = 8;
+    /// Not at the stop: the call was ended by a signal after the thread had
+    /// been in it for at least [`super::BLOCKED_MIN_NS`] (`header.ts_ns`:
+    /// then), as when a hung process is stopped or killed; unwound from
+    /// [`super::BLOCKED_RAW_BYTES`] of its stack at most, copied then.
+    pub const ENDED_BY_SIGNAL: u32 = 16;
+}
+
+/// How long a thread must have been in a system call that a signal ends
+/// for its stack to be recorded then ([`BlockedRaw`]), ns.
+pub const BLOCKED_MIN_NS: u64 = 1_000_000_000;
+
+/// Bytes of stack a [`BlockedRaw`] holds at most.
+pub const BLOCKED_RAW_BYTES: usize = 8192;
+
+/// A traced thread's system call, in which it had been for at least
+/// [`BLOCKED_MIN_NS`], ended by a signal (`-EINTR` or a restart code),
+/// with the registers saved at its entry and the top of its user stack,
+/// 8256 bytes. Ring only: the process is most likely being stopped or
+/// killed, so the stack is copied by eBPF while it still exists, and the
+/// recorder unwinds it into a [`BlockedStack`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockedRaw {
+    /// Common header (`ts_ns`: when the call ended).
+    pub header: Header,
+    /// When the thread entered the call, `CLOCK_MONOTONIC` ns.
+    pub since_ns: u64,
+    /// System call number (x86-64).
+    pub nr: u32,
+    /// Bytes of `stack` read (0: none could be).
+    pub len: u32,
+    /// User instruction pointer at the call's entry.
+    pub ip: u64,
+    /// User stack pointer at the call's entry: the address of `stack[0]`.
+    pub sp: u64,
+    /// User frame pointer at the call's entry.
+    pub bp: u64,
+    /// The stack from `sp` up.
+    pub stack: [u8; BLOCKED_RAW_BYTES],
 }
 
 /// A traced thread that was inside a system call when the recording
@@ -674,6 +716,7 @@ const _: () = assert!(size_of::<SyscallEnter>() == 40);
 const _: () = assert!(size_of::<Syscall>() == 88);
 const _: () = assert!(size_of::<BlockedEntry>() == 40);
 const _: () = assert!(size_of::<BlockedStack>() == 560);
+const _: () = assert!(size_of::<BlockedRaw>() == 8256);
 const _: () = assert!(size_of::<Sample>() == 56);
 const _: () = assert!(size_of::<Lifecycle>() == 56);
 const _: () = assert!(size_of::<Enroll>() == 40);
@@ -707,6 +750,7 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::CPU_TIMES => Some(size_of::<CpuTimes>()),
         kind::ENROLL => Some(size_of::<Enroll>()),
         kind::BLOCKED_STACK => Some(size_of::<BlockedStack>()),
+        kind::BLOCKED_RAW => Some(size_of::<BlockedRaw>()),
         _ => None,
     }
 }
@@ -765,6 +809,8 @@ unsafe impl Pod for Enroll {}
 unsafe impl Pod for BlockedEntry {}
 // SAFETY: as above.
 unsafe impl Pod for BlockedStack {}
+// SAFETY: as above.
+unsafe impl Pod for BlockedRaw {}
 // SAFETY: as above.
 unsafe impl Pod for TcpRetransmit {}
 // SAFETY: as above.
@@ -829,6 +875,9 @@ mod tests {
         assert_eq!(offset_of!(BlockedStack, depth), 36);
         assert_eq!(offset_of!(BlockedStack, flags), 40);
         assert_eq!(offset_of!(BlockedStack, frames), 48);
+        assert_eq!(offset_of!(BlockedRaw, len), 36);
+        assert_eq!(offset_of!(BlockedRaw, sp), 48);
+        assert_eq!(offset_of!(BlockedRaw, stack), 64);
         assert_eq!(offset_of!(TcpRetransmit, saddr), 32);
         assert_eq!(offset_of!(TcpRetransmit, daddr), 48);
         assert_eq!(offset_of!(UsdtHit, probe_id), 24);
@@ -849,6 +898,7 @@ mod tests {
             kind::CPU_TIMES,
             kind::ENROLL,
             kind::BLOCKED_STACK,
+            kind::BLOCKED_RAW,
         ]) {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");

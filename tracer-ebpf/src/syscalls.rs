@@ -6,19 +6,23 @@
 //! on a file to the file I/O counters (`files.rs`).
 
 use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user_buf},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use tracer_common::{
     kernel::{file_class, mode},
-    record::{BlockedEntry, SockAddr, Syscall, SyscallEnter, kind},
+    record::{
+        BLOCKED_MIN_NS, BLOCKED_RAW_BYTES, BlockedEntry, BlockedRaw, SockAddr, Syscall,
+        SyscallEnter, kind,
+    },
     stats::Stat,
     syscall::{self, NONE, flag},
 };
 
 use crate::{
-    BLOCKED, CLOSED, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
+    BLOCKED, CLOSED, EVENTS, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
     emit, files, global, header, is_traced, kernel,
 };
 
@@ -216,6 +220,55 @@ fn note_blocked(pid: u32, tid: u32, nr: u32, regs: &[u64; 16]) {
     }
 }
 
+/// A call that a signal ended (`ret`: -EINTR, or a restart code the
+/// kernel turns into a restart or -EINTR) after the thread had been in it
+/// for [`BLOCKED_MIN_NS`]: most likely its process is being stopped or
+/// killed (a hung daemon's watchdog, its launcher), and by the time the
+/// recorder stops it is gone. Its registers and the top of its stack are
+/// copied now, while they exist; the recorder unwinds them.
+#[inline(always)]
+fn interrupted(pid: u32, tid: u32, entry: &BlockedEntry, ret: i64) {
+    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
+    // -ERESTART_RESTARTBLOCK.
+    if !matches!(ret, -4 | -512 | -513 | -514 | -516) {
+        return;
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+    if now.saturating_sub(entry.ts_ns) < BLOCKED_MIN_NS {
+        return;
+    }
+    let Some(mut slot) = EVENTS.reserve::<BlockedRaw>(0) else {
+        count(Stat::RingFull);
+        return;
+    };
+    let rec = slot.as_mut_ptr();
+    // SAFETY: `rec` is the reserved record, written field by field before
+    // it is submitted; the user stack is read through the checked helper
+    // (the largest size that reads, as the stack's top may be nearer).
+    unsafe {
+        (*rec).header = header(kind::BLOCKED_RAW, size_of::<BlockedRaw>(), pid, tid);
+        (*rec).since_ns = entry.ts_ns;
+        (*rec).nr = entry.nr;
+        (*rec).ip = entry.ip;
+        (*rec).sp = entry.sp;
+        (*rec).bp = entry.bp;
+        let sp = entry.sp as *const u8;
+        let stack = &mut (*rec).stack;
+        (*rec).len = if bpf_probe_read_user_buf(sp, &mut stack[..]).is_ok() {
+            BLOCKED_RAW_BYTES as u32
+        } else if bpf_probe_read_user_buf(sp, &mut stack[..2048]).is_ok() {
+            2048
+        } else if bpf_probe_read_user_buf(sp, &mut stack[..512]).is_ok() {
+            512
+        } else {
+            count(Stat::UserIpUnreadable);
+            0
+        };
+    }
+    slot.submit(BPF_RB_FORCE_WAKEUP as u64);
+}
+
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     try_sys_exit(&ctx);
@@ -230,8 +283,15 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         return;
     }
     if let Some(blocked) = BLOCKED.get_ptr_mut(&tid) {
-        // SAFETY: this thread's own entry (see `note_blocked`).
-        unsafe { (*blocked).ts_ns = 0 };
+        // SAFETY: this thread's own entry (see `note_blocked`), copied out.
+        let entry = unsafe {
+            let entry = *blocked;
+            (*blocked).ts_ns = 0;
+            entry
+        };
+        if entry.ts_ns != 0 {
+            interrupted(pid, tid, &entry, ctx.arg(1));
+        }
     }
     let Some(slot) = INFLIGHT.get_ptr_mut(&tid) else {
         return;

@@ -292,6 +292,9 @@ struct Tracker {
     untraced: HashSet<u32>,
     /// Reads sampled-only objects' tables (started on first need).
     reader: Option<SymbolReader>,
+    /// Unwinds the stacks of threads whose long system calls a signal
+    /// ended (objects read once).
+    unwinder: Unwinder,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -408,6 +411,7 @@ impl Tracker {
             settles: 0,
             untraced: HashSet::new(),
             reader: None,
+            unwinder: Unwinder::new(),
         }
     }
 
@@ -537,6 +541,41 @@ impl Tracker {
         if sampled_ip != 0 {
             self.note_sample(header.pid, sampled_ip);
         }
+        Ok(())
+    }
+
+    /// Unwinds the stack eBPF copied when a signal ended a long system call
+    /// ([`record::BlockedRaw`]) into a [`BlockedStack`] record, with the
+    /// process's mappings as last read (it may be gone already).
+    fn blocked_raw(&mut self, bytes: &[u8], sink: &mut Sink) -> Result<(), RecordError> {
+        let Some(raw) = record::BlockedRaw::read_from(bytes) else {
+            return Ok(());
+        };
+        let pid = raw.header.pid;
+        let Some(info) = self.infos.get(&pid) else {
+            return Ok(());
+        };
+        let len = (raw.len as usize).min(raw.stack.len());
+        let stack = Stack::from_bytes(raw.sp, raw.stack[..len].to_vec());
+        let (frames, flags) =
+            self.unwinder
+                .unwind(pid, &info.maps, &stack, (raw.ip, raw.sp, Some(raw.bp)));
+        let mut rec = BlockedStack {
+            header: Header {
+                kind: kind::BLOCKED_STACK,
+                size: size_of::<BlockedStack>() as u16,
+                ..raw.header
+            },
+            since_ns: raw.since_ns,
+            nr: raw.nr,
+            depth: frames.len() as u32,
+            flags: flags | blocked_flags::ENDED_BY_SIGNAL,
+            ..BlockedStack::default()
+        };
+        for (slot, frame) in rec.frames.iter_mut().zip(&frames) {
+            *slot = *frame;
+        }
+        sink.push(rec.as_bytes(), &rec.header)?;
         Ok(())
     }
 
@@ -2793,6 +2832,10 @@ fn drain(
         let Some(header) = Header::read_from(bytes) else {
             continue;
         };
+        if header.kind == kind::BLOCKED_RAW {
+            tracker.blocked_raw(bytes, sink)?;
+            continue;
+        }
         tracker.observe(&header, bytes, loaded, sink)?;
         if let Some(taps) = taps.as_deref_mut() {
             taps.observe(&header, bytes);

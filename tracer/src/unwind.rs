@@ -63,9 +63,8 @@ impl Stack {
         Self { base: sp, bytes }
     }
 
-    /// A stack built from bytes (tests).
-    #[cfg(test)]
-    fn from_bytes(base: u64, bytes: Vec<u8>) -> Self {
+    /// A stack copied before (by eBPF): `bytes` from address `base` up.
+    pub fn from_bytes(base: u64, bytes: Vec<u8>) -> Self {
         Self { base, bytes }
     }
 
@@ -301,8 +300,11 @@ impl Unwinder {
                 // its own mount namespace, even if deleted or replaced.
                 let by_map: PathBuf =
                     format!("/proc/{pid}/map_files/{:x}-{:x}", map.start, map.end).into();
+                // A process gone since its stack was copied: the file by
+                // its name.
                 let data = fs::read(&by_map)
                     .or_else(|_| fs::read(format!("/proc/{pid}/root{}", map.path)))
+                    .or_else(|_| fs::read(&map.path))
                     .ok()?;
                 CfiObject::parse(data)
             })

@@ -599,7 +599,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 left_out.extend(dropped);
                 let seen = left_out.len();
                 let run = decompose_capture(&cap, variant);
-                let blocked = analyzer::blocked::blocked_threads(&cap, None);
+                let blocked = analyzer::blocked::recorded(&cap)
+                    .then(|| analyzer::blocked::blocked_threads(&cap, None));
                 decomposed.push((run, cap.end.as_ref().map(|e| e.stop_ns), seen, blocked));
             }
             bar.finish_and_clear();
@@ -616,7 +617,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     processes += 1;
                 }
                 model.learn_quiet(&run, stop);
-                model.learn_ends(&run, &blocked);
+                model.learn_ends(&run, blocked.as_deref());
                 model.sources.push(path.display().to_string());
                 if !no_calibrate {
                     runs.push(run);

@@ -239,27 +239,27 @@ impl GlobalModel {
     /// Learns where the threads of one normal capture stood at its end:
     /// `blocked` ([`crate::blocked::blocked_threads`]) of the capture whose
     /// processes are `processes` (already learned with
-    /// [`GlobalModel::learn`]). A capture with no blocked thread at all
-    /// (an older recorder; no daemon ever stands nowhere) makes the ends
-    /// unknown for good, as the capture's name goes to `sources` after it
+    /// [`GlobalModel::learn`]); `None` for a capture whose recorder did not
+    /// look ([`crate::blocked::recorded`]), which makes the ends unknown
+    /// for good, as the capture's name goes to `sources` after it
     /// (the learned captures' names are what tells a first capture from a
     /// later one).
     pub fn learn_ends(
         &mut self,
         processes: &[ProcessUnits],
-        blocked: &[crate::blocked::BlockedThread],
+        blocked: Option<&[crate::blocked::BlockedThread]>,
     ) {
         // A capture learned before without them: unknown.
         if self.ends_learned.is_none() && !self.sources.is_empty() {
             return;
         }
-        if blocked.is_empty() {
+        let Some(blocked) = blocked else {
             self.ends_learned = None;
             for g in &mut self.groups {
                 g.ends = None;
             }
             return;
-        }
+        };
         let first = self.ends_learned.is_none();
         self.ends_learned = Some(self.ends_learned.unwrap_or(0) + 1);
         for g in &mut self.groups {

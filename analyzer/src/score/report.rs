@@ -754,6 +754,7 @@ fn secondary(u: &UnitScore) -> bool {
                             normal_s: Some(_),
                             ..
                         }
+                        | Evidence::Hung { waiting: true, .. }
                 )
             }))
 }
@@ -962,9 +963,17 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
                 at_least,
                 normal_s,
                 learned,
+                waiting,
+                ended_by_signal,
             } => match normal_s {
+                None if *waiting => format!(
+                    "at the end of {} its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}, where no learned thread of its group stood: a call in which threads wait for other processes, so most likely waiting for another that hung",
+                    if *ended_by_signal { "its process (a signal ended the call, then the process)" } else { "the capture" },
+                    if *at_least { "at least " } else { "" },
+                ),
                 None => format!(
-                    "at the end of the capture its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}: none of the {} threads of learned processes of its group that were inside a system call at their capture's end stood there (a hang; needs no function probe)",
+                    "at the end of {} its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}: none of the {} threads of learned processes of its group that were inside a system call at their capture's end stood there (a hang; needs no function probe)",
+                    if *ended_by_signal { "its process (a signal ended the call, then the process)" } else { "the capture" },
                     if *at_least { "at least " } else { "" },
                     thousands(u64::from(*learned))
                 ),

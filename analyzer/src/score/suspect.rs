@@ -300,14 +300,16 @@ pub enum Evidence {
         /// Learned processes of the group (none ended so).
         learned: u32,
     },
-    /// Its thread was inside a system call when the recording stopped, at
+    /// Its thread was inside a system call at its end (the recording's
+    /// stop, or its process's end right after a signal ended the call), at
     /// a place (the call and its call path, from the thread's stack; see
     /// [`crate::blocked`]) where no thread of a learned process of its
     /// group stood at the end of its capture (`normal_s` `None`), or there
     /// far longer than any did. Needs no function probe: a handler that
     /// hangs shows even where an overhead budget detached it. Waiting far
-    /// longer at a learned place (an event loop's wait) is most likely a
-    /// consequence of another process.
+    /// longer at a learned place, or in a call where threads wait for
+    /// other processes (`waiting`), is most likely a consequence of
+    /// another process.
     Hung {
         /// Thread id.
         tid: u32,
@@ -325,6 +327,16 @@ pub enum Evidence {
         /// Learned threads of the group that stood inside a system call
         /// at their capture's end.
         learned: u32,
+        /// The call is one in which threads wait for other processes (an
+        /// event loop's wait, a receive; see
+        /// [`crate::blocked::BlockedThread::waits_for_others`]): most
+        /// likely waiting for another that hung.
+        #[serde(default)]
+        waiting: bool,
+        /// A signal ended the call, and its process ended right after
+        /// (stopped or killed while it hung), before the recording did.
+        #[serde(default)]
+        ended_by_signal: bool,
     },
     /// It closed its end of a connection, and the process at the other end
     /// then found the connection ended (end of stream or reset) in a unit
@@ -352,11 +364,12 @@ impl Evidence {
             Self::NoGroup | Self::NoModel { .. } => 5,
             Self::Open { waiting: false, .. }
             | Self::Died { .. }
-            | Self::Hung { normal_s: None, .. } => 4,
-            Self::Open { waiting: true, .. }
             | Self::Hung {
-                normal_s: Some(_), ..
-            } => 1,
+                normal_s: None,
+                waiting: false,
+                ..
+            } => 4,
+            Self::Open { waiting: true, .. } | Self::Hung { .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } | Self::ClosedFirst { .. } => 3,
             Self::NewBehaviour { .. } | Self::OutOfOrder { .. } | Self::LeftFirst { .. } => 2,
             Self::Repeated { .. } => 1,
@@ -1131,6 +1144,8 @@ fn hung(
             at_least: t.at_least,
             normal_s,
             learned,
+            waiting: t.waits_for_others(),
+            ended_by_signal: t.ended_by_signal,
         });
         u.evidence.sort_by_key(|e| std::cmp::Reverse(e.strength()));
         u.anomalous = true;
@@ -1846,6 +1861,7 @@ mod tests {
                 })
                 .collect(),
             incomplete: false,
+            ended_by_signal: false,
         }
     }
 
@@ -1878,7 +1894,7 @@ mod tests {
                 blocked_at(1, POLL, 0.0, 0.05 + 0.01 * f64::from(run)),
                 blocked_at(2, POLL, 0.0, 0.08),
             ];
-            model.learn_ends(&learned, &ends);
+            model.learn_ends(&learned, Some(&ends));
         }
         assert_eq!(model.ends_learned, Some(3));
         let ends = model.groups[0].ends.as_ref().expect("ends learned");
@@ -1955,6 +1971,25 @@ mod tests {
                 ..
             }]
         ));
+
+        // Nothing learned where these stand (every process ended before
+        // its recording did): the hung one still comes first, and the one
+        // waiting in a receive, though it began waiting earlier, after.
+        const RECV: &[&str] = &["recvfrom", "recvfrom", "recv_msg", "main"];
+        let r = report(&[
+            blocked_at(1, RECV, 5.0, 5.0),
+            blocked_at(2, STUCK, 7.0, 3.0),
+        ]);
+        assert_eq!(r.first().map(|u| u.pid), Some(2), "{r:#?}");
+        assert!(r.units.iter().any(|u| u.pid == 1
+            && matches!(
+                u.evidence[..],
+                [Evidence::Hung {
+                    normal_s: None,
+                    waiting: true,
+                    ..
+                }]
+            )));
 
         // A model learned without ends says nothing.
         let mut old = model.clone();

@@ -9,7 +9,7 @@ use std::{
 };
 
 use analyzer::{Capture, Event, Symbolizer};
-use tests::{capture, events, fixture, privileged, tracer};
+use tests::{Background, capture, events, fixture, privileged, tracer};
 use tracer_common::record::blocked_flags;
 
 /// Starts the `stuck` fixture and waits until both its threads run.
@@ -153,4 +153,47 @@ fn a_thread_blocked_before_the_recording_is_found_too() {
         worker.1.iter().any(|n| n == "stuck_here"),
         "stuck_here in {worker:?}"
     );
+}
+
+/// A process killed while a thread hung in a call it entered during the
+/// recording is gone before the recording stops: where that thread stood
+/// is recorded when the signal ends the call, and the analyzer keeps it as
+/// the thread's end (its process ended right after).
+#[test]
+fn a_thread_killed_while_it_hung_is_found_where_it_hung() {
+    if !privileged() {
+        return;
+    }
+    let mut child = start_stuck(&["late"]);
+    let pid = child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("killed.capture");
+    let out_s = out.to_str().expect("utf8");
+    let rec = Background::start(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--sample-hz",
+        "0",
+        "-o",
+        out_s,
+    ]);
+    // The worker enters its long sleep 1.5 s after its start; at least
+    // a second in it.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let _ = child.kill();
+    let _ = child.wait();
+    // Every target gone: the recorder stops by itself.
+    let mut rec = rec;
+    let status = rec.child.wait().expect("tracer exits");
+    assert!(status.success());
+    let cap = capture(&out);
+    let threads = analyzer::blocked::blocked_threads(&cap, None);
+    let worker = threads
+        .iter()
+        .find(|t| t.pid == pid && t.tid != pid)
+        .unwrap_or_else(|| panic!("the worker in {threads:?}"));
+    assert!(worker.ended_by_signal, "{worker:?}");
+    assert!(worker.blocked_s >= 1.0, "{worker:?}");
+    assert!(worker.path().contains(&"stuck_here"), "{worker:?}");
 }

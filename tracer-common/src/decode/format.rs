@@ -370,6 +370,9 @@ impl<'a> Formatter<'a> {
                     h.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9,
                     syscall_name(b.nr)
                 );
+                if b.flags & blocked_flags::ENDED_BY_SIGNAL != 0 {
+                    line.push_str(", until a signal ended the call");
+                }
                 // Frame 0 is inside the system call's wrapper; the rest are
                 // return addresses: place them at their call instruction.
                 for (i, addr) in b.frames().iter().enumerate() {
