@@ -169,13 +169,12 @@ pub fn blocked_threads(
     let mut ended: BTreeMap<u32, u64> = BTreeMap::new();
     for e in capture.events().filter_map(Result::ok) {
         match e {
-            Event::Blocked(b) => {
+            Event::Blocked(b)
                 if last
                     .get(&b.header.tid)
-                    .is_none_or(|l| l.header.ts_ns <= b.header.ts_ns)
-                {
-                    last.insert(b.header.tid, b);
-                }
+                    .is_none_or(|l| l.header.ts_ns <= b.header.ts_ns) =>
+            {
+                last.insert(b.header.tid, b);
             }
             Event::Lifecycle(l) if l.event == lifecycle::EXIT && l.group_dead != 0 => {
                 ended.insert(l.header.pid, l.header.ts_ns);
