@@ -255,12 +255,21 @@ fn interrupted(pid: u32, tid: u32, entry: &BlockedEntry, ret: i64) {
         (*rec).bp = entry.bp;
         let sp = entry.sp as *const u8;
         let stack = &mut (*rec).stack;
-        (*rec).len = if bpf_probe_read_user_buf(sp, &mut stack[..]).is_ok() {
+        // The stack's top may be nearer than 8 KiB (a main thread's, below
+        // its environment): then to the end of the page after sp's, or of
+        // sp's own page (1 to 4096 bytes).
+        let first = 4096 - (entry.sp & 4095) as usize;
+        let read = |len: usize, stack: &mut [u8; BLOCKED_RAW_BYTES]| {
+            stack
+                .get_mut(..len)
+                .is_some_and(|buf| bpf_probe_read_user_buf(sp, buf).is_ok())
+        };
+        (*rec).len = if read(BLOCKED_RAW_BYTES, stack) {
             BLOCKED_RAW_BYTES as u32
-        } else if bpf_probe_read_user_buf(sp, &mut stack[..2048]).is_ok() {
-            2048
-        } else if bpf_probe_read_user_buf(sp, &mut stack[..512]).is_ok() {
-            512
+        } else if read(first + 4096, stack) {
+            (first + 4096) as u32
+        } else if read(first, stack) {
+            first as u32
         } else {
             count(Stat::UserIpUnreadable);
             0

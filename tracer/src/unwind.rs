@@ -238,17 +238,24 @@ impl Unwinder {
                         (Some(RegisterRule::Undefined), _) => break,
                         _ => None,
                     };
+                    // `Some(None)`: the caller's frame pointer is not known
+                    // (it was not at the start either); `None`: it was
+                    // saved where the copy of the stack does not reach,
+                    // which ends the unwinding (a guess would be garbage).
                     let next_bp = match (bp_rule, cfa) {
                         (Some(RegisterRule::Offset(n)), Some(cfa)) => {
-                            stack.word(cfa.wrapping_add_signed(n))
+                            stack.word(cfa.wrapping_add_signed(n)).map(Some)
                         }
                         (Some(RegisterRule::ValOffset(n)), Some(cfa)) => {
-                            Some(cfa.wrapping_add_signed(n))
+                            Some(Some(cfa.wrapping_add_signed(n)))
                         }
-                        (Some(RegisterRule::Undefined), _) => Some(0),
-                        _ => bp,
+                        (Some(RegisterRule::Undefined), _) => Some(Some(0)),
+                        _ => Some(bp),
                     };
-                    ra.zip(cfa).map(|(ra, cfa)| (ra, cfa, next_bp))
+                    match (ra, cfa, next_bp) {
+                        (Some(ra), Some(cfa), Some(next_bp)) => Some((ra, cfa, next_bp)),
+                        _ => None,
+                    }
                 }
                 Some(Step::Unsupported) => None,
                 None => {
