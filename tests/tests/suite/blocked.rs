@@ -164,9 +164,10 @@ fn a_thread_killed_while_it_hung_is_found_where_it_hung() {
     if !privileged() {
         return;
     }
-    let mut child = start_stuck(&["late"]);
-    let pid = child.id();
     let dir = tempfile::tempdir().expect("tempdir");
+    let go = dir.path().join("go");
+    let mut child = start_stuck(&["late", go.to_str().expect("utf8")]);
+    let pid = child.id();
     let out = dir.path().join("killed.capture");
     let out_s = out.to_str().expect("utf8");
     let rec = Background::start(&[
@@ -178,9 +179,9 @@ fn a_thread_killed_while_it_hung_is_found_where_it_hung() {
         "-o",
         out_s,
     ]);
-    // The worker enters its long sleep 1.5 s after its start; at least
-    // a second in it.
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // Attached: the worker enters its long sleep now; 2 s in it.
+    std::fs::write(&go, b"").expect("the go file");
+    std::thread::sleep(std::time::Duration::from_millis(2000));
     let _ = child.kill();
     let _ = child.wait();
     // Every target gone: the recorder stops by itself.
