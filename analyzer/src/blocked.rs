@@ -72,6 +72,9 @@ pub struct BlockedThread {
 /// launcher's or watchdog's stop, then kill).
 pub const ENDED_WITHIN_NS: u64 = 1_000_000_000;
 
+/// Functions (parts of their names) that wait for another thread to end.
+const JOINS: &[&str] = &["pthread_join", "clockjoin", "timedjoin", "thrd_join"];
+
 /// System calls in which a thread waits for other processes (an event
 /// loop's wait, a receive, an accept, a parent's wait for children): a
 /// thread blocked long in one is most likely waiting for another that
@@ -107,9 +110,16 @@ impl BlockedThread {
     }
 
     /// Whether its call is one in which threads wait for other processes
-    /// ([`WAITS_FOR_OTHERS`]).
+    /// ([`WAITS_FOR_OTHERS`]), or it waits for another thread to end (a
+    /// join: the C library's `pthread_join`, `thrd_join` and their
+    /// internals): a daemon's main thread joins its workers for its whole
+    /// life.
     pub fn waits_for_others(&self) -> bool {
         WAITS_FOR_OTHERS.contains(&self.syscall.as_str())
+            || self
+                .frames
+                .iter()
+                .any(|f| f.named && JOINS.iter().any(|j| f.function.contains(j)))
     }
 
     /// Where it stood, as the same code stands in every run (names, not

@@ -1981,6 +1981,18 @@ mod tests {
             blocked_at(2, STUCK, 7.0, 3.0),
         ]);
         assert_eq!(r.first().map(|u| u.pid), Some(2), "{r:#?}");
+        // Nor does a main thread joining its workers come first.
+        const JOIN: &[&str] = &[
+            "futex",
+            "__futex_abstimed_wait_common",
+            "__pthread_clockjoin_ex",
+            "main",
+        ];
+        let r = report(&[
+            blocked_at(1, JOIN, 0.1, 9.9),
+            blocked_at(2, STUCK, 7.0, 3.0),
+        ]);
+        assert_eq!(r.first().map(|u| u.pid), Some(2), "{r:#?}");
         assert!(r.units.iter().any(|u| u.pid == 1
             && matches!(
                 u.evidence[..],
