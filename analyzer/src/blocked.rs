@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{
-    decode::syscall_name,
+    decode::{is_uretprobe_trampoline, syscall_name},
     record::{BlockedStack, blocked_flags, lifecycle},
 };
 
@@ -174,17 +174,24 @@ pub fn blocked_threads(
 ) -> Vec<BlockedThread> {
     let sym = Symbolizer::new(capture);
     let origin = capture.header.clock.monotonic_ns;
-    // The last record of each thread; when each process ended.
-    let mut last: BTreeMap<u32, Box<BlockedStack>> = BTreeMap::new();
+    // The last record of each thread, with the call sites of the traced
+    // calls it had not returned from then; when each process ended.
+    let mut last: BTreeMap<u32, (Box<BlockedStack>, Vec<u64>)> = BTreeMap::new();
     let mut ended: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut open: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for e in capture.events().filter_map(Result::ok) {
         match e {
+            Event::Entry { rec, .. } => open.entry(rec.header.tid).or_default().push(rec.call_site),
+            Event::Return(r) => {
+                open.entry(r.header.tid).or_default().pop();
+            }
             Event::Blocked(b)
                 if last
                     .get(&b.header.tid)
-                    .is_none_or(|l| l.header.ts_ns <= b.header.ts_ns) =>
+                    .is_none_or(|(l, _)| l.header.ts_ns <= b.header.ts_ns) =>
             {
-                last.insert(b.header.tid, b);
+                let sites = open.get(&b.header.tid).cloned().unwrap_or_default();
+                last.insert(b.header.tid, (b, sites));
             }
             Event::Lifecycle(l) if l.event == lifecycle::EXIT && l.group_dead != 0 => {
                 ended.insert(l.header.pid, l.header.ts_ns);
@@ -194,7 +201,7 @@ pub fn blocked_threads(
     }
     let mut out: Vec<BlockedThread> = last
         .into_values()
-        .filter(|b| {
+        .filter(|(b, _)| {
             // A call a signal ended stands for the thread's end only if its
             // process ended right after (else the thread went on).
             b.flags & blocked_flags::ENDED_BY_SIGNAL == 0
@@ -202,7 +209,7 @@ pub fn blocked_threads(
                     at >= b.header.ts_ns && at - b.header.ts_ns <= ENDED_WITHIN_NS
                 })
         })
-        .map(|b| thread_of(capture, &sym, lines.as_deref_mut(), origin, &b))
+        .map(|(b, sites)| thread_of(capture, &sym, lines.as_deref_mut(), origin, &b, sites))
         .collect();
     out.sort_by(|a, b| {
         b.blocked_s
@@ -219,14 +226,37 @@ fn thread_of(
     mut lines: Option<&mut SourceLines>,
     origin: u64,
     b: &BlockedStack,
+    mut open_sites: Vec<u64>,
 ) -> BlockedThread {
     let pid = b.header.pid;
+    // A traced function's return address on the stack is the kernel's
+    // uretprobe trampoline: the real ones are the call sites the entries
+    // of the calls not yet returned from recorded, innermost last. Used
+    // only where they are as many as the trampolines (a probe detached
+    // mid-call leaves an entry that never returns, and the pairing would
+    // be off); else the trampolines are left, named as such.
+    let trampolines = b
+        .frames()
+        .iter()
+        .filter(|a| is_uretprobe_trampoline(**a))
+        .count();
+    // A call whose own call site is the trampoline was a tail call: it
+    // shares its caller's return address, one trampoline for both.
+    open_sites.retain(|s| !is_uretprobe_trampoline(*s));
+    if open_sites.len() != trampolines || open_sites.contains(&0) {
+        open_sites.clear();
+    }
     let frames = b
         .frames()
         .iter()
         .enumerate()
         .map(|(i, &addr)| {
-            let (kind, at) = if i == 0 {
+            let addr = if is_uretprobe_trampoline(addr) {
+                open_sites.pop().unwrap_or(addr)
+            } else {
+                addr
+            };
+            let (kind, at) = if i == 0 || is_uretprobe_trampoline(addr) {
                 (AddressKind::Instruction, addr)
             } else {
                 (AddressKind::Return, addr.saturating_sub(1))

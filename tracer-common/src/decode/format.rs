@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
-    Capture, Event, Symbolizer, addr_string, syscall_name,
+    Capture, Event, Symbolizer, addr_string, is_uretprobe_trampoline, syscall_name,
     types::{comm_string, dev_string, nul_padded},
 };
 
@@ -376,7 +376,7 @@ impl<'a> Formatter<'a> {
                 // Frame 0 is inside the system call's wrapper; the rest are
                 // return addresses: place them at their call instruction.
                 for (i, addr) in b.frames().iter().enumerate() {
-                    let at = if i == 0 {
+                    let at = if i == 0 || is_uretprobe_trampoline(*addr) {
                         *addr
                     } else {
                         addr.saturating_sub(1)
@@ -596,7 +596,11 @@ impl<'a> Formatter<'a> {
                             .iter()
                             .enumerate()
                             .map(|(i, a)| {
-                                let at = if i == 0 { *a } else { a.saturating_sub(1) };
+                                let at = if i == 0 || is_uretprobe_trampoline(*a) {
+                                    *a
+                                } else {
+                                    a.saturating_sub(1)
+                                };
                                 json!({"addr": a, "at": self.user(h.pid, at)})
                             })
                             .collect::<Vec<_>>()
