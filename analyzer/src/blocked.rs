@@ -306,3 +306,93 @@ pub fn recorded(capture: &Capture) -> bool {
         .as_ref()
         .is_some_and(|s| s.counters.contains_key("blocked_full"))
 }
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{
+        capture::{CaptureHeader, CaptureWriter},
+        record::{BlockedStack, FuncEntry, FuncReturn, Header, Pod as _, kind},
+    };
+
+    use super::*;
+
+    const TRAMPOLINE: u64 = 0x7fff_ffff_e000;
+
+    fn header(ts_ns: u64, kind: u16, size: usize) -> Header {
+        Header {
+            ts_ns,
+            pid: 7,
+            tid: 7,
+            kind,
+            size: size as u16,
+            cpu: 0,
+        }
+    }
+
+    fn entry(ts_ns: u64, call_site: u64) -> Vec<u8> {
+        FuncEntry {
+            header: header(ts_ns, kind::FUNC_ENTRY, size_of::<FuncEntry>()),
+            call_site,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    fn ret(ts_ns: u64) -> Vec<u8> {
+        FuncReturn {
+            header: header(ts_ns, kind::FUNC_RETURN, size_of::<FuncReturn>()),
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    /// A capture of thread 7: `records`, then its blocked stack `frames`.
+    fn capture(records: &[Vec<u8>], frames: &[u64]) -> Capture {
+        let mut w = CaptureWriter::new(Vec::new(), &CaptureHeader::default()).expect("writer");
+        let mut b = BlockedStack {
+            header: header(1_000, kind::BLOCKED_STACK, size_of::<BlockedStack>()),
+            since_ns: 10,
+            nr: 34,
+            depth: frames.len() as u32,
+            ..Default::default()
+        };
+        b.frames[..frames.len()].copy_from_slice(frames);
+        let mut all = records.concat();
+        all.extend_from_slice(b.as_bytes());
+        w.write_records(&all).expect("records");
+        Capture::read(w.into_inner().as_slice()).expect("capture")
+    }
+
+    /// With function probes, a traced function's return address on the
+    /// stack is the uretprobe trampoline: the call sites of the calls not
+    /// yet returned from stand in for them, innermost first, a tail call
+    /// (whose own site is the trampoline) sharing its caller's; where they
+    /// are not as many, the trampolines stay.
+    #[test]
+    fn trampolines_are_replaced_by_the_open_calls_sites() {
+        let open = [
+            entry(1, 0x1000), // main_loop, from main
+            entry(2, 0x2000), // handle_input, from main_loop
+            entry(3, 0x3333), // recv, returned
+            ret(4),
+            entry(5, 0x3000),     // dispatch, from handle_input
+            entry(6, TRAMPOLINE), // handle_token, tail-called by dispatch
+        ];
+        let frames = [
+            0x9000, 0x8000, 0x7000, TRAMPOLINE, TRAMPOLINE, TRAMPOLINE, 0x500,
+        ];
+        let t = &blocked_threads(&capture(&open, &frames), None)[0];
+        let addrs: Vec<u64> = t.frames.iter().map(|f| f.addr).collect();
+        assert_eq!(
+            addrs,
+            [0x9000, 0x8000, 0x7000, 0x3000, 0x2000, 0x1000, 0x500]
+        );
+        // One open call too many (a probe detached mid-call): left alone.
+        let mut extra = open.to_vec();
+        extra.push(entry(7, 0x4000));
+        let t = &blocked_threads(&capture(&extra, &frames), None)[0];
+        assert_eq!(t.frames[3].addr, TRAMPOLINE);
+    }
+}
