@@ -15,6 +15,7 @@
 //! one decoding path for files and for live rings.
 
 pub mod automaded;
+pub mod blocked;
 pub mod debuginfo;
 pub mod diagnose;
 pub mod export;

@@ -22,7 +22,7 @@ use tracer_common::{
         ProcessInfo, Segment, SocketEntry, Stats, Symbol, UsdtProbe,
     },
     record::{
-        FuncEntry, FuncEntryArgs, FuncReturn, Header, Lifecycle, Pod as _, Sample, SockAddr,
+        BlockedStack, FuncEntry, FuncEntryArgs, FuncReturn, Header, Lifecycle, Pod as _, Sample, SockAddr,
         Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
 };
@@ -55,6 +55,9 @@ pub fn exercise(cap: &Capture) {
         }
     }
     let _ = sym.kernel(u64::MAX);
+    for t in analyzer::blocked::blocked_threads(cap, None) {
+        let _ = (t.sentence(), t.place());
+    }
 }
 
 /// A record, described field by field (kinds and sizes may be wrong on
@@ -97,6 +100,14 @@ pub enum Rec {
     },
     /// A USDT string.
     UsdtString { ptr: u64, len: u16, text: Vec<u8> },
+    /// A thread blocked in a system call at the stop, with its stack.
+    Blocked {
+        nr: u16,
+        since_ns: u64,
+        depth: u8,
+        flags: u8,
+        frames: Vec<u64>,
+    },
     /// Raw bytes after a header of any kind and size.
     Raw {
         kind: u16,
@@ -288,6 +299,27 @@ impl Rec {
                 let n = text.len().min(s.text.len());
                 s.text[..n].copy_from_slice(&text[..n]);
                 s.as_bytes().to_vec()
+            }
+            Self::Blocked {
+                nr,
+                since_ns,
+                depth,
+                flags,
+                frames,
+            } => {
+                // `depth` may exceed the frames given, and the array.
+                let mut b = BlockedStack {
+                    header: header(ts, pid, tid, kind::BLOCKED_STACK, size_of::<BlockedStack>()),
+                    since_ns: *since_ns,
+                    nr: u32::from(*nr),
+                    depth: u32::from(*depth),
+                    flags: u32::from(*flags),
+                    ..Default::default()
+                };
+                for (slot, f) in b.frames.iter_mut().zip(frames) {
+                    *slot = *f;
+                }
+                b.as_bytes().to_vec()
             }
             Self::Raw { kind, size, bytes } => {
                 let mut out = header(ts, pid, tid, *kind, usize::from(*size))

@@ -520,20 +520,26 @@ pub fn learn(runs: &[PathBuf]) -> GlobalModel {
         .iter()
         .flat_map(|p| crate::capture(p).budget_dropped())
         .collect();
+    let mut ends = Vec::with_capacity(runs.len());
     let (decomposed, stops): (Vec<Vec<ProcessUnits>>, Vec<Option<u64>>) = runs
         .iter()
         .map(|p| {
             let mut cap = crate::capture(p);
             cap.leave_out(&model.left_out);
             let stop = cap.end.as_ref().map(|e| e.stop_ns);
+            ends.push(
+                analyzer::blocked::recorded(&cap)
+                    .then(|| analyzer::blocked::blocked_threads(&cap, None)),
+            );
             (decompose_capture(&cap, Variant::Paper000), stop)
         })
         .unzip();
-    for (run, stop) in decomposed.iter().zip(stops) {
+    for ((run, stop), blocked) in decomposed.iter().zip(stops).zip(&ends) {
         for p in run {
             model.learn(p);
         }
         model.learn_quiet(run, stop);
+        model.learn_ends(run, blocked.as_deref());
     }
     calibrate(&mut model, None, &decomposed);
     model

@@ -59,6 +59,9 @@ pub mod maps {
     pub const CLOSED: &str = "CLOSED";
     /// System calls in progress: key tid, value [`crate::record::SyscallEnter`].
     pub const INFLIGHT: &str = "INFLIGHT";
+    /// Where each traced thread entered its current system call (any call,
+    /// not only traced ones): key tid, value [`crate::record::BlockedEntry`].
+    pub const BLOCKED: &str = "BLOCKED";
     /// Per-CPU counters indexed by [`crate::stats::Stat`].
     pub const STATS: &str = "STATS";
     /// Argument specs of USDT probe sites, indexed by attach cookie:

@@ -55,6 +55,12 @@ pub mod kind {
     pub const CPU_TIMES: u16 = 21;
     /// [`super::Enroll`].
     pub const ENROLL: u16 = 22;
+    /// [`super::BlockedStack`]: written by the recorder at the stop, not by
+    /// eBPF.
+    pub const BLOCKED_STACK: u16 = 23;
+    /// [`super::BlockedRaw`]: ring only; the recorder turns it into a
+    /// [`BLOCKED_STACK`] record.
+    pub const BLOCKED_RAW: u16 = 24;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -228,6 +234,135 @@ pub struct SyscallEnter {
     pub file_class: u32,
     /// For a call on a file: the kernel `dev_t` of its file system.
     pub dev: u32,
+}
+
+/// Where a traced thread entered its current system call (map value, not a
+/// ring record; any system call, traced or not: `nanosleep`, `futex` and
+/// `epoll_wait` are where threads block), 40 bytes. Written at every
+/// `sys_enter` of a traced thread, `ts_ns` zeroed at its `sys_exit`; the
+/// recorder reads the entries still set when it stops ([`BlockedStack`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockedEntry {
+    /// Entry time, `CLOCK_MONOTONIC` ns; 0 once the call returned.
+    pub ts_ns: u64,
+    /// Process id (tgid) of the thread.
+    pub pid: u32,
+    /// System call number (x86-64).
+    pub nr: u32,
+    /// User instruction pointer the kernel saved (`pt_regs->ip`: the
+    /// instruction after `syscall`).
+    pub ip: u64,
+    /// User stack pointer (`pt_regs->sp`).
+    pub sp: u64,
+    /// User frame pointer (`pt_regs->bp`).
+    pub bp: u64,
+}
+
+/// Return addresses a [`BlockedStack`] holds at most.
+pub const BLOCKED_FRAMES: usize = 64;
+
+/// Bits of [`BlockedStack::flags`].
+pub mod blocked_flags {
+    /// A frame was unwound by frame pointers: its object had no call frame
+    /// information for the address (the frames past it may be wrong).
+    pub const FRAME_POINTERS: u32 = 1;
+    /// The unwinding stopped at [`super::BLOCKED_FRAMES`] frames.
+    pub const TRUNCATED: u32 = 2;
+    /// The unwinding stopped early: the stack read ended, or an address
+    /// fell in no object with unwind information and no frame pointer.
+    pub const INCOMPLETE: u32 = 4;
+    /// The thread entered the call before the recording started (no
+    /// `sys_enter` of it was seen): read from `/proc/PID/task/TID/syscall`,
+    /// `since_ns` is the recording's start (it was blocked at least that
+    /// long), and its frame pointer was not known: frames that needed it
+    /// were found by looking for a frame record on the stack.
+    pub const BEFORE_START: u32 = 8;
+    /// Not at the stop: the call was ended by a signal after the thread had
+    /// been in it for at least [`super::BLOCKED_MIN_NS`] (`header.ts_ns`:
+    /// then), as when a hung process is stopped or killed; unwound from
+    /// [`super::BLOCKED_RAW_BYTES`] of its stack at most, copied then.
+    pub const ENDED_BY_SIGNAL: u32 = 16;
+}
+
+/// How long a thread must have been in a system call that a signal ends
+/// for its stack to be recorded then ([`BlockedRaw`]), ns.
+pub const BLOCKED_MIN_NS: u64 = 1_000_000_000;
+
+/// Bytes of stack a [`BlockedRaw`] holds at most.
+pub const BLOCKED_RAW_BYTES: usize = 8192;
+
+/// A traced thread's system call, in which it had been for at least
+/// [`BLOCKED_MIN_NS`], ended by a signal (`-EINTR` or a restart code),
+/// with the registers saved at its entry and the top of its user stack,
+/// 8256 bytes. Ring only: the process is most likely being stopped or
+/// killed, so the stack is copied by eBPF while it still exists, and the
+/// recorder unwinds it into a [`BlockedStack`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockedRaw {
+    /// Common header (`ts_ns`: when the call ended).
+    pub header: Header,
+    /// When the thread entered the call, `CLOCK_MONOTONIC` ns.
+    pub since_ns: u64,
+    /// System call number (x86-64).
+    pub nr: u32,
+    /// Bytes of `stack` read (0: none could be).
+    pub len: u32,
+    /// User instruction pointer at the call's entry.
+    pub ip: u64,
+    /// User stack pointer at the call's entry: the address of `stack[0]`.
+    pub sp: u64,
+    /// User frame pointer at the call's entry.
+    pub bp: u64,
+    /// The stack from `sp` up.
+    pub stack: [u8; BLOCKED_RAW_BYTES],
+}
+
+/// A traced thread that was inside a system call when the recording
+/// stopped, with its user call stack, 560 bytes. Written by the recorder
+/// (not eBPF) before it detaches, from [`BlockedEntry`] and the thread's
+/// stack read with `process_vm_readv`, unwound by the objects' call frame
+/// information.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockedStack {
+    /// Common header (`ts_ns`: the stop; `cpu`: 0).
+    pub header: Header,
+    /// When the thread entered the system call, `CLOCK_MONOTONIC` ns.
+    pub since_ns: u64,
+    /// System call number (x86-64).
+    pub nr: u32,
+    /// Frames valid in `frames`.
+    pub depth: u32,
+    /// [`blocked_flags`].
+    pub flags: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// `frames[0]`: the instruction after the `syscall`; then return
+    /// addresses, innermost first (runtime addresses of the process).
+    pub frames: [u64; BLOCKED_FRAMES],
+}
+
+impl Default for BlockedStack {
+    fn default() -> Self {
+        Self {
+            header: Header::default(),
+            since_ns: 0,
+            nr: 0,
+            depth: 0,
+            flags: 0,
+            _pad: 0,
+            frames: [0; BLOCKED_FRAMES],
+        }
+    }
+}
+
+impl BlockedStack {
+    /// The valid frames, innermost first.
+    pub fn frames(&self) -> &[u64] {
+        &self.frames[..(self.depth as usize).min(BLOCKED_FRAMES)]
+    }
 }
 
 /// A completed (or, flagged, unfinished) system call, 88 bytes.
@@ -579,6 +714,9 @@ const _: () = assert!(size_of::<FuncReturn>() == 40);
 const _: () = assert!(size_of::<SockAddr>() == 24);
 const _: () = assert!(size_of::<SyscallEnter>() == 40);
 const _: () = assert!(size_of::<Syscall>() == 88);
+const _: () = assert!(size_of::<BlockedEntry>() == 40);
+const _: () = assert!(size_of::<BlockedStack>() == 560);
+const _: () = assert!(size_of::<BlockedRaw>() == 8256);
 const _: () = assert!(size_of::<Sample>() == 56);
 const _: () = assert!(size_of::<Lifecycle>() == 56);
 const _: () = assert!(size_of::<Enroll>() == 40);
@@ -611,6 +749,8 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::FUNC_ENTRY_STACK => Some(size_of::<FuncEntryStack>()),
         kind::CPU_TIMES => Some(size_of::<CpuTimes>()),
         kind::ENROLL => Some(size_of::<Enroll>()),
+        kind::BLOCKED_STACK => Some(size_of::<BlockedStack>()),
+        kind::BLOCKED_RAW => Some(size_of::<BlockedRaw>()),
         _ => None,
     }
 }
@@ -666,6 +806,12 @@ unsafe impl Pod for Lifecycle {}
 // SAFETY: as above.
 unsafe impl Pod for Enroll {}
 // SAFETY: as above.
+unsafe impl Pod for BlockedEntry {}
+// SAFETY: as above.
+unsafe impl Pod for BlockedStack {}
+// SAFETY: as above.
+unsafe impl Pod for BlockedRaw {}
+// SAFETY: as above.
 unsafe impl Pod for TcpRetransmit {}
 // SAFETY: as above.
 unsafe impl Pod for UsdtHit {}
@@ -675,6 +821,9 @@ unsafe impl Pod for UsdtString {}
 // SAFETY: repr(C), integers only, no implicit padding (size assertions above).
 #[cfg(feature = "aya")]
 unsafe impl aya::Pod for SyscallEnter {}
+// SAFETY: as above.
+#[cfg(feature = "aya")]
+unsafe impl aya::Pod for BlockedEntry {}
 // SAFETY: as above.
 #[cfg(feature = "aya")]
 unsafe impl aya::Pod for TracepointOffsets {}
@@ -717,6 +866,18 @@ mod tests {
         assert_eq!(offset_of!(Lifecycle, event), 24);
         assert_eq!(offset_of!(Lifecycle, comm), 40);
         assert_eq!(offset_of!(Enroll, entry_ip), 32);
+        assert_eq!(offset_of!(BlockedEntry, pid), 8);
+        assert_eq!(offset_of!(BlockedEntry, ip), 16);
+        assert_eq!(offset_of!(BlockedEntry, sp), 24);
+        assert_eq!(offset_of!(BlockedEntry, bp), 32);
+        assert_eq!(offset_of!(BlockedStack, since_ns), 24);
+        assert_eq!(offset_of!(BlockedStack, nr), 32);
+        assert_eq!(offset_of!(BlockedStack, depth), 36);
+        assert_eq!(offset_of!(BlockedStack, flags), 40);
+        assert_eq!(offset_of!(BlockedStack, frames), 48);
+        assert_eq!(offset_of!(BlockedRaw, len), 36);
+        assert_eq!(offset_of!(BlockedRaw, sp), 48);
+        assert_eq!(offset_of!(BlockedRaw, stack), 64);
         assert_eq!(offset_of!(TcpRetransmit, saddr), 32);
         assert_eq!(offset_of!(TcpRetransmit, daddr), 48);
         assert_eq!(offset_of!(UsdtHit, probe_id), 24);
@@ -732,7 +893,13 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_size_that_is_a_multiple_of_eight() {
-        for k in (1..=16).chain([kind::FUNC_ENTRY_STACK, kind::CPU_TIMES, kind::ENROLL]) {
+        for k in (1..=16).chain([
+            kind::FUNC_ENTRY_STACK,
+            kind::CPU_TIMES,
+            kind::ENROLL,
+            kind::BLOCKED_STACK,
+            kind::BLOCKED_RAW,
+        ]) {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");
         }

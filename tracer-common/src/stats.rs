@@ -35,10 +35,13 @@ pub enum Stat {
     /// request's device, a socket's addresses): that event was not counted
     /// or lacks those details.
     KernelUnreadable = 11,
+    /// The map of where threads entered their system calls was full: a
+    /// thread blocked at the stop may not be reported.
+    BlockedFull = 12,
 }
 
 /// Number of counters.
-pub const STAT_COUNT: u32 = 12;
+pub const STAT_COUNT: u32 = 13;
 
 /// Names of the counters, indexed by [`Stat`], as written in captures.
 pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
@@ -54,6 +57,7 @@ pub const STAT_NAMES: [&str; STAT_COUNT as usize] = [
     "block_map_full",
     "block_inflight_full",
     "kernel_unreadable",
+    "blocked_full",
 ];
 
 /// What a counter says about the records it counts.
@@ -151,6 +155,12 @@ pub const STAT_INFO: [StatInfo; STAT_COUNT as usize] = [
         effect: Effect::Lost,
         meaning: "events not counted or missing details: a kernel structure (a descriptor's file, a request's device, a socket's addresses) could not be read",
         advice: "report it with the kernel version; the counts of these events are low by this much",
+    },
+    StatInfo {
+        name: "blocked_full",
+        effect: Effect::Lost,
+        meaning: "threads not followed into their system calls: more traced threads than the tracer tracks, so some blocked at the stop may be missing",
+        advice: "trace fewer threads at once",
     },
 ];
 

@@ -354,12 +354,33 @@ pub const fn spec(nr: u32) -> Option<Spec> {
     }
 }
 
+/// System calls threads commonly block in that are neither recorded nor
+/// counted, by name: where a thread stood at the end of a capture
+/// ([`crate::record::BlockedStack`]) is said with them.
+pub const WAITS: &[(u32, &str)] = &[
+    (24, "sched_yield"),
+    (34, "pause"),
+    (35, "nanosleep"),
+    (61, "wait4"),
+    (65, "semop"),
+    (70, "msgrcv"),
+    (73, "flock"),
+    (128, "rt_sigtimedwait"),
+    (130, "rt_sigsuspend"),
+    (202, "futex"),
+    (220, "semtimedop"),
+    (230, "clock_nanosleep"),
+    (247, "waitid"),
+    (449, "futex_waitv"),
+];
+
 /// The name of system call `nr`, or `None` if it is neither recorded nor
-/// counted.
+/// counted nor one of the [`WAITS`].
 pub fn name(nr: u32) -> Option<&'static str> {
     TRACED
         .iter()
         .chain(FILE_CALLS)
+        .chain(WAITS)
         .find(|(n, _)| *n == nr)
         .map(|(_, name)| *name)
 }

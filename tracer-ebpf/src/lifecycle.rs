@@ -17,7 +17,7 @@ use tracer_common::{
 };
 
 use crate::{
-    FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, count, current, emit, emit_urgent, global,
+    BLOCKED, FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, count, current, emit, emit_urgent, global,
     header, is_traced,
     kernel::{off, read},
 };
@@ -82,6 +82,7 @@ fn on_exit(group_dead: impl FnOnce() -> u32) {
         return;
     }
     let _ = INFLIGHT.remove(&tid);
+    let _ = BLOCKED.remove(&tid);
     if !is_traced(pid) && !is_traced(tid) {
         return;
     }

@@ -25,7 +25,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     kernel::{BlockAgg, BlockKey, BlockStart, FileAgg, FileKey, KernelOffsets},
-    record::{Header, SyscallEnter, TracepointOffsets},
+    record::{BlockedEntry, Header, SyscallEnter, TracepointOffsets},
     stats::{STAT_COUNT, Stat},
 };
 
@@ -106,6 +106,13 @@ pub struct Forked {
 /// exits.
 #[map]
 static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
+
+/// Where each thread of a traced process entered its current system call,
+/// any call (`ts_ns` 0 once it returned), removed when the thread exits:
+/// at the stop, the recorder unwinds the stacks of the threads still
+/// inside one (where a hung daemon stands, with no function probes).
+#[map]
+static BLOCKED: HashMap<u32, BlockedEntry> = HashMap::with_max_entries(16384, 0);
 
 /// Hits of each function probe by traced processes, by function id.
 #[map]

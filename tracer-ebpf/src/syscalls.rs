@@ -6,19 +6,23 @@
 //! on a file to the file I/O counters (`files.rs`).
 
 use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user_buf},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use tracer_common::{
     kernel::{file_class, mode},
-    record::{SockAddr, Syscall, SyscallEnter, kind},
+    record::{
+        BLOCKED_MIN_NS, BLOCKED_RAW_BYTES, BlockedEntry, BlockedRaw, SockAddr, Syscall,
+        SyscallEnter, kind,
+    },
     stats::Stat,
     syscall::{self, NONE, flag},
 };
 
 use crate::{
-    CLOSED, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
+    BLOCKED, CLOSED, EVENTS, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
     emit, files, global, header, is_traced, kernel,
 };
 
@@ -66,12 +70,18 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     socket
 }
 
-/// Offset of `r10` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
-/// `user_regs_struct`); r10, r9, r8, ax, cx, dx, si, di follow in order.
-const PT_REGS_R10: u64 = 56;
+/// Offset of `bp` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
+/// `user_regs_struct`); bx, r11, r10, r9, r8, ax, cx, dx, si, di,
+/// orig_ax, ip, cs, flags, sp follow in order: one read of 16 words
+/// gives the arguments and the registers an unwinder starts from.
+const PT_REGS_BP: u64 = 32;
 /// The six argument registers' indexes in that block, in argument order
 /// (di, si, dx, r10, r8, r9).
-const ARG_REGS: [usize; 6] = [7, 6, 5, 0, 2, 1];
+const ARG_REGS: [usize; 6] = [10, 9, 8, 3, 5, 4];
+/// Indexes of bp, ip and sp in that block.
+const REG_BP: usize = 0;
+const REG_IP: usize = 12;
+const REG_SP: usize = 15;
 
 const AF_UNIX: u16 = 1;
 const AF_INET: u16 = 2;
@@ -82,17 +92,17 @@ fn fd_key(pid: u32, fd: i64) -> u64 {
     ((pid as u64) << 32) | (fd as u64 & 0xffff_ffff)
 }
 
-/// The system call's six arguments, read from the user registers saved at
-/// entry (`struct pt_regs *` is the raw tracepoint's first argument).
+/// The user registers saved at entry from bp to sp (`struct pt_regs *` is
+/// the raw tracepoint's first argument): the six arguments and bp, ip, sp.
 #[inline(always)]
-fn args(ctx: &RawTracePointContext) -> Option<[u64; 8]> {
+fn regs(ctx: &RawTracePointContext) -> Option<[u64; 16]> {
     let regs: u64 = ctx.arg(0);
     // SAFETY: the helper checks the address; a fault returns an error.
-    unsafe { bpf_probe_read_kernel((regs + PT_REGS_R10) as *const [u64; 8]) }.ok()
+    unsafe { bpf_probe_read_kernel((regs + PT_REGS_BP) as *const [u64; 16]) }.ok()
 }
 
 #[inline(always)]
-fn arg(regs: &[u64; 8], index: u8) -> u64 {
+fn arg(regs: &[u64; 16], index: u8) -> u64 {
     match ARG_REGS.get(index as usize) {
         Some(i) => regs.get(*i).copied().unwrap_or(0),
         None => 0,
@@ -112,6 +122,10 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         return;
     }
     let nr: u64 = ctx.arg(1);
+    let Some(regs) = regs(ctx) else {
+        return;
+    };
+    note_blocked(pid, tid, nr as u32, &regs);
     let Some(spec) = syscall::spec(nr as u32) else {
         return;
     };
@@ -120,9 +134,6 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     if !sockets && !files {
         return;
     }
-    let Some(regs) = args(ctx) else {
-        return;
-    };
     let fd = if spec.fd_arg == NONE {
         -1
     } else {
@@ -183,6 +194,90 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     }
 }
 
+/// Keeps where this thread entered a system call, every call: the
+/// recorder unwinds the threads still inside one at the stop. Written in
+/// place after the thread's first call (one lookup and a store).
+#[inline(always)]
+fn note_blocked(pid: u32, tid: u32, nr: u32, regs: &[u64; 16]) {
+    let entry = BlockedEntry {
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
+        pid,
+        nr,
+        ip: regs[REG_IP],
+        sp: regs[REG_SP],
+        bp: regs[REG_BP],
+    };
+    match BLOCKED.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry; only its own system calls and
+        // its exit touch it, one at a time.
+        Some(slot) => unsafe { *slot = entry },
+        None => {
+            if BLOCKED.insert(&tid, &entry, 0).is_err() {
+                count(Stat::BlockedFull);
+            }
+        }
+    }
+}
+
+/// A call that a signal ended (`ret`: -EINTR, or a restart code the
+/// kernel turns into a restart or -EINTR) after the thread had been in it
+/// for [`BLOCKED_MIN_NS`]: most likely its process is being stopped or
+/// killed (a hung daemon's watchdog, its launcher), and by the time the
+/// recorder stops it is gone. Its registers and the top of its stack are
+/// copied now, while they exist; the recorder unwinds them.
+#[inline(always)]
+fn interrupted(pid: u32, tid: u32, entry: &BlockedEntry, ret: i64) {
+    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
+    // -ERESTART_RESTARTBLOCK.
+    if !matches!(ret, -4 | -512 | -513 | -514 | -516) {
+        return;
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+    if now.saturating_sub(entry.ts_ns) < BLOCKED_MIN_NS {
+        return;
+    }
+    let Some(mut slot) = EVENTS.reserve::<BlockedRaw>(0) else {
+        count(Stat::RingFull);
+        return;
+    };
+    let rec = slot.as_mut_ptr();
+    // SAFETY: `rec` is the reserved record, written field by field before
+    // it is submitted; the user stack is read through the checked helper
+    // (the largest size that reads, as the stack's top may be nearer).
+    unsafe {
+        (*rec).header = header(kind::BLOCKED_RAW, size_of::<BlockedRaw>(), pid, tid);
+        (*rec).since_ns = entry.ts_ns;
+        (*rec).nr = entry.nr;
+        (*rec).ip = entry.ip;
+        (*rec).sp = entry.sp;
+        (*rec).bp = entry.bp;
+        let sp = entry.sp as *const u8;
+        let stack = &mut (*rec).stack;
+        // The stack's top may be nearer than 8 KiB (a main thread's, below
+        // its environment): then to the end of the page after sp's, or of
+        // sp's own page (1 to 4096 bytes).
+        let first = 4096 - (entry.sp & 4095) as usize;
+        let read = |len: usize, stack: &mut [u8; BLOCKED_RAW_BYTES]| {
+            stack
+                .get_mut(..len)
+                .is_some_and(|buf| bpf_probe_read_user_buf(sp, buf).is_ok())
+        };
+        (*rec).len = if read(BLOCKED_RAW_BYTES, stack) {
+            BLOCKED_RAW_BYTES as u32
+        } else if read(first + 4096, stack) {
+            (first + 4096) as u32
+        } else if read(first, stack) {
+            first as u32
+        } else {
+            count(Stat::UserIpUnreadable);
+            0
+        };
+    }
+    slot.submit(BPF_RB_FORCE_WAKEUP as u64);
+}
+
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     try_sys_exit(&ctx);
@@ -195,6 +290,17 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     // Calls in progress are only kept for traced processes.
     if !crate::may_be_traced(pid) {
         return;
+    }
+    if let Some(blocked) = BLOCKED.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry (see `note_blocked`), copied out.
+        let entry = unsafe {
+            let entry = *blocked;
+            (*blocked).ts_ns = 0;
+            entry
+        };
+        if entry.ts_ns != 0 {
+            interrupted(pid, tid, &entry, ctx.arg(1));
+        }
     }
     let Some(slot) = INFLIGHT.get_ptr_mut(&tid) else {
         return;

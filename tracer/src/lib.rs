@@ -16,6 +16,8 @@
 //! - [`tracefs`] mounts tracefs when needed and reads tracepoint formats.
 //! - [`usdt`] reads USDT probe notes and argument specs.
 //! - [`trust`] decides which files on disk the root agent may act on.
+//! - [`unwind`] reads and unwinds the stacks of threads blocked in a
+//!   system call when a recording stops.
 //!
 //! Decoding captures (`tracer replay`) is `tracer_common::decode`, shared with
 //! the analyzer: one decoding path.
@@ -35,4 +37,5 @@ pub mod sink;
 pub mod targets;
 pub mod tracefs;
 pub mod trust;
+pub mod unwind;
 pub mod usdt;

@@ -24,7 +24,7 @@ use tracer_common::{
     globals,
     kernel::{BlockAgg, BlockKey, FileAgg, FileKey, KernelOffsets},
     maps, programs,
-    record::{SyscallEnter, TracepointOffsets, UsdtSpec},
+    record::{BlockedEntry, SyscallEnter, TracepointOffsets, UsdtSpec},
     stats::{STAT_COUNT, STAT_NAMES},
 };
 
@@ -239,6 +239,7 @@ pub struct Loaded {
     /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
     parents: HashMap<MapData, u32, [u8; 16]>,
     inflight: HashMap<MapData, u32, SyscallEnter>,
+    blocked: HashMap<MapData, u32, BlockedEntry>,
     stats: PerCpuArray<MapData, u64>,
     file_stats: PerCpuHashMap<MapData, FileKey, FileAgg>,
     block_stats: PerCpuHashMap<MapData, BlockKey, BlockAgg>,
@@ -381,6 +382,7 @@ impl Loaded {
         let parents = take(&mut ebpf, maps::PARENT)?;
         let closed = take(&mut ebpf, maps::CLOSED)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
+        let blocked = take(&mut ebpf, maps::BLOCKED)?;
         let stats = take(&mut ebpf, maps::STATS)?;
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
         let file_stats = take(&mut ebpf, maps::FILE_STATS)?;
@@ -404,6 +406,7 @@ impl Loaded {
             closed,
             parents,
             inflight,
+            blocked,
             stats,
             file_stats,
             block_stats,
@@ -1402,6 +1405,28 @@ impl Loaded {
             // (`ts_ns` 0): only calls still in progress count.
             .filter(|(_, enter)| enter.ts_ns != 0)
             .collect()
+    }
+
+    /// Threads of traced processes inside a system call now (any call), by
+    /// tid: where each entered it.
+    pub fn blocked(&self) -> Vec<(u32, BlockedEntry)> {
+        self.blocked
+            .iter()
+            .filter_map(Result::ok)
+            // Marked done (`ts_ns` 0) when the call returned.
+            .filter(|(_, entry)| entry.ts_ns != 0)
+            .collect()
+    }
+
+    /// Threads that entered a system call since the programs were attached
+    /// (inside one now or not).
+    pub fn blocked_tids(&self) -> HashSet<u32> {
+        self.blocked.keys().filter_map(Result::ok).collect()
+    }
+
+    /// Where thread `tid` entered its current system call, if it is in one.
+    pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
+        self.blocked.get(&tid, 0).ok().filter(|e| e.ts_ns != 0)
     }
 
     /// The file I/O counters, summed over CPUs (cumulative since the key

@@ -514,6 +514,26 @@ pub fn threads(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The system call thread `tid` of `pid` is blocked in, from
+/// `/proc/PID/task/TID/syscall`: (number, user stack pointer, user
+/// instruction pointer); `None` while it runs user code or when the file
+/// cannot be read.
+pub fn blocked_syscall(pid: u32, tid: u32) -> Option<(u32, u64, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// Parses a `syscall` file: `NR ARG1 … ARG6 SP PC`, or `running`, or `-1
+/// SP PC` (blocked, not in a system call).
+pub fn parse_syscall(text: &str) -> Option<(u32, u64, u64)> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [nr, _, _, _, _, _, _, sp, pc] = fields.as_slice() else {
+        return None;
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    Some((nr.parse().ok()?, hex(sp)?, hex(pc)?))
+}
+
 /// Children of `pid` (all threads' children), for following processes that
 /// were started before the tracer attached.
 pub fn children(pid: u32) -> Vec<u32> {
@@ -558,6 +578,19 @@ pub fn descendants(pid: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod syscall_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_threads_syscall_file_gives_its_call_and_registers() {
+        let text = "230 0x0 0x0 0x7f10 0x0 0x5 0x0 0x7ffd4a1c 0x7f9a3c1d\n";
+        assert_eq!(parse_syscall(text), Some((230, 0x7ffd_4a1c, 0x7f9a_3c1d)));
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_syscall("-1 0x7ffd4a1c 0x7f9a3c1d\n"), None);
+    }
 }
 
 #[cfg(test)]

@@ -406,6 +406,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::NET_ADDR => "net_addr",
         kind::CPU_TIMES => "cpu_times",
         kind::ENROLL => "enroll",
+        kind::BLOCKED_STACK => "blocked",
         _ => "unknown",
     }
 }

@@ -21,8 +21,8 @@ use tracer_common::{
     },
     decode::{lookup, segment_vaddr},
     record::{
-        self, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED, SockAddr,
-        Syscall, kind, lifecycle,
+        self, BlockedEntry, BlockedStack, CpuTimes, FuncEntry, Header, Lifecycle, Pod as _,
+        SYSCALL_UNFINISHED, SockAddr, Syscall, blocked_flags, kind, lifecycle,
     },
 };
 
@@ -37,6 +37,7 @@ use crate::{
     sink::Sink,
     targets::{self, TargetError, TargetObjects},
     tracefs,
+    unwind::{Stack, Unwinder},
     usdt::{self, UsdtSite},
 };
 
@@ -291,6 +292,9 @@ struct Tracker {
     untraced: HashSet<u32>,
     /// Reads sampled-only objects' tables (started on first need).
     reader: Option<SymbolReader>,
+    /// Unwinds the stacks of threads whose long system calls a signal
+    /// ended (objects read once).
+    unwinder: Unwinder,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -407,6 +411,7 @@ impl Tracker {
             settles: 0,
             untraced: HashSet::new(),
             reader: None,
+            unwinder: Unwinder::new(),
         }
     }
 
@@ -536,6 +541,41 @@ impl Tracker {
         if sampled_ip != 0 {
             self.note_sample(header.pid, sampled_ip);
         }
+        Ok(())
+    }
+
+    /// Unwinds the stack eBPF copied when a signal ended a long system call
+    /// ([`record::BlockedRaw`]) into a [`BlockedStack`] record, with the
+    /// process's mappings as last read (it may be gone already).
+    fn blocked_raw(&mut self, bytes: &[u8], sink: &mut Sink) -> Result<(), RecordError> {
+        let Some(raw) = record::BlockedRaw::read_from(bytes) else {
+            return Ok(());
+        };
+        let pid = raw.header.pid;
+        let Some(info) = self.infos.get(&pid) else {
+            return Ok(());
+        };
+        let len = (raw.len as usize).min(raw.stack.len());
+        let stack = Stack::from_bytes(raw.sp, raw.stack[..len].to_vec());
+        let (frames, flags) =
+            self.unwinder
+                .unwind(pid, &info.maps, &stack, (raw.ip, raw.sp, Some(raw.bp)));
+        let mut rec = BlockedStack {
+            header: Header {
+                kind: kind::BLOCKED_STACK,
+                size: size_of::<BlockedStack>() as u16,
+                ..raw.header
+            },
+            since_ns: raw.since_ns,
+            nr: raw.nr,
+            depth: frames.len() as u32,
+            flags: flags | blocked_flags::ENDED_BY_SIGNAL,
+            ..BlockedStack::default()
+        };
+        for (slot, frame) in rec.frames.iter_mut().zip(&frames) {
+            *slot = *frame;
+        }
+        sink.push(rec.as_bytes(), &rec.header)?;
         Ok(())
     }
 
@@ -1436,6 +1476,9 @@ pub struct Session {
     has_pid_targets: bool,
     has_exe_targets: bool,
     started: Instant,
+    /// When the programs were attached, `CLOCK_MONOTONIC` ns: a thread
+    /// blocked since before then was blocked at least since then.
+    recording_start_ns: u64,
     last_stats: Instant,
     command_status: Option<std::process::ExitStatus>,
     taps: Option<Taps>,
@@ -1852,6 +1895,7 @@ impl Session {
             probes,
             usdt_sites,
             started,
+            recording_start_ns: monotonic_ns(),
             last_stats: Instant::now(),
             command_status: None,
             taps: None,
@@ -2421,6 +2465,125 @@ impl Session {
         Ok(closed)
     }
 
+    /// One [`BlockedStack`] record per thread of a traced process that is
+    /// inside a system call now (any call: where a hung thread stands),
+    /// with its user stack unwound. A thread whose call ended while its
+    /// stack was read (its entry changed) is left out: its stack is no
+    /// longer the call's. Processes already gone are out of reach.
+    fn write_blocked(&mut self, stop_ns: u64) -> Result<(), RecordError> {
+        let mut by_pid: BTreeMap<u32, Vec<(u32, BlockedEntry)>> = BTreeMap::new();
+        for (tid, entry) in self.loaded.blocked() {
+            if self.loaded.is_traced(entry.pid) {
+                by_pid.entry(entry.pid).or_default().push((tid, entry));
+            }
+        }
+        // Threads blocked since before the recording started: no entry,
+        // but the kernel says where they are.
+        let seen: HashSet<u32> = self.loaded.blocked_tids();
+        let mut before: BTreeMap<u32, Vec<(u32, u32, u64, u64)>> = BTreeMap::new();
+        for &pid in self
+            .tracker
+            .live
+            .iter()
+            .filter(|p| self.loaded.is_traced(**p))
+        {
+            for tid in procfs::threads(pid) {
+                if seen.contains(&tid) {
+                    continue;
+                }
+                if let Some((nr, sp, ip)) = procfs::blocked_syscall(pid, tid) {
+                    before.entry(pid).or_default().push((tid, nr, sp, ip));
+                }
+            }
+        }
+        let mut unwinder = Unwinder::new();
+        let mut left_out = 0;
+        let pids: BTreeSet<u32> = by_pid.keys().chain(before.keys()).copied().collect();
+        for pid in pids {
+            let Ok(text) = procfs::maps_text(pid) else {
+                continue;
+            };
+            let maps = procfs::parse_maps(&text);
+            for (tid, nr, sp, ip) in before.remove(&pid).unwrap_or_default() {
+                let stack = Stack::read(pid, sp, &maps);
+                // Still in the same call: otherwise its stack is not the call's.
+                if procfs::blocked_syscall(pid, tid) != Some((nr, sp, ip))
+                    || self.loaded.blocked_entry(tid).is_some()
+                {
+                    left_out += 1;
+                    continue;
+                }
+                let (frames, flags) = unwinder.unwind(pid, &maps, &stack, (ip, sp, None));
+                let since = self.recording_start_ns;
+                self.push_blocked(
+                    pid,
+                    tid,
+                    nr,
+                    since,
+                    &frames,
+                    flags | blocked_flags::BEFORE_START,
+                    stop_ns,
+                )?;
+            }
+            let mut threads = by_pid.remove(&pid).unwrap_or_default();
+            threads.sort_by_key(|(tid, _)| *tid);
+            for (tid, entry) in threads {
+                let stack = Stack::read(pid, entry.sp, &maps);
+                if self.loaded.blocked_entry(tid) != Some(entry) {
+                    left_out += 1;
+                    continue;
+                }
+                let (frames, flags) =
+                    unwinder.unwind(pid, &maps, &stack, (entry.ip, entry.sp, Some(entry.bp)));
+                self.push_blocked(pid, tid, entry.nr, entry.ts_ns, &frames, flags, stop_ns)?;
+            }
+        }
+        if left_out > 0 {
+            log::debug!("{left_out} thread(s) left their system call while their stack was read");
+        }
+        Ok(())
+    }
+
+    /// Writes one [`BlockedStack`] record.
+    #[expect(clippy::too_many_arguments, reason = "the record's fields")]
+    fn push_blocked(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        nr: u32,
+        since_ns: u64,
+        frames: &[u64],
+        flags: u32,
+        stop_ns: u64,
+    ) -> Result<(), RecordError> {
+        let mut rec = BlockedStack {
+            header: Header {
+                ts_ns: stop_ns,
+                pid,
+                tid,
+                kind: kind::BLOCKED_STACK,
+                size: size_of::<BlockedStack>() as u16,
+                cpu: 0,
+            },
+            since_ns,
+            nr,
+            depth: frames.len() as u32,
+            flags,
+            ..BlockedStack::default()
+        };
+        for (slot, frame) in rec.frames.iter_mut().zip(frames) {
+            *slot = *frame;
+        }
+        self.sink.push(rec.as_bytes(), &rec.header)?;
+        // Objects mapped since the process was read (a dlopen): read
+        // again, so the frames' symbols are in the capture.
+        for &frame in frames {
+            self.tracker
+                .remap_if_unmapped(pid, frame, stop_ns, &mut self.sink)?;
+        }
+        Ok(())
+    }
+
     /// Final drain, unfinished system calls, counters, end marker; then the
     /// summary goes to `progress` and the programs are detached.
     pub async fn finish(
@@ -2476,6 +2639,7 @@ impl Session {
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
+        self.write_blocked(stop_ns)?;
         self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_STOP)?;
         let unread = self.tracker.unread_sampled();
         if !unread.is_empty() {
@@ -2668,6 +2832,10 @@ fn drain(
         let Some(header) = Header::read_from(bytes) else {
             continue;
         };
+        if header.kind == kind::BLOCKED_RAW {
+            tracker.blocked_raw(bytes, sink)?;
+            continue;
+        }
         tracker.observe(&header, bytes, loaded, sink)?;
         if let Some(taps) = taps.as_deref_mut() {
             taps.observe(&header, bytes);

@@ -221,8 +221,19 @@ pub(crate) fn run(
     for (object, why) in lines.missing() {
         ui.say(&format!("note: no source lines for {object}: {why}"));
     }
+    let at_end = names
+        .iter()
+        .zip(&captures)
+        .map(|(name, cap)| diagnose::AtEnd {
+            capture: name.clone(),
+            host: cap.header.host.clone(),
+            threads: analyzer::blocked::blocked_threads(cap, Some(&mut lines)),
+        })
+        .filter(|a| !a.threads.is_empty())
+        .collect();
     let mut d = diagnose::combine(names, results, servers.count());
     d.warnings = warnings;
+    d.at_end = at_end;
     if let Some(path) = &args.output {
         let reports = Reports {
             model: model_report.as_ref(),
@@ -602,6 +613,7 @@ fn text(d: &Diagnosis, top: usize) -> String {
             );
         }
     }
+    at_end_text(&mut s, d, top);
     if !d.disagreements.is_empty() {
         let _ = writeln!(s, "where the analyses disagree:");
         for line in &d.disagreements {
@@ -635,6 +647,39 @@ fn text(d: &Diagnosis, top: usize) -> String {
         }
     }
     s
+}
+
+/// Threads shown per capture in the terminal's "at the end" list (the
+/// longest blocked; the JSON and HTML reports have them all).
+const AT_END_SHOWN: usize = 5;
+
+/// Where threads stood at the end of each capture, longest blocked first.
+fn at_end_text(s: &mut String, d: &Diagnosis, top: usize) {
+    use std::fmt::Write as _;
+    if d.at_end.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "at the end of the capture{} (threads inside a system call, longest blocked first):",
+        if d.at_end.len() > 1 { "s" } else { "" }
+    );
+    let shown = AT_END_SHOWN.max(top);
+    for a in &d.at_end {
+        if d.at_end.len() > 1 {
+            let _ = writeln!(s, "  {}:", a.capture);
+        }
+        for t in a.threads.iter().take(shown) {
+            let _ = writeln!(s, "  - {}", t.sentence());
+        }
+        if a.threads.len() > shown {
+            let _ = writeln!(
+                s,
+                "  ({} more threads; --json or -o report.html)",
+                a.threads.len() - shown
+            );
+        }
+    }
 }
 
 #[cfg(test)]

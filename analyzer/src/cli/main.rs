@@ -599,11 +599,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 left_out.extend(dropped);
                 let seen = left_out.len();
                 let run = decompose_capture(&cap, variant);
-                decomposed.push((run, cap.end.as_ref().map(|e| e.stop_ns), seen));
+                let blocked = analyzer::blocked::recorded(&cap)
+                    .then(|| analyzer::blocked::blocked_threads(&cap, None));
+                decomposed.push((run, cap.end.as_ref().map(|e| e.stop_ns), seen, blocked));
             }
             bar.finish_and_clear();
             let mut runs = Vec::with_capacity(captures.len());
-            for (path, (mut run, mut stop, seen)) in captures.iter().zip(decomposed) {
+            for (path, (mut run, mut stop, seen, blocked)) in captures.iter().zip(decomposed) {
                 if seen < left_out.len() {
                     let mut cap = open(path)?;
                     cap.leave_out(&left_out);
@@ -615,6 +617,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     processes += 1;
                 }
                 model.learn_quiet(&run, stop);
+                model.learn_ends(&run, blocked.as_deref());
                 model.sources.push(path.display().to_string());
                 if !no_calibrate {
                     runs.push(run);

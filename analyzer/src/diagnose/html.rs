@@ -209,6 +209,22 @@ fn verdict(out: &mut String, d: &Diagnosis) {
         }
         out.push_str("</ul>");
     }
+    if !d.at_end.is_empty() {
+        out.push_str(
+            r#"<h3>Where threads stood at the end</h3><p class=note>Threads inside a system call when the recording stopped, longest blocked first, with their call stacks (no function probe needed).</p><ul id="at-end">"#,
+        );
+        for a in &d.at_end {
+            for t in &a.threads {
+                let _ = write!(
+                    out,
+                    "<li><code>{}</code>: {}</li>",
+                    esc(&a.host),
+                    esc(&t.sentence())
+                );
+            }
+        }
+        out.push_str("</ul>");
+    }
     if !d.disagreements.is_empty() {
         out.push_str("<h3>Where the analyses disagree</h3><ul>");
         for line in &d.disagreements {

@@ -298,6 +298,22 @@ pub struct Diagnosis {
     /// while recording): evidence the verdict could not see.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Where the threads of each capture that were inside a system call
+    /// stood when its recording stopped (longest blocked first): where a
+    /// hung daemon waits, whatever was traced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub at_end: Vec<AtEnd>,
+}
+
+/// The threads of one capture inside a system call at its end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtEnd {
+    /// The capture.
+    pub capture: String,
+    /// Its host.
+    pub host: String,
+    /// Its blocked threads, longest blocked first.
+    pub threads: Vec<crate::blocked::BlockedThread>,
 }
 
 impl Diagnosis {
@@ -382,6 +398,7 @@ pub fn combine(
         unconfirmed,
         analyses,
         warnings: Vec::new(),
+        at_end: Vec::new(),
     }
 }
 

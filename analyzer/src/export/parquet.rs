@@ -435,6 +435,11 @@ pub fn write_events(
                 | Event::NetSnmp(_)
                 | Event::DeviceName(_)
                 | Event::NetAddr(_) => args = Some(fmt.json(&event).to_string()),
+                Event::Blocked(_) => {
+                    let json = fmt.json(&event);
+                    name = json.get("syscall").and_then(Value::as_str).map(text);
+                    args = Some(json.to_string());
+                }
                 Event::Enroll(_) | Event::Unknown(_) => {}
             }
             t.bytes(8, name);

@@ -28,8 +28,10 @@ use crate::units::{ProcessUnits, UnitKind, Variant};
 /// 5: how many of each tree's units found their connection ended by the
 /// other end ([`CallTreeModel::peer_ended`]); versions 3 and 4 still read,
 /// without it. 6: how learned processes failed ([`GroupModel::failures`]);
-/// versions 3 to 5 still read, without it.
-pub const MODEL_VERSION: u32 = 6;
+/// versions 3 to 5 still read, without it. 7: where learned threads stood
+/// at the end of their captures ([`GroupModel::ends`]); versions 3 to 6
+/// still read, without it.
+pub const MODEL_VERSION: u32 = 7;
 
 /// The oldest model version this build reads.
 pub const OLDEST_MODEL_VERSION: u32 = 3;
@@ -65,6 +67,25 @@ pub struct GroupModel {
     /// in models learned before it was kept: then an ending says nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures: Option<BTreeMap<String, u32>>,
+    /// Where the learned processes' threads stood when their captures
+    /// ended, inside a system call ([`crate::blocked`]): by place (the call
+    /// and its call path, [`crate::blocked::BlockedThread::place`]).
+    /// `None` in models learned before it was kept, and when a learned
+    /// capture had no blocked stacks (an older recorder): then where a
+    /// thread stands at the end says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends: Option<BTreeMap<String, EndPlace>>,
+}
+
+/// A place where threads of learned processes stood at the end of their
+/// captures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndPlace {
+    /// Learned threads that stood there.
+    pub threads: u32,
+    /// The longest any of them had been blocked there, ns (a lower bound
+    /// for threads blocked since before their recording).
+    pub max_blocked_ns: u64,
 }
 
 impl GroupModel {
@@ -148,6 +169,11 @@ pub struct GlobalModel {
     /// budget of one of them detached them (see [`GlobalModel::prepare`]).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub left_out: BTreeSet<String>,
+    /// Captures whose ends (blocked threads) were learned into the groups'
+    /// [`GroupModel::ends`]; `None` when one had none to learn (an older
+    /// recorder) and in models learned before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_learned: Option<u32>,
 }
 
 impl GlobalModel {
@@ -160,6 +186,7 @@ impl GlobalModel {
             sources: Vec::new(),
             quiet_ns: None,
             left_out: BTreeSet::new(),
+            ends_learned: None,
         }
     }
 
@@ -206,6 +233,51 @@ impl GlobalModel {
         }
         if let Some((from, to)) = crate::units::quiet_span(processes, stop_ns) {
             self.quiet_ns = Some(self.quiet_ns.unwrap_or(0).max(to.saturating_sub(from)));
+        }
+    }
+
+    /// Learns where the threads of one normal capture stood at its end:
+    /// `blocked` ([`crate::blocked::blocked_threads`]) of the capture whose
+    /// processes are `processes` (already learned with
+    /// [`GlobalModel::learn`]); `None` for a capture whose recorder did not
+    /// look ([`crate::blocked::recorded`]), which makes the ends unknown
+    /// for good, as the capture's name goes to `sources` after it
+    /// (the learned captures' names are what tells a first capture from a
+    /// later one).
+    pub fn learn_ends(
+        &mut self,
+        processes: &[ProcessUnits],
+        blocked: Option<&[crate::blocked::BlockedThread]>,
+    ) {
+        // A capture learned before without them: unknown.
+        if self.ends_learned.is_none() && !self.sources.is_empty() {
+            return;
+        }
+        let Some(blocked) = blocked else {
+            self.ends_learned = None;
+            for g in &mut self.groups {
+                g.ends = None;
+            }
+            return;
+        };
+        let first = self.ends_learned.is_none();
+        self.ends_learned = Some(self.ends_learned.unwrap_or(0) + 1);
+        for g in &mut self.groups {
+            if first && g.ends.is_none() {
+                g.ends = Some(BTreeMap::new());
+            }
+        }
+        for t in blocked {
+            let Some(p) = processes.iter().find(|p| p.pid == t.pid) else {
+                continue;
+            };
+            let Some(g) = self.groups.iter_mut().find(|g| g.signature == p.signature) else {
+                continue;
+            };
+            let ends = g.ends.get_or_insert_with(BTreeMap::new);
+            let place = ends.entry(t.place()).or_default();
+            place.threads += 1;
+            place.max_blocked_ns = place.max_blocked_ns.max((t.blocked_s * 1e9) as u64);
         }
     }
 
@@ -291,6 +363,10 @@ impl GlobalModel {
             // A model without it says nothing of quiet spans.
             _ => None,
         };
+        self.ends_learned = match (self.ends_learned, other.ends_learned) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
         for g in &other.groups {
             match self
                 .groups
@@ -303,6 +379,17 @@ impl GlobalModel {
                         (Some(mut a), Some(b)) => {
                             for (how, n) in b {
                                 *a.entry(how.clone()).or_default() += n;
+                            }
+                            Some(a)
+                        }
+                        _ => None,
+                    };
+                    mine.ends = match (mine.ends.take(), &g.ends) {
+                        (Some(mut a), Some(b)) if self.ends_learned.is_some() => {
+                            for (place, e) in b {
+                                let m = a.entry(place.clone()).or_default();
+                                m.threads += e.threads;
+                                m.max_blocked_ns = m.max_blocked_ns.max(e.max_blocked_ns);
                             }
                             Some(a)
                         }

@@ -1077,7 +1077,11 @@ pub fn extract(
                     let (t0, t1) = (to_rt(off, before.header.ts_ns), to_rt(off, h.ts_ns));
                     spread(&mut bins, s, Metric::CpuWait, 0, t0, t1, wait as f64 / 1e6);
                 }
-                Event::Usdt(_) | Event::UsdtString(_) | Event::Enroll(_) | Event::Unknown(_) => {}
+                Event::Usdt(_)
+                | Event::UsdtString(_)
+                | Event::Enroll(_)
+                | Event::Blocked(_)
+                | Event::Unknown(_) => {}
             }
         }
         let end_mono = cap

@@ -55,6 +55,21 @@ pub fn why(s: &UnitScore) -> String {
                 format!("closed first: its peer {comm}[{peer}] found the connection ended")
             }
             Evidence::Died { how, at_s, .. } => format!("process ended at {at_s:.3} s, {how}"),
+            Evidence::Hung {
+                tid,
+                place,
+                blocked_s,
+                at_least,
+                normal_s,
+                ..
+            } => format!(
+                "thread {tid} blocked {}{blocked_s:.2} s at the end in {place}{}",
+                if *at_least { "at least " } else { "" },
+                match normal_s {
+                    None => " (never in normal runs)".to_string(),
+                    Some(n) => format!(" (normal runs: up to {n:.2} s)"),
+                }
+            ),
             Evidence::Repeated { units, peers, .. } => format!(
                 "deviated {units} times in this tree (peers: {})",
                 peers

@@ -689,6 +689,9 @@ fn deviation(u: &UnitScore) -> Option<String> {
             Evidence::LeftFirst { .. } => "left-first".to_string(),
             Evidence::ClosedFirst { peer, .. } => format!("closed-first:{peer}"),
             Evidence::Died { how, .. } => format!("died:{how}"),
+            Evidence::Hung {
+                place, normal_s, ..
+            } => format!("hung:{}:{place}", normal_s.is_some()),
         };
         out.push('|');
         out.push_str(&part);
@@ -743,9 +746,17 @@ fn secondary(u: &UnitScore) -> bool {
     u.shared
         || u.ended_by.is_some()
         || (!u.evidence.is_empty()
-            && u.evidence
-                .iter()
-                .all(|e| matches!(e, Evidence::Open { waiting: true, .. })))
+            && u.evidence.iter().all(|e| {
+                matches!(
+                    e,
+                    Evidence::Open { waiting: true, .. }
+                        | Evidence::Hung {
+                            normal_s: Some(_),
+                            ..
+                        }
+                        | Evidence::Hung { waiting: true, .. }
+                )
+            }))
 }
 
 /// Orders units by `ranking`.
@@ -945,6 +956,32 @@ pub(crate) fn explain(u: &UnitScore) -> Vec<String> {
                 "its process ended at {at_s:.3} s, {how}: a failure of its own, which none of the {} learned processes of its group ended by",
                 thousands(u64::from(*learned))
             ),
+            Evidence::Hung {
+                tid,
+                place,
+                blocked_s,
+                at_least,
+                normal_s,
+                learned,
+                waiting,
+                ended_by_signal,
+            } => match normal_s {
+                None if *waiting => format!(
+                    "at the end of {} its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}, where no learned thread of its group stood: a call in which threads wait for other processes, so most likely waiting for another that hung",
+                    if *ended_by_signal { "its process (a signal ended the call, then the process)" } else { "the capture" },
+                    if *at_least { "at least " } else { "" },
+                ),
+                None => format!(
+                    "at the end of {} its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}: none of the {} threads of learned processes of its group that were inside a system call at their capture's end stood there (a hang; needs no function probe)",
+                    if *ended_by_signal { "its process (a signal ended the call, then the process)" } else { "the capture" },
+                    if *at_least { "at least " } else { "" },
+                    thousands(u64::from(*learned))
+                ),
+                Some(n) => format!(
+                    "at the end of the capture its thread {tid} had been blocked for {}{blocked_s:.2} s in {place}, where learned threads stood at most {n:.2} s: most likely waiting for another process",
+                    if *at_least { "at least " } else { "" },
+                ),
+            },
             Evidence::ClosedFirst {
                 peer,
                 comm,

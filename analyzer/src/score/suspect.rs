@@ -300,6 +300,44 @@ pub enum Evidence {
         /// Learned processes of the group (none ended so).
         learned: u32,
     },
+    /// Its thread was inside a system call at its end (the recording's
+    /// stop, or its process's end right after a signal ended the call), at
+    /// a place (the call and its call path, from the thread's stack; see
+    /// [`crate::blocked`]) where no thread of a learned process of its
+    /// group stood at the end of its capture (`normal_s` `None`), or there
+    /// far longer than any did. Needs no function probe: a handler that
+    /// hangs shows even where an overhead budget detached it. Waiting far
+    /// longer at a learned place, or in a call where threads wait for
+    /// other processes (`waiting`), is most likely a consequence of
+    /// another process.
+    Hung {
+        /// Thread id.
+        tid: u32,
+        /// The call and its call path, innermost first.
+        place: String,
+        /// How long it had been in the call at the stop, s.
+        blocked_s: f64,
+        /// It entered the call before the recording started: `blocked_s`
+        /// is a lower bound.
+        #[serde(default)]
+        at_least: bool,
+        /// The longest a learned thread had been blocked at this place, s;
+        /// `None`: none ever stood there.
+        normal_s: Option<f64>,
+        /// Learned threads of the group that stood inside a system call
+        /// at their capture's end.
+        learned: u32,
+        /// The call is one in which threads wait for other processes (an
+        /// event loop's wait, a receive; see
+        /// [`crate::blocked::BlockedThread::waits_for_others`]): most
+        /// likely waiting for another that hung.
+        #[serde(default)]
+        waiting: bool,
+        /// A signal ended the call, and its process ended right after
+        /// (stopped or killed while it hung), before the recording did.
+        #[serde(default)]
+        ended_by_signal: bool,
+    },
     /// It closed its end of a connection, and the process at the other end
     /// then found the connection ended (end of stream or reset) in a unit
     /// of a tree whose learned units never found it so, and deviated there:
@@ -324,8 +362,14 @@ impl Evidence {
     pub fn strength(&self) -> u8 {
         match self {
             Self::NoGroup | Self::NoModel { .. } => 5,
-            Self::Open { waiting: false, .. } | Self::Died { .. } => 4,
-            Self::Open { waiting: true, .. } => 1,
+            Self::Open { waiting: false, .. }
+            | Self::Died { .. }
+            | Self::Hung {
+                normal_s: None,
+                waiting: false,
+                ..
+            } => 4,
+            Self::Open { waiting: true, .. } | Self::Hung { .. } => 1,
             Self::NewCall { .. } | Self::Skipped { .. } | Self::ClosedFirst { .. } => 3,
             Self::NewBehaviour { .. } | Self::OutOfOrder { .. } | Self::LeftFirst { .. } => 2,
             Self::Repeated { .. } => 1,
@@ -823,6 +867,24 @@ pub fn score_linked_processes(
     processes: &[ProcessUnits],
     scoring: Scoring,
 ) -> Vec<UnitScore> {
+    let blocked = if model.ends_learned.is_some() {
+        crate::blocked::blocked_threads(capture, None)
+    } else {
+        Vec::new()
+    };
+    score_with_blocked(model, capture, links, name, processes, scoring, &blocked)
+}
+
+/// [`score_linked_processes`] with the capture's blocked threads given.
+fn score_with_blocked(
+    model: &GlobalModel,
+    capture: &Capture,
+    links: &Links,
+    name: &str,
+    processes: &[ProcessUnits],
+    scoring: Scoring,
+    blocked: &[crate::blocked::BlockedThread],
+) -> Vec<UnitScore> {
     let mut out = Vec::new();
     let detached = Detached::of(model, capture);
     for p in processes {
@@ -962,6 +1024,9 @@ pub fn score_linked_processes(
         }
         if let Some(g) = group {
             died(g, capture, p, &mut out[first..]);
+            if model.ends_learned.is_some() {
+                hung(g, capture, p, blocked, &mut out[first..]);
+            }
         }
     }
     closed_first(model, capture, links, processes, &mut out);
@@ -1003,6 +1068,88 @@ fn died(g: &GroupModel, capture: &Capture, p: &ProcessUnits, out: &mut [UnitScor
         learned: g.processes,
     });
     u.anomalous = true;
+}
+
+/// Shortest time in a system call at the stop that can make a thread hung
+/// ([`Evidence::Hung`]): a thread caught in a call for less has not hung
+/// by any measure, wherever it is.
+pub const HUNG_MIN_NS: u64 = 1_000_000_000;
+
+/// How much longer than any learned thread a thread must have been blocked
+/// at a learned place to count: three times as long and a second longer
+/// (as [`super::report::STALL_FACTOR`]: a loaded machine stretches every
+/// wait alike).
+pub const HUNG_FACTOR: f64 = 3.0;
+
+/// Marks the units of process `p` whose threads stood, when the recording
+/// stopped, inside a system call where no learned thread of its group `g`
+/// stood at its capture's end, or there far longer ([`Evidence::Hung`]),
+/// anomalous from the call's entry on. The unit is the thread's own at
+/// the stop, else the process's last before it. `blocked` holds the
+/// capture's blocked threads; `out` the scores of `p`'s units.
+fn hung(
+    g: &GroupModel,
+    capture: &Capture,
+    p: &ProcessUnits,
+    blocked: &[crate::blocked::BlockedThread],
+    out: &mut [UnitScore],
+) {
+    let Some(ends) = &g.ends else {
+        return;
+    };
+    let learned: u32 = ends.values().map(|e| e.threads).sum();
+    let clock = &capture.header.clock;
+    let stop_ns = capture.end.as_ref().map(|e| e.stop_ns);
+    for t in blocked.iter().filter(|t| t.pid == p.pid) {
+        let blocked_ns = (t.blocked_s * 1e9) as u64;
+        if blocked_ns < HUNG_MIN_NS {
+            continue;
+        }
+        let normal_s = match ends.get(&t.place()) {
+            None => None,
+            Some(e) => {
+                let bound = ((e.max_blocked_ns as f64 * HUNG_FACTOR) as u64)
+                    .max(e.max_blocked_ns.saturating_add(HUNG_MIN_NS));
+                if blocked_ns <= bound {
+                    continue;
+                }
+                Some(e.max_blocked_ns as f64 / 1e9)
+            }
+        };
+        let since_ns = clock
+            .monotonic_ns
+            .saturating_add_signed((t.since_s * 1e9) as i64);
+        let at = stop_ns.unwrap_or(since_ns);
+        let own = unit_at(out, None, p.pid, t.tid, at);
+        let i = own.or_else(|| {
+            out.iter()
+                .enumerate()
+                .filter(|(_, u)| u.start_ns <= at)
+                .max_by_key(|(i, u)| (u.start_ns, *i))
+                .map(|(i, _)| i)
+        });
+        let Some(i) = i else {
+            continue;
+        };
+        let u = &mut out[i];
+        let wall = clock.to_realtime(since_ns);
+        if !u.anomalous || u.deviated_wall_ns > wall {
+            u.deviated_wall_ns = wall;
+            u.deviated_s = t.since_s;
+        }
+        u.evidence.push(Evidence::Hung {
+            tid: t.tid,
+            place: t.place(),
+            blocked_s: t.blocked_s,
+            at_least: t.at_least,
+            normal_s,
+            learned,
+            waiting: t.waits_for_others(),
+            ended_by_signal: t.ended_by_signal,
+        });
+        u.evidence.sort_by_key(|e| std::cmp::Reverse(e.strength()));
+        u.anomalous = true;
+    }
 }
 
 /// Blames an anomaly that followed the end of a connection on the process
@@ -1365,7 +1512,7 @@ fn wall_clock(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::NodeKey;
+    use crate::{blocked::BlockedThread, units::NodeKey};
 
     /// Builds a table and one unit from paths of callee names.
     fn unit(table: &mut NodeTable, paths: &[&[&str]]) -> Unit {
@@ -1691,6 +1838,184 @@ mod tests {
                 .is_some_and(|u| matches!(u.evidence[..], [Evidence::Died { .. }])),
             "{r:?}"
         );
+    }
+
+    /// A blocked thread of process `pid` (thread 1) at `place` (call first,
+    /// then functions innermost first), in it from `since_s` for `blocked_s`.
+    fn blocked_at(pid: u32, place: &[&str], since_s: f64, blocked_s: f64) -> BlockedThread {
+        BlockedThread {
+            pid,
+            tid: 1,
+            comm: "d".into(),
+            syscall: place[0].into(),
+            blocked_s,
+            at_least: false,
+            since_s,
+            frames: place[1..]
+                .iter()
+                .map(|f| crate::blocked::BlockedFrame {
+                    addr: 0,
+                    function: f.to_string(),
+                    named: true,
+                    source: None,
+                })
+                .collect(),
+            incomplete: false,
+            ended_by_signal: false,
+        }
+    }
+
+    const POLL: &[&str] = &["poll", "poll", "event_loop", "main"];
+    const STUCK: &[&str] = &[
+        "nanosleep",
+        "nanosleep",
+        "handle_status",
+        "dispatch",
+        "main",
+    ];
+
+    /// Where threads stood at the end of normal captures is learned; a
+    /// thread of a trial blocked at a place no normal capture ended at, for
+    /// more than a second, names its process, even when another process
+    /// (its victim, waiting in its event loop far longer than normal
+    /// threads did) began waiting earlier; short waits anywhere, and normal
+    /// waits at the learned place, stay quiet.
+    #[test]
+    fn a_thread_blocked_where_no_normal_run_ended_is_named_hung() {
+        let mut model = GlobalModel::new(crate::units::Variant::Paper000);
+        let mut two = learned_process(MIN_LEARNED_UNITS as usize);
+        two.pid = 2;
+        let learned = [learned_process(MIN_LEARNED_UNITS as usize), two];
+        for run in 0..3 {
+            for p in &learned {
+                model.learn(p);
+            }
+            let ends = [
+                blocked_at(1, POLL, 0.0, 0.05 + 0.01 * f64::from(run)),
+                blocked_at(2, POLL, 0.0, 0.08),
+            ];
+            model.learn_ends(&learned, Some(&ends));
+        }
+        assert_eq!(model.ends_learned, Some(3));
+        let ends = model.groups[0].ends.as_ref().expect("ends learned");
+        let place = ends
+            .get("poll <- poll <- event_loop <- main")
+            .expect("the place");
+        assert_eq!((place.threads, place.max_blocked_ns), (6, 80_000_000));
+
+        let mut two = learned_process(5);
+        two.pid = 2;
+        let trial = [learned_process(5), two];
+        let cap = capture_without(&[]);
+        let report = |blocked: &[BlockedThread]| {
+            let units = score_with_blocked(
+                &model,
+                &cap,
+                &Links::of(&cap),
+                "trial",
+                &trial,
+                Scoring::Nodes,
+                blocked,
+            );
+            super::super::ScoreReport::new(
+                model.variant,
+                Scoring::Nodes,
+                super::super::Ranking::Evidence,
+                &["trial".to_string()],
+                units,
+            )
+        };
+
+        // Quiet: waits at the learned place within its bound, and a short
+        // one anywhere.
+        let r = report(&[
+            blocked_at(1, POLL, 9.5, 0.5),
+            blocked_at(2, STUCK, 9.4, 0.6),
+        ]);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::NothingStandsOut,
+            "{}",
+            r.summary
+        );
+
+        // Process 2 hung in handle_status at 7 s; process 1 has waited in
+        // its event loop since 5 s, far longer than any normal thread.
+        let r = report(&[
+            blocked_at(1, POLL, 5.0, 5.0),
+            blocked_at(2, STUCK, 7.0, 3.0),
+        ]);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
+        let first = r.first().expect("an anomaly");
+        assert_eq!(first.pid, 2, "{r:#?}");
+        assert!((first.deviated_s - 7.0).abs() < 1e-6);
+        assert!(
+            matches!(
+                &first.evidence[..],
+                [Evidence::Hung { normal_s: None, learned: 6, place, .. }]
+                    if place == "nanosleep <- nanosleep <- handle_status <- dispatch <- main"
+            ),
+            "{:?}",
+            first.evidence
+        );
+        assert_eq!(r.units[0].pid, 2, "the hung process ranks first");
+        let victim = r
+            .units
+            .iter()
+            .find(|u| u.pid == 1 && u.anomalous)
+            .expect("the victim's wait is evidence too");
+        assert!(matches!(
+            victim.evidence[..],
+            [Evidence::Hung {
+                normal_s: Some(_),
+                ..
+            }]
+        ));
+
+        // Nothing learned where these stand (every process ended before
+        // its recording did): the hung one still comes first, and the one
+        // waiting in a receive, though it began waiting earlier, after.
+        const RECV: &[&str] = &["recvfrom", "recvfrom", "recv_msg", "main"];
+        let r = report(&[
+            blocked_at(1, RECV, 5.0, 5.0),
+            blocked_at(2, STUCK, 7.0, 3.0),
+        ]);
+        assert_eq!(r.first().map(|u| u.pid), Some(2), "{r:#?}");
+        // Nor does a main thread joining its workers come first.
+        const JOIN: &[&str] = &[
+            "futex",
+            "__futex_abstimed_wait_common",
+            "__pthread_clockjoin_ex",
+            "main",
+        ];
+        let r = report(&[
+            blocked_at(1, JOIN, 0.1, 9.9),
+            blocked_at(2, STUCK, 7.0, 3.0),
+        ]);
+        assert_eq!(r.first().map(|u| u.pid), Some(2), "{r:#?}");
+        assert!(r.units.iter().any(|u| u.pid == 1
+            && matches!(
+                u.evidence[..],
+                [Evidence::Hung {
+                    normal_s: None,
+                    waiting: true,
+                    ..
+                }]
+            )));
+
+        // A model learned without ends says nothing.
+        let mut old = model.clone();
+        old.ends_learned = None;
+        let units = score_with_blocked(
+            &old,
+            &cap,
+            &Links::of(&cap),
+            "trial",
+            &trial,
+            Scoring::Nodes,
+            &[blocked_at(2, STUCK, 7.0, 3.0)],
+        );
+        assert!(units.iter().all(|u| !u.anomalous));
     }
 
     /// A process whose signature matches no group is not named for it

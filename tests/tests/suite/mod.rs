@@ -1,5 +1,6 @@
 mod agent;
 mod agent_live;
+mod blocked;
 mod bugclass;
 mod capture_file;
 mod conventions;

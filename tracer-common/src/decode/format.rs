@@ -8,14 +8,14 @@ use std::{
 
 use crate::{
     kernel::{NET_DEV_COUNTERS, NET_SNMP_COUNTERS, TcpRetransmitSock, block_op, file_class},
-    record::{ExitStatus, SYSCALL_UNFINISHED, lifecycle},
+    record::{ExitStatus, SYSCALL_UNFINISHED, blocked_flags, lifecycle},
     syscall,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
-    Capture, Event, Symbolizer, addr_string, syscall_name,
+    Capture, Event, Symbolizer, addr_string, is_uretprobe_trampoline, syscall_name,
     types::{comm_string, dev_string, nul_padded},
 };
 
@@ -358,6 +358,32 @@ impl<'a> Formatter<'a> {
                     e.target, e.entry_ip
                 );
             }
+            Event::Blocked(b) => {
+                let _ = write!(
+                    line,
+                    "blocked for {}{:.3} s in {}",
+                    if b.flags & blocked_flags::BEFORE_START != 0 {
+                        "at least "
+                    } else {
+                        ""
+                    },
+                    h.ts_ns.saturating_sub(b.since_ns) as f64 / 1e9,
+                    syscall_name(b.nr)
+                );
+                if b.flags & blocked_flags::ENDED_BY_SIGNAL != 0 {
+                    line.push_str(", until a signal ended the call");
+                }
+                // Frame 0 is inside the system call's wrapper; the rest are
+                // return addresses: place them at their call instruction.
+                for (i, addr) in b.frames().iter().enumerate() {
+                    let at = if i == 0 || is_uretprobe_trampoline(*addr) {
+                        *addr
+                    } else {
+                        addr.saturating_sub(1)
+                    };
+                    let _ = write!(line, " <- {}", self.user(h.pid, at));
+                }
+            }
             Event::Unknown(h) => {
                 let _ = write!(line, "kind {} ({} bytes)", h.kind, h.size);
             }
@@ -558,6 +584,28 @@ impl<'a> Formatter<'a> {
             Event::Enroll(e) => {
                 obj.insert("target".into(), json!(e.target));
                 obj.insert("entry_ip".into(), json!(e.entry_ip));
+            }
+            Event::Blocked(b) => {
+                obj.insert("since_ns".into(), json!(b.since_ns));
+                obj.insert("syscall".into(), json!(syscall_name(b.nr)));
+                obj.insert("flags".into(), json!(b.flags));
+                obj.insert(
+                    "frames".into(),
+                    json!(
+                        b.frames()
+                            .iter()
+                            .enumerate()
+                            .map(|(i, a)| {
+                                let at = if i == 0 || is_uretprobe_trampoline(*a) {
+                                    *a
+                                } else {
+                                    a.saturating_sub(1)
+                                };
+                                json!({"addr": a, "at": self.user(h.pid, at)})
+                            })
+                            .collect::<Vec<_>>()
+                    ),
+                );
             }
             Event::Unknown(h) => {
                 obj.insert("record_kind".into(), json!(h.kind));

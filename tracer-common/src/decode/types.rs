@@ -5,14 +5,14 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::{
     kernel::{BlockIo, DeviceName, FileIo, NetAddr, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
-        CpuTimes, Enroll, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS, Sample,
-        SockAddr, Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
+        BlockedStack, CpuTimes, Enroll, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS,
+        Sample, SockAddr, Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
 
 /// One decoded record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// Function entry; `args` when the probe recorded argument registers,
     /// `stack` when it read the stack-passed ones too.
@@ -56,6 +56,8 @@ pub enum Event {
     NetAddr(NetAddr),
     /// A traced process's CPU times, read by the recorder.
     CpuTimes(CpuTimes),
+    /// A traced thread inside a system call at the stop, with its stack.
+    Blocked(Box<BlockedStack>),
     /// A record of a kind this build does not know (skipped, counted).
     Unknown(Header),
 }
@@ -105,6 +107,7 @@ impl Event {
             kind::DEVICE_NAME => Self::DeviceName(DeviceName::read_from(bytes)?),
             kind::NET_ADDR => Self::NetAddr(NetAddr::read_from(bytes)?),
             kind::CPU_TIMES => Self::CpuTimes(CpuTimes::read_from(bytes)?),
+            kind::BLOCKED_STACK => Self::Blocked(Box::new(BlockedStack::read_from(bytes)?)),
             _ => Self::Unknown(*header),
         })
     }
@@ -128,6 +131,7 @@ impl Event {
             Self::DeviceName(r) => &r.header,
             Self::NetAddr(r) => &r.header,
             Self::CpuTimes(r) => &r.header,
+            Self::Blocked(r) => &r.header,
             Self::Unknown(h) => h,
         }
     }
@@ -155,6 +159,7 @@ impl Event {
             Self::DeviceName(_) => "device_name",
             Self::NetAddr(_) => "net_addr",
             Self::CpuTimes(_) => "cpu_times",
+            Self::Blocked(_) => "blocked",
             Self::Unknown(_) => "unknown",
         }
     }

@@ -1,0 +1,200 @@
+//! Where each thread of a traced process stands when the recording stops:
+//! threads inside a system call get their user stack, unwound by the
+//! objects' call frame information, with no function probe at all.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Stdio},
+};
+
+use analyzer::{Capture, Event, Symbolizer};
+use tests::{Background, capture, events, fixture, privileged, tracer};
+use tracer_common::record::blocked_flags;
+
+/// Starts the `stuck` fixture and waits until both its threads run.
+fn start_stuck(args: &[&str]) -> Child {
+    let exe = fixture("stuck", None);
+    let mut child = Command::new(&exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("stuck starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .expect("reads its first line");
+    assert_eq!(line.trim(), "ready");
+    child
+}
+
+/// Per thread of `pid`: the system call it was blocked in and its frames'
+/// function names, innermost first (return addresses placed at their call).
+fn blocked_stacks(cap: &Capture, pid: u32) -> BTreeMap<u32, (String, Vec<String>)> {
+    let sym = Symbolizer::new(cap);
+    events(cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Blocked(b) if b.header.pid == pid => Some(b),
+            _ => None,
+        })
+        .map(|b| {
+            let names = b
+                .frames()
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let at = if i == 0 { *a } else { a - 1 };
+                    sym.user(pid, at)
+                        .and_then(|l| l.symbol)
+                        .map_or_else(|| format!("{at:#x}"), str::to_string)
+                })
+                .collect();
+            (b.header.tid, (analyzer::decode::syscall_name(b.nr), names))
+        })
+        .collect()
+}
+
+/// With no `-f` and no samples, a thread that sleeps in a function nothing
+/// probes is found blocked in that function, and the polling main thread
+/// in its poll loop under `main`.
+#[test]
+fn blocked_threads_are_found_where_they_wait_without_probes() {
+    if !privileged() {
+        return;
+    }
+    let mut child = start_stuck(&[]);
+    let pid = child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stuck.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let stacks = blocked_stacks(&cap, pid);
+    let main = stacks
+        .get(&pid)
+        .unwrap_or_else(|| panic!("main thread in {stacks:?}"));
+    assert!(main.0.contains("poll"), "{main:?}");
+    let at = |names: &[String], f: &str| names.iter().position(|n| n == f);
+    let (poll_loop, in_main) = (at(&main.1, "poll_loop"), at(&main.1, "main"));
+    assert!(
+        matches!((poll_loop, in_main), (Some(p), Some(m)) if p < m),
+        "poll_loop under main: {main:?}"
+    );
+    let (_, worker) = stacks
+        .iter()
+        .find(|(tid, _)| **tid != pid)
+        .unwrap_or_else(|| panic!("the worker thread in {stacks:?}"));
+    assert!(worker.0.contains("sleep"), "{worker:?}");
+    let stuck = at(&worker.1, "stuck_here");
+    assert!(stuck.is_some(), "stuck_here in {worker:?}");
+    // The thread's own start routine is above it.
+    assert!(
+        at(&worker.1, "worker").is_some_and(|w| Some(w) > stuck),
+        "worker above stuck_here: {worker:?}"
+    );
+}
+
+/// A thread that entered its system call before the recording started (a
+/// daemon found hung, then traced) is found too, from what the kernel
+/// says, and said to have been blocked since before the recording.
+#[test]
+fn a_thread_blocked_before_the_recording_is_found_too() {
+    if !privileged() {
+        return;
+    }
+    let mut child = start_stuck(&["long"]);
+    let pid = child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("long.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        "1s",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let before: Vec<_> = events(&cap)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Blocked(b) if b.header.tid != pid => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_ne!(before[0].flags & blocked_flags::BEFORE_START, 0);
+    let stacks = blocked_stacks(&cap, pid);
+    let (_, worker) = stacks
+        .iter()
+        .find(|(tid, _)| **tid != pid)
+        .expect("the worker");
+    assert!(worker.0.contains("sleep"), "{worker:?}");
+    assert!(
+        worker.1.iter().any(|n| n == "stuck_here"),
+        "stuck_here in {worker:?}"
+    );
+}
+
+/// A process killed while a thread hung in a call it entered during the
+/// recording is gone before the recording stops: where that thread stood
+/// is recorded when the signal ends the call, and the analyzer keeps it as
+/// the thread's end (its process ended right after).
+#[test]
+fn a_thread_killed_while_it_hung_is_found_where_it_hung() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go = dir.path().join("go");
+    let mut child = start_stuck(&["late", go.to_str().expect("utf8")]);
+    let pid = child.id();
+    let out = dir.path().join("killed.capture");
+    let out_s = out.to_str().expect("utf8");
+    let rec = Background::start(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--sample-hz",
+        "0",
+        "-o",
+        out_s,
+    ]);
+    // Attached: the worker enters its long sleep now; 2 s in it.
+    std::fs::write(&go, b"").expect("the go file");
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let _ = child.kill();
+    let _ = child.wait();
+    // Every target gone: the recorder stops by itself.
+    let mut rec = rec;
+    let status = rec.child.wait().expect("tracer exits");
+    assert!(status.success());
+    let cap = capture(&out);
+    let threads = analyzer::blocked::blocked_threads(&cap, None);
+    let worker = threads
+        .iter()
+        .find(|t| t.pid == pid && t.tid != pid)
+        .unwrap_or_else(|| panic!("the worker in {threads:?}"));
+    assert!(worker.ended_by_signal, "{worker:?}");
+    assert!(worker.blocked_s >= 1.0, "{worker:?}");
+    assert!(worker.path().contains(&"stuck_here"), "{worker:?}");
+}
