@@ -86,65 +86,55 @@ impl Stack {
     }
 }
 
-/// An object's unwind sections and segments.
+/// Most bytes of an object's `.eh_frame` plus `.eh_frame_hdr` kept to
+/// unwind through it (a large runtime library has a few MB).
+const MAX_CFI_BYTES: u64 = 64 << 20;
+
+/// An object's unwind sections (copied out: the file itself is read
+/// lazily, headers and these sections only) and segments.
 #[derive(Debug)]
 struct CfiObject {
-    data: Vec<u8>,
     segments: Vec<Segment>,
-    /// `.eh_frame`: file range and address.
-    eh_frame: Option<(usize, usize, u64)>,
-    /// `.eh_frame_hdr`: file range and address.
-    eh_frame_hdr: Option<(usize, usize, u64)>,
+    /// `.eh_frame`: bytes and address.
+    eh_frame: Option<(Vec<u8>, u64)>,
+    /// `.eh_frame_hdr`: bytes and address.
+    eh_frame_hdr: Option<(Vec<u8>, u64)>,
     /// `.text` address (bases for `DW_EH_PE_textrel`, rare).
     text: u64,
 }
 
 impl CfiObject {
-    fn parse(data: Vec<u8>) -> Option<Self> {
-        let (segments, eh_frame, eh_frame_hdr, text) = {
-            let file = object::File::parse(&*data).ok()?;
-            let section = |name: &str| {
-                let s = file.section_by_name(name)?;
-                let (offset, size) = s.file_range()?;
-                Some((
-                    usize::try_from(offset).ok()?,
-                    usize::try_from(size).ok()?,
-                    s.address(),
-                ))
-            };
-            (
-                segments(&file),
-                section(".eh_frame"),
-                section(".eh_frame_hdr"),
-                file.section_by_name(".text").map_or(0, |s| s.address()),
-            )
+    /// Reads the unwind sections of the ELF file `file` (an object a
+    /// process mapped: untrusted, so sizes are bounded).
+    fn read(file: fs::File) -> Option<Self> {
+        let cache = object::ReadCache::new(file);
+        let file = object::File::parse(&cache).ok()?;
+        let section = |name: &str| {
+            let s = file.section_by_name(name)?;
+            if s.size() > MAX_CFI_BYTES {
+                return None;
+            }
+            Some((s.data().ok()?.to_vec(), s.address()))
         };
         Some(Self {
-            data,
-            segments,
-            eh_frame,
-            eh_frame_hdr,
-            text,
+            segments: segments(&file),
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            text: file.section_by_name(".text").map_or(0, |s| s.address()),
         })
-    }
-
-    fn bytes(&self, range: (usize, usize, u64)) -> Option<&[u8]> {
-        self.data.get(range.0..range.0.checked_add(range.1)?)
     }
 
     /// How to find the caller's registers at virtual address `vaddr`:
     /// `None` when the object has no call frame information for it.
     fn rule(&self, ctx: &mut UnwindContext<usize>, vaddr: u64) -> Option<Step> {
-        let eh = self.eh_frame?;
-        let eh_frame = EhFrame::new(self.bytes(eh)?, LittleEndian);
+        let (eh, eh_address) = self.eh_frame.as_ref()?;
+        let eh_frame = EhFrame::new(eh, LittleEndian);
         let mut bases = BaseAddresses::default()
-            .set_eh_frame(eh.2)
+            .set_eh_frame(*eh_address)
             .set_text(self.text);
-        let hdr_table = self.eh_frame_hdr.and_then(|hdr| {
-            bases = bases.clone().set_eh_frame_hdr(hdr.2);
-            EhFrameHdr::new(self.bytes(hdr)?, LittleEndian)
-                .parse(&bases, 8)
-                .ok()
+        let hdr_table = self.eh_frame_hdr.as_ref().and_then(|(hdr, hdr_address)| {
+            bases = bases.clone().set_eh_frame_hdr(*hdr_address);
+            EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()
         });
         let row = match hdr_table.as_ref().and_then(|h| h.table()) {
             Some(table) => table
@@ -309,11 +299,11 @@ impl Unwinder {
                     format!("/proc/{pid}/map_files/{:x}-{:x}", map.start, map.end).into();
                 // A process gone since its stack was copied: the file by
                 // its name.
-                let data = fs::read(&by_map)
-                    .or_else(|_| fs::read(format!("/proc/{pid}/root{}", map.path)))
-                    .or_else(|_| fs::read(&map.path))
+                let file = fs::File::open(&by_map)
+                    .or_else(|_| fs::File::open(format!("/proc/{pid}/root{}", map.path)))
+                    .or_else(|_| fs::File::open(&map.path))
                     .ok()?;
-                CfiObject::parse(data)
+                CfiObject::read(file)
             })
             .as_ref()?;
         let seg = object
