@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tracer_common::{
     decode::{is_uretprobe_trampoline, syscall_name},
     record::{BlockedStack, blocked_flags, lifecycle},
+    syscall,
 };
 
 use crate::{
@@ -75,30 +76,6 @@ pub const ENDED_WITHIN_NS: u64 = 1_000_000_000;
 /// Functions (parts of their names) that wait for another thread to end.
 const JOINS: &[&str] = &["pthread_join", "clockjoin", "timedjoin", "thrd_join"];
 
-/// System calls in which a thread waits for other processes (an event
-/// loop's wait, a receive, an accept, a parent's wait for children): a
-/// thread blocked long in one is most likely waiting for another that
-/// hung, not hung itself.
-const WAITS_FOR_OTHERS: &[&str] = &[
-    "poll",
-    "ppoll",
-    "select",
-    "pselect6",
-    "epoll_wait",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "read",
-    "readv",
-    "recvfrom",
-    "recvmsg",
-    "recvmmsg",
-    "accept",
-    "accept4",
-    "connect",
-    "wait4",
-    "waitid",
-];
-
 impl BlockedThread {
     /// The function names of its frames, innermost first (`?` for a frame
     /// in no known symbol).
@@ -110,16 +87,24 @@ impl BlockedThread {
     }
 
     /// Whether its call is one in which threads wait for other processes
-    /// ([`WAITS_FOR_OTHERS`]), or it waits for another thread to end (a
-    /// join: the C library's `pthread_join`, `thrd_join` and their
-    /// internals): a daemon's main thread joins its workers for its whole
-    /// life.
+    /// (an event loop's wait, a receive, an accept:
+    /// [`syscall::waits_for_peer`]; a connect; a parent's wait for
+    /// children), or it waits for another thread to end (a join: the C
+    /// library's `pthread_join`, `thrd_join` and their internals): a
+    /// daemon's main thread joins its workers for its whole life. A thread
+    /// blocked long in one is most likely waiting for another that hung,
+    /// not hung itself.
     pub fn waits_for_others(&self) -> bool {
-        WAITS_FOR_OTHERS.contains(&self.syscall.as_str())
-            || self
-                .frames
-                .iter()
-                .any(|f| f.named && JOINS.iter().any(|j| f.function.contains(j)))
+        syscall::number(&self.syscall).is_some_and(|nr| {
+            syscall::waits_for_peer(nr)
+                || matches!(
+                    nr,
+                    syscall::nr::CONNECT | syscall::nr::WAIT4 | syscall::nr::WAITID
+                )
+        }) || self
+            .frames
+            .iter()
+            .any(|f| f.named && JOINS.iter().any(|j| f.function.contains(j)))
     }
 
     /// Where it stood, as the same code stands in every run (names, not
@@ -394,5 +379,70 @@ mod tests {
         extra.push(entry(7, 0x4000));
         let t = &blocked_threads(&capture(&extra, &frames), None)[0];
         assert_eq!(t.frames[3].addr, TRAMPOLINE);
+    }
+
+    /// Threads waiting for other processes or threads are told from one
+    /// that blocked on its own: event-loop waits, receives, accepts,
+    /// connects, waits for children and joins wait; sleeps, pauses and
+    /// lock waits outside a join do not.
+    #[test]
+    fn waiting_for_others_is_told_from_blocking_alone() {
+        let thread = |syscall: &str, functions: &[&str]| BlockedThread {
+            pid: 1,
+            tid: 1,
+            comm: "d".into(),
+            syscall: syscall.into(),
+            blocked_s: 5.0,
+            at_least: false,
+            since_s: 0.0,
+            frames: functions
+                .iter()
+                .map(|f| BlockedFrame {
+                    addr: 0x1000,
+                    function: f.to_string(),
+                    named: true,
+                    source: None,
+                })
+                .collect(),
+            incomplete: false,
+            ended_by_signal: false,
+        };
+        for call in [
+            "poll",
+            "epoll_wait",
+            "select",
+            "read",
+            "recvfrom",
+            "accept4",
+            "connect",
+            "wait4",
+            "waitid",
+        ] {
+            assert!(thread(call, &["main"]).waits_for_others(), "{call}");
+        }
+        for call in [
+            "nanosleep",
+            "clock_nanosleep",
+            "pause",
+            "futex",
+            "write",
+            "syscall_999",
+        ] {
+            assert!(!thread(call, &["main"]).waits_for_others(), "{call}");
+        }
+        assert!(
+            thread(
+                "futex",
+                &["__futex_abstimed_wait_common", "pthread_join", "main"]
+            )
+            .waits_for_others()
+        );
+        assert!(
+            !thread(
+                "futex",
+                &["__lll_lock_wait", "pthread_mutex_lock", "dispatch"]
+            )
+            .waits_for_others()
+        );
     }
 }

@@ -144,6 +144,8 @@ pub mod nr {
     pub const IO_URING_ENTER: u32 = 426;
     pub const OPENAT2: u32 = 437;
     pub const FACCESSAT2: u32 = 439;
+    pub const WAIT4: u32 = 61;
+    pub const WAITID: u32 = 247;
 }
 
 /// The socket system calls recorded one by one: (number, name).
@@ -361,7 +363,7 @@ pub const WAITS: &[(u32, &str)] = &[
     (24, "sched_yield"),
     (34, "pause"),
     (35, "nanosleep"),
-    (61, "wait4"),
+    (nr::WAIT4, "wait4"),
     (65, "semop"),
     (70, "msgrcv"),
     (73, "flock"),
@@ -370,9 +372,37 @@ pub const WAITS: &[(u32, &str)] = &[
     (202, "futex"),
     (220, "semtimedop"),
     (230, "clock_nanosleep"),
-    (247, "waitid"),
+    (nr::WAITID, "waitid"),
     (449, "futex_waitv"),
 ];
+
+/// Whether a thread in system call `nr` waits for a peer: a readiness wait
+/// (`poll`, `select`, `epoll_wait`...), a receive or an accept. How long it
+/// takes is the peer's doing (how soon it sent or connected), not the
+/// caller's work.
+pub fn waits_for_peer(nr: u32) -> bool {
+    spec(nr).is_some_and(|s| s.flags & flag::WAIT != 0)
+        || matches!(
+            nr,
+            nr::READ
+                | nr::READV
+                | nr::RECVFROM
+                | nr::RECVMSG
+                | nr::RECVMMSG
+                | nr::ACCEPT
+                | nr::ACCEPT4
+        )
+}
+
+/// The number of the system call named `name` among those [`name`] knows.
+pub fn number(name: &str) -> Option<u32> {
+    TRACED
+        .iter()
+        .chain(FILE_CALLS)
+        .chain(WAITS)
+        .find(|(_, n)| *n == name)
+        .map(|(nr, _)| *nr)
+}
 
 /// The name of system call `nr`, or `None` if it is neither recorded nor
 /// counted nor one of the [`WAITS`].

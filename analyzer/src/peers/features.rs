@@ -1537,26 +1537,20 @@ pub fn normalize(vectors: &mut [Vec<f64>], floor: f64) {
 /// Whether the system call named `name` waits for readiness (its duration
 /// is idle time, not service time).
 fn is_wait(name: &str) -> bool {
-    syscall::TRACED
-        .iter()
-        .find(|(_, n)| *n == name)
-        .and_then(|(nr, _)| syscall::spec(*nr))
+    syscall::number(name)
+        .and_then(syscall::spec)
         .is_some_and(|s| s.flags & syscall::flag::WAIT != 0)
 }
 
-/// Whether the system call named `name` waits for a peer: a readiness wait
-/// ([`is_wait`]), a receive (the recorded `read`s are on sockets) or an
-/// accept. How long it takes is how long the peer took to send or connect,
-/// not work the server did: in lock-step, the server waiting on a slow one
-/// (a MooseFS chunkserver whose replication partner is capped by CPU)
-/// spends longer in its blocking receives and would stand out instead of
-/// the slow server.
+/// Whether the system call named `name` waits for a peer
+/// ([`syscall::waits_for_peer`]: a readiness wait, a receive, an accept;
+/// the recorded `read`s are on sockets). How long it takes is how long the
+/// peer took to send or connect, not work the server did: in lock-step, the
+/// server waiting on a slow one (a MooseFS chunkserver whose replication
+/// partner is capped by CPU) spends longer in its blocking receives and
+/// would stand out instead of the slow server.
 fn waits_for_peer(name: &str) -> bool {
-    is_wait(name)
-        || matches!(
-            name,
-            "read" | "readv" | "recvfrom" | "recvmsg" | "recvmmsg" | "accept" | "accept4"
-        )
+    syscall::number(name).is_some_and(syscall::waits_for_peer)
 }
 
 fn basename(path: &str) -> &str {
