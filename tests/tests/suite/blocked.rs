@@ -8,7 +8,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use analyzer::{Capture, Event, Symbolizer};
+use analyzer::{Capture, Event};
 use tests::{Background, capture, events, fixture, privileged, tracer};
 use tracer_common::record::blocked_flags;
 
@@ -29,30 +29,40 @@ fn start_stuck(args: &[&str]) -> Child {
 }
 
 /// Per thread of `pid`: the system call it was blocked in and its frames'
-/// function names, innermost first (return addresses placed at their call).
+/// function names, innermost first, as the analyzer reads them.
 fn blocked_stacks(cap: &Capture, pid: u32) -> BTreeMap<u32, (String, Vec<String>)> {
-    let sym = Symbolizer::new(cap);
-    events(cap)
+    analyzer::blocked::blocked_threads(cap, None)
         .into_iter()
-        .filter_map(|e| match e {
-            Event::Blocked(b) if b.header.pid == pid => Some(b),
-            _ => None,
-        })
-        .map(|b| {
-            let names = b
-                .frames()
-                .iter()
-                .enumerate()
-                .map(|(i, a)| {
-                    let at = if i == 0 { *a } else { a - 1 };
-                    sym.user(pid, at)
-                        .and_then(|l| l.symbol)
-                        .map_or_else(|| format!("{at:#x}"), str::to_string)
-                })
-                .collect();
-            (b.header.tid, (analyzer::decode::syscall_name(b.nr), names))
+        .filter(|t| t.pid == pid)
+        .map(|t| {
+            let names = t.path().into_iter().map(str::to_string).collect();
+            (t.tid, (t.syscall, names))
         })
         .collect()
+}
+
+/// Records the `stuck` fixture started with `args` for `duration`, with no
+/// `-f` and no samples, then kills it: its pid and the capture.
+fn record_stuck(args: &[&str], duration: &str) -> (u32, Capture) {
+    let mut child = start_stuck(args);
+    let pid = child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stuck.capture");
+    let run = tracer(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        duration,
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(run.status.success(), "{}", run.stderr);
+    (pid, capture(&out))
 }
 
 /// With no `-f` and no samples, a thread that sleeps in a function nothing
@@ -63,25 +73,7 @@ fn blocked_threads_are_found_where_they_wait_without_probes() {
     if !privileged() {
         return;
     }
-    let mut child = start_stuck(&[]);
-    let pid = child.id();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("stuck.capture");
-    let run = tracer(&[
-        "record",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        "2s",
-        "--sample-hz",
-        "0",
-        "-o",
-        out.to_str().expect("utf8"),
-    ]);
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(run.status.success(), "{}", run.stderr);
-    let cap = capture(&out);
+    let (pid, cap) = record_stuck(&[], "2s");
     let stacks = blocked_stacks(&cap, pid);
     let main = stacks
         .get(&pid)
@@ -115,25 +107,7 @@ fn a_thread_blocked_before_the_recording_is_found_too() {
     if !privileged() {
         return;
     }
-    let mut child = start_stuck(&["long"]);
-    let pid = child.id();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("long.capture");
-    let run = tracer(&[
-        "record",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        "1s",
-        "--sample-hz",
-        "0",
-        "-o",
-        out.to_str().expect("utf8"),
-    ]);
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(run.status.success(), "{}", run.stderr);
-    let cap = capture(&out);
+    let (pid, cap) = record_stuck(&["long"], "1s");
     let before: Vec<_> = events(&cap)
         .into_iter()
         .filter_map(|e| match e {
