@@ -14,7 +14,7 @@ use analyzer::{
     },
     mpi::{self, Profiles},
     peers::{self, PeersConfig, ServerSplit, Thresholds},
-    score::{Ranking, ScoreReport, Scoring, score_linked_processes},
+    score::{Ranking, ScoreReport, Scoring, score_with_blocked},
     units::decompose_capture,
 };
 use anyhow::{Context as _, bail};
@@ -141,6 +141,15 @@ pub(crate) fn run(
             .collect::<Vec<_>>(),
     );
 
+    // Where threads stood at the end, read once: shown in the report and
+    // judged by the model. Source lines of the evidence's call sites come
+    // from the recorded objects' debug information on this machine.
+    let mut lines = SourceLines::new(&args.debug_dirs);
+    let blocked: Vec<Vec<analyzer::blocked::BlockedThread>> = captures
+        .iter()
+        .map(|cap| analyzer::blocked::blocked_threads(cap, Some(&mut lines)))
+        .collect();
+
     let mut results = Vec::new();
     bar.set_message("model-based scores");
     let model_report = match &model {
@@ -153,7 +162,7 @@ pub(crate) fn run(
                     notes.push(format!("{name}: {why}"));
                 }
             }
-            let report = score(m, &names, &captures);
+            let report = score(m, &names, &captures, &blocked);
             for cap in &mut captures {
                 cap.left_out.clear();
             }
@@ -213,10 +222,7 @@ pub(crate) fn run(
         }
     };
 
-    // Source lines of the evidence's call sites, where the recorded
-    // objects' debug information is on this machine.
     let refs: Vec<&Capture> = captures.iter().collect();
-    let mut lines = SourceLines::new(&args.debug_dirs);
     diagnose::sources::add_source_lines(&mut results, &refs, &mut lines);
     for (object, why) in lines.missing() {
         ui.say(&format!("note: no source lines for {object}: {why}"));
@@ -224,10 +230,11 @@ pub(crate) fn run(
     let at_end = names
         .iter()
         .zip(&captures)
-        .map(|(name, cap)| diagnose::AtEnd {
+        .zip(blocked)
+        .map(|((name, cap), threads)| diagnose::AtEnd {
             capture: name.clone(),
             host: cap.header.host.clone(),
-            threads: analyzer::blocked::blocked_threads(cap, Some(&mut lines)),
+            threads,
         })
         .filter(|a| !a.threads.is_empty())
         .collect();
@@ -279,16 +286,22 @@ fn capture_files(args: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Scores every capture's units against the model (as `model score`).
-fn score(model: &analyzer::model::GlobalModel, names: &[String], caps: &[Capture]) -> ScoreReport {
+/// Scores every capture's units against the model (as `model score`);
+/// `blocked`: each capture's blocked threads.
+fn score(
+    model: &analyzer::model::GlobalModel,
+    names: &[String],
+    caps: &[Capture],
+    blocked: &[Vec<analyzer::blocked::BlockedThread>],
+) -> ScoreReport {
     let scoring = Scoring::default();
     let mut scores = Vec::new();
     let mut quiet = Vec::with_capacity(caps.len());
-    for (name, cap) in names.iter().zip(caps) {
+    for ((name, cap), blocked) in names.iter().zip(caps).zip(blocked) {
         let processes = decompose_capture(cap, model.variant);
         let links = analyzer::units::Links::of(cap);
-        scores.extend(score_linked_processes(
-            model, cap, &links, name, &processes, scoring,
+        scores.extend(score_with_blocked(
+            model, cap, &links, name, &processes, scoring, blocked,
         ));
         quiet.push((
             analyzer::units::quiet_span(&processes, cap.end.as_ref().map(|e| e.stop_ns)),

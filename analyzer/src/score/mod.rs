@@ -14,4 +14,5 @@ pub use report::{
 pub use suspect::{
     Detached, Difference, DifferenceKind, Evidence, MIN_LEARNED_UNITS, NORMAL_MARGIN, Nearest,
     Scoring, Seen, UnitScore, rank, score_linked_processes, score_processes, score_tree,
+    score_with_blocked,
 };

@@ -875,8 +875,10 @@ pub fn score_linked_processes(
     score_with_blocked(model, capture, links, name, processes, scoring, &blocked)
 }
 
-/// [`score_linked_processes`] with the capture's blocked threads given.
-fn score_with_blocked(
+/// [`score_linked_processes`] with the capture's blocked threads given
+/// ([`crate::blocked::blocked_threads`]): a caller that shows them too
+/// reads them from the capture once.
+pub fn score_with_blocked(
     model: &GlobalModel,
     capture: &Capture,
     links: &Links,
