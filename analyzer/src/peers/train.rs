@@ -216,13 +216,14 @@ pub fn unlike_others(runs: &[Scored], cfg: &PeersConfig) -> Vec<BTreeMap<Metric,
                 .filter(|x| x.is_finite())
                 .fold(0.0, f64::max)
         };
+        let largest_of: Vec<Option<f64>> = series.iter().map(|s| s.map(largest)).collect();
         for (i, own) in series.iter().enumerate() {
             let Some(own) = own else { continue };
-            let others = series
+            let others = largest_of
                 .iter()
                 .enumerate()
                 .filter(|(j, _)| *j != i)
-                .filter_map(|(_, s)| s.map(largest))
+                .filter_map(|(_, l)| *l)
                 .fold(0.0, f64::max);
             if others <= 0.0 {
                 continue;
