@@ -169,6 +169,10 @@ pub struct Seen {
     pub learned: u64,
     /// The most units of one learned process with these call paths.
     pub max_per_process: u32,
+    /// The largest share of one learned process's units of the tree with
+    /// these call paths (see [`crate::model::Behaviour::max_share`]).
+    #[serde(default)]
+    pub max_share: f64,
     /// False when the tree kept only its most frequent behaviours: then a
     /// behaviour not listed may have been seen.
     pub exhaustive: bool,
@@ -1406,6 +1410,7 @@ pub(crate) fn match_behaviour(tree: &CallTreeModel, table: &NodeTable, u: &Unit)
         units: learned.map_or(0, |b| b.units),
         learned: tree.units,
         max_per_process: learned.map_or(0, |b| b.max_per_process),
+        max_share: learned.map_or(0.0, |b| b.max_share),
         exhaustive: tree.unlisted == 0,
         nearest: if id.is_none() {
             nearest(tree, table, &ids, &unexpected)
