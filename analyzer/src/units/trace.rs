@@ -20,8 +20,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use tracer_common::{
     capture::RawRecords,
     record::{
-        ExitStatus, FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit,
-        UsdtString, kind, lifecycle,
+        ExitStatus, FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED,
+        Syscall, UsdtHit, UsdtString, kind, lifecycle,
     },
     syscall::nr,
 };
@@ -681,6 +681,19 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
         }
         kind::SYSCALL => {
             let s = Syscall::read_from(bytes)?;
+            // A call still in flight when the recording stopped (its
+            // process ran on), entered less than a second before: the
+            // thread was at work or waiting as it does all the time, and
+            // the call says nothing its completed ones do not. Worse, the
+            // recorder read what was in flight after its last drain, while
+            // the targets ran on: such a call may follow records never
+            // drained (a poll inside a handler that never polls). A call in
+            // flight longer stays: where a thread was stuck.
+            if s.flags & SYSCALL_UNFINISHED != 0
+                && header.ts_ns.saturating_sub(s.enter_ns) < super::CAUGHT_AT_WORK_NS
+            {
+                return None;
+            }
             (
                 pid,
                 tid,
