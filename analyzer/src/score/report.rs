@@ -568,7 +568,9 @@ fn unsure_note(units: &[UnitScore]) -> String {
 /// count, plus one), at least [`REPEAT_MIN`] times, and at least four
 /// times as often as the median other process of its group (plus
 /// [`REPEAT_MIN`]): a deviation all processes share is the workload's, not
-/// one process's fault. A unit deviates when no learned unit had its call
+/// one process's fault; a process with no other of its group in the
+/// captures has nothing to be compared with and is not judged so. A unit
+/// deviates when no learned unit had its call
 /// paths; a process also deviates by as many units as it had learned call
 /// paths beyond the most any learned process had, and beyond the largest
 /// share of its units of the tree any learned process had them in (see
@@ -652,7 +654,13 @@ fn repeated(units: &mut [UnitScore]) {
                 .map(|q| deviating.get(q).map_or(0, |d| d.0))
                 .collect();
             peers.sort_unstable();
-            let median = peers.get(peers.len() / 2).copied().unwrap_or(0);
+            // Without another process of its group in the captures, nothing
+            // tells a deviation of this process from a recording unlike the
+            // learned ones (longer, with fewer start-up and end units in
+            // the mix): the rule compares peers, and there are none.
+            let Some(&median) = peers.get(peers.len() / 2) else {
+                continue;
+            };
             if count < 4 * median + REPEAT_MIN {
                 continue;
             }
@@ -1318,7 +1326,8 @@ mod tests {
     /// repetition (pyjobs: a worker with 21 jobs of a kind where learned
     /// workers had at most 18, its peers fewer). A rare behaviour far
     /// beyond its learned share stays evidence, busy or not (issue 20's
-    /// ring: 35 units alike where a learned process had 1 in 40).
+    /// ring: 35 units alike where a learned process had 1 in 40), where
+    /// the process has peers to be compared with.
     #[test]
     fn repeated_counts_beyond_the_learned_share_not_the_learned_count() {
         // Learned processes had 8 units of the tree: behaviour 0 (common)
@@ -1374,6 +1383,12 @@ mod tests {
             }]
         );
         assert_eq!(r.units.iter().filter(|u| u.anomalous).count(), 6);
+
+        // Alone in its group: no peer to compare with, and a recording
+        // unlike the learned ones (longer, fewer start-up units in the
+        // mix) shifts every share alike.
+        let r = run(&[(3, [2, 0, 6])]);
+        assert!(flagged(&r).is_empty(), "{}", r.summary);
 
         // Busy and repeating the rare behaviour: 12 of 30 where its share
         // allows 4 (1 in 8).
