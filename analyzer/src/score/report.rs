@@ -1342,7 +1342,7 @@ mod tests {
                     for _ in 0..n {
                         t += 1;
                         let mut u = seen(pid, t, Some(id as u32), 0);
-                        let b = u.behaviour.as_mut().unwrap();
+                        let b = u.behaviour.as_mut().expect("seen() gives a behaviour");
                         (b.max_per_process, b.max_share) = learned[id];
                         units.push(u);
                     }
@@ -1373,7 +1373,7 @@ mod tests {
         let ring: Vec<_> = peers.iter().copied().chain([(3, [2, 0, 6])]).collect();
         let r = run(&ring);
         assert_eq!(flagged(&r), [3]);
-        let u = r.units.iter().find(|u| u.anomalous).unwrap();
+        let u = r.units.iter().find(|u| u.anomalous).expect("flagged");
         assert_eq!(
             u.evidence,
             [Evidence::Repeated {
@@ -1395,7 +1395,7 @@ mod tests {
         let both: Vec<_> = peers.iter().copied().chain([(3, [15, 3, 12])]).collect();
         let r = run(&both);
         assert_eq!(flagged(&r), [3]);
-        let u = r.units.iter().find(|u| u.anomalous).unwrap();
+        let u = r.units.iter().find(|u| u.anomalous).expect("flagged");
         assert!(
             matches!(u.evidence[..], [Evidence::Repeated { units: 8, .. }]),
             "{:?}",
