@@ -436,6 +436,11 @@ pub struct Length {
     /// `tracer record --like MODEL`: the budget keeps the model's functions
     /// while others can go.
     pub like: Option<PathBuf>,
+    /// `tracer record --duration`: the recorder stops this long after it
+    /// started the program, while the program may still run (a user who
+    /// records running daemons and stops the recorder); see
+    /// [`record_with`].
+    pub stop_after: Option<std::time::Duration>,
 }
 
 impl Default for Length {
@@ -444,12 +449,16 @@ impl Default for Length {
             scale: 1,
             overhead: None,
             like: None,
+            stop_after: None,
         }
     }
 }
 
 /// [`record`] with runs `length.scale` times as long and the recorder's
-/// overhead budget.
+/// overhead budget. With `length.stop_after`, the recorder stops then
+/// (which ends the launcher: `tracer record` ends a command it started
+/// when it stops first) and every process the run left is killed once the
+/// recorder has exited: the capture ends while the daemons ran.
 pub fn record_with(
     tracer: &Path,
     program: Program,
@@ -472,10 +481,20 @@ pub fn record_with(
     for f in program.functions() {
         args.extend(["-f".to_string(), f.to_string()]);
     }
+    if let Some(stop) = length.stop_after {
+        args.extend(["--duration".into(), format!("{}ms", stop.as_millis())]);
+    }
     args.extend(["-o".into(), out.display().to_string(), "--".into()]);
     args.extend(command(program, exe, port, fault, length.scale));
+    if length.stop_after.is_some() {
+        // The launcher's own bound on the run must not end it first.
+        args.extend(["--timeout".into(), "60000".into()]);
+    }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = crate::run_bounded(tracer, &refs);
+    let run = match length.stop_after {
+        None => crate::run_bounded(tracer, &refs),
+        Some(_) => run_stopped(tracer, &refs)?,
+    };
     if !run.status.success() {
         return Err(format!("{program}: tracer record failed: {}", run.stderr));
     }
@@ -508,6 +527,89 @@ pub fn record_with(
         daemons,
         outcome,
         fired,
+    })
+}
+
+/// Runs `tracer ARGS` (a recording with `--duration`) in a process group
+/// of its own; once the tracer exited (within 60 s), kills what is left of
+/// the group (the daemons of a program the recorder stopped), so that
+/// their output ends too.
+fn run_stopped(tracer: &Path, args: &[&str]) -> Result<crate::Run, String> {
+    use std::{
+        io::Read,
+        os::unix::process::CommandExt as _,
+        process::{Command, Stdio},
+        time::{Duration, Instant},
+    };
+    let mut child = Command::new(tracer)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("{} runs: {e}", tracer.display()))?;
+    let group = child.id();
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => break None,
+        }
+    };
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stderr(Stdio::null())
+        .status();
+    let status = match status {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            child
+                .wait()
+                .map_err(|e| format!("waiting for the tracer: {e}"))?
+        }
+    };
+    Ok(crate::Run {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// Whether each daemon of `run` was still running when its recording
+/// stopped (no exit of it in the capture), and the capture saw them all.
+pub fn daemons_ran_at_stop(run: &RecordedRun) -> bool {
+    let cap = crate::capture(&run.capture);
+    let processes = decompose_capture(&cap, Variant::Paper000);
+    run.daemons.values().all(|pid| {
+        processes
+            .iter()
+            .find(|p| p.pid == *pid)
+            .is_some_and(|p| p.ended.is_none())
     })
 }
 

@@ -2591,6 +2591,11 @@ impl Session {
         reason: String,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Summary, RecordError> {
+        // Where the capture's records end: a call a thread entered after
+        // this (the targets still run while the recorder stops) follows
+        // records that were never drained, and is not written as in flight
+        // below.
+        let drained_ns = monotonic_ns();
         // All of it: nothing drains after this.
         drain(
             self.ring.get_mut(),
@@ -2611,7 +2616,7 @@ impl Session {
         )?;
         for (tid, enter) in self.loaded.inflight() {
             // Calls on files are counted when they end, never recorded.
-            if enter.file_class != 0 {
+            if enter.file_class != 0 || enter.ts_ns > drained_ns {
                 continue;
             }
             let pid = tgid_of(tid);

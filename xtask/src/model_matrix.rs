@@ -44,6 +44,23 @@ pub(crate) struct ModelMatrixArgs {
     /// Fresh normal runs per program, scored for false alarms.
     #[arg(long, default_value_t = 20)]
     normals: usize,
+    /// Normal runs per program whose recorder is stopped while every daemon
+    /// still runs (`tracer record --duration`, as a user who records
+    /// running daemons and stops the recorder), scored for false alarms in
+    /// a column of their own. The learned runs all end with the daemons'
+    /// exit.
+    #[arg(long, default_value_t = 10)]
+    stopped: usize,
+    /// When the recorder of a stopped run stops, ms after it started the
+    /// program: long enough that a thread waiting for work (an accept, a
+    /// join, an idle connection) has waited over a second.
+    #[arg(long, default_value_t = 2500)]
+    stop_after_ms: u64,
+    /// How many times as long as a normal run a stopped run's program is
+    /// made (rounds, requests, jobs), so that its daemons still run at the
+    /// stop.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    stopped_scale: u32,
     /// Normal runs learned per program.
     #[arg(long, default_value_t = LEARN)]
     learn: usize,
@@ -84,6 +101,10 @@ struct Runs {
     learn: Vec<RecordedRun>,
     normal: Vec<RecordedRun>,
     faulty: Vec<RecordedRun>,
+    /// Normal runs whose recorder stopped while the daemons ran (absent
+    /// from matrices recorded before they were).
+    #[serde(default)]
+    stopped: Vec<RecordedRun>,
 }
 
 /// xorshift64*: the matrix needs reproducible draws, not a crate.
@@ -169,12 +190,17 @@ fn record_program(
     };
     let started = Instant::now();
     let like: std::cell::RefCell<Option<PathBuf>> = Default::default();
-    let mut record = |name: String, fault: Option<Injection>| -> anyhow::Result<RecordedRun> {
+    // `stopped`: the scale of a run whose recorder stops early.
+    let mut record = |name: String,
+                      fault: Option<Injection>,
+                      stopped: Option<u32>|
+     -> anyhow::Result<RecordedRun> {
         let out = dir.join(format!("{name}.capture"));
         let length = bugclass::Length {
-            scale: a.scale,
+            scale: stopped.unwrap_or(a.scale),
             overhead: a.overhead.clone(),
             like: like.borrow().clone(),
+            stop_after: stopped.map(|_| std::time::Duration::from_millis(a.stop_after_ms)),
         };
         let run =
             bugclass::record_with(tracer, program, &exe, &out, port(), fault.as_ref(), &length)
@@ -191,6 +217,7 @@ fn record_program(
         learn: Vec::new(),
         normal: Vec::new(),
         faulty: Vec::new(),
+        stopped: Vec::new(),
     };
     // A run without a fault that the launcher had to stop (a slow, loaded
     // machine) is no normal run: it is recorded again, and kept after five
@@ -202,7 +229,7 @@ fn record_program(
                 0 => name.clone(),
                 n => format!("{name}-{n}"),
             };
-            let run = record(shown, None)?;
+            let run = record(shown, None, None)?;
             if !run.outcome.contains("hung") || attempt == 4 {
                 return Ok(run);
             }
@@ -222,6 +249,29 @@ fn record_program(
     }
     for i in 0..a.normals {
         runs.normal.push(normal(format!("normal-{i}"))?);
+    }
+    // A stopped run in which a daemon ended before the stop (a program
+    // faster than its scale allowed for) is not what it should be:
+    // recorded again twice as long, and kept after five tries, when
+    // scoring leaves it out and says so. The next run starts at the
+    // length that sufficed.
+    let mut scale = a.scale.saturating_mul(a.stopped_scale);
+    for i in 0..a.stopped {
+        for attempt in 0..5 {
+            let name = match attempt {
+                0 => format!("stopped-{i}"),
+                n => format!("stopped-{i}-{n}"),
+            };
+            let run = record(name, None, Some(scale))?;
+            if bugclass::daemons_ran_at_stop(&run) || attempt == 4 {
+                runs.stopped.push(run);
+                break;
+            }
+            scale = scale.saturating_mul(2);
+            eprintln!(
+                "  {program} stopped-{i}: a daemon ended before the stop; recorded again {scale} times as long as a normal run"
+            );
+        }
     }
     let at = program.fault_at();
     for &class in classes {
@@ -243,7 +293,7 @@ fn record_program(
                     0 => format!("{class}-{r}"),
                     n => format!("{class}-{r}-{n}"),
                 };
-                let run = record(name, Some(fault))?;
+                let run = record(name, Some(fault), None)?;
                 if run.fired || attempt == 4 {
                     runs.faulty.push(run);
                     break;
@@ -265,6 +315,15 @@ struct Row {
     held_out: bool,
     /// `None`: the fresh normal runs.
     class: Option<FaultClass>,
+    /// Normal runs whose recorder stopped while the daemons ran.
+    #[serde(default)]
+    stopped: bool,
+    /// Runs whose report holds a hung thread ([`analyzer::score::Evidence::Hung`]).
+    #[serde(default)]
+    hung: usize,
+    /// Stopped runs left out: a daemon ended before the stop.
+    #[serde(default)]
+    left_out: usize,
     runs: usize,
     detected: usize,
     top1: usize,
@@ -304,6 +363,9 @@ fn score_program(
         program,
         held_out: program.held_out(),
         class: None,
+        stopped: false,
+        hung: 0,
+        left_out: 0,
         runs: 0,
         detected: 0,
         top1: 0,
@@ -313,7 +375,9 @@ fn score_program(
         misses: Vec::new(),
     };
     for run in &runs.normal {
-        let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
+        let report = bugclass::score(&model, &run.capture);
+        let outcome = bugclass::judge(run, &report);
+        normal.hung += usize::from(has_hung(&report));
         normal.runs += 1;
         normal.cannot_judge += usize::from(outcome.cannot_judge);
         if outcome.alarm {
@@ -331,6 +395,47 @@ fn score_program(
         }
     }
     rows.push(normal);
+    if !runs.stopped.is_empty() {
+        let mut row = Row {
+            program,
+            held_out: program.held_out(),
+            class: None,
+            stopped: true,
+            hung: 0,
+            left_out: 0,
+            runs: 0,
+            detected: 0,
+            top1: 0,
+            alarms: 0,
+            cannot_judge: 0,
+            wrong: 0,
+            misses: Vec::new(),
+        };
+        for run in &runs.stopped {
+            if !bugclass::daemons_ran_at_stop(run) {
+                row.left_out += 1;
+                continue;
+            }
+            let report = bugclass::score(&model, &run.capture);
+            let outcome = bugclass::judge(run, &report);
+            row.runs += 1;
+            row.hung += usize::from(has_hung(&report));
+            row.cannot_judge += usize::from(outcome.cannot_judge);
+            if outcome.alarm {
+                row.alarms += 1;
+                row.misses
+                    .push(format!("{}: {}", run.capture.display(), outcome.summary));
+            }
+            if a.verbose {
+                eprintln!(
+                    "  {program} stopped {}: {}",
+                    run.capture.display(),
+                    outcome.summary
+                );
+            }
+        }
+        rows.push(row);
+    }
     let mut by_class: BTreeMap<FaultClass, Row> = BTreeMap::new();
     for run in &runs.faulty {
         let Some(fault) = &run.injection else {
@@ -339,11 +444,15 @@ fn score_program(
         if !classes.contains(&fault.class) || !run.fired {
             continue;
         }
-        let outcome = bugclass::judge(run, &bugclass::score(&model, &run.capture));
+        let report = bugclass::score(&model, &run.capture);
+        let outcome = bugclass::judge(run, &report);
         let row = by_class.entry(fault.class).or_insert_with(|| Row {
             program,
             held_out: program.held_out(),
             class: Some(fault.class),
+            stopped: false,
+            hung: 0,
+            left_out: 0,
             runs: 0,
             detected: 0,
             top1: 0,
@@ -353,6 +462,7 @@ fn score_program(
             misses: Vec::new(),
         });
         row.runs += 1;
+        row.hung += usize::from(has_hung(&report));
         row.detected += usize::from(outcome.detected);
         row.top1 += usize::from(outcome.top1);
         row.alarms += usize::from(outcome.alarm);
@@ -380,6 +490,16 @@ fn score_program(
     }
     rows.extend(by_class.into_values());
     Ok(rows)
+}
+
+/// Whether an anomalous unit of `report` holds a hung thread.
+fn has_hung(report: &analyzer::score::ScoreReport) -> bool {
+    report.units.iter().any(|u| {
+        u.anomalous
+            && u.evidence
+                .iter()
+                .any(|e| matches!(e, analyzer::score::Evidence::Hung { .. }))
+    })
 }
 
 fn pct(n: usize, of: usize) -> String {
@@ -410,8 +530,9 @@ fn print_table(rows: &[Row]) {
         for r in &rows {
             match r.class {
                 None => println!(
-                    "| {} | normal | {} | | | | {} | {} |",
+                    "| {} | {} | {} | | | | {} | {} |",
                     r.program,
+                    if r.stopped { "stopped early" } else { "normal" },
                     r.runs,
                     pct(r.cannot_judge, r.runs),
                     pct(r.alarms, r.runs)
@@ -429,15 +550,28 @@ fn print_table(rows: &[Row]) {
             }
         }
         println!(
-            "(wrong process: the earliest anomaly is in another process; cannot judge: the report found nothing in the units it could judge and could not judge the others, as their capture's overhead budget detached functions the model has: no answer, neither a detection nor a wrong one)"
+            "(wrong process: the earliest anomaly is in another process; cannot judge: the report found nothing in the units it could judge and could not judge the others, as their capture's overhead budget detached functions the model has: no answer, neither a detection nor a wrong one; stopped early: normal runs whose recorder stopped while every daemon ran)"
         );
         for r in &rows {
-            for m in &r.misses {
+            let kind = match r.class {
+                Some(c) => c.name(),
+                None if r.stopped => "stopped early",
+                None => "normal",
+            };
+            if r.class.is_none() && r.hung > 0 {
                 println!(
-                    "  miss [{} {}]: {m}",
-                    r.program,
-                    r.class.map_or("normal", FaultClass::name)
+                    "  {} {kind}: {} run(s) with a hung thread",
+                    r.program, r.hung
                 );
+            }
+            if r.left_out > 0 {
+                println!(
+                    "  {} {kind}: {} run(s) left out, a daemon ended before the stop",
+                    r.program, r.left_out
+                );
+            }
+            for m in &r.misses {
+                println!("  miss [{} {kind}]: {m}", r.program);
             }
         }
     }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 pub use tree::{
     Behaviour, CallTreeModel, Followed, MAX_BEHAVIOURS, MAX_SUCCESSIONS, ModelNode, NO_UNIT,
-    NormalRange, OTHER_BEHAVIOUR, Succession,
+    NormalRange, OTHER_BEHAVIOUR, Succession, beyond_normal,
 };
 
 use crate::units::{ProcessUnits, UnitKind, Variant};
@@ -30,8 +30,11 @@ use crate::units::{ProcessUnits, UnitKind, Variant};
 /// without it. 6: how learned processes failed ([`GroupModel::failures`]);
 /// versions 3 to 5 still read, without it. 7: where learned threads stood
 /// at the end of their captures ([`GroupModel::ends`]); versions 3 to 6
-/// still read, without it.
-pub const MODEL_VERSION: u32 = 7;
+/// still read, without it. 8: each behaviour's largest share of one
+/// learned process's units ([`Behaviour::max_share`]); versions 3 to 7
+/// still read, without it (repetition then counts beyond the learned
+/// per-process count alone).
+pub const MODEL_VERSION: u32 = 8;
 
 /// The oldest model version this build reads.
 pub const OLDEST_MODEL_VERSION: u32 = 3;

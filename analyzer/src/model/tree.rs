@@ -106,7 +106,7 @@ impl NormalRange {
 /// from every normal one even when each of its calls, taken alone, is
 /// common (a handler that neither handles the message nor closes the
 /// connection, where normal units do one or the other).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Behaviour {
     /// Model nodes covered, ascending.
     pub nodes: Vec<u32>,
@@ -114,6 +114,43 @@ pub struct Behaviour {
     pub units: u64,
     /// The most units of one learned process that did.
     pub max_per_process: u32,
+    /// The largest share (0..=1) of one learned process's units of the
+    /// tree that did: a process with more units of the tree than any
+    /// learned one (a busier worker, a longer recording) may have more of
+    /// them as well (see [`Behaviour::beyond`]). 0 in models learned
+    /// before it was kept: then only `max_per_process` counts.
+    #[serde(default)]
+    pub max_share: f64,
+}
+
+impl Behaviour {
+    /// How many of `count` units with this behaviour, of a process with
+    /// `total` units in the tree, are more than normal processes had (see
+    /// [`beyond_normal`]).
+    pub fn beyond(&self, count: u32, total: u32) -> u32 {
+        beyond_normal(self.max_per_process, self.max_share, count, total)
+    }
+}
+
+/// How many of `count` units of one behaviour, of a process with `total`
+/// units in the tree, are more than normal processes had: more than the
+/// most one learned process had (`max_per_process`), and more than the
+/// largest share of its units one learned process had (`max_share` of
+/// `total`). A process that does more of everything (a busier worker, a
+/// longer recording) is not repeating anything; one that does this far
+/// more often than its share is (35 units alike where a learned process
+/// had 1 in 40).
+pub fn beyond_normal(max_per_process: u32, max_share: f64, count: u32, total: u32) -> u32 {
+    // A model file is input: whatever it holds, a share is 0..=1.
+    let share = if max_share.is_finite() {
+        max_share.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // The smallest whole count at or above the share (a hair below the
+    // product is rounding, not a unit).
+    let by_share = (share * f64::from(total) - 1e-9).ceil().max(0.0) as u32;
+    count.saturating_sub(max_per_process.max(by_share))
 }
 
 /// Distinct behaviours kept per tree; units of further ones are counted in
@@ -471,15 +508,17 @@ impl CallTreeModel {
     }
 
     /// Adds `units` learned units with the behaviour `nodes`, at most
-    /// `per_process` of them from one process.
+    /// `per_process` of them from one process, at most `share` of one
+    /// process's units of the tree.
     /// Its id, or [`OTHER_BEHAVIOUR`] when the tree lists no more.
-    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32) -> u32 {
+    fn add_behaviour(&mut self, nodes: Vec<u32>, units: u64, per_process: u32, share: f64) -> u32 {
         self.rebuild_behaviours();
         match self.behaviour_index.get(&nodes) {
             Some(&i) => {
                 let b = &mut self.behaviours[i as usize];
                 b.units += units;
                 b.max_per_process = b.max_per_process.max(per_process);
+                b.max_share = b.max_share.max(share);
                 i
             }
             None if self.behaviours.len() < MAX_BEHAVIOURS => {
@@ -489,6 +528,7 @@ impl CallTreeModel {
                     nodes,
                     units,
                     max_per_process: per_process,
+                    max_share: share,
                 });
                 id
             }
@@ -661,7 +701,8 @@ impl CallTreeModel {
         behaviours.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let mut id_of: HashMap<Vec<u32>, u32> = HashMap::with_capacity(behaviours.len());
         for (ids, count) in behaviours {
-            let id = self.add_behaviour(ids.clone(), u64::from(count), count);
+            let share = f64::from(count) / units.len() as f64;
+            let id = self.add_behaviour(ids.clone(), u64::from(count), count, share);
             id_of.insert(ids, id);
         }
         // The order: each unit's behaviour after the two before it in its
@@ -722,7 +763,7 @@ impl CallTreeModel {
                 .filter_map(|&n| mapped.get(n as usize).copied())
                 .collect();
             ids.sort_unstable();
-            behaviour_ids.push(self.add_behaviour(ids, b.units, b.max_per_process));
+            behaviour_ids.push(self.add_behaviour(ids, b.units, b.max_per_process, b.max_share));
         }
         let map = |b: u32| match b {
             NO_UNIT => NO_UNIT,

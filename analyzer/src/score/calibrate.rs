@@ -118,13 +118,17 @@ pub fn calibrate(
                 }
                 for ((kind, key), (by_behaviour, novel)) in per_tree {
                     let tree = group.and_then(|g| g.tree(kind, key));
+                    // As the report counts them (`report::repeated`):
+                    // beyond the most, and the largest share, of a
+                    // learned process.
+                    let total = novel + by_behaviour.values().sum::<u32>();
                     let excess: u32 = by_behaviour
                         .iter()
                         .map(|(id, n)| {
-                            let max = tree
+                            let beyond = tree
                                 .and_then(|t| t.behaviours.get(*id as usize))
-                                .map_or(0, |b| b.max_per_process);
-                            if *n > max { *n } else { 0 }
+                                .map_or(*n, |b| b.beyond(*n, total));
+                            if beyond > 0 { *n } else { 0 }
                         })
                         .sum();
                     let range = ranges.entry((&p.signature, kind, key)).or_default();

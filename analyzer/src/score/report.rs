@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Evidence, Scoring, UnitScore};
 use crate::{
-    model::GlobalModel,
+    model::{GlobalModel, beyond_normal},
     units::{ConnectionKey, Links, UnitKind, Variant},
 };
 
@@ -568,9 +568,15 @@ fn unsure_note(units: &[UnitScore]) -> String {
 /// count, plus one), at least [`REPEAT_MIN`] times, and at least four
 /// times as often as the median other process of its group (plus
 /// [`REPEAT_MIN`]): a deviation all processes share is the workload's, not
-/// one process's fault. A unit deviates when no learned unit had its call
+/// one process's fault; a process with no other of its group in the
+/// captures has nothing to be compared with and is not judged so. A unit
+/// deviates when no learned unit had its call
 /// paths; a process also deviates by as many units as it had learned call
-/// paths beyond the most any learned process had. Needs a calibrated tree.
+/// paths beyond the most any learned process had, and beyond the largest
+/// share of its units of the tree any learned process had them in (see
+/// [`beyond_normal`]: a worker busier than every learned one, or a
+/// recording longer than theirs, does more of everything). Needs a
+/// calibrated tree.
 fn repeated(units: &mut [UnitScore]) {
     // Processes of each group.
     let mut members: HashMap<u32, Vec<ProcessKey>> = HashMap::new();
@@ -612,6 +618,9 @@ fn repeated(units: &mut [UnitScore]) {
         let mut deviating: BTreeMap<ProcessKey, (u32, Vec<usize>)> = BTreeMap::new();
         let mut allowance = 0;
         for (p, (by_behaviour, novel)) in per_process {
+            // The process's units of the tree: a learned behaviour counts
+            // beyond the share of them a learned process had too.
+            let total = (novel.len() + by_behaviour.values().map(Vec::len).sum::<usize>()) as u32;
             let mut count = novel.len() as u32;
             let mut d = novel;
             for (_, list) in by_behaviour {
@@ -620,9 +629,11 @@ fn repeated(units: &mut [UnitScore]) {
                     seen.and_then(|s| s.normal)
                         .map_or(0, |n| n.deviating_per_process),
                 );
-                let max = seen.map_or(0, |s| s.max_per_process);
-                if list.len() as u32 > max {
-                    count += list.len() as u32 - max;
+                let beyond = seen.map_or(list.len() as u32, |s| {
+                    beyond_normal(s.max_per_process, s.max_share, list.len() as u32, total)
+                });
+                if beyond > 0 {
+                    count += beyond;
                     d.extend(list);
                 }
             }
@@ -643,7 +654,13 @@ fn repeated(units: &mut [UnitScore]) {
                 .map(|q| deviating.get(q).map_or(0, |d| d.0))
                 .collect();
             peers.sort_unstable();
-            let median = peers.get(peers.len() / 2).copied().unwrap_or(0);
+            // Without another process of its group in the captures, nothing
+            // tells a deviation of this process from a recording unlike the
+            // learned ones (longer, with fewer start-up and end units in
+            // the mix): the rule compares peers, and there are none.
+            let Some(&median) = peers.get(peers.len() / 2) else {
+                continue;
+            };
             if count < 4 * median + REPEAT_MIN {
                 continue;
             }
@@ -1114,6 +1131,8 @@ mod tests {
             units: if id.is_some() { 100 } else { 0 },
             learned: 400,
             max_per_process: 1,
+            // Once in a learned process's 10 units.
+            max_share: 0.1,
             exhaustive: true,
             nearest: None,
             normal: Some(NormalRange {
@@ -1299,6 +1318,89 @@ mod tests {
             quiet.summary
         );
         assert!(quiet.explanation.is_empty() && quiet.suspects.is_empty());
+    }
+
+    /// A worker busier than every learned one does more of everything: its
+    /// common behaviours beyond the most a learned process had, but within
+    /// the share of its units a learned process had them in, are no
+    /// repetition (pyjobs: a worker with 21 jobs of a kind where learned
+    /// workers had at most 18, its peers fewer). A rare behaviour far
+    /// beyond its learned share stays evidence, busy or not (issue 20's
+    /// ring: 35 units alike where a learned process had 1 in 40), where
+    /// the process has peers to be compared with.
+    #[test]
+    fn repeated_counts_beyond_the_learned_share_not_the_learned_count() {
+        // Learned processes had 8 units of the tree: behaviour 0 (common)
+        // 6 of them at most, behaviour 1 at most 3 (3 of 8), behaviour 2
+        // (rare) once (1 of 8).
+        let learned = [(6, 0.75), (3, 0.375), (1, 0.125)];
+        let run = |per_pid: &[(u32, [usize; 3])]| {
+            let mut units = Vec::new();
+            let mut t = 0;
+            for &(pid, counts) in per_pid {
+                for (id, &n) in counts.iter().enumerate() {
+                    for _ in 0..n {
+                        t += 1;
+                        let mut u = seen(pid, t, Some(id as u32), 0);
+                        let b = u.behaviour.as_mut().expect("seen() gives a behaviour");
+                        (b.max_per_process, b.max_share) = learned[id];
+                        units.push(u);
+                    }
+                }
+            }
+            report(Ranking::Evidence, &["c"], units)
+        };
+        let flagged = |r: &ScoreReport| {
+            let mut pids: Vec<u32> = r
+                .units
+                .iter()
+                .filter(|u| u.anomalous)
+                .map(|u| u.pid)
+                .collect();
+            pids.dedup();
+            pids
+        };
+        let peers = [(1, [6, 2, 0]), (2, [5, 2, 1]), (4, [6, 1, 1])];
+
+        // Three times as busy, in the learned proportions: 18 of the
+        // common kind where a learned process had 6.
+        let busy: Vec<_> = peers.iter().copied().chain([(3, [18, 5, 1])]).collect();
+        let r = run(&busy);
+        assert!(flagged(&r).is_empty(), "{}", r.summary);
+        assert_eq!(r.verdict, Verdict::NothingStandsOut);
+
+        // As busy as its peers, with the rare behaviour 6 times: 5 beyond.
+        let ring: Vec<_> = peers.iter().copied().chain([(3, [2, 0, 6])]).collect();
+        let r = run(&ring);
+        assert_eq!(flagged(&r), [3]);
+        let u = r.units.iter().find(|u| u.anomalous).expect("flagged");
+        assert_eq!(
+            u.evidence,
+            [Evidence::Repeated {
+                units: 5,
+                normal: 0,
+                peers: vec![0, 0, 0]
+            }]
+        );
+        assert_eq!(r.units.iter().filter(|u| u.anomalous).count(), 6);
+
+        // Alone in its group: no peer to compare with, and a recording
+        // unlike the learned ones (longer, fewer start-up units in the
+        // mix) shifts every share alike.
+        let r = run(&[(3, [2, 0, 6])]);
+        assert!(flagged(&r).is_empty(), "{}", r.summary);
+
+        // Busy and repeating the rare behaviour: 12 of 30 where its share
+        // allows 4 (1 in 8).
+        let both: Vec<_> = peers.iter().copied().chain([(3, [15, 3, 12])]).collect();
+        let r = run(&both);
+        assert_eq!(flagged(&r), [3]);
+        let u = r.units.iter().find(|u| u.anomalous).expect("flagged");
+        assert!(
+            matches!(u.evidence[..], [Evidence::Repeated { units: 8, .. }]),
+            "{:?}",
+            u.evidence
+        );
     }
 
     #[test]

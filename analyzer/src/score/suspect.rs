@@ -169,6 +169,10 @@ pub struct Seen {
     pub learned: u64,
     /// The most units of one learned process with these call paths.
     pub max_per_process: u32,
+    /// The largest share of one learned process's units of the tree with
+    /// these call paths (see [`crate::model::Behaviour::max_share`]).
+    #[serde(default)]
+    pub max_share: f64,
     /// False when the tree kept only its most frequent behaviours: then a
     /// behaviour not listed may have been seen.
     pub exhaustive: bool,
@@ -1102,22 +1106,39 @@ fn hung(
     let learned: u32 = ends.values().map(|e| e.threads).sum();
     let clock = &capture.header.clock;
     let stop_ns = capture.end.as_ref().map(|e| e.stop_ns);
-    for t in blocked.iter().filter(|t| t.pid == p.pid) {
+    // Whether a thread stands where no normal thread did, or far longer:
+    // `Some(the normal runs' longest there)`.
+    let beyond = |t: &crate::blocked::BlockedThread| -> Option<Option<f64>> {
         let blocked_ns = (t.blocked_s * 1e9) as u64;
         if blocked_ns < HUNG_MIN_NS {
-            continue;
+            return None;
         }
-        let normal_s = match ends.get(&t.place()) {
-            None => None,
+        match ends.get(&t.place()) {
+            None => Some(None),
             Some(e) => {
                 let bound = ((e.max_blocked_ns as f64 * HUNG_FACTOR) as u64)
                     .max(e.max_blocked_ns.saturating_add(HUNG_MIN_NS));
-                if blocked_ns <= bound {
-                    continue;
-                }
-                Some(e.max_blocked_ns as f64 / 1e9)
+                (blocked_ns > bound).then_some(Some(e.max_blocked_ns as f64 / 1e9))
             }
+        }
+    };
+    // A daemon idle in its event loop, receive or accept when the
+    // recording stopped (a user stopped the recorder while it ran) waits
+    // there for as long as nobody talks to it: the learned captures, which
+    // end with their processes' exit, never show it. Such a wait is
+    // evidence only beside a thread of the capture stuck elsewhere (whose
+    // victim it may be), or where its process ended right after (a
+    // launcher's or watchdog's stop).
+    let stuck = blocked
+        .iter()
+        .any(|t| !t.waits_for_others() && beyond(t).is_some());
+    for t in blocked.iter().filter(|t| t.pid == p.pid) {
+        let Some(normal_s) = beyond(t) else {
+            continue;
         };
+        if t.waits_for_others() && !t.ended_by_signal && !stuck {
+            continue;
+        }
         let since_ns = clock
             .monotonic_ns
             .saturating_add_signed((t.since_s * 1e9) as i64);
@@ -1406,6 +1427,7 @@ pub(crate) fn match_behaviour(tree: &CallTreeModel, table: &NodeTable, u: &Unit)
         units: learned.map_or(0, |b| b.units),
         learned: tree.units,
         max_per_process: learned.map_or(0, |b| b.max_per_process),
+        max_share: learned.map_or(0.0, |b| b.max_share),
         exhaustive: tree.unlisted == 0,
         nearest: if id.is_none() {
             nearest(tree, table, &ids, &unexpected)
@@ -2004,6 +2026,27 @@ mod tests {
                     ..
                 }]
             )));
+
+        // The recording stopped while both daemons idled, waiting for
+        // work, longer than any normal thread did and where none ended:
+        // that is no hang of either (the learned captures ended with
+        // their processes). A launcher that ended them right after such a
+        // wait still counts.
+        let r = report(&[blocked_at(1, POLL, 5.0, 5.0), blocked_at(2, RECV, 2.0, 8.0)]);
+        assert_eq!(
+            r.verdict,
+            super::super::Verdict::NothingStandsOut,
+            "{}",
+            r.summary
+        );
+        let mut ended = blocked_at(2, RECV, 2.0, 8.0);
+        ended.ended_by_signal = true;
+        let r = report(&[blocked_at(1, POLL, 5.0, 5.0), ended]);
+        assert_eq!(r.verdict, super::super::Verdict::Anomalous, "{}", r.summary);
+        assert!(
+            r.units.iter().filter(|u| u.anomalous).all(|u| u.pid == 2),
+            "{r:#?}"
+        );
 
         // A model learned without ends says nothing.
         let mut old = model.clone();

@@ -61,6 +61,21 @@ pub fn decompose_capture(capture: &Capture, variant: Variant) -> Vec<ProcessUnit
                 decompose(&traces.nodes, *tid, entries, thread_receives, variant);
             if let Some(last) = thread_units.last_mut().filter(|u| !u.open.is_empty()) {
                 last.exited = traces.exited.contains_key(tid);
+                // Caught at work by the recording's stop, its process still
+                // running: a thread that did something in the last
+                // [`CAUGHT_AT_WORK_NS`] before the stop had not hung, and
+                // the calls that would have followed just were not
+                // recorded. Judged by what it called, as a unit cut in its
+                // event loop.
+                let stop = capture.end.as_ref().map(|e| e.stop_ns);
+                let recent = entries.last().map(|e| e.ts_ns);
+                if let (false, None, Some(stop), Some(recent)) =
+                    (last.exited, traces.ended, stop, recent)
+                    && recent.saturating_add(super::CAUGHT_AT_WORK_NS) >= stop
+                {
+                    last.open.clear();
+                    last.cut = true;
+                }
             }
             for u in thread_units
                 .iter_mut()

@@ -27,6 +27,14 @@ pub use trace::{
 };
 pub use types::{ProcessUnits, Unit, UnitKind};
 
+/// How recently before the recording's stop a thread of a process that
+/// ran on must have done something (a call, a return, a system call's
+/// entry) for what it had open to be work the stop interrupted, not a
+/// hang: the shortest block the model's hung rule counts (`HUNG_MIN_NS`).
+/// A unit caught so is cut (judged by what it called), and a call in
+/// flight for less at the stop is left out of the trace.
+pub const CAUGHT_AT_WORK_NS: u64 = 1_000_000_000;
+
 /// The longest span of a capture in which no unit of any process began or
 /// ended, up to `stop_ns` (when recording stopped; `None`: the last unit's
 /// end): `(from, to)`, `CLOCK_MONOTONIC` ns. A run that stalls (every

@@ -20,8 +20,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use tracer_common::{
     capture::RawRecords,
     record::{
-        ExitStatus, FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, Syscall, UsdtHit,
-        UsdtString, kind, lifecycle,
+        ExitStatus, FuncEntry, FuncReturn, Header, Lifecycle, Pod as _, SYSCALL_UNFINISHED,
+        Syscall, UsdtHit, UsdtString, kind, lifecycle,
     },
     syscall::nr,
 };
@@ -681,6 +681,19 @@ fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<St
         }
         kind::SYSCALL => {
             let s = Syscall::read_from(bytes)?;
+            // A call still in flight when the recording stopped (its
+            // process ran on), entered less than a second before: the
+            // thread was at work or waiting as it does all the time, and
+            // the call says nothing its completed ones do not. Worse, the
+            // recorder read what was in flight after its last drain, while
+            // the targets ran on: such a call may follow records never
+            // drained (a poll inside a handler that never polls). A call in
+            // flight longer stays: where a thread was stuck.
+            if s.flags & SYSCALL_UNFINISHED != 0
+                && header.ts_ns.saturating_sub(s.enter_ns) < super::CAUGHT_AT_WORK_NS
+            {
+                return None;
+            }
             (
                 pid,
                 tid,
@@ -996,6 +1009,62 @@ mod tests {
         }
         .as_bytes()
         .to_vec()
+    }
+
+    /// A recv in flight when the recording stopped, entered `enter_ns`.
+    fn in_flight(enter_ns: u64, stop_ns: u64) -> Vec<u8> {
+        Syscall {
+            header: header(kind::SYSCALL, size_of::<Syscall>(), stop_ns),
+            enter_ns,
+            nr: nr::RECVFROM,
+            fd: 4,
+            flags: SYSCALL_UNFINISHED,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    /// A call in flight at the stop for under a second is left out (work
+    /// or a wait the stop interrupted, or a call entered after the
+    /// recorder's last drain); one in flight longer stays (where a thread
+    /// was stuck).
+    #[test]
+    fn calls_in_flight_at_the_stop_count_only_when_long() {
+        const S: u64 = 1_000_000_000;
+        let c = capture(&[call(10), in_flight(20, 10 * S)]);
+        assert_eq!(shape(&c), [(10, "call", 1), (20, "syscall", 1)]);
+        let c = capture(&[call(10), in_flight(10 * S - 1_000, 10 * S)]);
+        assert_eq!(shape(&c), [(10, "call", 1)]);
+        // Entered after the stop's timestamp (read after the last drain).
+        let c = capture(&[call(10), in_flight(10 * S + 5, 10 * S)]);
+        assert_eq!(shape(&c), [(10, "call", 1)]);
+    }
+
+    /// A unit inside which the recording stopped while its process ran on
+    /// is cut (the stop interrupted work) when its thread did something in
+    /// the last second before the stop, and open (never completed: stuck)
+    /// when it had been quiet longer.
+    #[test]
+    fn a_unit_the_stop_caught_at_work_is_cut_not_open() {
+        const S: u64 = 1_000_000_000;
+        let mut c = capture(&[call(10), ret(20), call(5 * S)]);
+        let last = |c: &Capture| {
+            let processes = crate::units::decompose_capture(c, crate::units::Variant::Paper000);
+            let u = processes[0].units.last().expect("a unit").clone();
+            (u.open.is_empty(), u.cut)
+        };
+        let stop = |stop_ns| {
+            Some(tracer_common::capture::End {
+                stop_ns,
+                reason: "duration reached".into(),
+                processes: Vec::new(),
+            })
+        };
+        c.end = stop(5 * S + S / 2);
+        assert_eq!(last(&c), (true, true), "at work");
+        c.end = stop(9 * S);
+        assert_eq!(last(&c), (false, false), "stuck for 4 s");
     }
 
     fn shape(capture: &Capture) -> Vec<(u64, &'static str, u32)> {
