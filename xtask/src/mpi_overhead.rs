@@ -1,8 +1,10 @@
 //! `cargo xtask mpi-overhead`: what `tracer record --mpi` costs an MPI job
-//! (issue 17, item 9). The wavefront fixture (Fortran, so every MPI call
-//! goes through the Fortran binding) runs on 2 ranks pinned to the 2 cores,
-//! untraced and traced, interleaved, each `--runs` times; optionally beside
-//! a busy neighbour (`stress-ng --cpu 2` at the same priority, both cores).
+//! (issue 17, item 9). An MPI fixture (`--program`: the Fortran wavefront,
+//! whose every MPI call goes through the Fortran binding, or the C halo
+//! exchange, which calls the C functions directly) runs on 2 ranks pinned
+//! to the 2 cores, untraced and traced, interleaved, each `--runs` times;
+//! optionally beside a busy neighbour (`stress-ng --cpu 2` at the same
+//! priority, both cores).
 //!
 //! Per variant: the benchmark's own time (its iterations, printed by rank
 //! 0), the job's wall time, how long the recorder took to exit after the
@@ -26,10 +28,17 @@ pub(crate) struct OverheadArgs {
     /// Interleaved repetitions of every variant.
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Iterations and rows of the wavefront (a small problem: short
-    /// computation between MPI calls, the hard case).
-    #[arg(long, default_value = "400 1024")]
-    size: String,
+    /// The program: `wavefront` (Fortran, tests/fixtures/mpi_wavefront.f90)
+    /// or `halo` (C, tests/fixtures/mpi_halo.c).
+    #[arg(long, default_value = "wavefront", value_parser = ["wavefront", "halo"])]
+    program: String,
+    /// The program's arguments: iterations and rows of the wavefront,
+    /// iterations and cells of the halo exchange. Default: a small problem
+    /// (short computation between MPI calls, the hard case): "400 1024"
+    /// for the wavefront, "2000 32000" for the halo exchange (both about
+    /// 16,000 MPI calls per second per rank).
+    #[arg(long)]
+    size: Option<String>,
     /// Run a busy neighbour (`stress-ng --cpu 2`) during every run.
     #[arg(long)]
     neighbour: bool,
@@ -135,8 +144,13 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let tracer = build_tracer(true)?;
     let dir = target_dir().join("xtask/mpi-overhead");
     std::fs::create_dir_all(&dir)?;
-    let exe = tests::mpi::build("mpi_wavefront", &dir);
-    let size: Vec<&str> = a.size.split_whitespace().collect();
+    let (fixture, default_size) = match a.program.as_str() {
+        "halo" => ("mpi_halo", "2000 32000"),
+        _ => ("mpi_wavefront", "400 1024"),
+    };
+    let exe = tests::mpi::build(fixture, &dir);
+    let size_text = a.size.as_deref().unwrap_or(default_size);
+    let size: Vec<&str> = size_text.split_whitespace().collect();
     let _neighbour = a.neighbour.then(|| {
         Command::new("stress-ng")
             .args(["--cpu", "2", "-q", "--timeout", "3600"])
@@ -205,8 +219,9 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let base_bench = med(&results[0], &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
     let base_wall = med(&results[0], &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
     println!(
-        "\nwavefront {} on 2 pinned ranks, {} interleaved runs{}; load average before: {}after: {}",
-        a.size,
+        "\n{} {} on 2 pinned ranks, {} interleaved runs{}; load average before: {}after: {}",
+        a.program,
+        size_text,
         a.runs,
         if a.neighbour {
             ", beside stress-ng --cpu 2"
