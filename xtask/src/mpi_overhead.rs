@@ -47,6 +47,11 @@ pub(crate) struct OverheadArgs {
     /// variant; `--mpi` uses multi links).
     #[arg(long)]
     no_empty_probe: bool,
+    /// Another tracer binary (e.g. an earlier build) whose `--mpi` runs
+    /// are interleaved with the others: a before/after comparison that
+    /// load changes during the measurement hit alike.
+    #[arg(long, value_name = "PATH")]
+    compare_tracer: Option<std::path::PathBuf>,
 }
 
 struct Sample {
@@ -173,31 +178,41 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let _guard = Kill(_neighbour.and_then(Result::ok));
     // The empty-probe variant pays the uprobe traps of the MPI functions
     // and nothing else (what bpftrace counting entries pays, plus returns).
-    let variants: [(&str, Option<&[&str]>); 4] = [
-        ("untraced", None),
+    let mut variants: Vec<(String, Option<&[&str]>, Option<&Path>)> = vec![
+        ("untraced".into(), None, None),
         (
-            "empty uprobes on MPI_* (traps only)",
+            "empty uprobes on MPI_* (traps only)".into(),
             Some(&[
                 "--no-syscalls",
                 "--bench-empty-probe",
                 "{libmpich.so.12*}:MPI_*",
             ]),
+            None,
         ),
-        ("tracer record --mpi", Some(&["--mpi"])),
+        ("tracer record --mpi".into(), Some(&["--mpi"]), None),
         (
-            "tracer record --mpi --no-syscalls",
+            "tracer record --mpi --no-syscalls".into(),
             Some(&["--mpi", "--no-syscalls"]),
+            None,
         ),
     ];
+    if let Some(other) = &a.compare_tracer {
+        variants.push((
+            format!("{} record --mpi", other.display()),
+            Some(&["--mpi"]),
+            Some(other.as_path()),
+        ));
+    }
     let mut results: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
     let started = Instant::now();
     let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     for i in 0..a.runs {
-        for (v, (name, extra)) in variants.iter().enumerate() {
+        for (v, (name, extra, bin)) in variants.iter().enumerate() {
             if a.no_empty_probe && extra.is_some_and(|e| e.contains(&"--bench-empty-probe")) {
                 continue;
             }
-            let s = one(&exe, &size, extra.map(|e| (tracer.as_path(), e)), &dir)?;
+            let bin = bin.unwrap_or(tracer.as_path());
+            let s = one(&exe, &size, extra.map(|e| (bin, e)), &dir)?;
             println!(
                 "[{:>4.0} s] run {} {name}: benchmark {:.3} s, job {:.3} s{}",
                 started.elapsed().as_secs_f64(),
@@ -232,18 +247,34 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
         load1
     );
     println!(
-        "| variant | benchmark (median) | ratio | job wall | ratio | recorder exit after job (median, max) | recorder CPU |"
+        "| variant | benchmark (median) | ratio | per-run ratio (median, min-max) | job wall | ratio | recorder exit after job (median, max) | recorder CPU |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for ((name, _), r) in variants.iter().zip(&results) {
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for ((name, _, _), r) in variants.iter().zip(&results) {
         if r.is_empty() {
             continue;
         }
         let b = med(r, &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
         let w = med(r, &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
         let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3} s"));
+        // Each run against the untraced run of its own repetition: drift
+        // in the host's load between repetitions cancels.
+        let per_run: Vec<f64> = r
+            .iter()
+            .zip(&results[0])
+            .map(|(s, u)| s.bench_s / u.bench_s)
+            .collect();
+        let per_run_text = match (
+            per_run.iter().copied().reduce(f64::min),
+            per_run.iter().copied().reduce(f64::max),
+        ) {
+            (Some(lo), Some(hi)) => {
+                format!("{:.3}x ({lo:.3}-{hi:.3})", median(per_run.clone()))
+            }
+            _ => "-".to_string(),
+        };
         println!(
-            "| {name} | {b:.3} s | {:.3}x | {w:.3} s | {:.3}x | {} | {} |",
+            "| {name} | {b:.3} s | {:.3}x | {per_run_text} | {w:.3} s | {:.3}x | {} | {} |",
             b / base_bench,
             w / base_wall,
             match (

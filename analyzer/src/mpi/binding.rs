@@ -229,18 +229,4 @@ mod tests {
         ));
         assert!(!is_binding_object("/work/mpi_wavefront"));
     }
-
-    /// An address in no mapping, or a frame of a program calling MPI
-    /// directly, has no binding frame.
-    #[test]
-    fn a_call_outside_every_binding_has_none() {
-        let capture = crate::decode::Capture::default();
-        let sym = Symbolizer::new(&capture);
-        let mut frames = BindingFrames::default();
-        let frame = Frame {
-            sp: 0x7ffc_0000_0000,
-            words: [0x1234; FRAME_WORDS],
-        };
-        assert_eq!(frames.resolve(&sym, 1, &frame), None);
-    }
 }
