@@ -54,6 +54,10 @@ pub(crate) struct OverheadArgs {
     compare_tracer: Option<std::path::PathBuf>,
 }
 
+/// A variant: its name, the recorder's extra arguments (`None`:
+/// untraced) and another recorder binary to run them with.
+type Variant<'a> = (String, Option<&'a [&'a str]>, Option<&'a Path>);
+
 struct Sample {
     bench_s: f64,
     wall_s: f64,
@@ -178,7 +182,7 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let _guard = Kill(_neighbour.and_then(Result::ok));
     // The empty-probe variant pays the uprobe traps of the MPI functions
     // and nothing else (what bpftrace counting entries pays, plus returns).
-    let mut variants: Vec<(String, Option<&[&str]>, Option<&Path>)> = vec![
+    let mut variants: Vec<Variant<'_>> = vec![
         ("untraced".into(), None, None),
         (
             "empty uprobes on MPI_* (traps only)".into(),
