@@ -21,7 +21,7 @@
 //! one the ranks ran (the capture stores no build id for objects it does
 //! not probe).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, rc::Rc};
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection as _,
@@ -68,7 +68,7 @@ pub struct BindingFrame {
     pub ret: u64,
     /// The `MPI_*` name the outermost binding stands for, when its symbol
     /// is known.
-    pub name: Option<String>,
+    pub name: Option<Rc<str>>,
 }
 
 /// What an object's CFI and symbols say at one return address.
@@ -77,7 +77,7 @@ struct Step {
     /// `K`: CFA = stack pointer after the return + `K`.
     cfa_offset: u64,
     /// The `MPI_*` name of the function holding the address.
-    name: Option<String>,
+    name: Option<Rc<str>>,
 }
 
 /// Resolves [`BindingFrame`]s, caching object files and lookups.
@@ -85,8 +85,8 @@ struct Step {
 pub struct BindingFrames {
     /// Object path → its file's bytes (`None`: unreadable).
     files: HashMap<String, Option<Vec<u8>>>,
-    /// (object path, file offset of a return address) → its step.
-    steps: HashMap<(String, u64), Option<Step>>,
+    /// Object path → file offset of a return address → its step.
+    steps: HashMap<String, HashMap<u64, Option<Step>>>,
 }
 
 impl BindingFrames {
@@ -101,7 +101,7 @@ impl BindingFrames {
     ) -> Option<BindingFrame> {
         let ret = frame.words[0];
         let mut idx = 0usize;
-        let mut found: Option<(u64, u64, Option<String>)> = None;
+        let mut found: Option<(u64, u64, Option<Rc<str>>)> = None;
         for _ in 0..MAX_HOPS {
             let addr = frame.words[idx];
             let Some(place) = symbolizer.user_object(pid, addr) else {
@@ -140,18 +140,33 @@ impl BindingFrames {
     }
 
     fn step(&mut self, path: &str, file_offset: u64) -> Option<Step> {
-        let key = (path.to_string(), file_offset);
-        if let Some(s) = self.steps.get(&key) {
+        if let Some(s) = self.steps.get(path).and_then(|m| m.get(&file_offset)) {
             return s.clone();
         }
         let data = self
             .files
             .entry(path.to_string())
-            .or_insert_with(|| std::fs::read(path).ok());
+            .or_insert_with(|| read_object(path));
         let step = data.as_deref().and_then(|d| step_in(d, file_offset));
-        self.steps.insert(key, step.clone());
+        self.steps
+            .entry(path.to_string())
+            .or_default()
+            .insert(file_offset, step.clone());
         step
     }
+}
+
+/// Largest object file read (the path comes from a capture: untrusted).
+const MAX_OBJECT_BYTES: u64 = 256 << 20;
+
+/// The bytes of the regular file at `path`, if it is one of at most
+/// [`MAX_OBJECT_BYTES`].
+fn read_object(path: &str) -> Option<Vec<u8>> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_OBJECT_BYTES {
+        return None;
+    }
+    std::fs::read(path).ok()
 }
 
 /// The step at the return address at `file_offset` of the ELF file `data`.
@@ -197,7 +212,7 @@ fn step_in(data: &[u8], file_offset: u64) -> Option<Step> {
     };
     Some(Step {
         cfa_offset,
-        name: function_name(&file, vaddr),
+        name: function_name(&file, vaddr).map(Rc::from),
     })
 }
 
