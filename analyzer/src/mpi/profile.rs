@@ -15,8 +15,9 @@
 //!   (found by the binding's call frame information in the stack words its
 //!   C call's entry kept: [`super::binding`]); the C calls one binding call
 //!   makes are one call, told from the next by the binding frame (its
-//!   address and call site) and by the return address inside the binding,
-//!   which moves forward within one binding call. Captures of recorders
+//!   address and call site), by the return address inside the binding,
+//!   which moves forward within one binding call, and by the binding's own
+//!   C function, which one binding call calls once. Captures of recorders
 //!   that probed the bindings' entries (entry only) are read as before:
 //!   such a call starts when the binding was entered.
 //!
@@ -363,6 +364,8 @@ struct ViaFrame {
     /// The latest C call's return address inside the binding.
     ret: u64,
     seq: u64,
+    /// Whether the binding call has made its own C function's call.
+    had_own: bool,
 }
 
 #[derive(Default)]
@@ -545,13 +548,22 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                         // A further C call of the thread's last binding call
                         // (same frame, same site, further on in the binding),
                         // or a new binding call.
-                        let seq = match t.via {
-                            Some(v) if v.cfa == bf.cfa && v.site == bf.site && bf.ret > v.ret => {
-                                v.seq
+                        // A binding calls its own C function once: a second
+                        // one is the next binding call (one whose C call
+                        // took a later branch of the binding).
+                        let own = bf.name.as_deref() == Some(name.as_str());
+                        let (seq, had_own) = match t.via {
+                            Some(v)
+                                if v.cfa == bf.cfa
+                                    && v.site == bf.site
+                                    && bf.ret > v.ret
+                                    && !(v.had_own && own) =>
+                            {
+                                (v.seq, v.had_own)
                             }
                             _ => {
                                 t.seq += 1;
-                                t.seq
+                                (t.seq, false)
                             }
                         };
                         t.via = Some(ViaFrame {
@@ -559,8 +571,8 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                             site: bf.site,
                             ret: bf.ret,
                             seq,
+                            had_own: had_own || own,
                         });
-                        let own = bf.name.as_deref() == Some(name.as_str());
                         let binding = Binding {
                             ts_ns: h.ts_ns,
                             call_site: bf.site,
