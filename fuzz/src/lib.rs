@@ -22,7 +22,7 @@ use tracer_common::{
         ProcessInfo, Segment, SocketEntry, Stats, Symbol, UsdtProbe,
     },
     record::{
-        BlockedStack, FuncEntry, FuncEntryArgs, FuncReturn, Header, Lifecycle, Pod as _, Sample, SockAddr,
+        BlockedStack, FuncEntry, FuncEntryArgs, FuncEntryFrame, FuncReturn, STACK_ARGS, Header, Lifecycle, Pod as _, Sample, SockAddr,
         Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
 };
@@ -70,6 +70,14 @@ pub enum Rec {
         ip: u64,
         site: u64,
         args: bool,
+    },
+    /// A function entry from a library, with the top of the caller's
+    /// stack (`FuncEntryFrame`): words the analyzer reads as addresses.
+    EntryFrame {
+        func_id: u8,
+        ip: u64,
+        sp: u64,
+        words: Vec<u64>,
     },
     /// A function return.
     Return { func_id: u8, ret: u64 },
@@ -201,6 +209,34 @@ impl Rec {
                 } else {
                     e.as_bytes().to_vec()
                 }
+            }
+            Self::EntryFrame {
+                func_id,
+                ip,
+                sp,
+                words,
+            } => {
+                let mut f = FuncEntryFrame::default();
+                for (slot, w) in f.frame.iter_mut().zip(words) {
+                    *slot = *w;
+                }
+                f.sp = *sp;
+                f.entry.stack.copy_from_slice(&f.frame[1..1 + STACK_ARGS]);
+                f.entry.entry.args = [1, 2, 3, 4, 5, 6];
+                f.entry.entry.entry = FuncEntry {
+                    header: header(
+                        ts,
+                        pid,
+                        tid,
+                        kind::FUNC_ENTRY_FRAME,
+                        size_of::<FuncEntryFrame>(),
+                    ),
+                    func_id: u32::from(*func_id % 8),
+                    _pad: 0,
+                    ip: *ip,
+                    call_site: f.frame[0],
+                };
+                f.as_bytes().to_vec()
             }
             Self::Return { func_id, ret } => FuncReturn {
                 header: header(ts, pid, tid, kind::FUNC_RETURN, size_of::<FuncReturn>()),

@@ -278,8 +278,8 @@ impl Drop for Launched {
 }
 
 /// Starts a tracer on every process of `exe` with the `--mpi` preset
-/// (functions with arguments, Fortran bindings at entry), without system
-/// calls or samples.
+/// (functions with arguments; calls through a Fortran binding keep the stack words
+/// their program call site is in), without system calls or samples.
 pub fn tracer_for(exe: &Path, out: &Path) -> Background {
     let (exe, out) = (exe.display().to_string(), out.display().to_string());
     let tracer = Background::start(&[

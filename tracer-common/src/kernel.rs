@@ -565,6 +565,12 @@ pub struct KernelOffsets {
     pub tcp_total_retrans: u32,
     /// `task_struct.exit_code` (how an exiting task ends).
     pub task_exit_code: u32,
+    /// `task_struct.mm` (the process's address space).
+    pub task_mm: u32,
+    /// `mm_struct.start_code` (the main executable's text starts here).
+    pub mm_start_code: u32,
+    /// `mm_struct.end_code` (and ends here).
+    pub mm_end_code: u32,
 }
 
 impl KernelOffsets {
@@ -607,6 +613,9 @@ impl KernelOffsets {
         tcp_cb_seq: NO_OFFSET,
         tcp_total_retrans: NO_OFFSET,
         task_exit_code: NO_OFFSET,
+        task_mm: NO_OFFSET,
+        mm_start_code: NO_OFFSET,
+        mm_end_code: NO_OFFSET,
     };
 
     /// Lifecycle from raw tracepoints: a task's pid (the fork's child).
@@ -644,6 +653,14 @@ impl KernelOffsets {
             && self.disk_first_minor != NO_OFFSET
             && self.bio_bdev != NO_OFFSET
             && self.bdev_dev != NO_OFFSET
+    }
+
+    /// The main executable's text range (`task->mm->start_code/end_code`):
+    /// whether a call came from the program or from a library.
+    pub const fn has_code_range(&self) -> bool {
+        self.task_mm != NO_OFFSET
+            && self.mm_start_code != NO_OFFSET
+            && self.mm_end_code != NO_OFFSET
     }
 
     /// A retransmission's addresses and identity from its `struct sock`.
@@ -693,7 +710,7 @@ const _: () = assert!(size_of::<NetSnmp>() == 200);
 const _: () = assert!(size_of::<TcpRetransmitSock>() == 104);
 const _: () = assert!(size_of::<DeviceName>() == 128);
 const _: () = assert!(size_of::<NetAddr>() == 56);
-const _: () = assert!(size_of::<KernelOffsets>() == 148);
+const _: () = assert!(size_of::<KernelOffsets>() == 160);
 
 // SAFETY: each is repr(C), integers only, and the size assertions above show
 // no implicit padding (explicit `_pad` fields fill the gaps).

@@ -61,6 +61,10 @@ pub mod kind {
     /// [`super::BlockedRaw`]: ring only; the recorder turns it into a
     /// [`BLOCKED_STACK`] record.
     pub const BLOCKED_RAW: u16 = 24;
+    /// [`super::FuncEntryFrame`]: written instead of [`FUNC_ENTRY_STACK`]
+    /// when the call came from outside the main executable's text (a
+    /// language binding such as Fortran's `mpi_send_`).
+    pub const FUNC_ENTRY_FRAME: u16 = 25;
 }
 
 /// Common prefix of every record (24 bytes).
@@ -126,6 +130,39 @@ pub struct FuncEntryStack {
     pub entry: FuncEntryArgs,
     /// Arguments 7 to 10, in call order.
     pub stack: [u64; STACK_ARGS],
+}
+
+/// Words of the caller's stack a [`FuncEntryFrame`] carries, from the
+/// return address up: enough for the frame of a language binding (its
+/// return address into the program lies within it).
+pub const FRAME_WORDS: usize = 32;
+
+/// Entry of a traced argument function called from outside the main
+/// executable's text (a library: an MPI language binding), with the top of
+/// the stack, 392 bytes. The caller's own return address, into the
+/// program, is in `frame`: where, its call frame information says (the
+/// analyzer's MPI profile finds it so).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncEntryFrame {
+    /// The entry with its arguments; `entry.entry.entry.header.kind` is
+    /// [`kind::FUNC_ENTRY_FRAME`]. `entry.entry.entry.call_site` is
+    /// `frame[0]`, `entry.stack` is `frame[1..5]`.
+    pub entry: FuncEntryStack,
+    /// The stack pointer at entry (where `frame[0]` was read).
+    pub sp: u64,
+    /// The words at `sp` and above; zero when the stack was unreadable.
+    pub frame: [u64; FRAME_WORDS],
+}
+
+impl Default for FuncEntryFrame {
+    fn default() -> Self {
+        Self {
+            entry: FuncEntryStack::default(),
+            sp: 0,
+            frame: [0; FRAME_WORDS],
+        }
+    }
 }
 
 /// The CPU a traced process has had, read by the recorder from
@@ -709,6 +746,7 @@ const _: () = assert!(size_of::<Header>() == 24);
 const _: () = assert!(size_of::<FuncEntry>() == 48);
 const _: () = assert!(size_of::<FuncEntryArgs>() == 96);
 const _: () = assert!(size_of::<FuncEntryStack>() == 128);
+const _: () = assert!(size_of::<FuncEntryFrame>() == 392);
 const _: () = assert!(size_of::<CpuTimes>() == 56);
 const _: () = assert!(size_of::<FuncReturn>() == 40);
 const _: () = assert!(size_of::<SockAddr>() == 24);
@@ -747,6 +785,7 @@ pub const fn size_of_kind(kind: u16) -> Option<usize> {
         kind::DEVICE_NAME => Some(size_of::<crate::kernel::DeviceName>()),
         kind::NET_ADDR => Some(size_of::<crate::kernel::NetAddr>()),
         kind::FUNC_ENTRY_STACK => Some(size_of::<FuncEntryStack>()),
+        kind::FUNC_ENTRY_FRAME => Some(size_of::<FuncEntryFrame>()),
         kind::CPU_TIMES => Some(size_of::<CpuTimes>()),
         kind::ENROLL => Some(size_of::<Enroll>()),
         kind::BLOCKED_STACK => Some(size_of::<BlockedStack>()),
@@ -789,6 +828,8 @@ unsafe impl Pod for FuncEntry {}
 unsafe impl Pod for FuncEntryArgs {}
 // SAFETY: as above.
 unsafe impl Pod for FuncEntryStack {}
+// SAFETY: as above.
+unsafe impl Pod for FuncEntryFrame {}
 // SAFETY: as above.
 unsafe impl Pod for CpuTimes {}
 // SAFETY: as above.
@@ -875,6 +916,8 @@ mod tests {
         assert_eq!(offset_of!(BlockedStack, depth), 36);
         assert_eq!(offset_of!(BlockedStack, flags), 40);
         assert_eq!(offset_of!(BlockedStack, frames), 48);
+        assert_eq!(offset_of!(FuncEntryFrame, sp), 128);
+        assert_eq!(offset_of!(FuncEntryFrame, frame), 136);
         assert_eq!(offset_of!(BlockedRaw, len), 36);
         assert_eq!(offset_of!(BlockedRaw, sp), 48);
         assert_eq!(offset_of!(BlockedRaw, stack), 64);
@@ -899,6 +942,7 @@ mod tests {
             kind::ENROLL,
             kind::BLOCKED_STACK,
             kind::BLOCKED_RAW,
+            kind::FUNC_ENTRY_FRAME,
         ]) {
             let size = size_of_kind(k).expect("known kind");
             assert_eq!(size % 8, 0, "kind {k}");

@@ -3,18 +3,24 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{bpf_probe_read_user, generated::bpf_get_attach_cookie},
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_buf, generated::bpf_get_attach_cookie},
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
     COOKIE_ARGS, COOKIE_CALIBRATE, COOKIE_ENROLL, COOKIE_FUNC_MASK, COOKIE_GEN, TRACED_ROOT,
-    record::{Enroll, FuncEntry, FuncEntryArgs, FuncEntryStack, FuncReturn, STACK_ARGS, kind},
+    record::{
+        Enroll, FRAME_WORDS, FuncEntry, FuncEntryArgs, FuncEntryFrame, FuncEntryStack, FuncReturn,
+        STACK_ARGS, kind,
+    },
     stats::Stat,
 };
 
 use crate::{
-    FUNC_GEN, FUNC_HITS, count, current, emit, emit_discarded, emit_urgent, header, is_traced, trace,
+    EVENTS, FUNC_GEN, FUNC_HITS, count, current, emit, emit_discarded, emit_urgent, header,
+    is_traced,
+    kernel::{current_task, off, read},
+    trace,
 };
 
 /// Whether a hit of a probe with `cookie` is recorded: the calibration
@@ -101,6 +107,13 @@ fn try_func_entry(ctx: &ProbeContext) {
             call_site,
         });
     } else {
+        // A call from a library (a language binding: Fortran's `mpi_send_`)
+        // keeps the top of the stack, where the binding's own return
+        // address into the program is.
+        if from_library(regs.rsp) {
+            emit_frame(cookie, pid, tid, func_id, regs);
+            return;
+        }
         // The return address and, above it, the stack-passed arguments 7 to
         // 10 (System V AMD64): one read.
         // SAFETY: reading user memory through the checked helper.
@@ -127,6 +140,79 @@ fn try_func_entry(ctx: &ProbeContext) {
             },
             stack: [words[1], words[2], words[3], words[4]],
         });
+    }
+}
+
+/// Whether the return address at `sp` lies outside the main executable's
+/// text (`task->mm->start_code..end_code`). False when the range or the
+/// address cannot be read: the plain record is written then.
+#[inline(always)]
+fn from_library(sp: u64) -> bool {
+    // SAFETY: reading user memory through the checked helper.
+    let Ok(ret) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else {
+        return false;
+    };
+    let Some(mm) = read::<u64>(current_task(), off!(task_mm)) else {
+        return false;
+    };
+    let (Some(start), Some(end)) = (
+        read::<u64>(mm, off!(mm_start_code)),
+        read::<u64>(mm, off!(mm_end_code)),
+    ) else {
+        return false;
+    };
+    ret != 0 && (ret < start || ret >= end)
+}
+
+/// Writes a [`FuncEntryFrame`]: the entry, its arguments and the
+/// [`FRAME_WORDS`] stack words at `rsp`, read straight into the ring.
+#[inline(always)]
+fn emit_frame(
+    cookie: u64,
+    pid: u32,
+    tid: u32,
+    func_id: u32,
+    regs: &aya_ebpf::bindings::pt_regs,
+) {
+    let Some(mut slot) = EVENTS.reserve::<FuncEntryFrame>(0) else {
+        count(Stat::RingFull);
+        return;
+    };
+    let rec = slot.as_mut_ptr();
+    // SAFETY: `rec` is the reserved record, written field by field before it
+    // is submitted; the user stack is read through the checked helper.
+    unsafe {
+        let frame = &mut (*rec).frame;
+        let bytes = &mut *(frame as *mut [u64; FRAME_WORDS] as *mut [u8; 8 * FRAME_WORDS]);
+        if bpf_probe_read_user_buf(regs.rsp as *const u8, bytes).is_err() {
+            count(Stat::CallSiteUnreadable);
+            *frame = [0; FRAME_WORDS];
+        }
+        let frame = &(*rec).frame;
+        (*rec).sp = regs.rsp;
+        (*rec).entry = FuncEntryStack {
+            entry: FuncEntryArgs {
+                entry: FuncEntry {
+                    header: header(
+                        kind::FUNC_ENTRY_FRAME,
+                        size_of::<FuncEntryFrame>(),
+                        pid,
+                        tid,
+                    ),
+                    func_id,
+                    _pad: 0,
+                    ip: regs.rip,
+                    call_site: frame[0],
+                },
+                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+            },
+            stack: [frame[1], frame[2], frame[3], frame[4]],
+        };
+    }
+    if cookie & COOKIE_CALIBRATE != 0 {
+        slot.discard(aya_ebpf::bindings::BPF_RB_NO_WAKEUP as u64);
+    } else {
+        crate::submit_entry(slot);
     }
 }
 

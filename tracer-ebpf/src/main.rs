@@ -261,6 +261,18 @@ fn emit_discarded<T: 'static>(record: T) {
     entry.discard(BPF_RB_NO_WAKEUP as u64);
 }
 
+/// Submits a record reserved and written in place, waking the reader as
+/// [`emit`] does.
+#[inline(always)]
+fn submit_entry<T: 'static>(entry: aya_ebpf::maps::ring_buf::RingBufEntry<T>) {
+    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= global(&WAKEUP_BYTES) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(flags as u64);
+}
+
 #[inline(always)]
 fn emit_with<T: 'static>(record: T, urgent: bool) {
     let Some(mut entry) = EVENTS.reserve::<T>(0) else {

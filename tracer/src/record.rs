@@ -13,7 +13,7 @@ use crate::{
     procfs::ProcError,
     session::{Activity, Session},
     sink::SinkError,
-    targets::{FunctionPattern, MPI_BINDINGS_PATTERN, MPI_PATTERN, TargetError},
+    targets::{FunctionPattern, MPI_PATTERN, TargetError},
     tracefs::TracefsError,
     usdt::{PYTHON_PROBES, PYTHON_SEMAPHORE, UsdtError, UsdtPattern},
 };
@@ -190,10 +190,12 @@ impl ProbeChoice<'_> {
             functions.push(FunctionPattern::parse_entries(p)?);
         }
         if self.mpi {
+            // Only the C functions: a call through a language binding
+            // (Fortran's `mpi_send_`) is seen at the C function it makes,
+            // whose entry record then keeps the top of the stack, where the
+            // binding's return address into the program is (one trap pair
+            // per call, not a third trap at the binding's entry).
             functions.push(FunctionPattern::parse(MPI_PATTERN, true)?);
-            let mut bindings = FunctionPattern::parse_entries(MPI_BINDINGS_PATTERN)?;
-            bindings.optional = true;
-            functions.push(bindings);
         }
         let mut usdt = Vec::new();
         for p in self.usdt {
@@ -390,7 +392,10 @@ pub struct Progress {
 /// Name of a record kind, for summaries.
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => "entry",
+        kind::FUNC_ENTRY
+        | kind::FUNC_ENTRY_ARGS
+        | kind::FUNC_ENTRY_STACK
+        | kind::FUNC_ENTRY_FRAME => "entry",
         kind::FUNC_RETURN => "return",
         kind::SYSCALL => "syscall",
         kind::SAMPLE => "sample",

@@ -2885,7 +2885,10 @@ impl Taps {
     #[inline]
     fn observe(&mut self, header: &Header, bytes: &[u8]) {
         match header.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
+            kind::FUNC_ENTRY
+            | kind::FUNC_ENTRY_ARGS
+            | kind::FUNC_ENTRY_STACK
+            | kind::FUNC_ENTRY_FRAME => {
                 if let Some(e) = FuncEntry::read_from(bytes) {
                     let id = e.func_id as usize;
                     if id >= self.hits.len() {

@@ -206,15 +206,10 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
 
 /// The `--mpi` preset: the `MPI_*` functions of the MPI library, with their
 /// argument registers (peers, roots, ops). MPICH ABI (MPICH, Intel MPI, Cray)
-/// and Open MPI sonames.
+/// and Open MPI sonames. Language bindings (`libmpichfort`, Open MPI's
+/// `mpif.h`/`use mpi`/`use mpi_f08` libraries) are not probed: the C calls
+/// they make carry the top of the stack, where their call site is.
 pub const MPI_PATTERN: &str = "{libmpich.so.12*,libmpi.so.12*,libmpi.so.40*}:MPI_*";
-
-/// The `--mpi` preset's language bindings, probed at entry only: the Fortran
-/// bindings of MPICH (`libmpichfort`) and Open MPI (`mpif.h`/`use mpi`,
-/// `use mpi_f08`). Their entries give the program's call sites; the C calls
-/// they make give the arguments (see the analyzer's MPI profile).
-pub const MPI_BINDINGS_PATTERN: &str =
-    "{libmpichfort.so.12*,libmpi_mpifh.so.40*,libmpi_usempif08.so.40*}:{mpi_*,pmpi_*,MPI_*,PMPI_*}";
 
 /// Libraries known to the dynamic loader's cache (`ldconfig -p`) that
 /// `pattern`'s object part names, resolved to their files. Lets a pattern name

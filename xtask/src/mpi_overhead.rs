@@ -1,8 +1,10 @@
 //! `cargo xtask mpi-overhead`: what `tracer record --mpi` costs an MPI job
-//! (issue 17, item 9). The wavefront fixture (Fortran, so every MPI call
-//! goes through the Fortran binding) runs on 2 ranks pinned to the 2 cores,
-//! untraced and traced, interleaved, each `--runs` times; optionally beside
-//! a busy neighbour (`stress-ng --cpu 2` at the same priority, both cores).
+//! (issue 17, item 9). An MPI fixture (`--program`: the Fortran wavefront,
+//! whose every MPI call goes through the Fortran binding, or the C halo
+//! exchange, which calls the C functions directly) runs on 2 ranks pinned
+//! to the 2 cores, untraced and traced, interleaved, each `--runs` times;
+//! optionally beside a busy neighbour (`stress-ng --cpu 2` at the same
+//! priority, both cores).
 //!
 //! Per variant: the benchmark's own time (its iterations, printed by rank
 //! 0), the job's wall time, how long the recorder took to exit after the
@@ -26,10 +28,17 @@ pub(crate) struct OverheadArgs {
     /// Interleaved repetitions of every variant.
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Iterations and rows of the wavefront (a small problem: short
-    /// computation between MPI calls, the hard case).
-    #[arg(long, default_value = "400 1024")]
-    size: String,
+    /// The program: `wavefront` (Fortran, tests/fixtures/mpi_wavefront.f90)
+    /// or `halo` (C, tests/fixtures/mpi_halo.c).
+    #[arg(long, default_value = "wavefront", value_parser = ["wavefront", "halo"])]
+    program: String,
+    /// The program's arguments: iterations and rows of the wavefront,
+    /// iterations and cells of the halo exchange. Default: a small problem
+    /// (short computation between MPI calls, the hard case): "400 1024"
+    /// for the wavefront, "2000 32000" for the halo exchange (both about
+    /// 16,000 MPI calls per second per rank).
+    #[arg(long)]
+    size: Option<String>,
     /// Run a busy neighbour (`stress-ng --cpu 2`) during every run.
     #[arg(long)]
     neighbour: bool,
@@ -38,7 +47,16 @@ pub(crate) struct OverheadArgs {
     /// variant; `--mpi` uses multi links).
     #[arg(long)]
     no_empty_probe: bool,
+    /// Another tracer binary (e.g. an earlier build) whose `--mpi` runs
+    /// are interleaved with the others: a before/after comparison that
+    /// load changes during the measurement hit alike.
+    #[arg(long, value_name = "PATH")]
+    compare_tracer: Option<std::path::PathBuf>,
 }
+
+/// A variant: its name, the recorder's extra arguments (`None`:
+/// untraced) and another recorder binary to run them with.
+type Variant<'a> = (String, Option<&'a [&'a str]>, Option<&'a Path>);
 
 struct Sample {
     bench_s: f64,
@@ -135,8 +153,13 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let tracer = build_tracer(true)?;
     let dir = target_dir().join("xtask/mpi-overhead");
     std::fs::create_dir_all(&dir)?;
-    let exe = tests::mpi::build("mpi_wavefront", &dir);
-    let size: Vec<&str> = a.size.split_whitespace().collect();
+    let (fixture, default_size) = match a.program.as_str() {
+        "halo" => ("mpi_halo", "2000 32000"),
+        _ => ("mpi_wavefront", "400 1024"),
+    };
+    let exe = tests::mpi::build(fixture, &dir);
+    let size_text = a.size.as_deref().unwrap_or(default_size);
+    let size: Vec<&str> = size_text.split_whitespace().collect();
     let _neighbour = a.neighbour.then(|| {
         Command::new("stress-ng")
             .args(["--cpu", "2", "-q", "--timeout", "3600"])
@@ -159,31 +182,41 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let _guard = Kill(_neighbour.and_then(Result::ok));
     // The empty-probe variant pays the uprobe traps of the MPI functions
     // and nothing else (what bpftrace counting entries pays, plus returns).
-    let variants: [(&str, Option<&[&str]>); 4] = [
-        ("untraced", None),
+    let mut variants: Vec<Variant<'_>> = vec![
+        ("untraced".into(), None, None),
         (
-            "empty uprobes on MPI_* (traps only)",
+            "empty uprobes on MPI_* (traps only)".into(),
             Some(&[
                 "--no-syscalls",
                 "--bench-empty-probe",
                 "{libmpich.so.12*}:MPI_*",
             ]),
+            None,
         ),
-        ("tracer record --mpi", Some(&["--mpi"])),
+        ("tracer record --mpi".into(), Some(&["--mpi"]), None),
         (
-            "tracer record --mpi --no-syscalls",
+            "tracer record --mpi --no-syscalls".into(),
             Some(&["--mpi", "--no-syscalls"]),
+            None,
         ),
     ];
+    if let Some(other) = &a.compare_tracer {
+        variants.push((
+            format!("{} record --mpi", other.display()),
+            Some(&["--mpi"]),
+            Some(other.as_path()),
+        ));
+    }
     let mut results: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
     let started = Instant::now();
     let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     for i in 0..a.runs {
-        for (v, (name, extra)) in variants.iter().enumerate() {
+        for (v, (name, extra, bin)) in variants.iter().enumerate() {
             if a.no_empty_probe && extra.is_some_and(|e| e.contains(&"--bench-empty-probe")) {
                 continue;
             }
-            let s = one(&exe, &size, extra.map(|e| (tracer.as_path(), e)), &dir)?;
+            let bin = bin.unwrap_or(tracer.as_path());
+            let s = one(&exe, &size, extra.map(|e| (bin, e)), &dir)?;
             println!(
                 "[{:>4.0} s] run {} {name}: benchmark {:.3} s, job {:.3} s{}",
                 started.elapsed().as_secs_f64(),
@@ -205,8 +238,9 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
     let base_bench = med(&results[0], &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
     let base_wall = med(&results[0], &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
     println!(
-        "\nwavefront {} on 2 pinned ranks, {} interleaved runs{}; load average before: {}after: {}",
-        a.size,
+        "\n{} {} on 2 pinned ranks, {} interleaved runs{}; load average before: {}after: {}",
+        a.program,
+        size_text,
         a.runs,
         if a.neighbour {
             ", beside stress-ng --cpu 2"
@@ -217,19 +251,46 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
         load1
     );
     println!(
-        "| variant | benchmark (median) | ratio | job wall | ratio | recorder exit after job (median, max) | recorder CPU |"
+        "| variant | benchmark (median) | ratio | per-run ratio (median, min-max) | fastest run | ratio of fastest | job wall | ratio | recorder exit after job (median, max) | recorder CPU |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for ((name, _), r) in variants.iter().zip(&results) {
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    // The fastest run of each variant: what it costs when nothing else
+    // got in the way (another job's load only ever adds time).
+    let fastest = |r: &[Sample]| {
+        r.iter()
+            .map(|s| s.bench_s)
+            .reduce(f64::min)
+            .unwrap_or(f64::NAN)
+    };
+    let base_fastest = fastest(&results[0]);
+    for ((name, _, _), r) in variants.iter().zip(&results) {
         if r.is_empty() {
             continue;
         }
         let b = med(r, &|s| Some(s.bench_s)).unwrap_or(f64::NAN);
         let w = med(r, &|s| Some(s.wall_s)).unwrap_or(f64::NAN);
         let fmt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3} s"));
+        // Each run against the untraced run of its own repetition: drift
+        // in the host's load between repetitions cancels.
+        let per_run: Vec<f64> = r
+            .iter()
+            .zip(&results[0])
+            .map(|(s, u)| s.bench_s / u.bench_s)
+            .collect();
+        let per_run_text = match (
+            per_run.iter().copied().reduce(f64::min),
+            per_run.iter().copied().reduce(f64::max),
+        ) {
+            (Some(lo), Some(hi)) => {
+                format!("{:.3}x ({lo:.3}-{hi:.3})", median(per_run.clone()))
+            }
+            _ => "-".to_string(),
+        };
+        let f = fastest(r);
         println!(
-            "| {name} | {b:.3} s | {:.3}x | {w:.3} s | {:.3}x | {} | {} |",
+            "| {name} | {b:.3} s | {:.3}x | {per_run_text} | {f:.3} s | {:.3}x | {w:.3} s | {:.3}x | {} | {} |",
             b / base_bench,
+            f / base_fastest,
             w / base_wall,
             match (
                 med(r, &|s| s.exit_lag_s),

@@ -350,6 +350,7 @@ pub fn write_events(
                     rec,
                     args: regs,
                     stack,
+                    ..
                 } => {
                     name = Some(function(rec.func_id));
                     (location, source) = place(h.pid, rec.call_site, AddressKind::Return, lines);

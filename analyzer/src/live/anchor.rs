@@ -120,6 +120,7 @@ pub(crate) fn scan(capture: &Capture, window_start_ns: u64) -> Facts {
             kind::FUNC_ENTRY
                 | kind::FUNC_ENTRY_ARGS
                 | kind::FUNC_ENTRY_STACK
+                | kind::FUNC_ENTRY_FRAME
                 | kind::FUNC_RETURN
                 | kind::SYSCALL
         ) {
@@ -133,7 +134,10 @@ pub(crate) fn scan(capture: &Capture, window_start_ns: u64) -> Facts {
             t.last_pre_ts = t.last_pre_ts.max(h.ts_ns);
         }
         match h.kind {
-            kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
+            kind::FUNC_ENTRY
+            | kind::FUNC_ENTRY_ARGS
+            | kind::FUNC_ENTRY_STACK
+            | kind::FUNC_ENTRY_FRAME => {
                 let Some(e) = FuncEntry::read_from(bytes) else {
                     continue;
                 };

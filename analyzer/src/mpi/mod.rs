@@ -32,6 +32,7 @@
 
 pub mod args;
 pub mod baseline;
+pub mod binding;
 pub mod bound;
 pub mod cpu;
 pub mod export;

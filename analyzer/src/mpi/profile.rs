@@ -11,9 +11,15 @@
 //! * Communication time: entry to return.
 //! * Call site: the return address of the call into the MPI library. A
 //!   call made through a language binding (Fortran's `mpi_send_` in
-//!   `libmpichfort.so`, probed at entry only by the MPI preset) takes the
-//!   binding's call site, in the program, and starts when the binding was
-//!   entered; the C calls one binding call makes are one call.
+//!   `libmpichfort.so`) takes the binding's call site, in the program
+//!   (found by the binding's call frame information in the stack words its
+//!   C call's entry kept: [`super::binding`]); the C calls one binding call
+//!   makes are one call, told from the next by the binding frame (its
+//!   address and call site), by the return address inside the binding,
+//!   which moves forward within one binding call, and by the binding's own
+//!   C function, which one binding call calls once. Captures of recorders
+//!   that probed the bindings' entries (entry only) are read as before:
+//!   such a call starts when the binding was entered.
 //!
 //! Only outermost MPI calls count: an `MPI_*` called from inside another
 //! (ROMIO does this) is part of the outer call's communication time.
@@ -350,10 +356,23 @@ struct Open {
     depth: u32,
 }
 
+/// The last binding call seen through a C call's stack words.
+#[derive(Clone, Copy)]
+struct ViaFrame {
+    cfa: u64,
+    site: u64,
+    /// The latest C call's return address inside the binding.
+    ret: u64,
+    seq: u64,
+    /// Whether the binding call has made its own C function's call.
+    had_own: bool,
+}
+
 #[derive(Default)]
 struct Thread {
     open: Option<Open>,
     binding: Option<Binding>,
+    via: Option<ViaFrame>,
     seq: u64,
     /// The thread's last call (index into `Building::calls`) and the binding
     /// call it was made by: a further C call of that binding call extends it.
@@ -455,6 +474,8 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
         })
         .collect();
     let ranges = binding_ranges(capture);
+    let symbolizer = std::cell::OnceCell::new();
+    let mut frames = super::binding::BindingFrames::default();
     let mut procs: BTreeMap<u32, Building> = BTreeMap::new();
     let mut last_record = 0u64;
     let mut words = [0u64; 6 + STACK_ARGS];
@@ -464,7 +485,12 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
             source,
         })?;
         match event {
-            Event::Entry { rec, args, stack } => {
+            Event::Entry {
+                rec,
+                args,
+                stack,
+                frame,
+            } => {
                 let h = rec.header;
                 let (name, rule) = match roles.get(rec.func_id as usize) {
                     Some(ProbeRole::Mpi(name, rule)) => (name, rule),
@@ -513,11 +539,58 @@ fn extract_one(capture: &Capture, index: usize) -> Result<Vec<RankProfile>, Prof
                     };
                     &words[..n]
                 });
-                let binding = t.binding.filter(|_| from_binding);
-                let own = binding.is_some_and(|bd| {
-                    matches!(roles.get(bd.func_id as usize),
-                        Some(ProbeRole::Binding(w)) if w == name)
+                let via = frame.as_deref().and_then(|f| {
+                    let sym = symbolizer.get_or_init(|| crate::decode::Symbolizer::new(capture));
+                    frames.resolve(sym, h.pid, f)
                 });
+                let (binding, own) = match via {
+                    Some(bf) => {
+                        // A further C call of the thread's last binding call
+                        // (same frame, same site, further on in the binding),
+                        // or a new binding call.
+                        // A binding calls its own C function once: a second
+                        // one is the next binding call (one whose C call
+                        // took a later branch of the binding).
+                        let own = bf.name.as_deref() == Some(name.as_str());
+                        let (seq, had_own) = match t.via {
+                            Some(v)
+                                if v.cfa == bf.cfa
+                                    && v.site == bf.site
+                                    && bf.ret > v.ret
+                                    && !(v.had_own && own) =>
+                            {
+                                (v.seq, v.had_own)
+                            }
+                            _ => {
+                                t.seq += 1;
+                                (t.seq, false)
+                            }
+                        };
+                        t.via = Some(ViaFrame {
+                            cfa: bf.cfa,
+                            site: bf.site,
+                            ret: bf.ret,
+                            seq,
+                            had_own: had_own || own,
+                        });
+                        let binding = Binding {
+                            ts_ns: h.ts_ns,
+                            call_site: bf.site,
+                            func_id: rec.func_id,
+                            seq,
+                        };
+                        (Some(binding), own)
+                    }
+                    None => {
+                        t.via = None;
+                        let binding = t.binding.filter(|_| from_binding);
+                        let own = binding.is_some_and(|bd| {
+                            matches!(roles.get(bd.func_id as usize),
+                                Some(ProbeRole::Binding(w)) if w == name)
+                        });
+                        (binding, own)
+                    }
+                };
                 t.open = Some(Open {
                     function,
                     func_id: rec.func_id,

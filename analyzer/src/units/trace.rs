@@ -654,7 +654,10 @@ impl ProcessBuilder {
 fn item(header: &Header, bytes: &[u8]) -> Option<(u32, u32, u64, Item, Option<String>)> {
     let (pid, tid) = (header.pid, header.tid);
     Some(match header.kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
+        kind::FUNC_ENTRY
+        | kind::FUNC_ENTRY_ARGS
+        | kind::FUNC_ENTRY_STACK
+        | kind::FUNC_ENTRY_FRAME => {
             let rec = FuncEntry::read_from(bytes)?;
             (
                 pid,
@@ -757,9 +760,10 @@ pub(crate) fn raw_records(capture: &Capture) -> impl Iterator<Item = (Header, &[
 /// (read with the records' own decoders, as [`item`] reads them).
 fn of_dropped(header: &Header, bytes: &[u8], dropped: &FxHashSet<u32>) -> bool {
     let func_id = match header.kind {
-        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK => {
-            FuncEntry::read_from(bytes).map(|r| r.func_id)
-        }
+        kind::FUNC_ENTRY
+        | kind::FUNC_ENTRY_ARGS
+        | kind::FUNC_ENTRY_STACK
+        | kind::FUNC_ENTRY_FRAME => FuncEntry::read_from(bytes).map(|r| r.func_id),
         kind::FUNC_RETURN => FuncReturn::read_from(bytes).map(|r| r.func_id),
         _ => None,
     };

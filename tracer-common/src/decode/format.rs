@@ -110,7 +110,9 @@ impl<'a> Formatter<'a> {
             event.kind_name()
         );
         match event {
-            Event::Entry { rec, args, stack } => {
+            Event::Entry {
+                rec, args, stack, ..
+            } => {
                 let _ = write!(
                     line,
                     "{} from {}",
@@ -405,7 +407,9 @@ impl<'a> Formatter<'a> {
         });
         let obj = v.as_object_mut().expect("constructed as an object");
         match event {
-            Event::Entry { rec, args, stack } => {
+            Event::Entry {
+                rec, args, stack, ..
+            } => {
                 obj.insert(
                     "function".into(),
                     json!(self.capture.function_name(rec.func_id)),

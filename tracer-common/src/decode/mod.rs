@@ -12,4 +12,6 @@ pub use capture::{Capture, DecodeError, decode_records};
 pub use symbolize::{
     Location, ObjectAddress, Symbolizer, is_uretprobe_trampoline, locate_in, lookup, segment_vaddr,
 };
-pub use types::{Event, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name};
+pub use types::{
+    Event, Frame, addr_string, comm_string, dev_string, ip_addr, nul_padded, syscall_name,
+};

@@ -158,7 +158,10 @@ impl<'a> Symbolizer<'a> {
                     let (header, bytes) = r.ok()?;
                     matches!(
                         header.kind,
-                        kind::FUNC_ENTRY | kind::FUNC_ENTRY_ARGS | kind::FUNC_ENTRY_STACK
+                        kind::FUNC_ENTRY
+                            | kind::FUNC_ENTRY_ARGS
+                            | kind::FUNC_ENTRY_STACK
+                            | kind::FUNC_ENTRY_FRAME
                     )
                     .then(|| FuncEntry::read_from(bytes))
                     .flatten()

@@ -5,11 +5,21 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::{
     kernel::{BlockIo, DeviceName, FileIo, NetAddr, NetDev, NetSnmp, TcpRetransmitSock},
     record::{
-        BlockedStack, CpuTimes, Enroll, FuncEntry, FuncReturn, Header, Lifecycle, Pod, STACK_ARGS,
-        Sample, SockAddr, Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
+        BlockedStack, CpuTimes, Enroll, FRAME_WORDS, FuncEntry, FuncReturn, Header, Lifecycle, Pod,
+        STACK_ARGS, Sample, SockAddr, Syscall, TcpRetransmit, UsdtHit, UsdtString, kind,
     },
     syscall,
 };
+
+/// The top of a caller's stack at a function's entry (see
+/// [`crate::record::FuncEntryFrame`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The stack pointer at entry: the address of `words[0]`.
+    pub sp: u64,
+    /// The words at `sp` and above (`words[0]` is the return address).
+    pub words: [u64; FRAME_WORDS],
+}
 
 /// One decoded record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +33,9 @@ pub enum Event {
         args: Option<[u64; 6]>,
         /// Arguments 7 to 10 (absent in records of older recorders).
         stack: Option<[u64; STACK_ARGS]>,
+        /// The top of the stack, for a call from outside the main
+        /// executable's text ([`kind::FUNC_ENTRY_FRAME`]).
+        frame: Option<Box<Frame>>,
     },
     /// Function return.
     Return(FuncReturn),
@@ -71,6 +84,7 @@ impl Event {
                 rec: FuncEntry::read_from(bytes)?,
                 args: None,
                 stack: None,
+                frame: None,
             },
             kind::FUNC_ENTRY_ARGS => {
                 let full = crate::record::FuncEntryArgs::read_from(bytes)?;
@@ -78,6 +92,7 @@ impl Event {
                     rec: full.entry,
                     args: Some(full.args),
                     stack: None,
+                    frame: None,
                 }
             }
             kind::FUNC_ENTRY_STACK => {
@@ -86,6 +101,21 @@ impl Event {
                     rec: full.entry.entry,
                     args: Some(full.entry.args),
                     stack: Some(full.stack),
+                    frame: None,
+                }
+            }
+            kind::FUNC_ENTRY_FRAME => {
+                // Every field is plain data and bounded by its type: the
+                // words are only ever read as values, never followed.
+                let full = crate::record::FuncEntryFrame::read_from(bytes)?;
+                Self::Entry {
+                    rec: full.entry.entry.entry,
+                    args: Some(full.entry.entry.args),
+                    stack: Some(full.entry.stack),
+                    frame: Some(Box::new(Frame {
+                        sp: full.sp,
+                        words: full.frame,
+                    })),
                 }
             }
             kind::FUNC_RETURN => Self::Return(FuncReturn::read_from(bytes)?),

@@ -203,9 +203,10 @@ pub struct RecordArgs {
     #[arg(long = "entries", value_name = "PATTERN")]
     pub entries: Vec<String>,
     /// Trace the MPI library's MPI_* functions with their arguments (peers,
-    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40;
-    /// and the entries of its Fortran bindings, when installed, so calls
-    /// from Fortran are placed in the program, not in the binding.
+    /// roots, reduction ops): MPICH's libmpich.so.12, or libmpi.so.12/.40.
+    /// A call from outside the program's text (through a Fortran binding)
+    /// also keeps 32 stack words, so the analyzer places it in the program
+    /// (by the binding's call frame information), not in the binding.
     /// Works through a launcher that does not load the library itself, e.g.
     ///   tracer record --mpi -o run.capture -- mpiexec -n 2 -bind-to core ./app
     #[arg(long)]
