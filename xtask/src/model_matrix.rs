@@ -338,6 +338,58 @@ struct Row {
     misses: Vec<String>,
 }
 
+/// The row of a program's fault-free runs: the fresh normal runs, or
+/// (`stopped`) those whose recorder stopped while the daemons ran, of
+/// which a run where a daemon ended before the stop is left out.
+fn score_quiet(
+    program: Program,
+    model: &analyzer::model::GlobalModel,
+    runs: &[RecordedRun],
+    stopped: bool,
+    verbose: bool,
+) -> Row {
+    let mut row = Row {
+        program,
+        held_out: program.held_out(),
+        class: None,
+        stopped,
+        hung: 0,
+        left_out: 0,
+        runs: 0,
+        detected: 0,
+        top1: 0,
+        alarms: 0,
+        cannot_judge: 0,
+        wrong: 0,
+        misses: Vec::new(),
+    };
+    for run in runs {
+        if stopped && !bugclass::daemons_ran_at_stop(run) {
+            row.left_out += 1;
+            continue;
+        }
+        let report = bugclass::score(model, &run.capture);
+        let outcome = bugclass::judge(run, &report);
+        row.runs += 1;
+        row.hung += usize::from(has_hung(&report));
+        row.cannot_judge += usize::from(outcome.cannot_judge);
+        if outcome.alarm {
+            row.alarms += 1;
+            row.misses
+                .push(format!("{}: {}", run.capture.display(), outcome.summary));
+        }
+        if verbose {
+            eprintln!(
+                "  {program} {} {}: {}",
+                if stopped { "stopped" } else { "normal" },
+                run.capture.display(),
+                outcome.summary
+            );
+        }
+    }
+    row
+}
+
 fn score_program(
     program: Program,
     classes: &[FaultClass],
@@ -358,83 +410,9 @@ fn score_program(
     }
     let learned: Vec<PathBuf> = runs.learn.iter().map(|r| r.capture.clone()).collect();
     let model = bugclass::learn(&learned);
-    let mut rows = Vec::new();
-    let mut normal = Row {
-        program,
-        held_out: program.held_out(),
-        class: None,
-        stopped: false,
-        hung: 0,
-        left_out: 0,
-        runs: 0,
-        detected: 0,
-        top1: 0,
-        alarms: 0,
-        cannot_judge: 0,
-        wrong: 0,
-        misses: Vec::new(),
-    };
-    for run in &runs.normal {
-        let report = bugclass::score(&model, &run.capture);
-        let outcome = bugclass::judge(run, &report);
-        normal.hung += usize::from(has_hung(&report));
-        normal.runs += 1;
-        normal.cannot_judge += usize::from(outcome.cannot_judge);
-        if outcome.alarm {
-            normal.alarms += 1;
-            normal
-                .misses
-                .push(format!("{}: {}", run.capture.display(), outcome.summary));
-        }
-        if a.verbose {
-            eprintln!(
-                "  {program} normal {}: {}",
-                run.capture.display(),
-                outcome.summary
-            );
-        }
-    }
-    rows.push(normal);
+    let mut rows = vec![score_quiet(program, &model, &runs.normal, false, a.verbose)];
     if !runs.stopped.is_empty() {
-        let mut row = Row {
-            program,
-            held_out: program.held_out(),
-            class: None,
-            stopped: true,
-            hung: 0,
-            left_out: 0,
-            runs: 0,
-            detected: 0,
-            top1: 0,
-            alarms: 0,
-            cannot_judge: 0,
-            wrong: 0,
-            misses: Vec::new(),
-        };
-        for run in &runs.stopped {
-            if !bugclass::daemons_ran_at_stop(run) {
-                row.left_out += 1;
-                continue;
-            }
-            let report = bugclass::score(&model, &run.capture);
-            let outcome = bugclass::judge(run, &report);
-            row.runs += 1;
-            row.hung += usize::from(has_hung(&report));
-            row.cannot_judge += usize::from(outcome.cannot_judge);
-            if outcome.alarm {
-                row.alarms += 1;
-                row.misses
-                    .push(format!("{}: {}", run.capture.display(), outcome.summary));
-            }
-            if a.verbose {
-                eprintln!(
-                    "  {program} stopped {}: {}",
-                    run.capture.display(),
-                    outcome.summary
-                );
-            }
-        }
-        rows.push(row);
+        rows.push(score_quiet(program, &model, &runs.stopped, true, a.verbose));
     }
     let mut by_class: BTreeMap<FaultClass, Row> = BTreeMap::new();
     for run in &runs.faulty {

@@ -1247,6 +1247,18 @@ mod tests {
     /// peers do not, is anomalous for it; the same deviations spread over
     /// every peer (the workload's) are not, nor are a few, nor as many as a
     /// held-out normal process had.
+    /// The processes with an anomalous unit, in the report's order.
+    fn flagged(r: &ScoreReport) -> Vec<u32> {
+        let mut pids: Vec<u32> = r
+            .units
+            .iter()
+            .filter(|u| u.anomalous)
+            .map(|u| u.pid)
+            .collect();
+        pids.dedup();
+        pids
+    }
+
     #[test]
     fn repeated_deviation_against_quiet_peers_is_evidence() {
         let run = |deviations: &[(u32, usize)], allowance: u32| {
@@ -1272,16 +1284,6 @@ mod tests {
                 }
             }
             report(Ranking::Evidence, &["c"], units)
-        };
-        let flagged = |r: &ScoreReport| {
-            let mut pids: Vec<u32> = r
-                .units
-                .iter()
-                .filter(|u| u.anomalous)
-                .map(|u| u.pid)
-                .collect();
-            pids.dedup();
-            pids
         };
 
         let one = run(&[(3, 6)], 1);
@@ -1349,16 +1351,6 @@ mod tests {
                 }
             }
             report(Ranking::Evidence, &["c"], units)
-        };
-        let flagged = |r: &ScoreReport| {
-            let mut pids: Vec<u32> = r
-                .units
-                .iter()
-                .filter(|u| u.anomalous)
-                .map(|u| u.pid)
-                .collect();
-            pids.dedup();
-            pids
         };
         let peers = [(1, [6, 2, 0]), (2, [5, 2, 1]), (4, [6, 1, 1])];
 
