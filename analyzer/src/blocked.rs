@@ -293,13 +293,45 @@ pub fn recorded(capture: &Capture) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use tracer_common::{
         capture::{CaptureHeader, CaptureWriter},
         record::{BlockedStack, FuncEntry, FuncReturn, Header, Pod as _, kind},
     };
 
     use super::*;
+
+    /// A thread of process `pid` (thread 1) blocked in `syscall` with
+    /// `functions` on its stack (innermost first), from `since_s` for
+    /// `blocked_s`: for tests of what reads blocked threads.
+    pub(crate) fn at(
+        pid: u32,
+        syscall: &str,
+        functions: &[&str],
+        since_s: f64,
+        blocked_s: f64,
+    ) -> BlockedThread {
+        BlockedThread {
+            pid,
+            tid: 1,
+            comm: "d".into(),
+            syscall: syscall.into(),
+            blocked_s,
+            at_least: false,
+            since_s,
+            frames: functions
+                .iter()
+                .map(|f| BlockedFrame {
+                    addr: 0x1000,
+                    function: f.to_string(),
+                    named: true,
+                    source: None,
+                })
+                .collect(),
+            incomplete: false,
+            ended_by_signal: false,
+        }
+    }
 
     const TRAMPOLINE: u64 = 0x7fff_ffff_e000;
 
@@ -387,26 +419,7 @@ mod tests {
     /// lock waits outside a join do not.
     #[test]
     fn waiting_for_others_is_told_from_blocking_alone() {
-        let thread = |syscall: &str, functions: &[&str]| BlockedThread {
-            pid: 1,
-            tid: 1,
-            comm: "d".into(),
-            syscall: syscall.into(),
-            blocked_s: 5.0,
-            at_least: false,
-            since_s: 0.0,
-            frames: functions
-                .iter()
-                .map(|f| BlockedFrame {
-                    addr: 0x1000,
-                    function: f.to_string(),
-                    named: true,
-                    source: None,
-                })
-                .collect(),
-            incomplete: false,
-            ended_by_signal: false,
-        };
+        let thread = |syscall: &str, functions: &[&str]| at(1, syscall, functions, 0.0, 5.0);
         for call in [
             "poll",
             "epoll_wait",

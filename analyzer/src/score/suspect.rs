@@ -1867,26 +1867,7 @@ mod tests {
     /// A blocked thread of process `pid` (thread 1) at `place` (call first,
     /// then functions innermost first), in it from `since_s` for `blocked_s`.
     fn blocked_at(pid: u32, place: &[&str], since_s: f64, blocked_s: f64) -> BlockedThread {
-        BlockedThread {
-            pid,
-            tid: 1,
-            comm: "d".into(),
-            syscall: place[0].into(),
-            blocked_s,
-            at_least: false,
-            since_s,
-            frames: place[1..]
-                .iter()
-                .map(|f| crate::blocked::BlockedFrame {
-                    addr: 0,
-                    function: f.to_string(),
-                    named: true,
-                    source: None,
-                })
-                .collect(),
-            incomplete: false,
-            ended_by_signal: false,
-        }
+        crate::blocked::tests::at(pid, place[0], &place[1..], since_s, blocked_s)
     }
 
     const POLL: &[&str] = &["poll", "poll", "event_loop", "main"];
