@@ -33,6 +33,9 @@ pub struct Meter {
     pub usage: Usage,
 }
 
+/// The shortest interval a reading covers, s.
+const MIN_INTERVAL_S: f64 = 0.5;
+
 impl Meter {
     /// Starts measuring.
     pub fn new(records: u64) -> Self {
@@ -56,7 +59,15 @@ impl Meter {
     /// Takes a reading; `records` is the total written so far (it may go
     /// back to 0 when a new session starts).
     pub fn measure(&mut self, records: u64) -> Usage {
-        let dt = self.at.elapsed().as_secs_f64().max(1e-3);
+        let dt = self.at.elapsed().as_secs_f64();
+        // A reading right after the meter started (a session that began
+        // between two of the agent's seconds) would make a rate of a few
+        // start-up records over milliseconds: 3 records in 1 ms read as
+        // 3,000 events/s and shed sampling before the target ran. The
+        // interval goes on until it is long enough to say something.
+        if dt < MIN_INTERVAL_S {
+            return self.usage;
+        }
         let cpu = own_cpu_ticks();
         self.usage = Usage {
             events_per_s: records.saturating_sub(self.records) as f64 / dt,
@@ -337,8 +348,12 @@ mod tests {
     #[test]
     fn the_meter_reads_this_process() {
         let mut m = Meter::new(0);
+        // Too soon after the start: no reading, and the interval goes on.
+        let u = m.measure(3);
+        assert_eq!(u.events_per_s, 0.0, "{u:?}");
+        std::thread::sleep(std::time::Duration::from_secs_f64(MIN_INTERVAL_S));
         let u = m.measure(100);
         assert!(u.rss_bytes > 1 << 20, "{u:?}");
-        assert!(u.events_per_s > 0.0);
+        assert!(u.events_per_s > 0.0 && u.events_per_s <= 200.0, "{u:?}");
     }
 }
