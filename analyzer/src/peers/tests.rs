@@ -2243,6 +2243,11 @@ fn a_network_hog_is_told_from_a_larger_share_of_the_data_by_foreign_traffic() {
         })
         .collect();
     let t = train(&runs, &cfg).expect("train");
+    // No threshold under the noise floor.
+    let floor = features::FOREIGN_FLOOR_BPS * cfg.window_ns as f64 / 1e9;
+    for (server, th) in &t.metrics[&Metric::NetForeign] {
+        assert!(th.threshold >= floor, "{server}: {th:?}");
+    }
     let hog = Fault {
         net_hog_from: Some(10.0),
         ..Default::default()
@@ -2262,7 +2267,7 @@ fn a_network_hog_is_told_from_a_larger_share_of_the_data_by_foreign_traffic() {
         "net-bytes alone cannot tell the hog from the share: {text}"
     );
     // 50 MB a second that no socket of server1 read: about 200 MB a window
-    // (its median distance to its peers, less their few MB of overhead).
+    // (its median distance to its peers, less the slack on its own traffic).
     let cell = &r.windows[10].servers[1].metrics[&Metric::NetForeign];
     assert!((1.8e8..2.1e8).contains(&cell.score), "{}", cell.score);
     // The larger share alone, without a hog: nobody.

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use super::{
     BEYOND_TRAINING, Scored,
+    features::FOREIGN_FLOOR_BPS,
     types::{
-        Calibration, Metric, PeersConfig, PeersError, ServerThreshold, THRESHOLDS_VERSION,
-        Thresholds, TrainingRun,
+        Calibration, Distance, Metric, PeersConfig, PeersError, ServerThreshold,
+        THRESHOLDS_VERSION, Thresholds, TrainingRun,
     },
 };
 
@@ -156,7 +157,7 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
                     }
                 };
                 let t = ServerThreshold {
-                    threshold: threshold.max(cfg.min_threshold),
+                    threshold: threshold.max(cfg.min_threshold).max(floor(*metric, cfg)),
                     minimal,
                     max_score: scores.iter().copied().fold(0.0, f64::max),
                     windows: scores.len(),
@@ -189,6 +190,17 @@ pub fn train(runs: &[Scored], cfg: &PeersConfig) -> Result<Thresholds, PeersErro
             })
             .collect(),
     })
+}
+
+/// The least threshold of `metric` whatever the training scores: a noise
+/// floor where the metric's clean scores are mostly 0 (only
+/// [`Metric::NetForeign`], under the Manhattan distance, whose scores are
+/// bytes).
+fn floor(metric: Metric, cfg: &PeersConfig) -> f64 {
+    match (metric, cfg.distance) {
+        (Metric::NetForeign, Distance::Manhattan) => FOREIGN_FLOOR_BPS * cfg.window_ns as f64 / 1e9,
+        _ => 0.0,
+    }
 }
 
 /// Per training run, the metrics by which it was unlike the other training
