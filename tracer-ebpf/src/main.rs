@@ -138,6 +138,8 @@ static TRACE_SYSCALLS: u32 = 1;
 #[unsafe(no_mangle)]
 static TRACE_FILES: u32 = 0;
 #[unsafe(no_mangle)]
+static BLOCKED_THREADS: u32 = 1;
+#[unsafe(no_mangle)]
 static TP_OFFSETS: TracepointOffsets = TracepointOffsets::ABSENT;
 #[unsafe(no_mangle)]
 static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::ABSENT;

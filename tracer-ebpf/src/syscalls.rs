@@ -22,7 +22,7 @@ use tracer_common::{
 };
 
 use crate::{
-    BLOCKED, CLOSED, EVENTS, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
+    BLOCKED, BLOCKED_THREADS, CLOSED, EVENTS, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
     emit, files, global, header, is_traced, kernel,
 };
 
@@ -122,11 +122,18 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         return;
     }
     let nr: u64 = ctx.arg(1);
+    let blocked = global(&BLOCKED_THREADS) != 0;
+    let spec = syscall::spec(nr as u32);
+    if !blocked && spec.is_none() {
+        return;
+    }
     let Some(regs) = regs(ctx) else {
         return;
     };
-    note_blocked(pid, tid, nr as u32, &regs);
-    let Some(spec) = syscall::spec(nr as u32) else {
+    if blocked {
+        note_blocked(pid, tid, nr as u32, &regs);
+    }
+    let Some(spec) = spec else {
         return;
     };
     let sockets = global(&TRACE_SYSCALLS) != 0;
@@ -291,7 +298,9 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     if !crate::may_be_traced(pid) {
         return;
     }
-    if let Some(blocked) = BLOCKED.get_ptr_mut(&tid) {
+    if global(&BLOCKED_THREADS) != 0
+        && let Some(blocked) = BLOCKED.get_ptr_mut(&tid)
+    {
         // SAFETY: this thread's own entry (see `note_blocked`), copied out.
         let entry = unsafe {
             let entry = *blocked;

@@ -131,6 +131,9 @@ pub struct LoadOptions {
     pub syscalls: bool,
     /// Count file I/O system calls.
     pub files: bool,
+    /// Keep where each thread entered its system call (blocked threads at
+    /// the stop, signal-ended long waits); off only in benchmarks.
+    pub blocked_threads: bool,
     /// Tracepoint field offsets of this kernel.
     pub offsets: TracepointOffsets,
     /// Kernel struct offsets of this kernel (from its BTF).
@@ -327,12 +330,14 @@ impl Loaded {
         let follow = u32::from(opts.follow_children);
         let syscalls = u32::from(opts.syscalls);
         let files = u32::from(opts.files && opts.kernel.has_files());
+        let blocked = u32::from(opts.blocked_threads);
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::SAMPLE_ALL, &sample_all, true)
             .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
             .override_global(globals::FOLLOW_CHILDREN, &follow, true)
             .override_global(globals::TRACE_SYSCALLS, &syscalls, true)
             .override_global(globals::TRACE_FILES, &files, true)
+            .override_global(globals::BLOCKED_THREADS, &blocked, true)
             .override_global(globals::TP_OFFSETS, &opts.offsets, true)
             .override_global(globals::KERNEL_OFFSETS, &opts.kernel, true)
             .map_max_entries(maps::EVENTS, opts.ring_bytes)

@@ -1661,6 +1661,7 @@ impl Session {
             follow_children: config.follow,
             syscalls: config.syscalls,
             files: view.files,
+            blocked_threads: !config.bench_no_blocked,
             offsets: tracefs::tracepoint_offsets(),
             kernel,
             uprobe_multi: config.uprobe_multi,
