@@ -90,8 +90,8 @@ pub(crate) struct BenchOverheadArgs {
     /// no-f-one-noblocked).
     #[arg(long, value_delimiter = ',', default_value = "no-f,broad,budget")]
     modes: Vec<String>,
-    /// Also run every traced mode with this tracer binary (an older build),
-    /// as MODE@base, interleaved with the others in each repetition: two
+    /// The tracer binary of the modes named MODE@base (e.g. no-f-one@base:
+    /// an older build), interleaved with the others in each repetition: two
     /// builds compared under the same drift of the host's load.
     #[arg(long, value_name = "TRACER")]
     baseline: Option<PathBuf>,
@@ -182,7 +182,14 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         record: None,
     }];
     for name in &a.modes {
-        let record = match name.as_str() {
+        let (plain, base) = match name.strip_suffix("@base") {
+            Some(plain) => match &a.baseline {
+                Some(b) => (plain, Some(b)),
+                None => anyhow::bail!("mode {name:?} needs --baseline TRACER"),
+            },
+            None => (name.as_str(), None),
+        };
+        let mut record = match plain {
             "untraced" => continue,
             "no-f" => record(&[], &[])?,
             "no-f-one" => {
@@ -221,7 +228,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     r
                 }
                 None => anyhow::bail!(
-                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {}",
+                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {} (each ablation also as no-f-one-X; any mode as MODE@base with --baseline)",
                     ABLATIONS
                         .iter()
                         .map(|(n, ..)| *n)
@@ -230,13 +237,8 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                 ),
             },
         };
-        if let Some(base) = &a.baseline {
-            let mut b = record.clone();
-            b.tracer = base.clone();
-            modes.push(Mode {
-                name: format!("{name}@base"),
-                record: Some(b),
-            });
+        if let Some(base) = base {
+            record.tracer = base.clone();
         }
         modes.push(Mode {
             name: name.clone(),
