@@ -107,10 +107,12 @@ pub struct Forked {
 #[map]
 static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
 
-/// Where each thread of a traced process entered its current system call,
-/// any call (`ts_ns` 0 once it returned), removed when the thread exits:
-/// at the stop, the recorder unwinds the stacks of the threads still
-/// inside one (where a hung daemon stands, with no function probes).
+/// Where each thread of a traced process entered its last system call,
+/// any call, removed when the thread exits. Not cleared when the call
+/// returns (a lookup per call saved): at the stop, the recorder keeps the
+/// entries the kernel still shows the thread in (same number and stack
+/// pointer in `/proc/PID/task/TID/syscall`) and unwinds those threads'
+/// stacks (where a hung daemon stands, with no function probes).
 #[map]
 static BLOCKED: HashMap<u32, BlockedEntry> = HashMap::with_max_entries(16384, 0);
 

@@ -78,8 +78,9 @@ const PT_REGS_BP: u64 = 32;
 /// The six argument registers' indexes in that block, in argument order
 /// (di, si, dx, r10, r8, r9).
 const ARG_REGS: [usize; 6] = [10, 9, 8, 3, 5, 4];
-/// Indexes of bp, ip and sp in that block.
+/// Indexes of bp, orig_ax (the call's number), ip and sp in that block.
 const REG_BP: usize = 0;
+const REG_ORIG_AX: usize = 11;
 const REG_IP: usize = 12;
 const REG_SP: usize = 15;
 
@@ -99,6 +100,22 @@ fn regs(ctx: &RawTracePointContext) -> Option<[u64; 16]> {
     let regs: u64 = ctx.arg(0);
     // SAFETY: the helper checks the address; a fault returns an error.
     unsafe { bpf_probe_read_kernel((regs + PT_REGS_BP) as *const [u64; 16]) }.ok()
+}
+
+/// Where the thread entered its call, for a call that needs no argument
+/// (no spec): `(ip, sp, bp)`, two small reads instead of 16 words.
+#[inline(always)]
+fn frame_regs(ctx: &RawTracePointContext) -> Option<(u64, u64, u64)> {
+    let regs: u64 = ctx.arg(0);
+    // SAFETY: the helper checks the address; a fault returns an error.
+    let bp = unsafe { bpf_probe_read_kernel((regs + PT_REGS_BP) as *const u64) }.ok()?;
+    // ip, cs, flags, sp.
+    // SAFETY: as above.
+    let ip_sp = unsafe {
+        bpf_probe_read_kernel((regs + PT_REGS_BP + 8 * REG_IP as u64) as *const [u64; 4])
+    }
+    .ok()?;
+    Some((ip_sp[0], ip_sp[REG_SP - REG_IP], bp))
 }
 
 #[inline(always)]
@@ -123,19 +140,27 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     }
     let nr: u64 = ctx.arg(1);
     let blocked = global(&BLOCKED_THREADS) != 0;
-    let spec = syscall::spec(nr as u32);
-    if !blocked && spec.is_none() {
+    // Most calls of a busy server (futex, nanosleep...) have no spec: they
+    // pay only the blocked-thread entry, from three registers.
+    let Some(spec) = syscall::spec(nr as u32) else {
+        if blocked && let Some((ip, sp, bp)) = frame_regs(ctx) {
+            note_blocked(pid, tid, nr as u32, ip, sp, bp);
+        }
         return;
-    }
+    };
     let Some(regs) = regs(ctx) else {
         return;
     };
     if blocked {
-        note_blocked(pid, tid, nr as u32, &regs);
+        note_blocked(
+            pid,
+            tid,
+            nr as u32,
+            regs[REG_IP],
+            regs[REG_SP],
+            regs[REG_BP],
+        );
     }
-    let Some(spec) = spec else {
-        return;
-    };
     let sockets = global(&TRACE_SYSCALLS) != 0;
     let files = global(&TRACE_FILES) != 0 && spec.file != file_class::NONE;
     if !sockets && !files {
@@ -203,17 +228,21 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
 
 /// Keeps where this thread entered a system call, every call: the
 /// recorder unwinds the threads still inside one at the stop. Written in
-/// place after the thread's first call (one lookup and a store).
+/// place after the thread's first call (one lookup and a store); never
+/// cleared when the call returns (that was a second lookup per call): the
+/// entry is the thread's last call, finished or not, and the recorder
+/// tells which by `/proc/PID/task/TID/syscall` (the same number and stack
+/// pointer: still in it).
 #[inline(always)]
-fn note_blocked(pid: u32, tid: u32, nr: u32, regs: &[u64; 16]) {
+fn note_blocked(pid: u32, tid: u32, nr: u32, ip: u64, sp: u64, bp: u64) {
     let entry = BlockedEntry {
         // SAFETY: helper without preconditions.
         ts_ns: unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() },
         pid,
         nr,
-        ip: regs[REG_IP],
-        sp: regs[REG_SP],
-        bp: regs[REG_BP],
+        ip,
+        sp,
+        bp,
     };
     match BLOCKED.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; only its own system calls and
@@ -232,12 +261,25 @@ fn note_blocked(pid: u32, tid: u32, nr: u32, regs: &[u64; 16]) {
 /// for [`BLOCKED_MIN_NS`]: most likely its process is being stopped or
 /// killed (a hung daemon's watchdog, its launcher), and by the time the
 /// recorder stops it is gone. Its registers and the top of its stack are
-/// copied now, while they exist; the recorder unwinds them.
+/// copied now, while they exist; the recorder unwinds them. Called only
+/// for those return codes: the thread's entry is looked up then, not on
+/// every return, and is this call's when its number and stack pointer are
+/// the ones the kernel still holds for it.
 #[inline(always)]
-fn interrupted(pid: u32, tid: u32, entry: &BlockedEntry, ret: i64) {
-    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
-    // -ERESTART_RESTARTBLOCK.
-    if !matches!(ret, -4 | -512 | -513 | -514 | -516) {
+fn interrupted(ctx: &RawTracePointContext, pid: u32, tid: u32) {
+    // SAFETY: the value is copied out.
+    let Some(entry) = (unsafe { BLOCKED.get(&tid) }).copied() else {
+        return;
+    };
+    let regs: u64 = ctx.arg(0);
+    // orig_ax, ip, cs, flags, sp.
+    // SAFETY: the helper checks the address; a fault returns an error.
+    let Ok(now_regs) = (unsafe {
+        bpf_probe_read_kernel((regs + PT_REGS_BP + 8 * REG_ORIG_AX as u64) as *const [u64; 5])
+    }) else {
+        return;
+    };
+    if now_regs[0] as u32 != entry.nr || now_regs[REG_SP - REG_ORIG_AX] != entry.sp {
         return;
     }
     // SAFETY: helper without preconditions.
@@ -298,18 +340,11 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     if !crate::may_be_traced(pid) {
         return;
     }
-    if global(&BLOCKED_THREADS) != 0
-        && let Some(blocked) = BLOCKED.get_ptr_mut(&tid)
-    {
-        // SAFETY: this thread's own entry (see `note_blocked`), copied out.
-        let entry = unsafe {
-            let entry = *blocked;
-            (*blocked).ts_ns = 0;
-            entry
-        };
-        if entry.ts_ns != 0 {
-            interrupted(pid, tid, &entry, ctx.arg(1));
-        }
+    let ret: i64 = ctx.arg(1);
+    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
+    // -ERESTART_RESTARTBLOCK: a signal ended the call.
+    if matches!(ret, -4 | -512 | -513 | -514 | -516) && global(&BLOCKED_THREADS) != 0 {
+        interrupted(ctx, pid, tid);
     }
     let Some(slot) = INFLIGHT.get_ptr_mut(&tid) else {
         return;
@@ -324,7 +359,6 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     if enter.ts_ns == 0 {
         return;
     }
-    let ret: i64 = ctx.arg(1);
     if enter.file_class != 0 {
         files::count_call(pid, &enter, ret);
         return;

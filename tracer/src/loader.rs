@@ -1412,13 +1412,16 @@ impl Loaded {
             .collect()
     }
 
-    /// Threads of traced processes inside a system call now (any call), by
-    /// tid: where each entered it.
+    /// The last system call each thread of a traced process entered, by
+    /// tid: where it entered it. The entry stays after the call returned
+    /// (the kernel side does not clear it, which cost a lookup per call):
+    /// whether the thread is still inside is for the caller to tell, by
+    /// [`crate::procfs::blocked_syscall`] (`session::in_call`).
     pub fn blocked(&self) -> Vec<(u32, BlockedEntry)> {
         self.blocked
             .iter()
             .filter_map(Result::ok)
-            // Marked done (`ts_ns` 0) when the call returned.
+            // Never written with 0; a guard against a half-made entry.
             .filter(|(_, entry)| entry.ts_ns != 0)
             .collect()
     }
@@ -1429,7 +1432,7 @@ impl Loaded {
         self.blocked.keys().filter_map(Result::ok).collect()
     }
 
-    /// Where thread `tid` entered its current system call, if it is in one.
+    /// Where thread `tid` entered its last system call (finished or not).
     pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
         self.blocked.get(&tid, 0).ok().filter(|e| e.ts_ns != 0)
     }
