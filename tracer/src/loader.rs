@@ -193,6 +193,12 @@ impl TracedBits {
             w.fetch_or(1 << (pid & 63), std::sync::atomic::Ordering::SeqCst);
         }
     }
+
+    fn clear(&self, pid: u32) {
+        if let Some(w) = self.word(pid) {
+            w.fetch_and(!(1 << (pid & 63)), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 impl Drop for TracedBits {
@@ -1331,14 +1337,18 @@ impl Loaded {
         } else {
             tracer_common::TRACED_CHILD
         };
-        // The bit first: the programs test it before the map.
+        // The bit first: the programs test it before the map (and
+        // `sys_enter` only it: it goes again if the map refuses the pid).
         self.traced_bits.set(pid);
-        self.traced
-            .insert(pid, value, 0)
-            .map_err(|source| LoadError::Map {
+        if let Err(source) = self.traced.insert(pid, value, 0) {
+            if self.traced.get(&pid, 0).is_err() {
+                self.traced_bits.clear(pid);
+            }
+            return Err(LoadError::Map {
                 name: maps::TRACED_PIDS,
                 source,
-            })?;
+            });
+        }
         for fd in crate::procfs::socket_fds(pid) {
             self.sockets
                 .insert((u64::from(pid) << 32) | u64::from(fd), 1u64, 0)
