@@ -143,6 +143,9 @@ pub mod globals {
     pub const TRACE_SYSCALLS: &str = "TRACE_SYSCALLS";
     /// u32: 1 to count file I/O system calls.
     pub const TRACE_FILES: &str = "TRACE_FILES";
+    /// u32: 1 to keep where each thread entered its system call (`BLOCKED`),
+    /// 0 to skip it (an ablation: what the blocked-thread entry costs).
+    pub const BLOCKED_THREADS: &str = "BLOCKED_THREADS";
     /// [`crate::kernel::KernelOffsets`]: kernel struct offsets from BTF.
     pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 }

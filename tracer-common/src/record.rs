@@ -281,7 +281,9 @@ pub struct SyscallEnter {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockedEntry {
-    /// Entry time, `CLOCK_MONOTONIC` ns; 0 once the call returned.
+    /// Entry time, `CLOCK_MONOTONIC` ns. Kept after the call returned (the
+    /// entry is the thread's last call): the recorder tells a current call
+    /// by `/proc/PID/task/TID/syscall`.
     pub ts_ns: u64,
     /// Process id (tgid) of the thread.
     pub pid: u32,

@@ -131,6 +131,9 @@ pub struct LoadOptions {
     pub syscalls: bool,
     /// Count file I/O system calls.
     pub files: bool,
+    /// Keep where each thread entered its system call (blocked threads at
+    /// the stop, signal-ended long waits); off only in benchmarks.
+    pub blocked_threads: bool,
     /// Tracepoint field offsets of this kernel.
     pub offsets: TracepointOffsets,
     /// Kernel struct offsets of this kernel (from its BTF).
@@ -188,6 +191,12 @@ impl TracedBits {
     fn set(&self, pid: u32) {
         if let Some(w) = self.word(pid) {
             w.fetch_or(1 << (pid & 63), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn clear(&self, pid: u32) {
+        if let Some(w) = self.word(pid) {
+            w.fetch_and(!(1 << (pid & 63)), std::sync::atomic::Ordering::SeqCst);
         }
     }
 }
@@ -327,12 +336,14 @@ impl Loaded {
         let follow = u32::from(opts.follow_children);
         let syscalls = u32::from(opts.syscalls);
         let files = u32::from(opts.files && opts.kernel.has_files());
+        let blocked = u32::from(opts.blocked_threads);
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::SAMPLE_ALL, &sample_all, true)
             .override_global(globals::WAKEUP_BYTES, &opts.wakeup_bytes, true)
             .override_global(globals::FOLLOW_CHILDREN, &follow, true)
             .override_global(globals::TRACE_SYSCALLS, &syscalls, true)
             .override_global(globals::TRACE_FILES, &files, true)
+            .override_global(globals::BLOCKED_THREADS, &blocked, true)
             .override_global(globals::TP_OFFSETS, &opts.offsets, true)
             .override_global(globals::KERNEL_OFFSETS, &opts.kernel, true)
             .map_max_entries(maps::EVENTS, opts.ring_bytes)
@@ -1326,14 +1337,18 @@ impl Loaded {
         } else {
             tracer_common::TRACED_CHILD
         };
-        // The bit first: the programs test it before the map.
+        // The bit first: the programs test it before the map (and
+        // `sys_enter` only it: it goes again if the map refuses the pid).
         self.traced_bits.set(pid);
-        self.traced
-            .insert(pid, value, 0)
-            .map_err(|source| LoadError::Map {
+        if let Err(source) = self.traced.insert(pid, value, 0) {
+            if self.traced.get(&pid, 0).is_err() {
+                self.traced_bits.clear(pid);
+            }
+            return Err(LoadError::Map {
                 name: maps::TRACED_PIDS,
                 source,
-            })?;
+            });
+        }
         for fd in crate::procfs::socket_fds(pid) {
             self.sockets
                 .insert((u64::from(pid) << 32) | u64::from(fd), 1u64, 0)
@@ -1407,13 +1422,16 @@ impl Loaded {
             .collect()
     }
 
-    /// Threads of traced processes inside a system call now (any call), by
-    /// tid: where each entered it.
+    /// The last system call each thread of a traced process entered, by
+    /// tid: where it entered it. The entry stays after the call returned
+    /// (the kernel side does not clear it, which cost a lookup per call):
+    /// whether the thread is still inside is for the caller to tell, by
+    /// [`crate::procfs::blocked_syscall`] (`session::in_call`).
     pub fn blocked(&self) -> Vec<(u32, BlockedEntry)> {
         self.blocked
             .iter()
             .filter_map(Result::ok)
-            // Marked done (`ts_ns` 0) when the call returned.
+            // Never written with 0; a guard against a half-made entry.
             .filter(|(_, entry)| entry.ts_ns != 0)
             .collect()
     }
@@ -1424,7 +1442,7 @@ impl Loaded {
         self.blocked.keys().filter_map(Result::ok).collect()
     }
 
-    /// Where thread `tid` entered its current system call, if it is in one.
+    /// Where thread `tid` entered its last system call (finished or not).
     pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
         self.blocked.get(&tid, 0).ok().filter(|e| e.ts_ns != 0)
     }

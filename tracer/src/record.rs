@@ -44,6 +44,9 @@ pub struct RecordConfig {
     /// Empty programs on the system-call tracepoints instead of the real
     /// ones (benchmarks: the bare raw tracepoint cost).
     pub empty_syscalls: bool,
+    /// Skip the per-call blocked-thread entry (benchmarks: what it costs;
+    /// no blocked threads are then recorded).
+    pub bench_no_blocked: bool,
     /// USDT probes (`PROVIDER:NAME` globs) to attach in the targets' objects.
     pub usdt: Vec<UsdtPattern>,
     /// USDT probes whose semaphores are raised without recording their hits.
@@ -121,6 +124,7 @@ impl Default for RecordConfig {
             exclude_functions: Vec::new(),
             empty_probes: Vec::new(),
             empty_syscalls: false,
+            bench_no_blocked: false,
             usdt: Vec::new(),
             usdt_semaphores: Vec::new(),
             usdt_empty: Vec::new(),

@@ -1661,6 +1661,7 @@ impl Session {
             follow_children: config.follow,
             syscalls: config.syscalls,
             files: view.files,
+            blocked_threads: !config.bench_no_blocked,
             offsets: tracefs::tracepoint_offsets(),
             kernel,
             uprobe_multi: config.uprobe_multi,
@@ -2467,13 +2468,18 @@ impl Session {
 
     /// One [`BlockedStack`] record per thread of a traced process that is
     /// inside a system call now (any call: where a hung thread stands),
-    /// with its user stack unwound. A thread whose call ended while its
-    /// stack was read (its entry changed) is left out: its stack is no
-    /// longer the call's. Processes already gone are out of reach.
+    /// with its user stack unwound. A thread's entry is its last call,
+    /// which may have returned long ago: it counts only while the kernel
+    /// says the thread is in that call ([`in_call`]). A thread whose call
+    /// ended while its stack was read (its entry changed, or the kernel no
+    /// longer shows it in the call) is left out: its stack is no longer
+    /// the call's. Processes already gone are out of reach.
     fn write_blocked(&mut self, stop_ns: u64) -> Result<(), RecordError> {
         let mut by_pid: BTreeMap<u32, Vec<(u32, BlockedEntry)>> = BTreeMap::new();
         for (tid, entry) in self.loaded.blocked() {
-            if self.loaded.is_traced(entry.pid) {
+            if self.loaded.is_traced(entry.pid)
+                && in_call(&entry, procfs::blocked_syscall(entry.pid, tid))
+            {
                 by_pid.entry(entry.pid).or_default().push((tid, entry));
             }
         }
@@ -2529,7 +2535,9 @@ impl Session {
             threads.sort_by_key(|(tid, _)| *tid);
             for (tid, entry) in threads {
                 let stack = Stack::read(pid, entry.sp, &maps);
-                if self.loaded.blocked_entry(tid) != Some(entry) {
+                if self.loaded.blocked_entry(tid) != Some(entry)
+                    || !in_call(&entry, procfs::blocked_syscall(pid, tid))
+                {
                     left_out += 1;
                     continue;
                 }
@@ -2990,12 +2998,51 @@ impl Taps {
     }
 }
 
+/// Whether a thread whose last system call entry is `entry` is inside
+/// that call now, from what `/proc/PID/task/TID/syscall` shows (`now`:
+/// number, stack pointer, instruction pointer; `None` while it runs). Every
+/// call the thread enters overwrites its entry, so the same number, stack
+/// pointer and return address mean the same call; a call that returned
+/// leaves a stale entry, which must not read as a blocked thread.
+fn in_call(entry: &BlockedEntry, now: Option<(u32, u64, u64)>) -> bool {
+    now == Some((entry.nr, entry.sp, entry.ip))
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
-    use super::{CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, symbol_at_offset};
-    use tracer_common::capture::{ObjectSymbols, Segment, Symbol};
+    use super::{
+        CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, in_call, symbol_at_offset,
+    };
+    use tracer_common::{
+        capture::{ObjectSymbols, Segment, Symbol},
+        record::BlockedEntry,
+    };
+
+    /// A thread's entry is its last call: it is blocked in it only while
+    /// the kernel shows that call (number, stack pointer, return address).
+    /// A call that returned (the thread runs, or waits in another call
+    /// from elsewhere) is not a blocked thread.
+    #[test]
+    fn a_finished_calls_entry_is_not_a_blocked_thread() {
+        let entry = BlockedEntry {
+            ts_ns: 5,
+            pid: 10,
+            nr: 35,
+            ip: 0x7f00_1234,
+            sp: 0x7ffd_1000,
+            bp: 0x7ffd_1040,
+        };
+        assert!(in_call(&entry, Some((35, 0x7ffd_1000, 0x7f00_1234))));
+        // Running user code.
+        assert!(!in_call(&entry, None));
+        // Another call, or the same call from another frame: the entry
+        // would have been overwritten, so this is not its call.
+        assert!(!in_call(&entry, Some((202, 0x7ffd_1000, 0x7f00_1234))));
+        assert!(!in_call(&entry, Some((35, 0x7ffd_0f00, 0x7f00_1234))));
+        assert!(!in_call(&entry, Some((35, 0x7ffd_1000, 0x7f00_5678))));
+    }
 
     /// A sample of a sampled-only object is placed in its symbol, which
     /// is given a size where it had none, so that a table of the symbols

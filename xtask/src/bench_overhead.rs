@@ -84,9 +84,17 @@ pub(crate) struct BenchOverheadArgs {
     /// the no-f ablations that each turn one
     /// signal off, to find where the cost of recording without probes
     /// goes: no-f-nosample, no-f-nosyscalls, no-f-nofile, no-f-noblock,
-    /// no-f-nonet, no-f-nocpu, and no-f-bare (all of them off).
+    /// no-f-nonet, no-f-nocpu, no-f-noblocked (no blocked-thread entry
+    /// per system call), and no-f-bare (all of them off); each ablation
+    /// also as no-f-one-NAME (one recorder for all servers, e.g.
+    /// no-f-one-noblocked).
     #[arg(long, value_delimiter = ',', default_value = "no-f,broad,budget")]
     modes: Vec<String>,
+    /// The tracer binary of the modes named MODE@base (e.g. no-f-one@base:
+    /// an older build), interleaved with the others in each repetition: two
+    /// builds compared under the same drift of the host's load.
+    #[arg(long, value_name = "TRACER")]
+    baseline: Option<PathBuf>,
 }
 
 /// Each no-f ablation: its name, the sample rate (`None`: the harness's
@@ -98,6 +106,9 @@ const ABLATIONS: &[(&str, Option<u32>, &[&str])] = &[
     ("no-f-noblock", None, &["--no-block-io"]),
     ("no-f-nonet", None, &["--no-net-stats"]),
     ("no-f-nocpu", None, &["--no-cpu-times"]),
+    // Where each thread entered its system call, kept on every call for
+    // the blocked threads at the stop: a hidden recorder flag skips it.
+    ("no-f-noblocked", None, &["--bench-no-blocked"]),
     (
         "no-f-bare",
         Some(0),
@@ -110,6 +121,19 @@ const ABLATIONS: &[(&str, Option<u32>, &[&str])] = &[
         ],
     ),
 ];
+
+/// The ablation `name` names (`no-f-X`, or `no-f-one-X` for one recorder
+/// for all servers): its sample rate, flags and whether it is one recorder.
+fn ablation(name: &str) -> Option<(Option<u32>, &'static [&'static str], bool)> {
+    let (lookup, single) = match name.strip_prefix("no-f-one-") {
+        Some(rest) => (format!("no-f-{rest}"), true),
+        None => (name.to_string(), false),
+    };
+    ABLATIONS
+        .iter()
+        .find(|(n, ..)| *n == lookup)
+        .map(|(_, hz, flags)| (*hz, *flags, single))
+}
 
 /// One traced mode: its name and the recorder's settings.
 struct Mode {
@@ -158,7 +182,14 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         record: None,
     }];
     for name in &a.modes {
-        let record = match name.as_str() {
+        let (plain, base) = match name.strip_suffix("@base") {
+            Some(plain) => match &a.baseline {
+                Some(b) => (plain, Some(b)),
+                None => anyhow::bail!("mode {name:?} needs --baseline TRACER"),
+            },
+            None => (name.as_str(), None),
+        };
+        let mut record = match plain {
             "untraced" => continue,
             "no-f" => record(&[], &[])?,
             "no-f-one" => {
@@ -182,19 +213,22 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     "1s".into(),
                 ],
             )?,
-            other => match ABLATIONS.iter().find(|(n, ..)| *n == other) {
-                Some((_, hz, flags)) => {
+            other => match ablation(other) {
+                Some((hz, flags, single)) => {
                     let mut r = record(
                         &[],
                         &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
                     )?;
                     if let Some(hz) = hz {
-                        r.sample_hz = *hz;
+                        r.sample_hz = hz;
+                    }
+                    if single {
+                        r.mode = tests::fs::RecordMode::Single;
                     }
                     r
                 }
                 None => anyhow::bail!(
-                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {}",
+                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {} (each ablation also as no-f-one-X; any mode as MODE@base with --baseline)",
                     ABLATIONS
                         .iter()
                         .map(|(n, ..)| *n)
@@ -203,6 +237,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                 ),
             },
         };
+        if let Some(base) = base {
+            record.tracer = base.clone();
+        }
         modes.push(Mode {
             name: name.clone(),
             record: Some(record),
@@ -239,7 +276,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                 settle();
                 let dir = out.join(format!(
                     "{}-{}",
-                    mode.name.replace([' ', '-'], "_"),
+                    mode.name.replace([' ', '-', '@'], "_"),
                     rep + 1
                 ));
                 let info = tests::fs::run(

@@ -172,3 +172,49 @@ fn a_thread_killed_while_it_hung_is_found_where_it_hung() {
     assert!(worker.blocked_s >= 1.0, "{worker:?}");
     assert!(worker.path().contains(&"stuck_here"), "{worker:?}");
 }
+
+/// A thread's last system call stays in the recorder's table after it
+/// returned: a thread that slept once during the recording and then runs
+/// user code (no call since) is not reported blocked, while the polling
+/// main thread still is.
+#[test]
+fn a_thread_whose_call_returned_is_not_reported_blocked() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go = dir.path().join("go");
+    let mut child = start_stuck(&["spin", go.to_str().expect("utf8")]);
+    let pid = child.id();
+    let out = dir.path().join("spin.capture");
+    let rec = Background::start(&[
+        "record",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        "2s",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    // Attached: the worker's nap and its spinning start now.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&go, b"").expect("the go file");
+    let mut rec = rec;
+    let status = rec.child.wait().expect("tracer exits");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.success());
+    let cap = capture(&out);
+    let stacks = blocked_stacks(&cap, pid);
+    assert!(
+        stacks.get(&pid).is_some_and(|m| m.0.contains("poll")),
+        "the polling main thread in {stacks:?}"
+    );
+    assert_eq!(
+        stacks.len(),
+        1,
+        "only the main thread is blocked, not the spinning worker: {stacks:?}"
+    );
+}

@@ -259,6 +259,11 @@ pub struct RecordArgs {
     /// real ones (overhead benchmarks).
     #[arg(long, hide = true)]
     pub bench_empty_syscalls: bool,
+    /// Do not keep where each thread entered its system call (overhead
+    /// benchmarks: the cost of the blocked-thread entry; no blocked
+    /// threads are recorded).
+    #[arg(long, hide = true)]
+    pub bench_no_blocked: bool,
     /// One perf link per function probe even where uprobe_multi links exist
     /// (tests compare the two paths).
     #[arg(long, hide = true)]
@@ -409,6 +414,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             functions,
             empty_probes,
             empty_syscalls: a.bench_empty_syscalls,
+            bench_no_blocked: a.bench_no_blocked,
             usdt,
             usdt_semaphores,
             usdt_empty,
