@@ -261,7 +261,9 @@ struct Tracker {
     roots: BTreeSet<u32>,
     live: BTreeSet<u32>,
     comms: BTreeMap<u32, String>,
-    pending_objects: Vec<PathBuf>,
+    /// Objects whose symbol tables are to be written, with when each was
+    /// first seen (written [`OBJECT_TABLES_AFTER`] later, or at the stop).
+    pending_objects: Vec<(PathBuf, Instant)>,
     /// Last snapshot of each live process and the kernel symbols written,
     /// for the next file after a rotation.
     infos: BTreeMap<u32, ProcessInfo>,
@@ -325,6 +327,12 @@ struct SampledObject {
 /// recorder (an agent sampling a busy host for days sees every compiler
 /// and runtime it runs).
 const SAMPLED_CACHE_BYTES: usize = 128 << 20;
+
+/// How long a traced process's object waits before its symbol table is
+/// read and written (at the stop at the latest): the processes of a job
+/// the recorder starts map their objects as they start, when the job's
+/// own processes want every core.
+const OBJECT_TABLES_AFTER: Duration = Duration::from_secs(5);
 
 /// How long settling waits for the symbol tables of sampled-only objects
 /// being read: not at all while recording (they are read off the loop,
@@ -662,7 +670,8 @@ impl Tracker {
             target.path
         );
         if self.objects_written.insert(target.path.clone()) {
-            self.pending_objects.push(PathBuf::from(&target.path));
+            self.pending_objects
+                .push((PathBuf::from(&target.path), Instant::now()));
         }
         let comm = self
             .names
@@ -742,7 +751,8 @@ impl Tracker {
             let named = (traced && map.path.starts_with('/')) || map.path == crate::elf::VDSO;
             if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
-                self.pending_objects.push(PathBuf::from(&map.path));
+                self.pending_objects
+                    .push((PathBuf::from(&map.path), Instant::now()));
             }
         }
         sink.meta(&Meta::Process(info.clone()))?;
@@ -793,7 +803,19 @@ impl Tracker {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
         }
-        for path in std::mem::take(&mut self.pending_objects) {
+        // Tables wait: a launched job's processes map dozens of objects
+        // (MPI ranks: libmpich, UCX, verbs, Fortran runtime), and reading
+        // their tables as they start took ~0.1 s of CPU from ranks that
+        // busy-poll every core (issue 17 item 9). At the stop, all.
+        let now = Instant::now();
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_objects)
+            .into_iter()
+            .partition(|(_, seen)| {
+                sampled_for != SAMPLED_SYMBOLS_TICK
+                    || now.duration_since(*seen) >= OBJECT_TABLES_AFTER
+            });
+        self.pending_objects = wait;
+        for (path, _) in due {
             // Traced now: its whole table replaces the sampled symbols.
             self.sampled.remove(path.to_string_lossy().as_ref());
             match self.elf_cache.get(&path) {
@@ -1810,7 +1832,9 @@ impl Session {
         // catches them mapped: the analyzer can place them from the probe hits.
         for probe in &probes {
             if tracker.objects_written.insert(probe.object.clone()) {
-                tracker.pending_objects.push(PathBuf::from(&probe.object));
+                tracker
+                    .pending_objects
+                    .push((PathBuf::from(&probe.object), Instant::now()));
             }
         }
         for pid in &root_pids {
