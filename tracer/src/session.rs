@@ -264,6 +264,8 @@ struct Tracker {
     /// Objects whose symbol tables are to be written, with when each was
     /// first seen (written [`OBJECT_TABLES_AFTER`] later, or at the stop).
     pending_objects: Vec<(PathBuf, Instant)>,
+    /// [`RecordConfig::object_tables_after`].
+    tables_after: Duration,
     /// Last snapshot of each live process and the kernel symbols written,
     /// for the next file after a rotation.
     infos: BTreeMap<u32, ProcessInfo>,
@@ -327,12 +329,6 @@ struct SampledObject {
 /// recorder (an agent sampling a busy host for days sees every compiler
 /// and runtime it runs).
 const SAMPLED_CACHE_BYTES: usize = 128 << 20;
-
-/// How long a traced process's object waits before its symbol table is
-/// read and written (at the stop at the latest): the processes of a job
-/// the recorder starts map their objects as they start, when the job's
-/// own processes want every core.
-const OBJECT_TABLES_AFTER: Duration = Duration::from_secs(5);
 
 /// How long settling waits for the symbol tables of sampled-only objects
 /// being read: not at all while recording (they are read off the loop,
@@ -406,6 +402,7 @@ impl Tracker {
             live: BTreeSet::new(),
             comms: BTreeMap::new(),
             pending_objects: Vec::new(),
+            tables_after: Duration::ZERO,
             infos: BTreeMap::new(),
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
@@ -803,16 +800,17 @@ impl Tracker {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
         }
-        // Tables wait: a launched job's processes map dozens of objects
-        // (MPI ranks: libmpich, UCX, verbs, Fortran runtime), and reading
-        // their tables as they start took ~0.1 s of CPU from ranks that
-        // busy-poll every core (issue 17 item 9). At the stop, all.
+        // Tables may wait (`tracer record`): a launched job's processes map
+        // dozens of objects (MPI ranks: libmpich, UCX, verbs, Fortran
+        // runtime), and reading their tables as they start took ~0.1 s of
+        // CPU from ranks that busy-poll every core (issue 17 item 9). At
+        // the stop, all.
         let now = Instant::now();
         let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_objects)
             .into_iter()
             .partition(|(_, seen)| {
                 sampled_for != SAMPLED_SYMBOLS_TICK
-                    || now.duration_since(*seen) >= OBJECT_TABLES_AFTER
+                    || now.duration_since(*seen) >= self.tables_after
             });
         self.pending_objects = wait;
         for (path, _) in due {
@@ -1803,6 +1801,7 @@ impl Session {
         )?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        tracker.tables_after = config.object_tables_after;
         // The kernel's symbols, read now when samples will need them: read
         // at the first kernel sample, they held the loop for 5-7 s of a
         // 20 s run on a loaded machine (debug build), with no counters or
