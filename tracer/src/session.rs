@@ -262,7 +262,7 @@ struct Tracker {
     live: BTreeSet<u32>,
     comms: BTreeMap<u32, String>,
     /// Objects whose symbol tables are to be written, with when each was
-    /// first seen (written [`OBJECT_TABLES_AFTER`] later, or at the stop).
+    /// first seen (written `tables_after` later, or at the stop).
     pending_objects: Vec<(PathBuf, Instant)>,
     /// [`RecordConfig::object_tables_after`].
     tables_after: Duration,
