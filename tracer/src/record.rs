@@ -29,6 +29,9 @@ pub enum Target {
     Command(Vec<OsString>),
 }
 
+/// [`RecordConfig::object_tables_after`] of `tracer record`.
+pub const OBJECT_TABLES_AFTER: Duration = Duration::from_secs(5);
+
 /// Settings of a recording.
 #[derive(Debug, Clone)]
 pub struct RecordConfig {
@@ -114,6 +117,12 @@ pub struct RecordConfig {
     /// The functions a model was learned with (`--like MODEL`): the budget
     /// drops every other probe before one of them.
     pub overhead_keep: Option<crate::overhead::Keep>,
+    /// How long a traced process's object waits before its symbol table is
+    /// read and written (at the stop at the latest). `tracer record` waits
+    /// (a launched job's processes map dozens of objects as they start, when
+    /// they want every core); the agent, whose live analysis reads the
+    /// tables from files it rotates every few seconds, does not.
+    pub object_tables_after: Duration,
 }
 
 impl Default for RecordConfig {
@@ -153,6 +162,7 @@ impl Default for RecordConfig {
             overhead_percent: None,
             overhead_interval: Duration::from_secs(2),
             overhead_keep: None,
+            object_tables_after: Duration::ZERO,
         }
     }
 }

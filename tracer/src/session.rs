@@ -261,7 +261,11 @@ struct Tracker {
     roots: BTreeSet<u32>,
     live: BTreeSet<u32>,
     comms: BTreeMap<u32, String>,
-    pending_objects: Vec<PathBuf>,
+    /// Objects whose symbol tables are to be written, with when each was
+    /// first seen (written `tables_after` later, or at the stop).
+    pending_objects: Vec<(PathBuf, Instant)>,
+    /// [`RecordConfig::object_tables_after`].
+    tables_after: Duration,
     /// Last snapshot of each live process and the kernel symbols written,
     /// for the next file after a rotation.
     infos: BTreeMap<u32, ProcessInfo>,
@@ -398,6 +402,7 @@ impl Tracker {
             live: BTreeSet::new(),
             comms: BTreeMap::new(),
             pending_objects: Vec::new(),
+            tables_after: Duration::ZERO,
             infos: BTreeMap::new(),
             kernel_symbols: Vec::new(),
             names: BTreeMap::new(),
@@ -662,7 +667,8 @@ impl Tracker {
             target.path
         );
         if self.objects_written.insert(target.path.clone()) {
-            self.pending_objects.push(PathBuf::from(&target.path));
+            self.pending_objects
+                .push((PathBuf::from(&target.path), Instant::now()));
         }
         let comm = self
             .names
@@ -742,7 +748,8 @@ impl Tracker {
             let named = (traced && map.path.starts_with('/')) || map.path == crate::elf::VDSO;
             if named && !self.objects_written.contains(&map.path) {
                 self.objects_written.insert(map.path.clone());
-                self.pending_objects.push(PathBuf::from(&map.path));
+                self.pending_objects
+                    .push((PathBuf::from(&map.path), Instant::now()));
             }
         }
         sink.meta(&Meta::Process(info.clone()))?;
@@ -793,7 +800,20 @@ impl Tracker {
         for pid in std::mem::take(&mut self.exec_snapshots) {
             self.snapshot(pid, true, sink)?;
         }
-        for path in std::mem::take(&mut self.pending_objects) {
+        // Tables may wait (`tracer record`): a launched job's processes map
+        // dozens of objects (MPI ranks: libmpich, UCX, verbs, Fortran
+        // runtime), and reading their tables as they start took ~0.1 s of
+        // CPU from ranks that busy-poll every core (issue 17 item 9). At
+        // the stop, all.
+        let now = Instant::now();
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_objects)
+            .into_iter()
+            .partition(|(_, seen)| {
+                sampled_for != SAMPLED_SYMBOLS_TICK
+                    || now.duration_since(*seen) >= self.tables_after
+            });
+        self.pending_objects = wait;
+        for (path, _) in due {
             // Traced now: its whole table replaces the sampled symbols.
             self.sampled.remove(path.to_string_lossy().as_ref());
             match self.elf_cache.get(&path) {
@@ -1781,6 +1801,7 @@ impl Session {
         )?;
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
+        tracker.tables_after = config.object_tables_after;
         // The kernel's symbols, read now when samples will need them: read
         // at the first kernel sample, they held the loop for 5-7 s of a
         // 20 s run on a loaded machine (debug build), with no counters or
@@ -1810,7 +1831,9 @@ impl Session {
         // catches them mapped: the analyzer can place them from the probe hits.
         for probe in &probes {
             if tracker.objects_written.insert(probe.object.clone()) {
-                tracker.pending_objects.push(PathBuf::from(&probe.object));
+                tracker
+                    .pending_objects
+                    .push((PathBuf::from(&probe.object), Instant::now()));
             }
         }
         for pid in &root_pids {

@@ -439,6 +439,7 @@ impl TryFrom<RecordArgs> for RecordConfig {
             overhead_percent: a.overhead,
             overhead_interval: a.overhead_interval,
             overhead_keep: like,
+            object_tables_after: tracer::record::OBJECT_TABLES_AFTER,
             ..RecordConfig::default()
         })
     }
