@@ -134,15 +134,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         if blocked && let Some(regs) = regs(ctx) {
             // SAFETY: helper without preconditions.
             let ts_ns = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
-            note_blocked(
-                pid,
-                tid,
-                nr as u32,
-                ts_ns,
-                regs[REG_IP],
-                regs[REG_SP],
-                regs[REG_BP],
-            );
+            note_blocked(pid, tid, nr as u32, ts_ns, &regs);
         }
         return;
     };
@@ -153,15 +145,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     // SAFETY: helper without preconditions.
     let ts_ns = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
     if blocked {
-        note_blocked(
-            pid,
-            tid,
-            nr as u32,
-            ts_ns,
-            regs[REG_IP],
-            regs[REG_SP],
-            regs[REG_BP],
-        );
+        note_blocked(pid, tid, nr as u32, ts_ns, &regs);
     }
     let sockets = global(&TRACE_SYSCALLS) != 0;
     let files = global(&TRACE_FILES) != 0 && spec.file != file_class::NONE;
@@ -232,17 +216,17 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
 /// place after the thread's first call (one lookup and a store); never
 /// cleared when the call returns (that was a second lookup per call): the
 /// entry is the thread's last call, finished or not, and the recorder
-/// tells which by `/proc/PID/task/TID/syscall` (the same number and stack
-/// pointer: still in it).
+/// tells which by `/proc/PID/task/TID/syscall` (the same number, stack
+/// pointer and return address: still in it).
 #[inline(always)]
-fn note_blocked(pid: u32, tid: u32, nr: u32, ts_ns: u64, ip: u64, sp: u64, bp: u64) {
+fn note_blocked(pid: u32, tid: u32, nr: u32, ts_ns: u64, regs: &[u64; 16]) {
     let entry = BlockedEntry {
         ts_ns,
         pid,
         nr,
-        ip,
-        sp,
-        bp,
+        ip: regs[REG_IP],
+        sp: regs[REG_SP],
+        bp: regs[REG_BP],
     };
     match BLOCKED.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; only its own system calls and
