@@ -107,13 +107,6 @@ fn try_func_entry(ctx: &ProbeContext) {
             call_site,
         });
     } else {
-        // A call from a library (a language binding: Fortran's `mpi_send_`)
-        // keeps the top of the stack, where the binding's own return
-        // address into the program is.
-        if from_library(regs.rsp) {
-            emit_frame(cookie, pid, tid, func_id, regs);
-            return;
-        }
         // The return address and, above it, the stack-passed arguments 7 to
         // 10 (System V AMD64): one read.
         // SAFETY: reading user memory through the checked helper.
@@ -122,36 +115,55 @@ fn try_func_entry(ctx: &ProbeContext) {
                 count(Stat::CallSiteUnreadable);
                 [0; 1 + STACK_ARGS]
             });
-        emit_or_discard(cookie, FuncEntryStack {
-            entry: FuncEntryArgs {
-                entry: FuncEntry {
-                    header: header(
-                        kind::FUNC_ENTRY_STACK,
-                        size_of::<FuncEntryStack>(),
-                        pid,
-                        tid,
-                    ),
-                    func_id,
-                    _pad: 0,
-                    ip: regs.rip,
-                    call_site: words[0],
-                },
-                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
-            },
-            stack: [words[1], words[2], words[3], words[4]],
-        });
+        // A call from a library (a language binding: Fortran's `mpi_send_`)
+        // keeps the top of the stack, where the binding's own return
+        // address into the program is.
+        if from_library(words[0]) {
+            emit_frame(cookie, pid, tid, func_id, regs);
+            return;
+        }
+        let len = size_of::<FuncEntryStack>();
+        let entry = stack_entry(kind::FUNC_ENTRY_STACK, len, pid, tid, func_id, regs, &words);
+        emit_or_discard(cookie, entry);
     }
 }
 
-/// Whether the return address at `sp` lies outside the main executable's
-/// text (`task->mm->start_code..end_code`). False when the range or the
-/// address cannot be read: the plain record is written then.
+/// The entry of a probe with arguments: registers, the return address and
+/// the stack-passed arguments 7 to 10 (`words`), with a header of record
+/// `kind` and `len` bytes (the plain record, or the frame record's head).
 #[inline(always)]
-fn from_library(sp: u64) -> bool {
-    // SAFETY: reading user memory through the checked helper.
-    let Ok(ret) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else {
+fn stack_entry(
+    kind: u16,
+    len: usize,
+    pid: u32,
+    tid: u32,
+    func_id: u32,
+    regs: &aya_ebpf::bindings::pt_regs,
+    words: &[u64; 1 + STACK_ARGS],
+) -> FuncEntryStack {
+    FuncEntryStack {
+        entry: FuncEntryArgs {
+            entry: FuncEntry {
+                header: header(kind, len, pid, tid),
+                func_id,
+                _pad: 0,
+                ip: regs.rip,
+                call_site: words[0],
+            },
+            args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
+        },
+        stack: [words[1], words[2], words[3], words[4]],
+    }
+}
+
+/// Whether the return address `ret` lies outside the main executable's
+/// text (`task->mm->start_code..end_code`). False when the range cannot be
+/// read or `ret` is 0 (unread): the plain record is written then.
+#[inline(always)]
+fn from_library(ret: u64) -> bool {
+    if ret == 0 {
         return false;
-    };
+    }
     let Some(mm) = read::<u64>(current_task(), off!(task_mm)) else {
         return false;
     };
@@ -161,7 +173,7 @@ fn from_library(sp: u64) -> bool {
     ) else {
         return false;
     };
-    ret != 0 && (ret < start || ret >= end)
+    ret < start || ret >= end
 }
 
 /// Writes a [`FuncEntryFrame`]: the entry, its arguments and the
@@ -190,24 +202,9 @@ fn emit_frame(
         }
         let frame = &(*rec).frame;
         (*rec).sp = regs.rsp;
-        (*rec).entry = FuncEntryStack {
-            entry: FuncEntryArgs {
-                entry: FuncEntry {
-                    header: header(
-                        kind::FUNC_ENTRY_FRAME,
-                        size_of::<FuncEntryFrame>(),
-                        pid,
-                        tid,
-                    ),
-                    func_id,
-                    _pad: 0,
-                    ip: regs.rip,
-                    call_site: frame[0],
-                },
-                args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9],
-            },
-            stack: [frame[1], frame[2], frame[3], frame[4]],
-        };
+        let words = [frame[0], frame[1], frame[2], frame[3], frame[4]];
+        let len = size_of::<FuncEntryFrame>();
+        (*rec).entry = stack_entry(kind::FUNC_ENTRY_FRAME, len, pid, tid, func_id, regs, &words);
     }
     if cookie & COOKIE_CALIBRATE != 0 {
         slot.discard(aya_ebpf::bindings::BPF_RB_NO_WAKEUP as u64);
