@@ -31,6 +31,8 @@ pub mod syscall;
 
 #[cfg(feature = "std")]
 pub mod capture;
+#[cfg(feature = "cfi")]
+pub mod cfi;
 #[cfg(feature = "std")]
 pub mod debugfile;
 #[cfg(feature = "std")]

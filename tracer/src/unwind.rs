@@ -13,13 +13,10 @@
 
 use std::{collections::HashMap, fs, path::PathBuf};
 
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection as _, X86_64,
-};
-use object::{Object as _, ObjectSection as _};
+use gimli::{CfaRule, Register, RegisterRule, UnwindContext, X86_64};
 use tracer_common::{
     capture::{MapEntry, Segment},
+    cfi::CfiSections,
     record::{BLOCKED_FRAMES, blocked_flags},
 };
 
@@ -86,21 +83,12 @@ impl Stack {
     }
 }
 
-/// Most bytes of an object's `.eh_frame` plus `.eh_frame_hdr` kept to
-/// unwind through it (a large runtime library has a few MB).
-const MAX_CFI_BYTES: u64 = 64 << 20;
-
 /// An object's unwind sections (copied out: the file itself is read
 /// lazily, headers and these sections only) and segments.
 #[derive(Debug)]
 struct CfiObject {
     segments: Vec<Segment>,
-    /// `.eh_frame`: bytes and address.
-    eh_frame: Option<(Vec<u8>, u64)>,
-    /// `.eh_frame_hdr`: bytes and address.
-    eh_frame_hdr: Option<(Vec<u8>, u64)>,
-    /// `.text` address (bases for `DW_EH_PE_textrel`, rare).
-    text: u64,
+    cfi: CfiSections,
 }
 
 impl CfiObject {
@@ -109,43 +97,16 @@ impl CfiObject {
     fn read(file: fs::File) -> Option<Self> {
         let cache = object::ReadCache::new(file);
         let file = object::File::parse(&cache).ok()?;
-        let section = |name: &str| {
-            let s = file.section_by_name(name)?;
-            if s.size() > MAX_CFI_BYTES {
-                return None;
-            }
-            Some((s.data().ok()?.to_vec(), s.address()))
-        };
         Some(Self {
             segments: segments(&file),
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
-            text: file.section_by_name(".text").map_or(0, |s| s.address()),
+            cfi: CfiSections::of(&file),
         })
     }
 
     /// How to find the caller's registers at virtual address `vaddr`:
     /// `None` when the object has no call frame information for it.
     fn rule(&self, ctx: &mut UnwindContext<usize>, vaddr: u64) -> Option<Step> {
-        let (eh, eh_address) = self.eh_frame.as_ref()?;
-        let eh_frame = EhFrame::new(eh, LittleEndian);
-        let mut bases = BaseAddresses::default()
-            .set_eh_frame(*eh_address)
-            .set_text(self.text);
-        let hdr_table = self.eh_frame_hdr.as_ref().and_then(|(hdr, hdr_address)| {
-            bases = bases.clone().set_eh_frame_hdr(*hdr_address);
-            EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()
-        });
-        let row = match hdr_table.as_ref().and_then(|h| h.table()) {
-            Some(table) => table
-                .unwind_info_for_address(&eh_frame, &bases, ctx, vaddr, |s, b, o| {
-                    s.cie_from_offset(b, o)
-                })
-                .ok()?,
-            None => eh_frame
-                .unwind_info_for_address(&bases, ctx, vaddr, EhFrame::cie_from_offset)
-                .ok()?,
-        };
+        let row = self.cfi.row(ctx, vaddr)?;
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => (*register, *offset),
             // Expressions (PLT entries, signal frames): not followed.

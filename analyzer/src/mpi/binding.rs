@@ -23,12 +23,9 @@
 
 use std::{collections::HashMap, rc::Rc};
 
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection as _,
-    X86_64,
-};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
-use tracer_common::record::FRAME_WORDS;
+use gimli::{CfaRule, UnwindContext, X86_64};
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+use tracer_common::{cfi::CfiSections, record::FRAME_WORDS};
 
 use super::args::wrapper_name;
 use crate::decode::{Frame, Symbolizer};
@@ -80,13 +77,24 @@ struct Step {
     name: Option<Rc<str>>,
 }
 
-/// Resolves [`BindingFrame`]s, caching object files and lookups.
+/// Resolves [`BindingFrame`]s, caching objects and lookups.
 #[derive(Default)]
 pub struct BindingFrames {
-    /// Object path → its file's bytes (`None`: unreadable).
-    files: HashMap<String, Option<Vec<u8>>>,
+    /// Object path → its segments, unwind sections and `MPI_*` functions
+    /// (`None`: unreadable).
+    objects: HashMap<String, Option<BindingObject>>,
     /// Object path → file offset of a return address → its step.
     steps: HashMap<String, HashMap<u64, Option<Step>>>,
+    ctx: UnwindContext<usize>,
+}
+
+/// What a binding object gives: where its segments are, its call frame
+/// information, and its functions that stand for an `MPI_*` call (start,
+/// size, name).
+struct BindingObject {
+    segments: Vec<(u64, u64, u64)>,
+    cfi: CfiSections,
+    functions: Vec<(u64, u64, Rc<str>)>,
 }
 
 impl BindingFrames {
@@ -143,11 +151,13 @@ impl BindingFrames {
         if let Some(s) = self.steps.get(path).and_then(|m| m.get(&file_offset)) {
             return s.clone();
         }
-        let data = self
-            .files
+        let object = self
+            .objects
             .entry(path.to_string())
             .or_insert_with(|| read_object(path));
-        let step = data.as_deref().and_then(|d| step_in(d, file_offset));
+        let step = object
+            .as_ref()
+            .and_then(|o| o.step(&mut self.ctx, file_offset));
         self.steps
             .entry(path.to_string())
             .or_default()
@@ -156,77 +166,64 @@ impl BindingFrames {
     }
 }
 
-/// Largest object file read (the path comes from a capture: untrusted).
-const MAX_OBJECT_BYTES: u64 = 256 << 20;
-
-/// The bytes of the regular file at `path`, if it is one of at most
-/// [`MAX_OBJECT_BYTES`].
-fn read_object(path: &str) -> Option<Vec<u8>> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_OBJECT_BYTES {
+/// The binding object at `path` (from a capture: untrusted): headers and
+/// the sections needed are read, the unwind sections bounded by
+/// [`tracer_common::cfi::MAX_CFI_BYTES`].
+fn read_object(path: &str) -> Option<BindingObject> {
+    let file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
         return None;
     }
-    std::fs::read(path).ok()
-}
-
-/// The step at the return address at `file_offset` of the ELF file `data`.
-fn step_in(data: &[u8], file_offset: u64) -> Option<Step> {
-    let file = object::File::parse(data).ok()?;
-    let vaddr = file.segments().find_map(|s| {
-        let (off, size) = s.file_range();
-        (file_offset >= off && file_offset - off < size)
-            .then(|| s.address().checked_add(file_offset - off))
-            .flatten()
-    })?;
-    // The call instruction's row: a return address may be the first
-    // instruction of the next function's CFI.
-    let at = vaddr.checked_sub(1)?;
-    let section = file.section_by_name(".eh_frame")?;
-    let mut eh_frame = EhFrame::new(section.data().ok()?, LittleEndian);
-    eh_frame.set_address_size(8);
-    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-    if let Some(text) = file.section_by_name(".text") {
-        bases = bases.set_text(text.address());
-    }
-    let mut ctx = Box::new(UnwindContext::new());
-    let hdr = file.section_by_name(".eh_frame_hdr").and_then(|h| {
-        let bytes = h.data().ok()?;
-        bases = bases.clone().set_eh_frame_hdr(h.address());
-        EhFrameHdr::new(bytes, LittleEndian).parse(&bases, 8).ok()
-    });
-    let row = match hdr.as_ref().and_then(|h| h.table()) {
-        Some(table) => table
-            .unwind_info_for_address(&eh_frame, &bases, &mut ctx, at, |s, b, o| {
-                s.cie_from_offset(b, o)
-            })
-            .ok()?,
-        None => eh_frame
-            .unwind_info_for_address(&bases, &mut ctx, at, EhFrame::cie_from_offset)
-            .ok()?,
-    };
-    let cfa_offset = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
-            u64::try_from(*offset).ok()?
-        }
-        _ => return None,
-    };
-    Some(Step {
-        cfa_offset,
-        name: function_name(&file, vaddr).map(Rc::from),
+    let cache = object::ReadCache::new(file);
+    let file = object::File::parse(&cache).ok()?;
+    let segments = file
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        })
+        .collect();
+    // Dynamic symbols too: binding libraries are usually stripped.
+    let functions = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+        .filter_map(|s| {
+            let name = wrapper_name(s.name().ok()?, &[])?;
+            Some((s.address(), s.size(), Rc::from(name)))
+        })
+        .collect();
+    Some(BindingObject {
+        segments,
+        cfi: CfiSections::of(&file),
+        functions,
     })
 }
 
-/// The `MPI_*` name of the function of `file` holding `vaddr`, from its
-/// symbols (dynamic ones too: binding libraries are usually stripped).
-fn function_name(file: &object::File<'_>, vaddr: u64) -> Option<String> {
-    file.symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| {
-            s.kind() == object::SymbolKind::Text
-                && s.address() <= vaddr
-                && vaddr - s.address() < s.size()
-        })
-        .find_map(|s| wrapper_name(s.name().ok()?, &[]))
+impl BindingObject {
+    /// The step at the return address at `file_offset`.
+    fn step(&self, ctx: &mut UnwindContext<usize>, file_offset: u64) -> Option<Step> {
+        let vaddr = self.segments.iter().find_map(|&(off, size, addr)| {
+            (file_offset >= off && file_offset - off < size)
+                .then(|| addr.checked_add(file_offset - off))
+                .flatten()
+        })?;
+        // The call instruction's row: a return address may be the first
+        // instruction of the next function's CFI.
+        let row = self.cfi.row(ctx, vaddr.checked_sub(1)?)?;
+        let cfa_offset = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
+                u64::try_from(*offset).ok()?
+            }
+            _ => return None,
+        };
+        let name = self
+            .functions
+            .iter()
+            .find(|(start, size, _)| *start <= vaddr && vaddr - start < *size)
+            .map(|(_, _, name)| name.clone());
+        Some(Step { cfa_offset, name })
+    }
 }
 
 #[cfg(test)]
