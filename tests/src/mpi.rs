@@ -35,12 +35,17 @@ pub enum Fault {
     /// A clean run.
     None,
     /// `stress-ng --cpu 1` on `cpu`, in the job's cpu group at the ranks'
-    /// nice value, for the whole run or (`on_off`) 0.4 s on, 0.4 s off.
+    /// nice value, for the whole run or (`on_off`) in turns of
+    /// `slice_ms` on and as long off.
     Hog {
         /// The core.
         cpu: u32,
         /// On and off instead of continuous.
         on_off: bool,
+        /// Length of an on (and an off) turn, ms; 0: 400 ms (runs recorded
+        /// before turns were sized to the job).
+        #[serde(default)]
+        slice_ms: u32,
         /// Busy workers on the core (stress-ng `--cpu N`): each takes as
         /// much of it as the rank there, so N leave the rank 1/(N+1).
         #[serde(default = "one")]
@@ -163,6 +168,9 @@ pub struct Outcome {
     /// after the job had ended (or its rank was never seen), so the run is
     /// in fact clean.
     pub fault_applied: bool,
+    /// The CPU a hog's workers took while the ranks ran, share of one core
+    /// (0 to 1); `None` without a hog or when it could not be read.
+    pub hog_share: Option<f64>,
 }
 
 /// Processes running `exe`, with their `PMI_RANK`.
@@ -209,12 +217,20 @@ fn signal(pid: u32, sig: &str) {
 struct Hog(Option<Child>);
 
 impl Hog {
-    fn start(cpu: u32, on_off: bool, workers: u32, group: Option<&CpuGroup>) -> Self {
+    fn start(cpu: u32, on_off: Option<u32>, workers: u32, group: Option<&CpuGroup>) -> Self {
         let workers = workers.max(1);
-        let script = if on_off {
-            format!("while :; do timeout 0.4 stress-ng --cpu {workers} -q; sleep 0.4; done")
-        } else {
-            format!("exec stress-ng --cpu {workers} -q --timeout 300")
+        let script = match on_off {
+            // One stress-ng whose workers are stopped and continued: a
+            // stress-ng started per turn spent much of a short turn
+            // starting (an "on" of 0.4 s gave ~0.25 s of load), and a job
+            // shorter than a turn and its pause saw little of it.
+            Some(ms) => {
+                let turn = format!("{}.{:03}", ms / 1000, ms % 1000);
+                format!(
+                    "stress-ng --cpu {workers} -q --timeout 300 & s=$!; while :; do sleep {turn}; pkill -STOP -P $s; sleep {turn}; pkill -CONT -P $s; done"
+                )
+            }
+            None => format!("exec stress-ng --cpu {workers} -q --timeout 300"),
         };
         // In the job's group at the ranks' nice value (see `record`): the
         // hog and the rank on its core share that core equally.
@@ -242,6 +258,38 @@ impl Hog {
         // Let stress-ng reach its busy loop before the ranks start.
         std::thread::sleep(Duration::from_millis(200));
         Self(child)
+    }
+}
+
+impl Hog {
+    /// CPU seconds the hog's processes have used so far (the shell, stress-ng
+    /// and its workers); `None` when it did not start or cannot be read.
+    fn cpu_s(&self) -> Option<f64> {
+        let root = self.0.as_ref()?.id();
+        // /proc counts in USER_HZ, 100 on x86-64 whatever the kernel's HZ.
+        let tick = 100.0;
+        let mut total = 0.0;
+        let mut todo = vec![root];
+        let mut seen = 0;
+        while let Some(pid) = todo.pop() {
+            seen += 1;
+            if seen > 256 {
+                break;
+            }
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: f64 =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            total += ticks / tick;
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            todo.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+        Some(total)
     }
 }
 
@@ -325,12 +373,16 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
             error_chain(&e)
         );
     }
-    let _hog = match fault {
+    let hog = match fault {
         Fault::Hog {
             cpu,
             on_off,
+            slice_ms,
             workers,
-        } => Some(Hog::start(cpu, on_off, workers, group.as_ref().ok())),
+        } => {
+            let turn = on_off.then_some(if slice_ms == 0 { 400 } else { slice_ms });
+            Some(Hog::start(cpu, turn, workers, group.as_ref().ok()))
+        }
         _ => None,
     };
     // mpiexec, its proxy and the ranks start inside the job's group, all at
@@ -393,6 +445,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         std::thread::sleep(Duration::from_millis(10));
     }
     let started = Instant::now();
+    let hog_cpu_at_start = hog.as_ref().and_then(Hog::cpu_s);
     let pid_of = |r: u32| ranks.iter().find(|(rank, _)| *rank == r).map(|(_, p)| *p);
     let mut pending: Option<(Duration, Box<dyn FnMut()>)> = None;
     // Faults with no timed action are made by the launch itself.
@@ -449,11 +502,15 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         std::thread::sleep(Duration::from_millis(10));
     };
     let elapsed = start.elapsed();
+    let hog_share = match (hog_cpu_at_start, hog.as_ref().and_then(Hog::cpu_s)) {
+        (Some(a), Some(b)) => Some(((b - a) / started.elapsed().as_secs_f64().max(1e-3)).max(0.0)),
+        _ => None,
+    };
     // A hung job is still hanging here: recording stops first, so the
     // capture ends with where every rank is; then the job is ended.
     let out_status = stop(tracer);
     drop(launched);
-    drop(_hog);
+    drop(hog);
     drop(group);
     Outcome {
         capture: out.to_path_buf(),
@@ -463,6 +520,7 @@ pub fn record(job: &Job, fault: Fault, out: &Path) -> Outcome {
         summary: out_status,
         cpu_group,
         fault_applied,
+        hog_share,
     }
 }
 

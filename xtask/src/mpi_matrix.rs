@@ -175,6 +175,10 @@ struct RunRecord {
     /// was not); absent in older indexes: taken as made.
     #[serde(default = "made")]
     fault_applied: bool,
+    /// The CPU a hog took while the ranks ran, share of its core (absent
+    /// in older indexes and without a hog).
+    #[serde(default)]
+    hog_share: Option<f64>,
 }
 
 fn made() -> bool {
@@ -210,6 +214,17 @@ fn faulty_rank(list: &[u32], rep: usize, program: &str) -> u32 {
     list[(rep + program.len()) % list.len()]
 }
 
+/// How long an on-off hog's turns last, ms: six turns (three on, three
+/// off) in a clean run, between 100 and 400 ms. A fixed 400 ms turn left
+/// cg's 0.6 s runs (~0.4 s of them computing) with one partial "on" turn:
+/// its hog took 0-10% of the core, a clean run in effect.
+fn on_off_turn_ms(clean: &[f64]) -> u32 {
+    let mut v: Vec<f64> = clean.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let median = v.get(v.len() / 2).copied().unwrap_or(f64::INFINITY);
+    (median * 1000.0 / 6.0).clamp(100.0, 400.0) as u32
+}
+
 fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fault> {
     let (pause_at, cap_at) = fault_times(clean);
     let pick = |list: &[u32]| faulty_rank(list, rep, p.name);
@@ -219,11 +234,13 @@ fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fa
             Fault::Hog {
                 cpu: (rep % 2) as u32,
                 on_off: false,
+                slice_ms: 0,
                 workers: 1,
             },
             Fault::Hog {
                 cpu: ((rep + 1) % 2) as u32,
                 on_off: true,
+                slice_ms: on_off_turn_ms(clean),
                 workers: 1,
             },
         ],
@@ -301,6 +318,7 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         Fault::Hog {
                             cpu: 1,
                             on_off: false,
+                            slice_ms: 0,
                             workers: 1,
                         },
                         "learn-hog".into(),
@@ -344,12 +362,15 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         println!("job in: {}", o.cpu_group);
                     }
                     println!(
-                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1}){}",
+                        "[{:>5.0} s] {} {:?} {name}: {:.1} s, exit {:?} (load {load:.1}){}{}",
                         started.elapsed().as_secs_f64(),
                         p.name,
                         exp,
                         o.elapsed.as_secs_f64(),
                         o.status.and_then(|s| s.code()),
+                        o.hog_share
+                            .map(|h| format!(", hog took {:.0}% of its core", h * 100.0))
+                            .unwrap_or_default(),
                         if o.fault_applied {
                             ""
                         } else {
@@ -370,6 +391,7 @@ pub(crate) fn mpi_matrix(a: &MatrixArgs) -> anyhow::Result<()> {
                         load,
                         cpu_group: Some(o.cpu_group.clone()),
                         fault_applied: o.fault_applied,
+                        hog_share: o.hog_share,
                     });
                     std::fs::write(&index, serde_json::to_vec_pretty(&runs)?)?;
                 }
@@ -732,5 +754,17 @@ mod timing_tests {
             fault_times(&[]),
             (Duration::from_millis(300), Duration::from_millis(200))
         );
+    }
+
+    #[test]
+    fn on_off_hogs_turn_several_times_in_a_short_job() {
+        // cg's 2-rank runs: 0.56-0.68 s; at least three on turns in them.
+        let turn = on_off_turn_ms(&[0.6, 0.56, 0.68]);
+        assert!(3 * 2 * turn <= 600, "{turn} ms");
+        // Long jobs keep 400 ms turns, and so do runs without clean timings.
+        assert_eq!(on_off_turn_ms(&[3.0, 2.9, 3.1]), 400);
+        assert_eq!(on_off_turn_ms(&[]), 400);
+        // Never shorter than the scheduler and sleep can keep.
+        assert_eq!(on_off_turn_ms(&[0.2]), 100);
     }
 }

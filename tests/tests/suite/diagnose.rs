@@ -690,6 +690,7 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
         Fault::Hog {
             cpu: 1,
             on_off: false,
+            slice_ms: 0,
             workers: 1,
         },
     );
@@ -714,6 +715,7 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
         Fault::Hog {
             cpu: 0,
             on_off: false,
+            slice_ms: 0,
             workers: 3,
         },
     );
