@@ -1021,6 +1021,58 @@ mod tests {
     use super::*;
     use crate::record::{FuncReturn, kind};
 
+    /// A capture written before the classes reads with every probe stepped
+    /// (the one cost it was weighed at) and is described as before; a new
+    /// one tells the costs per class and each dropped probe's class.
+    #[test]
+    fn overhead_costs_by_class_read_and_describe() {
+        let old = r#"{"budget_percent":5.0,"call_cost_ns":10000.0,"entry_cost_ns":9000.0,
+            "decided_ns":7,"interval_ms":250,"traced_cpu_percent":90.0,"probes_core_percent":20.0,
+            "estimated_percent":22.0,"kept_percent":4.0,
+            "dropped":[{"func_id":1,"symbol":"leaf","object":"/bin/x","calls_per_s":1000.0,"percent":18.0}]}"#;
+        let o: Overhead = serde_json::from_str(old).expect("an old overhead item");
+        assert_eq!(o.probe_costs, None);
+        assert_eq!(o.dropped[0].entry_class, EntryClass::Stepped);
+        let lines = o.describe();
+        assert!(
+            lines[0].starts_with("function probes: 10.0 us per call (entry only 9.0 us)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  dropped leaf (1000 calls/s, 18.0%)".to_string()),
+            "{lines:?}"
+        );
+        let probe: Probe = serde_json::from_str(
+            r#"{"func_id":0,"object":"/bin/x","symbol":"leaf","aliases":[],"vaddr":16,"file_offset":16,"args":false}"#,
+        )
+        .expect("an old probe");
+        assert_eq!(probe.entry_class, EntryClass::Stepped);
+
+        let costs = ProbeCosts {
+            push_entry_ns: 900.0,
+            nop_entry_ns: 800.0,
+            stepped_entry_ns: 10_000.0,
+            return_ns: 1_000.0,
+        };
+        assert_eq!(costs.call_ns(EntryClass::Push, false), 1_900.0);
+        assert_eq!(costs.call_ns(EntryClass::Stepped, true), 10_000.0);
+        let mut new = o.clone();
+        new.probe_costs = Some(costs);
+        new.dropped[0].entry_class = EntryClass::Push;
+        let back: Overhead =
+            serde_json::from_str(&serde_json::to_string(&new).expect("json")).expect("read back");
+        assert_eq!(back, new);
+        let lines = back.describe();
+        assert!(
+            lines[0].starts_with("function probes: entry 0.9 us (push-first function), 0.8 us (nop-first), 10.0 us (other first instructions, single-stepped), return +1.0 us on this machine"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  dropped leaf (1000 calls/s, 18.0%, push)".to_string()),
+            "{lines:?}"
+        );
+    }
+
     fn header() -> CaptureHeader {
         CaptureHeader {
             format_version: FORMAT_VERSION,
