@@ -18,7 +18,7 @@ use analyzer::{
 use arbitrary::Arbitrary;
 use tracer_common::{
     capture::{
-        CaptureHeader, CaptureWriter, ClockRef, End, MapEntry, Meta, ObjectSymbols, Probe,
+        CaptureHeader, CaptureWriter, ClockRef, End, EntryClass, MapEntry, Meta, ObjectSymbols, Probe,
         ProcessInfo, Segment, SocketEntry, Stats, Symbol, UsdtProbe,
     },
     record::{
@@ -449,6 +449,7 @@ impl MetaSpec {
                         file_offset: u64::from(*id) * 16,
                         args: id % 2 == 0,
                         entry_only: id % 3 == 0,
+                        entry_class: EntryClass::ALL[*id as usize % EntryClass::ALL.len()],
                     })
                     .collect(),
             },

@@ -316,6 +316,94 @@ pub struct Probe {
     /// sites).
     #[serde(default)]
     pub entry_only: bool,
+    /// What the kernel does with the function's first instruction when
+    /// its entry probe fires, which sets the probe's cost (see
+    /// [`EntryClass`]). Captures before it was read say
+    /// [`EntryClass::Stepped`], the cost they were weighed at.
+    #[serde(default)]
+    pub entry_class: EntryClass,
+}
+
+/// How the kernel runs the instruction a function's entry probe replaced
+/// (its first): x86-64 Linux emulates `push reg` (since 6.x) and NOPs
+/// (since 6.12; a 5-byte NOP is optimized further on 6.18), and executes
+/// anything else out of line, single-stepped (a second trap): about ten
+/// times the cost here. What each class costs is calibrated at start on
+/// the machine ([`ProbeCosts`]), so a kernel that emulates less is
+/// weighed as what it does.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryClass {
+    /// `push reg` (`50+r`, `41 50+r`): emulated.
+    Push,
+    /// A NOP (`90`, `66 90`, `0f 1f /0`, `66 0f 1f /0`): emulated.
+    Nop,
+    /// Anything else (`endbr64`, `mov`, `sub rsp`, `lea`, bytes not read):
+    /// single-stepped, the dearest; what an unknown first instruction is
+    /// weighed as.
+    #[default]
+    Stepped,
+}
+
+impl EntryClass {
+    /// Every class, cheapest first as measured here.
+    pub const ALL: [EntryClass; 3] = [EntryClass::Push, EntryClass::Nop, EntryClass::Stepped];
+
+    /// Its name in the recorder's output.
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryClass::Push => "push",
+            EntryClass::Nop => "nop",
+            EntryClass::Stepped => "stepped",
+        }
+    }
+}
+
+/// This machine's cost of one recorded call of a function probe, ns,
+/// calibrated at start: the entry probe's by [`EntryClass`] of the
+/// function's first instruction, and the return probe's, which does not
+/// depend on it (the return trampoline is the same for every function).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeCosts {
+    /// Entry probe on a `push reg`-first function.
+    pub push_entry_ns: f64,
+    /// Entry probe on a NOP-first function.
+    pub nop_entry_ns: f64,
+    /// Entry probe on a function whose first instruction is single-stepped.
+    pub stepped_entry_ns: f64,
+    /// The return probe (added to the entry's unless the probe is entry-only).
+    pub return_ns: f64,
+}
+
+impl ProbeCosts {
+    /// For a person: `entry 0.9 us (push-first), 0.8 us (nop-first),
+    /// 10.5 us (other, single-stepped), return +0.7 us`.
+    pub fn describe(&self) -> String {
+        format!(
+            "entry {:.1} us (push-first function), {:.1} us (nop-first), {:.1} us (other first instructions, single-stepped), return +{:.1} us",
+            self.push_entry_ns / 1e3,
+            self.nop_entry_ns / 1e3,
+            self.stepped_entry_ns / 1e3,
+            self.return_ns / 1e3
+        )
+    }
+
+    /// The entry probe's cost on a function of `class`.
+    pub fn entry_ns(&self, class: EntryClass) -> f64 {
+        match class {
+            EntryClass::Push => self.push_entry_ns,
+            EntryClass::Nop => self.nop_entry_ns,
+            EntryClass::Stepped => self.stepped_entry_ns,
+        }
+    }
+
+    /// The cost of one call of a probe on a function of `class`, with its
+    /// return probe unless `entry_only`.
+    pub fn call_ns(&self, class: EntryClass, entry_only: bool) -> f64 {
+        self.entry_ns(class) + if entry_only { 0.0 } else { self.return_ns }
+    }
 }
 
 /// One attached USDT probe site: what a [`crate::record::UsdtHit`]'s
@@ -395,10 +483,18 @@ pub struct Overhead {
     /// none was given (the probes were only counted).
     pub budget_percent: Option<f64>,
     /// This machine's cost of one recorded call of an entry and return
-    /// probe, ns (measured at start on a function of the recorder's own).
+    /// probe on a function whose first instruction is single-stepped (the
+    /// dearest class), ns (measured at start on a function of the
+    /// recorder's own). Captures before [`Overhead::probe_costs`] weighed
+    /// every probe at this cost.
     pub call_cost_ns: f64,
     /// The same for an entry-only probe, ns.
     pub entry_cost_ns: f64,
+    /// The costs by the probed function's first instruction, which the
+    /// probes were weighed with. `None` in captures before they were told
+    /// apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_costs: Option<ProbeCosts>,
     /// When the first interval ended and the probe set was decided,
     /// `CLOCK_MONOTONIC` ns: the dropped functions have no records after it.
     pub decided_ns: u64,
@@ -452,24 +548,22 @@ impl Overhead {
     /// `analyzer summary`).
     pub fn describe(&self) -> Vec<String> {
         let o = self;
+        let per_call = match &o.probe_costs {
+            Some(c) => c.describe(),
+            None => format!(
+                "{:.1} us per call (entry only {:.1} us)",
+                o.call_cost_ns / 1e3,
+                o.entry_cost_ns / 1e3
+            ),
+        };
         let mut lines = vec![match (o.demand_percent, o.latency_percent) {
             (Some(demand), Some(latency)) => format!(
-                "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}% and ran or waited for a CPU {demand:.0}% of the time: estimated slowdown {:.1}% (a request served on the CPU: up to {latency:.1}%)",
-                o.call_cost_ns / 1e3,
-                o.entry_cost_ns / 1e3,
-                o.interval_ms,
-                o.probes_core_percent,
-                o.traced_cpu_percent,
-                o.estimated_percent
+                "function probes: {per_call} on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}% and ran or waited for a CPU {demand:.0}% of the time: estimated slowdown {:.1}% (a request served on the CPU: up to {latency:.1}%)",
+                o.interval_ms, o.probes_core_percent, o.traced_cpu_percent, o.estimated_percent
             ),
             _ => format!(
-                "function probes: {:.1} us per call (entry only {:.1} us) on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}%: estimated slowdown {:.1}%",
-                o.call_cost_ns / 1e3,
-                o.entry_cost_ns / 1e3,
-                o.interval_ms,
-                o.probes_core_percent,
-                o.traced_cpu_percent,
-                o.estimated_percent
+                "function probes: {per_call} on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}%: estimated slowdown {:.1}%",
+                o.interval_ms, o.probes_core_percent, o.traced_cpu_percent, o.estimated_percent
             ),
         }];
         if let Some(budget) = o.budget_percent {
@@ -489,8 +583,14 @@ impl Overhead {
                     o.kept_percent
                 ));
                 for d in o.dropped.iter().take(20) {
+                    // Older captures did not tell the classes apart.
+                    let class = if o.probe_costs.is_some() {
+                        format!(", {}", d.entry_class.name())
+                    } else {
+                        String::new()
+                    };
                     lines.push(format!(
-                        "  dropped {} ({:.0} calls/s, {:.1}%)",
+                        "  dropped {} ({:.0} calls/s, {:.1}%{class})",
                         d.symbol, d.calls_per_s, d.percent
                     ));
                 }
@@ -528,6 +628,10 @@ pub struct DroppedProbe {
     pub calls_per_s: f64,
     /// Its estimated share of the slowdown, percent.
     pub percent: f64,
+    /// Its function's first instruction's class, which its cost per call
+    /// was weighed with (captures before it was read: stepped).
+    #[serde(default)]
+    pub entry_class: EntryClass,
     /// When it was detached, `CLOCK_MONOTONIC` ns: it has no records after.
     #[serde(default)]
     pub at_ns: u64,
@@ -916,6 +1020,58 @@ impl<'a> Iterator for RawRecords<'a> {
 mod tests {
     use super::*;
     use crate::record::{FuncReturn, kind};
+
+    /// A capture written before the classes reads with every probe stepped
+    /// (the one cost it was weighed at) and is described as before; a new
+    /// one tells the costs per class and each dropped probe's class.
+    #[test]
+    fn overhead_costs_by_class_read_and_describe() {
+        let old = r#"{"budget_percent":5.0,"call_cost_ns":10000.0,"entry_cost_ns":9000.0,
+            "decided_ns":7,"interval_ms":250,"traced_cpu_percent":90.0,"probes_core_percent":20.0,
+            "estimated_percent":22.0,"kept_percent":4.0,
+            "dropped":[{"func_id":1,"symbol":"leaf","object":"/bin/x","calls_per_s":1000.0,"percent":18.0}]}"#;
+        let o: Overhead = serde_json::from_str(old).expect("an old overhead item");
+        assert_eq!(o.probe_costs, None);
+        assert_eq!(o.dropped[0].entry_class, EntryClass::Stepped);
+        let lines = o.describe();
+        assert!(
+            lines[0].starts_with("function probes: 10.0 us per call (entry only 9.0 us)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  dropped leaf (1000 calls/s, 18.0%)".to_string()),
+            "{lines:?}"
+        );
+        let probe: Probe = serde_json::from_str(
+            r#"{"func_id":0,"object":"/bin/x","symbol":"leaf","aliases":[],"vaddr":16,"file_offset":16,"args":false}"#,
+        )
+        .expect("an old probe");
+        assert_eq!(probe.entry_class, EntryClass::Stepped);
+
+        let costs = ProbeCosts {
+            push_entry_ns: 900.0,
+            nop_entry_ns: 800.0,
+            stepped_entry_ns: 10_000.0,
+            return_ns: 1_000.0,
+        };
+        assert_eq!(costs.call_ns(EntryClass::Push, false), 1_900.0);
+        assert_eq!(costs.call_ns(EntryClass::Stepped, true), 10_000.0);
+        let mut new = o.clone();
+        new.probe_costs = Some(costs);
+        new.dropped[0].entry_class = EntryClass::Push;
+        let back: Overhead =
+            serde_json::from_str(&serde_json::to_string(&new).expect("json")).expect("read back");
+        assert_eq!(back, new);
+        let lines = back.describe();
+        assert!(
+            lines[0].starts_with("function probes: entry 0.9 us (push-first function), 0.8 us (nop-first), 10.0 us (other first instructions, single-stepped), return +1.0 us on this machine"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  dropped leaf (1000 calls/s, 18.0%, push)".to_string()),
+            "{lines:?}"
+        );
+    }
 
     fn header() -> CaptureHeader {
         CaptureHeader {

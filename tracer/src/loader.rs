@@ -973,20 +973,22 @@ impl Loaded {
             .collect()
     }
 
-    /// This machine's cost of one recorded call, ns of CPU, with entry and
-    /// return probes and with an entry probe only: `run(n)` calls a
-    /// function of the tracer's own at `file_offset` in `object` `n` times;
-    /// it is timed without a probe, with the entry program attached there,
-    /// and with the return program too (their full work, the records
-    /// discarded), `rounds` times each, the medians compared.
+    /// This machine's cost of one recorded call, ns of CPU, with an entry
+    /// probe and (`with_return`) with the return probe too: `run(n)` calls
+    /// a function of the tracer's own at `file_offset` in `object` `n`
+    /// times; it is timed without a probe, with the entry program attached
+    /// there, and with the return program too (their full work, the records
+    /// discarded), `rounds` times each, the medians compared. Returns the
+    /// entry's cost and the pair's.
     pub fn calibrate(
         &mut self,
         object: &Path,
         file_offset: u64,
         calls: u64,
         rounds: usize,
+        with_return: bool,
         run: &mut dyn FnMut(u64),
-    ) -> Result<(f64, f64), LoadError> {
+    ) -> Result<(f64, Option<f64>), LoadError> {
         let probe = Probe {
             func_id: 0,
             object: object.to_string_lossy().into_owned(),
@@ -1016,19 +1018,22 @@ impl Loaded {
         let mut ids =
             self.attach_programs_in(&probe, &[programs::FUNC_ENTRY], COOKIE_CALIBRATE, own)?;
         let entry = timed(run);
-        let pair = self
-            .attach_programs_in(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE, own)
-            .map(|more| {
-                ids.extend(more);
-                timed(run)
-            });
+        let pair = if with_return {
+            self.attach_programs_in(&probe, &[programs::FUNC_RETURN], COOKIE_CALIBRATE, own)
+                .map(|more| {
+                    ids.extend(more);
+                    Some(timed(run))
+                })
+        } else {
+            Ok(None)
+        };
         self.links -= ids.len();
         // Detaching waits for an RCU grace period: not on the way to
         // attaching the real probes.
         let links = self.take_links(Vec::new(), ids);
         std::thread::spawn(move || drop_concurrently(links));
         let per_call = |t: f64| ((t - bare) / calls.max(1) as f64).max(0.0);
-        Ok((per_call(pair?), per_call(entry)))
+        Ok((per_call(entry), pair?.map(per_call)))
     }
 
     fn attach_programs(

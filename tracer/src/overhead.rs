@@ -6,13 +6,21 @@
 //! fire, which nobody can guess from a pattern. So:
 //!
 //! 1. At start, [`calibrate`] measures this machine's cost of one recorded
-//!    call: a function of the recorder's own ([`eftrace_overhead_calibration`])
-//!    is called N times without a probe and N times with the recording
-//!    programs attached there (doing all their work; the record is
-//!    discarded), for entry-and-return probes and entry-only ones.
-//! 2. The programs count each probe's recorded calls in the kernel (a
+//!    call. What an entry probe costs depends on the probed function's first
+//!    instruction: the kernel emulates `push reg` and NOPs, and
+//!    single-steps anything else (a second trap, ten times the cost on
+//!    x86-64 Linux 6.18). So functions of the recorder's own, one per
+//!    [`EntryClass`] (written in assembly: exactly that first instruction),
+//!    are each called N times without a probe and N times with the entry
+//!    program attached there (doing all its work; the record is
+//!    discarded), and the push one with the return program too (the
+//!    return's cost does not depend on the first instruction).
+//! 2. Each probe's class is read from its function's first bytes when it
+//!    is resolved ([`classify`]; unknown bytes are the dearest class). The
+//!    programs count each probe's recorded calls in the kernel (a
 //!    per-CPU array by function id). After a first interval, [`plan`]
-//!    weighs them: a probe's cost is its calls times the calibrated cost.
+//!    weighs them: a probe's cost is its calls times its class's
+//!    calibrated cost.
 //!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
 //!    it is the slowdown of a process busy on the CPU, and of each request
 //!    while it is being served (the latency figure). Processes that mostly
@@ -42,7 +50,7 @@
 
 use std::{collections::BTreeSet, hint::black_box, path::PathBuf};
 
-use tracer_common::capture::{DroppedProbe, Overhead, Probe};
+use tracer_common::capture::{DroppedProbe, EntryClass, Overhead, Probe, ProbeCosts};
 
 use crate::loader::{LoadError, Loaded};
 
@@ -54,46 +62,148 @@ pub const WARN_CORE_PERCENT: f64 = 20.0;
 const CALIBRATION_CALLS: u64 = 2000;
 const CALIBRATION_ROUNDS: usize = 3;
 
-/// The function the calibration probe is attached at: a real call the
-/// compiler keeps (not inlined, its result used).
-#[inline(never)]
-#[unsafe(no_mangle)]
-pub extern "C" fn eftrace_overhead_calibration(x: u64) -> u64 {
-    black_box(x).wrapping_mul(3).rotate_left(7)
+// The functions the calibration probes are attached at, one per
+// [`EntryClass`], each with exactly the first instruction of its class (the
+// compiler would choose a Rust function's): `x * 3` by another route each.
+// Global (hidden) so that the Rust code in other codegen units links to
+// them; typed and sized like compiled functions.
+core::arch::global_asm!(
+    ".pushsection .text.eftrace_calibration,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl eftrace_calibration_push",
+    ".hidden eftrace_calibration_push",
+    ".type eftrace_calibration_push,@function",
+    "eftrace_calibration_push:",
+    "push rbp",
+    "lea rax, [rdi + rdi * 2]",
+    "pop rbp",
+    "ret",
+    ".size eftrace_calibration_push, . - eftrace_calibration_push",
+    ".p2align 4",
+    ".globl eftrace_calibration_nop",
+    ".hidden eftrace_calibration_nop",
+    ".type eftrace_calibration_nop,@function",
+    "eftrace_calibration_nop:",
+    "nop",
+    "lea rax, [rdi + rdi * 2]",
+    "ret",
+    ".size eftrace_calibration_nop, . - eftrace_calibration_nop",
+    ".p2align 4",
+    ".globl eftrace_calibration_stepped",
+    ".hidden eftrace_calibration_stepped",
+    ".type eftrace_calibration_stepped,@function",
+    "eftrace_calibration_stepped:",
+    "mov rax, rdi",
+    "lea rax, [rax + rax * 2]",
+    "ret",
+    ".size eftrace_calibration_stepped, . - eftrace_calibration_stepped",
+    ".popsection",
+);
+
+unsafe extern "C" {
+    fn eftrace_calibration_push(x: u64) -> u64;
+    fn eftrace_calibration_nop(x: u64) -> u64;
+    fn eftrace_calibration_stepped(x: u64) -> u64;
 }
 
-fn run_calls(n: u64) {
-    let f: extern "C" fn(u64) -> u64 = black_box(eftrace_overhead_calibration);
+/// The calibration function of `class`.
+fn calibration_function(class: EntryClass) -> unsafe extern "C" fn(u64) -> u64 {
+    match class {
+        EntryClass::Push => eftrace_calibration_push,
+        EntryClass::Nop => eftrace_calibration_nop,
+        EntryClass::Stepped => eftrace_calibration_stepped,
+    }
+}
+
+/// Calls `f` `n` times.
+fn run_calls(f: unsafe extern "C" fn(u64) -> u64, n: u64) {
+    let f = black_box(f);
     let mut acc = 0u64;
     for i in 0..n {
-        acc ^= f(i);
+        // SAFETY: the calibration functions above read only their argument
+        // register and keep the C ABI (callee-saved registers and the stack
+        // restored).
+        acc ^= unsafe { f(i) };
     }
     black_box(acc);
 }
 
-/// This machine's cost of one recorded call, ns.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Costs {
-    /// Entry and return probes.
-    pub call_ns: f64,
-    /// Entry-only probes.
-    pub entry_ns: f64,
-}
-
-impl Costs {
-    /// The cost of one call of `probe`.
-    pub fn of(&self, probe: &Probe) -> f64 {
-        if probe.entry_only {
-            self.entry_ns
-        } else {
-            self.call_ns
+/// The class of a function by its first bytes (read from the object at the
+/// probe's file offset; fewer when the file ends): which of them the
+/// kernel emulates when an entry probe fires there (x86-64). What is not
+/// recognized is [`EntryClass::Stepped`], the dearest, so a probe is never
+/// weighed cheaper than it is. Branches (`jmp`, `call`, `jcc`), emulated
+/// too, are left there: functions hardly start with one.
+pub fn classify(bytes: &[u8]) -> EntryClass {
+    match bytes {
+        // push r64; with REX.B only (41): r8-r15. The kernel takes no other
+        // prefix (48 55 is stepped).
+        [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => EntryClass::Push,
+        // nop; xchg ax,ax (66 90); nopl/nopw r/m (0f 1f /0, with or without 66).
+        [0x90, ..] | [0x66, 0x90, ..] => EntryClass::Nop,
+        [0x0f, 0x1f, modrm, ..] | [0x66, 0x0f, 0x1f, modrm, ..] if modrm & 0x38 == 0 => {
+            EntryClass::Nop
         }
+        _ => EntryClass::Stepped,
     }
 }
 
-/// Where the calibration function is: this executable and its file offset.
-fn calibration_site() -> Result<(PathBuf, u64), LoadError> {
-    let addr = eftrace_overhead_calibration as *const () as u64;
+/// Bytes of a function read to classify it: its first instruction's
+/// opcode and ModRM fit.
+pub const CLASSIFY_BYTES: usize = 4;
+
+/// The [`classify`] class of each of `probes` (by file offset) in `object`,
+/// read with one open file: [`EntryClass::Stepped`] for what cannot be read.
+pub fn classify_in(object: &std::path::Path, offsets: &[u64]) -> Vec<EntryClass> {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(file) = std::fs::File::open(object) else {
+        return vec![EntryClass::Stepped; offsets.len()];
+    };
+    offsets
+        .iter()
+        .map(|&offset| {
+            let mut buf = [0u8; CLASSIFY_BYTES];
+            let mut len = 0;
+            while len < buf.len() {
+                match file.read_at(&mut buf[len..], offset + len as u64) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => len += n,
+                }
+            }
+            classify(&buf[..len])
+        })
+        .collect()
+}
+
+/// This machine's cost of one recorded call, by the probed function's
+/// first instruction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Costs {
+    /// Entry probe by class, and the return probe.
+    pub probe: ProbeCosts,
+}
+
+impl Costs {
+    /// The cost of one call of `probe`: its class's entry, and the return
+    /// unless it is entry-only.
+    pub fn of(&self, probe: &Probe) -> f64 {
+        self.probe.call_ns(probe.entry_class, probe.entry_only)
+    }
+
+    /// An entry and return probe on a single-stepped function (the dearest,
+    /// and what every probe was weighed at before the classes).
+    pub fn call_ns(&self) -> f64 {
+        self.probe.call_ns(EntryClass::Stepped, false)
+    }
+
+    /// An entry-only probe on a single-stepped function.
+    pub fn entry_ns(&self) -> f64 {
+        self.probe.entry_ns(EntryClass::Stepped)
+    }
+}
+
+/// Where a function of this executable is: the file and its offset there.
+fn calibration_site(addr: u64) -> Result<(PathBuf, u64), LoadError> {
     let not_found = || {
         LoadError::Calibration(format!(
             "the calibration function at {addr:#x} is in no file mapping of /proc/self/maps"
@@ -124,19 +234,36 @@ pub fn calibrate(loaded: &mut Loaded) -> Result<Costs, LoadError> {
     Ok(*MEASURED.get_or_init(|| costs))
 }
 
+/// The entry probe on each class's function; the return probe once, on the
+/// push function (the return trampoline does not depend on the first
+/// instruction, and that entry's cost is the least noisy to subtract).
 fn measure(loaded: &mut Loaded) -> Result<Costs, LoadError> {
-    let (object, offset) = calibration_site()?;
-    let mut run = run_calls;
-    // A first untimed pass: the page is faulted in and the branch predictors warm.
-    run(CALIBRATION_CALLS);
-    let (call_ns, entry_ns) = loaded.calibrate(
-        &object,
-        offset,
-        CALIBRATION_CALLS,
-        CALIBRATION_ROUNDS,
-        &mut run,
-    )?;
-    Ok(Costs { call_ns, entry_ns })
+    let mut probe = ProbeCosts::default();
+    for class in EntryClass::ALL {
+        let f = calibration_function(class);
+        let (object, offset) = calibration_site(f as *const () as u64)?;
+        let mut run = |n| run_calls(f, n);
+        // A first untimed pass: the page is faulted in and the branch predictors warm.
+        run(CALIBRATION_CALLS);
+        let with_return = class == EntryClass::Push;
+        let (entry, pair) = loaded.calibrate(
+            &object,
+            offset,
+            CALIBRATION_CALLS,
+            CALIBRATION_ROUNDS,
+            with_return,
+            &mut run,
+        )?;
+        match class {
+            EntryClass::Push => probe.push_entry_ns = entry,
+            EntryClass::Nop => probe.nop_entry_ns = entry,
+            EntryClass::Stepped => probe.stepped_entry_ns = entry,
+        }
+        if let Some(pair) = pair {
+            probe.return_ns = (pair - entry).max(0.0);
+        }
+    }
+    Ok(Costs { probe })
 }
 
 /// Largest model file `--like` (and the agent's budget) reads: the
@@ -364,6 +491,7 @@ pub fn plan(
                 object: probes[i].object.clone(),
                 calls_per_s: calls.get(i).copied().unwrap_or(0) as f64 / secs,
                 percent: slowdown(cost[i], interval),
+                entry_class: probes[i].entry_class,
                 at_ns: 0,
             })
             .collect(),
@@ -397,8 +525,9 @@ pub struct Plan {
 pub fn first_item(costs: Costs, interval: Interval, budget: Option<f64>, plan: &Plan) -> Overhead {
     Overhead {
         budget_percent: budget,
-        call_cost_ns: costs.call_ns,
-        entry_cost_ns: costs.entry_ns,
+        call_cost_ns: costs.call_ns(),
+        entry_cost_ns: costs.entry_ns(),
+        probe_costs: Some(costs.probe),
         decided_ns: 0,
         interval_ms: interval.ns / 1_000_000,
         traced_cpu_percent: plan.traced_cpu_percent,
@@ -438,9 +567,15 @@ mod tests {
         }
     }
 
+    /// A stepped probe (the test probes' class) costs 10 us with its return,
+    /// 5 us entry only; a push-first one a tenth of that.
     const COSTS: Costs = Costs {
-        call_ns: 10_000.0,
-        entry_ns: 5_000.0,
+        probe: ProbeCosts {
+            push_entry_ns: 500.0,
+            nop_entry_ns: 400.0,
+            stepped_entry_ns: 5_000.0,
+            return_ns: 5_000.0,
+        },
     };
 
     const SECOND: Interval = Interval {
@@ -601,11 +736,118 @@ mod tests {
         assert_eq!(measured(&[probe(0, "f")], &[1], COSTS, idle), None);
     }
 
+    /// Each calibration function is found in this executable, and starts
+    /// with its class's instruction as [`classify`] reads it from the file
+    /// (what the probes on traced functions are weighed by).
     #[test]
-    fn the_calibration_function_is_found_in_this_executable() {
-        let (object, offset) = calibration_site().expect("site");
-        assert!(object.is_absolute());
-        assert!(offset > 0);
+    fn each_calibration_function_starts_with_its_class() {
+        for class in EntryClass::ALL {
+            let f = calibration_function(class);
+            let (object, offset) = calibration_site(f as *const () as u64).expect("site");
+            assert!(object.is_absolute());
+            assert!(offset > 0);
+            assert_eq!(classify_in(&object, &[offset]), [class], "{class:?}");
+            // It computes what it should (it returns to its caller).
+            run_calls(f, 3);
+            // SAFETY: as in run_calls.
+            assert_eq!(unsafe { f(7) }, 21, "{class:?}");
+        }
+    }
+
+    /// Real first instructions (as gcc, clang and rustc emit them) by what
+    /// the x86-64 kernel does with them; anything else is stepped.
+    #[test]
+    fn the_first_bytes_give_the_class() {
+        let cases: &[(&[u8], EntryClass)] = &[
+            // push %rbp; mov %rsp,%rbp (frame-pointer prologue, libmpich)
+            (&[0x55, 0x48, 0x89, 0xe5], EntryClass::Push),
+            // push %rbx; push %r15 (41 57); push %r12 (41 54)
+            (&[0x53, 0x48, 0x83, 0xec], EntryClass::Push),
+            (&[0x41, 0x57, 0x41, 0x56], EntryClass::Push),
+            (&[0x41, 0x54], EntryClass::Push),
+            // rex.W push %rbp: the kernel steps it
+            (&[0x48, 0x55, 0x48, 0x89], EntryClass::Stepped),
+            // push $imm: stepped
+            (&[0x6a, 0x01, 0x59, 0xc3], EntryClass::Stepped),
+            // endbr64; push %rbp (CET distributions): the endbr64 is stepped
+            (&[0xf3, 0x0f, 0x1e, 0xfa], EntryClass::Stepped),
+            // nop; xchg %ax,%ax; nopl (%rax); nopl 0x0(%rax,%rax,1) (nop5);
+            // nopw 0x0(%rax,%rax,1)
+            (&[0x90, 0x55], EntryClass::Nop),
+            (&[0x66, 0x90], EntryClass::Nop),
+            (&[0x0f, 0x1f, 0x00], EntryClass::Nop),
+            (&[0x0f, 0x1f, 0x44, 0x00], EntryClass::Nop),
+            (&[0x66, 0x0f, 0x1f, 0x44], EntryClass::Nop),
+            // 0f 1f with a reg field other than 0 is no NOP
+            (&[0x0f, 0x1f, 0x48, 0x00], EntryClass::Stepped),
+            // sub $0x18,%rsp; mov %edi,%eax; lea (%rdi,%rdi,1),%eax;
+            // xor %eax,%eax; mov %rdi,%rax; jmp rel8
+            (&[0x48, 0x83, 0xec, 0x18], EntryClass::Stepped),
+            (&[0x89, 0xf8, 0xc3], EntryClass::Stepped),
+            (&[0x8d, 0x04, 0x3f, 0xc3], EntryClass::Stepped),
+            (&[0x31, 0xc0, 0xc3], EntryClass::Stepped),
+            (&[0x48, 0x89, 0xf8, 0xc3], EntryClass::Stepped),
+            (&[0xeb, 0x00, 0x89, 0xf8], EntryClass::Stepped),
+            // garbage, cut short, nothing read
+            (&[0xff, 0xff, 0xff, 0xff], EntryClass::Stepped),
+            (&[0x41], EntryClass::Stepped),
+            (&[0x0f, 0x1f], EntryClass::Stepped),
+            (&[], EntryClass::Stepped),
+        ];
+        for (bytes, class) in cases {
+            assert_eq!(classify(bytes), *class, "{bytes:02x?}");
+        }
+    }
+
+    /// A file that cannot be read, or ends before the offset: stepped.
+    #[test]
+    fn unreadable_first_bytes_are_stepped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, [0x55, 0x90, 0x41]).expect("write");
+        assert_eq!(
+            classify_in(&path, &[0, 1, 2, 3, 100]),
+            [
+                EntryClass::Push,
+                EntryClass::Nop,
+                EntryClass::Stepped,
+                EntryClass::Stepped,
+                EntryClass::Stepped
+            ]
+        );
+        assert_eq!(
+            classify_in(&dir.path().join("missing"), &[0]),
+            [EntryClass::Stepped]
+        );
+    }
+
+    /// Two functions called as often: the stepped one costs ten times the
+    /// push-first one, so a budget that cannot keep both drops it and keeps
+    /// the cheap one, which a single calibrated cost could not tell apart.
+    #[test]
+    fn a_stepped_function_goes_before_an_equally_hot_push_first_one() {
+        let mut push = probe(0, "push_first");
+        push.entry_class = EntryClass::Push;
+        let mov = probe(1, "mov_first");
+        let calls = [10_000, 10_000];
+        // 5.5% and 10% of the CPU.
+        let p = plan(
+            &[push.clone(), mov.clone()],
+            &calls,
+            COSTS,
+            SECOND,
+            Some(8.0),
+            None,
+        );
+        assert_eq!(p.drop, [1], "{p:?}");
+        assert_eq!(p.dropped[0].entry_class, EntryClass::Stepped);
+        assert!((p.estimated_percent - 15.5).abs() < 1e-6, "{p:?}");
+        assert!((p.kept_percent - 5.5).abs() < 1e-6, "{p:?}");
+        // Listed the other way round, the same.
+        assert_eq!(
+            plan(&[mov, push], &calls, COSTS, SECOND, Some(8.0), None).drop,
+            [0]
+        );
     }
 
     /// `--like MODEL`: the functions the model was learned without go

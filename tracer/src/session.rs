@@ -1732,9 +1732,8 @@ impl Session {
             match overhead::calibrate(&mut loaded) {
                 Ok(costs) => {
                     progress(&format!(
-                        "probe cost on this machine: {:.1} us per traced call, {:.1} us entry only (calibrated in {:.0} ms)",
-                        costs.call_ns / 1e3,
-                        costs.entry_ns / 1e3,
+                        "probe cost on this machine: {} (calibrated in {:.0} ms)",
+                        costs.probe.describe(),
                         calibration_started.elapsed().as_secs_f64() * 1e3
                     ));
                     Some(costs)
@@ -2145,11 +2144,16 @@ impl Session {
                 if self.config.overhead_percent.is_none()
                     && item.probes_core_percent > overhead::WARN_CORE_PERCENT
                 {
-                    let rate = delta.iter().sum::<u64>() as f64 / (interval.ns.max(1) as f64 / 1e9);
+                    let calls = delta.iter().sum::<u64>() as f64;
+                    let rate = calls / (interval.ns.max(1) as f64 / 1e9);
+                    // The mean over the calls: each probe's cost is its
+                    // function's class's.
+                    let each_us = item.probes_core_percent / 100.0 * interval.ns as f64
+                        / calls.max(1.0)
+                        / 1e3;
                     self.notices.push(format!(
-                        "warning: the function probes cost about {:.0}% of a core ({rate:.0} calls/s times {:.1} us each, the cost calibrated at start); --overhead PCT keeps the traced processes' slowdown within a budget by dropping the costliest",
+                        "warning: the function probes cost about {:.0}% of a core ({rate:.0} calls/s times {each_us:.1} us each on average, the cost calibrated at start by the functions' first instruction); --overhead PCT keeps the traced processes' slowdown within a budget by dropping the costliest",
                         item.probes_core_percent,
-                        budget.costs.call_ns / 1e3
                     ));
                 }
                 budget.item = Some(item);
@@ -2164,8 +2168,11 @@ impl Session {
                 ));
                 for d in &plan.dropped {
                     self.notices.push(format!(
-                        "  dropped {} ({:.0} calls/s, {:.1}%)",
-                        d.symbol, d.calls_per_s, d.percent
+                        "  dropped {} ({:.0} calls/s, {:.1}%, {})",
+                        d.symbol,
+                        d.calls_per_s,
+                        d.percent,
+                        d.entry_class.name()
                     ));
                 }
                 item.kept_percent = plan.kept_percent;

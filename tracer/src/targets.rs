@@ -8,7 +8,7 @@ use std::{
 };
 
 use globset::{Glob, GlobMatcher};
-use tracer_common::capture::Probe;
+use tracer_common::capture::{EntryClass, Probe};
 
 use crate::{
     elf::{ElfCache, ElfError, file_offset},
@@ -300,6 +300,7 @@ pub fn resolve(
         let mut matched = 0;
         let mut stripped = Vec::new();
         for path in &targets {
+            let first_new = probes.len();
             let elf = cache.get(path)?;
             if !elf.has_symtab {
                 stripped.push(path.display().to_string());
@@ -343,7 +344,17 @@ pub fn resolve(
                     file_offset,
                     args: pattern.args,
                     entry_only: pattern.entry_only,
+                    entry_class: EntryClass::Stepped,
                 });
+            }
+            // What the kernel does with each new probe's first instruction
+            // (its cost): a few bytes at each, with one open file per object.
+            let offsets: Vec<u64> = probes[first_new..].iter().map(|p| p.file_offset).collect();
+            for (probe, class) in probes[first_new..]
+                .iter_mut()
+                .zip(crate::overhead::classify_in(path, &offsets))
+            {
+                probe.entry_class = class;
             }
         }
         if matched == 0 && pattern.optional {

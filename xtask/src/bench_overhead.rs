@@ -306,14 +306,21 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                         .and_then(|c| CpuPerMb::of(c, &info.result)),
                 );
                 loads.push(info.load_average);
-                if mode.name == "budget" {
+                // budget@base too: the baseline's decisions beside this build's.
+                if mode.name.starts_with("budget") {
                     for t in &info.tracers {
                         let cap = Capture::open(&dir.join(&t.capture))
                             .with_context(|| format!("reading {}", t.capture))?;
                         if let Some(o) = cap.overhead {
+                            let mut classes: std::collections::BTreeMap<&str, usize> =
+                                Default::default();
+                            for p in &cap.probes {
+                                *classes.entry(p.entry_class.name()).or_default() += 1;
+                            }
                             budget_notes.push(format!(
-                                "run {} {}: {} probes, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}; kernel programs {}",
+                                "run {} {} {}: {} probes {classes:?}, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}; kernel programs {}; costs {}",
                                 rep + 1,
+                                mode.name,
                                 t.servers.join(","),
                                 cap.probes.len(),
                                 o.dropped.len(),
@@ -328,7 +335,11 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                                 o.measured_percent
                                     .map_or("-".into(), |m| format!("{m:.1}%")),
                                 o.kernel_ms_per_s
-                                    .map_or("-".into(), |k| format!("{k:.1} ms/s"))
+                                    .map_or("-".into(), |k| format!("{k:.1} ms/s")),
+                                o.probe_costs.map_or_else(
+                                    || format!("{:.1} us per call (one class)", o.call_cost_ns / 1e3),
+                                    |c| c.describe()
+                                )
                             ));
                         }
                     }

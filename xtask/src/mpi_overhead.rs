@@ -52,6 +52,11 @@ pub(crate) struct OverheadArgs {
     /// load changes during the measurement hit alike.
     #[arg(long, value_name = "PATH")]
     compare_tracer: Option<std::path::PathBuf>,
+    /// Add `--mpi --overhead PCT` variants (with --compare-tracer, for
+    /// both tracers): the budget's estimate, what it dropped and the
+    /// measured cost of each run are printed beside the slowdown.
+    #[arg(long, value_name = "PCT")]
+    overhead: Option<f64>,
 }
 
 /// A variant: its name, the recorder's extra arguments (`None`:
@@ -207,6 +212,25 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
             Some(other.as_path()),
         ));
     }
+    let budget_pct = a.overhead.map(|p| format!("{p}%"));
+    let budget_args: Option<[&str; 3]> = budget_pct
+        .as_deref()
+        .map(|pct| ["--mpi", "--overhead", pct]);
+    if let (Some(args), Some(pct)) = (&budget_args, &budget_pct) {
+        variants.push((
+            format!("tracer record --mpi --overhead {pct}"),
+            Some(&args[..]),
+            None,
+        ));
+        if let Some(other) = &a.compare_tracer {
+            variants.push((
+                format!("{} record --mpi --overhead {pct}", other.display()),
+                Some(&args[..]),
+                Some(other.as_path()),
+            ));
+        }
+    }
+    let mut budget_notes: Vec<String> = Vec::new();
     let mut results: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
     let started = Instant::now();
     let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -227,6 +251,14 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
                     .map(|l| format!(", recorder exit {l:.3} s after the job"))
                     .unwrap_or_default()
             );
+            if extra.is_some_and(|e| e.contains(&"--overhead")) {
+                budget_notes.push(format!(
+                    "run {} {name}: benchmark {:.3} s; {}",
+                    i + 1,
+                    s.bench_s,
+                    budget_note(&dir.join("run.capture"))?
+                ));
+            }
             results[v].push(s);
         }
     }
@@ -302,5 +334,47 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
             fmt(med(r, &|s| s.cpu_s)),
         );
     }
+    if !budget_notes.is_empty() {
+        println!("\nbudgeted runs (the estimate vs the benchmark's slowdown above):");
+        for n in &budget_notes {
+            println!("  {n}");
+        }
+    }
     Ok(())
+}
+
+/// What the budget of the capture at `path` decided: the probes, the
+/// estimate, what it dropped (by first-instruction class) and the
+/// measured cost.
+fn budget_note(path: &Path) -> anyhow::Result<String> {
+    let cap = analyzer::decode::Capture::open(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let Some(o) = cap.overhead else {
+        return Ok(format!("{} probes, no overhead item", cap.probes.len()));
+    };
+    let mut classes: std::collections::BTreeMap<&str, usize> = Default::default();
+    for p in &cap.probes {
+        *classes.entry(p.entry_class.name()).or_default() += 1;
+    }
+    Ok(format!(
+        "{} probes {classes:?}, estimated {:.1}% (probes {:.1}% of a core, traced CPU {:.1}%), dropped {} ({}), kept {:.1}%, measured {}; costs {}",
+        cap.probes.len(),
+        o.estimated_percent,
+        o.probes_core_percent,
+        o.traced_cpu_percent,
+        o.dropped.len(),
+        o.dropped
+            .iter()
+            .take(4)
+            .map(|d| format!("{} {:.0}/s {:.1}%", d.symbol, d.calls_per_s, d.percent))
+            .collect::<Vec<_>>()
+            .join(", "),
+        o.kept_percent,
+        o.measured_percent
+            .map_or("-".into(), |m| format!("{m:.1}%")),
+        o.probe_costs.map_or_else(
+            || format!("{:.1} us per call (one class)", o.call_cost_ns / 1e3),
+            |c| c.describe()
+        ),
+    ))
 }

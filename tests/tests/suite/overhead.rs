@@ -4,7 +4,7 @@
 //! models learned from budgeted captures of the `statusring` daemons.
 
 use tests::{analyzer, capture, events, fixture, privileged, tracer};
-use tracer_common::decode::Event;
+use tracer_common::{capture::EntryClass, decode::Event};
 
 /// A process idle when recording starts (a server waiting for its first
 /// request) makes no call by the first look: that look decides nothing,
@@ -152,6 +152,109 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
             .stdout
             .contains("overhead budget 5%: dropped 1 probe(s)")
             && summary.stdout.contains("dropped leaf"),
+        "{}",
+        summary.stdout
+    );
+}
+
+/// A probe's cost depends on its function's first instruction: the kernel
+/// emulates a `push %rbp` under an entry probe and single-steps a `mov`
+/// (ten times the cost on x86-64 Linux 6.18). The `calls` fixture's
+/// `firstinsn` mode calls `push_leaf` twice for each `mov_leaf` call: with
+/// one cost for every probe the push one, called more, went first; weighed
+/// by their classes the stepped one goes and the push one, which fits the
+/// budget alone, is kept (recorded after the decision). The capture holds
+/// each probe's class and the costs per class, and `analyzer summary`
+/// shows them.
+#[test]
+fn a_budget_weighs_each_probe_by_its_first_instruction() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("firstinsn.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "push_leaf",
+        "-f",
+        "mov_leaf",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "50%",
+        "--overhead-interval",
+        "30s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "firstinsn",
+        "3000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("probe cost on this machine: entry")
+            && run.stderr.contains("(push-first function)"),
+        "{}",
+        run.stderr
+    );
+    let cap = capture(&out);
+    let class = |symbol: &str| {
+        cap.probes
+            .iter()
+            .find(|p| p.symbol == symbol)
+            .unwrap_or_else(|| panic!("{symbol} probed: {:?}", cap.probes))
+            .entry_class
+    };
+    assert_eq!(class("push_leaf"), EntryClass::Push);
+    assert_eq!(class("mov_leaf"), EntryClass::Stepped);
+    let o = cap.overhead.clone().expect("the overhead item");
+    let costs = o.probe_costs.expect("the costs by class");
+    assert!(
+        costs.push_entry_ns > 0.0 && costs.return_ns > 0.0,
+        "{costs:?}"
+    );
+    // The legacy figures are the stepped class's.
+    assert_eq!(o.entry_cost_ns, costs.stepped_entry_ns, "{o:?}");
+    if costs.stepped_entry_ns < 2.0 * costs.push_entry_ns {
+        // A kernel that does not emulate `push` (before 6.x): both cost
+        // the same and the one called more goes; nothing to tell apart.
+        eprintln!("this kernel single-steps push too: {costs:?}");
+        return;
+    }
+    let dropped: Vec<(&str, EntryClass)> = o
+        .dropped
+        .iter()
+        .map(|d| (d.symbol.as_str(), d.entry_class))
+        .collect();
+    assert_eq!(dropped, [("mov_leaf", EntryClass::Stepped)], "{o:?}");
+    assert!(o.kept_percent <= 50.0, "{o:?}");
+    // push_leaf, called twice as often, is recorded after the decision.
+    let push_id = cap
+        .probes
+        .iter()
+        .find(|p| p.symbol == "push_leaf")
+        .map(|p| p.func_id);
+    let after = events(&cap)
+        .iter()
+        .filter(|e| {
+            matches!(e, Event::Entry { rec, .. }
+                if Some(rec.func_id) == push_id && rec.header.ts_ns >= o.decided_ns)
+        })
+        .count();
+    assert!(
+        after > 1000,
+        "push_leaf kept: {after} entries after the decision"
+    );
+
+    let summary = analyzer(&["summary", out.to_str().expect("utf8")]);
+    assert!(summary.status.success(), "{}", summary.stderr);
+    assert!(
+        summary.stdout.contains("(push-first function)")
+            && summary.stdout.contains("dropped mov_leaf (")
+            && summary.stdout.contains(", stepped)"),
         "{}",
         summary.stdout
     );
