@@ -70,13 +70,17 @@ static FILE_STATS: PerCpuHashMap<FileKey, FileAgg> =
 static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockAgg> =
     PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Block requests in flight, by `struct request` address. Not LRU, whose
-/// insert costs several times a plain one on every request of the node: a
-/// request whose completion was never seen (a flush sequence's internal
-/// request) is overwritten when its address is used again, which blk-mq's
-/// preallocated requests are, and is recognised as reused by its bio.
+/// Block requests in flight, by `struct request` address. blk-mq's requests
+/// are preallocated and their addresses used again and again: an entry is
+/// written in place by the next request at its address and marked done
+/// (`start_ns` 0) at completion, never inserted and deleted per request
+/// (a hash insert and delete cost more than the rest of the programs'
+/// work). A request whose completion was never seen (a flush sequence's
+/// internal request) is recognised as reused by its bio. LRU: inserts are
+/// only for addresses not seen before, and the addresses of devices gone
+/// age out.
 #[map]
-static BLOCK_INFLIGHT: HashMap<u64, BlockStart> = HashMap::with_max_entries(8192, 0);
+static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(8192, 0);
 
 /// Parent process of each process forked by a traced one: a child's
 /// inherited sockets are its ancestors' (checked on first use).
