@@ -52,6 +52,9 @@ pub mod nr {
     pub const READ: u32 = 0;
     pub const WRITE: u32 = 1;
     pub const CLOSE: u32 = 3;
+    pub const DUP2: u32 = 33;
+    pub const DUP3: u32 = 292;
+    pub const CLOSE_RANGE: u32 = 436;
     pub const POLL: u32 = 7;
     pub const READV: u32 = 19;
     pub const WRITEV: u32 = 20;
@@ -267,6 +270,14 @@ const fn f(fd_arg: u8, addr_arg: u8, len_arg: u8, flags: u8, file: u8) -> Option
         flags,
         file,
     })
+}
+
+/// Whether system call `nr` can free descriptor numbers, so that a number
+/// names another file afterwards: close, close_range, and dup2 / dup3
+/// (onto an open number). Exec closes close-on-exec descriptors too.
+#[inline(always)]
+pub const fn frees_fds(nr: u32) -> bool {
+    matches!(nr, nr::CLOSE | nr::CLOSE_RANGE | nr::DUP2 | nr::DUP3)
 }
 
 /// How to read the arguments of system call `nr`, or `None` if it is not traced.

@@ -76,8 +76,15 @@ fn start(rq: u64, issued: bool) {
         op: block_op::of_cmd_flags(flags),
         _pad: 0,
     };
-    if BLOCK_INFLIGHT.insert(&rq, &entry, 0).is_err() {
-        count(Stat::BlockInflightFull);
+    match BLOCK_INFLIGHT.get_ptr_mut(&rq) {
+        // SAFETY: a map value; the request at this address is this one now
+        // (its previous one completed before it was reused).
+        Some(slot) => unsafe { *slot = entry },
+        None => {
+            if BLOCK_INFLIGHT.insert(&rq, &entry, 0).is_err() {
+                count(Stat::BlockInflightFull);
+            }
+        }
     }
 }
 
@@ -93,9 +100,9 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
     let bio: u64 = read(rq, off!(rq_bio)).unwrap_or(0);
     match BLOCK_INFLIGHT.get_ptr_mut(&rq) {
         // Created before, not yet issued (a requeued one is issued again:
-        // its first issue stands).
+        // its first issue stands); not a completed one's entry.
         // SAFETY: a map value, read in place.
-        Some(e) if unsafe { (*e).bio } == bio => {
+        Some(e) if unsafe { (*e).start_ns != 0 && (*e).bio == bio } => {
             let bytes = u64::from(read::<u32>(rq, off!(rq_data_len)).unwrap_or(0));
             // SAFETY: a map value; a concurrent update of the same request
             // cannot happen (it is issued on one CPU at a time).
@@ -117,12 +124,20 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
 pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
     let rq: u64 = ctx.arg(0);
     let error: u64 = ctx.arg(1);
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(e) = (unsafe { BLOCK_INFLIGHT.get(&rq) }).copied() else {
+    let Some(slot) = BLOCK_INFLIGHT.get_ptr_mut(&rq) else {
         return 0;
     };
-    // A partial completion counts the request once, at its first part.
-    let _ = BLOCK_INFLIGHT.remove(&rq);
+    // SAFETY: a map value, copied out, then marked done in place: a partial
+    // completion counts the request once, at its first part.
+    let e = unsafe {
+        let e = *slot;
+        (*slot).start_ns = 0;
+        e
+    };
+    if e.start_ns == 0 {
+        // Done before (a later part of a partial completion).
+        return 0;
+    }
     if e.issue_ns == 0 {
         // Completed without being issued (merged away): nothing to count.
         return 0;

@@ -69,6 +69,8 @@ fn on_fork<C: aya_ebpf::EbpfContext>(ctx: &C, child: u32) {
 fn on_exec() {
     let (pid, tid) = current();
     if is_traced(pid) {
+        // Its close-on-exec descriptors were closed.
+        crate::bump_fd_generation(pid);
         record(lifecycle::EXEC, pid, tid, 0, 0, 0);
     }
 }
@@ -98,6 +100,8 @@ fn on_exit(group_dead: impl FnOnce() -> u32) {
         record(lifecycle::EXIT, pid, tid, 0, group_dead, exit_code);
     }
     if group_dead != 0 {
+        // Its tgid may name another process later.
+        crate::bump_fd_generation(pid);
         crate::untrace(pid);
     }
 }

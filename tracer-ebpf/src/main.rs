@@ -70,13 +70,17 @@ static FILE_STATS: PerCpuHashMap<FileKey, FileAgg> =
 static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockAgg> =
     PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
 
-/// Block requests in flight, by `struct request` address. Not LRU, whose
-/// insert costs several times a plain one on every request of the node: a
-/// request whose completion was never seen (a flush sequence's internal
-/// request) is overwritten when its address is used again, which blk-mq's
-/// preallocated requests are, and is recognised as reused by its bio.
+/// Block requests in flight, by `struct request` address. blk-mq's requests
+/// are preallocated and their addresses used again and again: an entry is
+/// written in place by the next request at its address and marked done
+/// (`start_ns` 0) at completion, never inserted and deleted per request
+/// (a hash insert and delete cost more than the rest of the programs'
+/// work). A request whose completion was never seen (a flush sequence's
+/// internal request) is recognised as reused by its bio. LRU: inserts are
+/// only for addresses not seen before, and the addresses of devices gone
+/// age out.
 #[map]
-static BLOCK_INFLIGHT: HashMap<u64, BlockStart> = HashMap::with_max_entries(8192, 0);
+static BLOCK_INFLIGHT: LruHashMap<u64, BlockStart> = LruHashMap::with_max_entries(8192, 0);
 
 /// Parent process of each process forked by a traced one: a child's
 /// inherited sockets are its ancestors' (checked on first use).
@@ -88,6 +92,70 @@ static PARENT: LruHashMap<u32, Forked> = LruHashMap::with_max_entries(32768, 0);
 /// first use (a launcher closes its end of a socketpair right after fork).
 #[map]
 static CLOSED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// What each descriptor of a traced process was when a system call on it
+/// last walked the kernel's fd table to tell (`kernel::fd_file`: eight
+/// probe reads, ~200 ns of every call on a file or pipe), key
+/// `(tgid << 32) | fd`. An entry holds while its process's [`FD_GEN`]
+/// generation is the one it was made under. LRU: bounded, entries of gone
+/// processes age out.
+#[map]
+static FD_CLASS: LruHashMap<u64, FdClass> = LruHashMap::with_max_entries(65536, 0);
+
+/// Slots of [`FD_GEN`]: processes share a slot by `tgid % FD_GEN_SLOTS`
+/// (a bump then only costs the other process a walk).
+const FD_GEN_SLOTS: u32 = 65536;
+
+/// Generation of each traced process's descriptor numbers (slot `tgid %
+/// FD_GEN_SLOTS`, an array lookup the verifier inlines): bumped where a
+/// number may start to name another file. A system call that frees
+/// numbers (close, close_range, dup2 and dup3 onto an open number) bumps
+/// it at its entry and at its exit: a walk that read the generation before
+/// the entry bump is stale from then on, one that read it later and still
+/// saw the old file is stale from the exit bump; between the kernel's
+/// close and the exit a number freed is not reused by a file the walk
+/// could have seen (the closing thread has not returned it). Exec (which
+/// closes close-on-exec descriptors), a traced process's exit (its tgid
+/// may come back) and the start of tracing a pid bump it too.
+#[map]
+static FD_GEN: Array<u32> = Array::with_max_entries(FD_GEN_SLOTS, 0);
+
+/// One [`FD_CLASS`] entry.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FdClass {
+    /// The process's [`FD_GEN`] generation, read before the walk.
+    pub generation: u32,
+    /// The file's device (`kernel::FdFile::dev`).
+    pub dev: u32,
+    /// The inode's `S_IFMT` bits.
+    pub kind: u16,
+    /// Padding.
+    pub _pad: [u16; 3],
+}
+
+/// The [`FD_GEN`] generation of process `tgid` now.
+#[inline(always)]
+fn fd_generation(tgid: u32) -> u32 {
+    match FD_GEN.get_ptr(tgid % FD_GEN_SLOTS) {
+        // SAFETY: a map value; volatile: read before the walk it guards.
+        Some(slot) => unsafe { core::ptr::read_volatile(slot) },
+        None => 0,
+    }
+}
+
+/// Makes every [`FD_CLASS`] entry of process `tgid` stale.
+#[inline(always)]
+fn bump_fd_generation(tgid: u32) {
+    if let Some(slot) = FD_GEN.get_ptr_mut(tgid % FD_GEN_SLOTS) {
+        // SAFETY: a map value; atomic, as other CPUs bump it too.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                slot, 1,
+            )
+        };
+    }
+}
 
 /// Who forked a process, and when.
 #[repr(C)]
@@ -188,6 +256,8 @@ fn may_be_traced(pid: u32) -> bool {
 /// Traces `pid` (`value`: root or child); false when the map is full.
 #[inline(always)]
 fn trace(pid: u32, value: u32) -> bool {
+    // Descriptor classes kept for an earlier process of this tgid go.
+    bump_fd_generation(pid);
     if let Some(word) = TRACED_BITS.get_ptr_mut(pid >> 6) {
         // SAFETY: a map value; an atomic or, as other CPUs and user space
         // set and clear other bits of the same word.

@@ -22,9 +22,44 @@ use tracer_common::{
 };
 
 use crate::{
-    BLOCKED, BLOCKED_THREADS, CLOSED, EVENTS, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES, TRACE_SYSCALLS, count, current,
-    emit, files, global, header, kernel, may_be_traced,
+    BLOCKED, BLOCKED_THREADS, CLOSED, EVENTS, FD_CLASS, FdClass, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES,
+    TRACE_SYSCALLS, bump_fd_generation, count, current, emit, fd_generation, files, global, header, kernel,
+    may_be_traced,
 };
+
+/// `SyscallEnter::file_class` of an `INFLIGHT` entry kept only so that the
+/// exit of a call that frees descriptor numbers bumps `FD_GEN` (a call
+/// neither recorded nor counted: close of a pipe, dup2, close_range). Not
+/// 0: the recorder skips such entries at the stop, as it does file calls.
+const FREES_FDS_ONLY: u32 = u32::MAX;
+
+/// What descriptor `fd` of the current process `pid` is: the inode's
+/// `S_IFMT` bits and the file's device. Kept in `FD_CLASS` after the first
+/// walk of the fd table, while the process's `FD_GEN` generation stays the
+/// one read before that walk; `None` when the descriptor is not open.
+#[inline(always)]
+fn fd_class(pid: u32, fd: i64) -> Option<(u16, u32)> {
+    if fd < 0 {
+        return None;
+    }
+    let generation = fd_generation(pid);
+    let key = fd_key(pid, fd);
+    // SAFETY: the value is copied out.
+    if let Some(c) = unsafe { FD_CLASS.get(&key) }.copied()
+        && c.generation == generation
+    {
+        return Some((c.kind, c.dev));
+    }
+    let f = kernel::fd_file(fd)?;
+    let class = FdClass {
+        generation,
+        dev: f.dev,
+        kind: f.kind,
+        _pad: [0; 3],
+    };
+    let _ = FD_CLASS.insert(&key, &class, 0);
+    Some((f.kind, f.dev))
+}
 
 /// Whether `fd` of `pid` is a known socket, or one inherited across fork
 /// from a (grand)parent that had it (then it becomes known). A parent's
@@ -124,6 +159,32 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         return;
     }
     let nr: u64 = ctx.arg(1);
+    let frees = syscall::frees_fds(nr as u32);
+    if frees {
+        bump_fd_generation(pid);
+    }
+    let kept = enter_call(ctx, pid, tid, nr);
+    if frees && !kept {
+        // The exit bumps the generation again, once the numbers are free.
+        let mark = SyscallEnter {
+            // Not 0 (a returned call's); never read as a time.
+            ts_ns: 1,
+            nr: nr as u32,
+            fd: -1,
+            addr_ptr: 0,
+            arg: 0,
+            file_class: FREES_FDS_ONLY,
+            dev: 0,
+        };
+        keep_inflight(tid, &mark);
+    }
+}
+
+/// The entry of call `nr` of traced thread `tid` of `pid`: the
+/// blocked-thread entry, and the call kept for its exit when it is recorded
+/// or counted (then true).
+#[inline(always)]
+fn enter_call(ctx: &RawTracePointContext, pid: u32, tid: u32, nr: u64) -> bool {
     let blocked = global(&BLOCKED_THREADS) != 0;
     // Most calls of a busy server (futex, nanosleep...) have no spec: they
     // pay only the blocked-thread entry, ~140 ns on this VM: the clock
@@ -136,10 +197,10 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
             let ts_ns = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
             note_blocked(pid, tid, nr as u32, ts_ns, &regs);
         }
-        return;
+        return false;
     };
     let Some(regs) = regs(ctx) else {
-        return;
+        return false;
     };
     // One precise clock read for both entries of a call with a spec.
     // SAFETY: helper without preconditions.
@@ -150,7 +211,7 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     let sockets = global(&TRACE_SYSCALLS) != 0;
     let files = global(&TRACE_FILES) != 0 && spec.file != file_class::NONE;
     if !sockets && !files {
-        return;
+        return false;
     }
     let fd = if spec.fd_arg == NONE {
         -1
@@ -166,26 +227,26 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         (file_class::NONE, 0)
     } else if !files && spec.flags & flag::SOCKET_FD_ONLY == 0 {
         // A file-only call while file I/O is not counted.
-        return;
+        return false;
     } else {
         // The descriptor itself says: a file, a socket we did not know
         // (opened before its process was traced, inherited), or neither.
-        let Some(f) = kernel::fd_file(fd as i64) else {
-            return;
+        let Some((kind, dev)) = fd_class(pid, fd as i64) else {
+            return false;
         };
-        if f.kind == mode::S_IFSOCK && spec.flags & flag::SOCKET_FD_ONLY != 0 {
+        if kind == mode::S_IFSOCK && spec.flags & flag::SOCKET_FD_ONLY != 0 {
             if SOCKET_FDS.insert(&fd_key(pid, fd as i64), &1, 0).is_err() {
                 count(Stat::SocketMapFull);
             }
             (file_class::NONE, 0)
-        } else if f.is_storage() {
-            (spec.file, f.dev)
+        } else if matches!(kind, mode::S_IFREG | mode::S_IFDIR | mode::S_IFBLK) {
+            (spec.file, dev)
         } else {
-            return;
+            return false;
         }
     };
     if (class == file_class::NONE && !sockets) || (class != file_class::NONE && !files) {
-        return;
+        return false;
     }
     let enter = SyscallEnter {
         ts_ns,
@@ -196,17 +257,28 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
         file_class: u32::from(class),
         dev,
     };
-    // Written in place where this thread has an entry (every call after
-    // its first): a hash insert and delete per call cost more than the
-    // rest of the call's work. The entry goes when the thread exits.
+    keep_inflight(tid, &enter)
+}
+
+/// Keeps `enter` as thread `tid`'s call in progress; false when the map is
+/// full. Written in place where this thread has an entry (every call after
+/// its first): a hash insert and delete per call cost more than the rest
+/// of the call's work. The entry goes when the thread exits.
+#[inline(always)]
+fn keep_inflight(tid: u32, enter: &SyscallEnter) -> bool {
     match INFLIGHT.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; only its own system calls and
         // its exit touch it, one at a time.
-        Some(slot) => unsafe { *slot = enter },
+        Some(slot) => {
+            unsafe { *slot = *enter };
+            true
+        }
         None => {
-            if INFLIGHT.insert(&tid, &enter, 0).is_err() {
+            if INFLIGHT.insert(&tid, enter, 0).is_err() {
                 count(Stat::InflightFull);
+                return false;
             }
+            true
         }
     }
 }
@@ -342,6 +414,13 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
     };
     if enter.ts_ns == 0 {
         return;
+    }
+    if syscall::frees_fds(enter.nr) {
+        // The numbers it freed may name other files from now on.
+        bump_fd_generation(pid);
+        if enter.file_class == FREES_FDS_ONLY {
+            return;
+        }
     }
     if enter.file_class != 0 {
         files::count_call(pid, &enter, ret);

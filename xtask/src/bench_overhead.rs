@@ -95,6 +95,13 @@ pub(crate) struct BenchOverheadArgs {
     /// builds compared under the same drift of the host's load.
     #[arg(long, value_name = "TRACER")]
     baseline: Option<PathBuf>,
+    /// Turn the kernel's run-time statistics of eBPF programs on for the
+    /// whole benchmark and print, per run and mode, where the CPU went:
+    /// the recorders' own processes, their kernel programs (each by
+    /// name) and the servers, as % of the host's cores. The statistics
+    /// cost each program run two clock reads (every mode alike).
+    #[arg(long)]
+    program_stats: bool,
 }
 
 /// Each no-f ablation: its name, the sample rate (`None`: the harness's
@@ -250,6 +257,13 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| target_dir().join(format!("xtask/bench-overhead-{system}")));
     let _ = std::fs::remove_dir_all(&out);
+    // Held open for the whole benchmark: statistics on while it lasts.
+    let _stats = if a.program_stats {
+        Some(tests::fs::enable_program_stats()?)
+    } else {
+        None
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cluster = tests::fs::Cluster::start(ClusterConfig::new(system))
         .with_context(|| format!("starting the {system} cluster"))?;
     println!(
@@ -264,6 +278,8 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     // whole host, and the recorders' CPU, ms per s.
     let mut cpu: Vec<Vec<Option<CpuPerMb>>> = vec![Vec::new(); modes.len()];
     let mut loads: Vec<f64> = Vec::new();
+    // Per mode and repetition: where the CPU went (program_stats).
+    let mut shares: Vec<Vec<Shares>> = vec![Vec::new(); modes.len()];
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for rep in 0..reps {
@@ -299,6 +315,29 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     mode.name,
                     info.load_average
                 );
+                if a.program_stats
+                    && let Some(sh) = info
+                        .cpu
+                        .as_ref()
+                        .and_then(|c| Shares::of(c, &info.programs, cores))
+                {
+                    eprintln!(
+                        "bench-overhead: run {} {:<20} CPU % of {cores} cores: recorders {:.2}, kernel programs {:.2}, servers {:.2}, host busy {:.2}; {:.0} system calls/s; {}",
+                        rep + 1,
+                        mode.name,
+                        sh.recorders,
+                        sh.programs,
+                        sh.servers,
+                        sh.host,
+                        sh.syscalls_per_s,
+                        sh.by_program
+                            .iter()
+                            .map(|(n, p, runs)| format!("{n} {p:.2}% ({runs:.0}/s)"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    shares[m].push(sh);
+                }
                 mbps[m].push(v);
                 cpu[m].push(
                     info.cpu
@@ -400,6 +439,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
         "  servers: their daemons' CPU per MB (probe traps are charged to them); host: every busy core per MB \
          (recorders, kernel programs on every process, the client); recorders: their own CPU, ms per s of wall time"
     );
+    if a.program_stats {
+        print_shares(&modes, &mbps, &shares, cores);
+    }
     println!(
         "load average during the runs: median {:.1}, max {:.1} (a shared machine: noisy)",
         median(loads.clone()),
@@ -432,6 +474,108 @@ impl CpuPerMb {
             host_ms_per_mb: cpu.host_busy_ns as f64 / 1e6 / mb,
             tracers_ms_per_s: cpu.tracers_ns as f64 / 1e6 / (cpu.wall_ns as f64 / 1e9),
         })
+    }
+}
+
+/// Where a run's CPU went, % of all the host's cores over the workload.
+#[derive(Clone, Debug)]
+struct Shares {
+    recorders: f64,
+    programs: f64,
+    servers: f64,
+    host: f64,
+    /// Runs of the system-call entry program a second (every process's
+    /// calls: the raw tracepoint fires for all).
+    syscalls_per_s: f64,
+    /// Each kernel program: name, %, runs a second.
+    by_program: Vec<(String, f64, f64)>,
+}
+
+impl Shares {
+    fn of(
+        cpu: &tests::fs::RunCpu,
+        programs: &[tests::fs::ProgramCost],
+        cores: f64,
+    ) -> Option<Self> {
+        if cpu.wall_ns == 0 {
+            return None;
+        }
+        let wall = cpu.wall_ns as f64;
+        let pct = |ns: u64| ns as f64 / (wall * cores) * 100.0;
+        Some(Shares {
+            recorders: pct(cpu.tracers_ns),
+            programs: pct(cpu.programs_ns),
+            servers: pct(cpu.servers_ns),
+            host: pct(cpu.host_busy_ns),
+            syscalls_per_s: programs
+                .iter()
+                .find(|p| p.name == "sys_enter")
+                .map_or(0.0, |p| p.runs as f64 / (wall / 1e9)),
+            by_program: programs
+                .iter()
+                .map(|p| (p.name.clone(), pct(p.run_ns), p.runs as f64 / (wall / 1e9)))
+                .collect(),
+        })
+    }
+}
+
+/// The breakdown table: per mode, the median throughput ratio next to the
+/// median share of the host's cores of each consumer, and the programs'.
+fn print_shares(modes: &[Mode], mbps: &[Vec<f64>], shares: &[Vec<Shares>], cores: f64) {
+    println!(
+        "\n{:<22} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12}   (medians; CPU as % of {cores} cores over the workload)",
+        "mode", "ratio", "recorders", "programs", "servers", "host busy", "syscalls/s"
+    );
+    for (m, mode) in modes.iter().enumerate() {
+        let r = ratios(&mbps[m], &mbps[0], |v| Some(*v));
+        let med = |f: &dyn Fn(&Shares) -> f64| median(shares[m].iter().map(f).collect());
+        println!(
+            "{:<22} {:>8.3} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>12.0}",
+            mode.name,
+            median(r),
+            med(&|s| s.recorders),
+            med(&|s| s.programs),
+            med(&|s| s.servers),
+            med(&|s| s.host),
+            med(&|s| s.syscalls_per_s),
+        );
+    }
+    println!("\nkernel programs, median % of {cores} cores (runs/s):");
+    for (m, mode) in modes.iter().enumerate() {
+        let mut names: Vec<&str> = shares[m]
+            .iter()
+            .flat_map(|s| s.by_program.iter().map(|(n, ..)| n.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            continue;
+        }
+        let mut row: Vec<(f64, String)> = names
+            .iter()
+            .map(|n| {
+                let of = |i: usize| -> f64 {
+                    median(
+                        shares[m]
+                            .iter()
+                            .filter_map(|s| s.by_program.iter().find(|(p, ..)| p == n))
+                            .map(|(_, pct, rate)| if i == 0 { *pct } else { *rate })
+                            .collect(),
+                    )
+                };
+                let pct = of(0);
+                (pct, format!("{n} {pct:.2} ({:.0})", of(1)))
+            })
+            .collect();
+        row.sort_by(|a, b| b.0.total_cmp(&a.0));
+        println!(
+            "  {:<20} {}",
+            mode.name,
+            row.into_iter()
+                .map(|(_, s)| s)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
 }
 

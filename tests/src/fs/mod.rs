@@ -51,8 +51,9 @@ mod workload;
 pub use fault::{Fault, FaultKind, FaultParams};
 pub use record::{ProbeSet, RecordConfig, RecordMode, Recording, TracerSummary};
 pub use run::{
-    FaultInfo, LoadedRun, PhaseStats, RUN_INFO_VERSION, RunConfig, RunCpu, RunInfo, ServerInfo,
-    ServerStats, load_run, peers_config, run, score_run, server_label, server_stats,
+    FaultInfo, LoadedRun, PhaseStats, ProgramCost, RUN_INFO_VERSION, RunConfig, RunCpu, RunInfo,
+    ServerInfo, ServerStats, enable_program_stats, load_run, peers_config, run, score_run,
+    server_label, server_stats,
 };
 pub use workload::{Workload, WorkloadResult};
 

@@ -116,6 +116,32 @@ pub struct RunInfo {
     /// before it was measured).
     #[serde(default)]
     pub cpu: Option<RunCpu>,
+    /// What each of the recorders' kernel programs used while the
+    /// workload ran, summed over the recorders by program name, most
+    /// first; empty unless run-time statistics were on
+    /// ([`enable_program_stats`]) and the run was recorded.
+    #[serde(default)]
+    pub programs: Vec<ProgramCost>,
+}
+
+/// One kernel program's cost over a run's workload.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProgramCost {
+    /// The program's name (its function's name, cut to 15 bytes by the
+    /// kernel).
+    pub name: String,
+    /// CPU time it ran, ns, on every process it fired for.
+    pub run_ns: u64,
+    /// How many times it ran.
+    pub runs: u64,
+}
+
+/// Turns on the kernel's run-time statistics of eBPF programs while the
+/// returned descriptor is open (the programs' CPU, [`RunInfo::programs`]).
+/// They cost every program run two clock reads, on every process.
+pub fn enable_program_stats() -> Result<std::os::fd::OwnedFd> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map_err(|e| FsError::Invalid(format!("enabling eBPF run-time statistics: {e}")))
 }
 
 /// CPU time over a run's workload, ns: what recording costs in CPU, which
@@ -130,6 +156,11 @@ pub struct RunCpu {
     pub host_busy_ns: u64,
     /// Wall time between the two readings.
     pub wall_ns: u64,
+    /// The recorders' kernel programs, ns, charged to whichever process
+    /// they fired in (0 unless run-time statistics were on, see
+    /// [`enable_program_stats`]).
+    #[serde(default)]
+    pub programs_ns: u64,
 }
 
 /// One reading of the CPU counters [`RunCpu`] is the difference of.
@@ -137,6 +168,8 @@ struct CpuReading {
     servers_ns: u64,
     tracers_ns: u64,
     host_busy_ns: u64,
+    /// The recorders' kernel programs by id.
+    programs: BTreeMap<u32, ProgramCost>,
     at: Instant,
 }
 
@@ -148,18 +181,85 @@ impl CpuReading {
             servers_ns: sum(servers),
             tracers_ns: sum(tracers),
             host_busy_ns: host_busy_ns().unwrap_or(0),
+            programs: tracer_programs(tracers),
             at: Instant::now(),
         }
     }
 
-    fn since(&self, start: &CpuReading) -> RunCpu {
-        RunCpu {
+    /// The CPU used since `start`, and each program's cost by name.
+    fn since(&self, start: &CpuReading) -> (RunCpu, Vec<ProgramCost>) {
+        let mut by_name: BTreeMap<&str, ProgramCost> = BTreeMap::new();
+        for (id, now) in &self.programs {
+            let before = start.programs.get(id);
+            let p = by_name.entry(&now.name).or_insert_with(|| ProgramCost {
+                name: now.name.clone(),
+                ..ProgramCost::default()
+            });
+            p.run_ns += now.run_ns - before.map_or(0, |b| b.run_ns.min(now.run_ns));
+            p.runs += now.runs - before.map_or(0, |b| b.runs.min(now.runs));
+        }
+        let mut programs: Vec<ProgramCost> = by_name.into_values().collect();
+        programs.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then(a.name.cmp(&b.name)));
+        let cpu = RunCpu {
             servers_ns: self.servers_ns.saturating_sub(start.servers_ns),
             tracers_ns: self.tracers_ns.saturating_sub(start.tracers_ns),
             host_busy_ns: self.host_busy_ns.saturating_sub(start.host_busy_ns),
             wall_ns: self.at.duration_since(start.at).as_nanos() as u64,
+            programs_ns: programs.iter().map(|p| p.run_ns).sum(),
+        };
+        (cpu, programs)
+    }
+}
+
+/// The eBPF programs the processes `pids` hold open (their descriptors
+/// `anon_inode:bpf-prog`), by program id, with the run time and count the
+/// kernel keeps while statistics are on (/proc/PID/fdinfo) and their names.
+fn tracer_programs(pids: &[u32]) -> BTreeMap<u32, ProgramCost> {
+    let mut programs = BTreeMap::new();
+    for pid in pids {
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let is_prog =
+                fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-prog");
+            if !is_prog {
+                continue;
+            }
+            let Ok(info) = fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            )) else {
+                continue;
+            };
+            let field = |name: &str| -> Option<u64> {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+                    .trim()
+                    .parse()
+                    .ok()
+            };
+            let Some(id) = field("prog_id").and_then(|i| u32::try_from(i).ok()) else {
+                continue;
+            };
+            programs.insert(
+                id,
+                ProgramCost {
+                    name: String::new(),
+                    run_ns: field("run_time_ns").unwrap_or(0),
+                    runs: field("run_cnt").unwrap_or(0),
+                },
+            );
         }
     }
+    if !programs.is_empty() {
+        for info in aya::programs::loaded_programs().flatten() {
+            if let Some(p) = programs.get_mut(&info.id()) {
+                p.name = info.name_as_str().unwrap_or("?").to_string();
+            }
+        }
+    }
+    programs
 }
 
 /// Nanoseconds per clock tick of /proc's CPU times (USER_HZ, 100 on Linux).
@@ -311,7 +411,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         Ok((result, fault_info))
     })?;
     let end_unix_ns = unix_ns();
-    let cpu = CpuReading::now(&server_pids, &tracer_pids).since(&cpu_start);
+    let (cpu, programs) = CpuReading::now(&server_pids, &tracer_pids).since(&cpu_start);
     let tracers = match recording {
         Some(r) => r.stop()?,
         None => Vec::new(),
@@ -355,6 +455,7 @@ pub fn run(cluster: &Cluster, config: &RunConfig, dir: &Path) -> Result<RunInfo>
         load_average: load,
         quiet: Some(quiet),
         cpu: Some(cpu),
+        programs,
     };
     let path = dir.join("run.json");
     let json = serde_json::to_string_pretty(&info).map_err(|source| FsError::Json {

@@ -226,3 +226,51 @@ fn a_throttled_disk_shows_in_file_latency_against_unthrottled_peers() {
         assert!(n > 10.0, "server{s}: {n} block reads");
     }
 }
+
+/// A descriptor number that named a file and then a pipe, or the reverse,
+/// through close, dup2, close_range and exec (the `fdreuse` fixture): its
+/// calls count as file I/O exactly while it names a file. The recorder
+/// keeps what each number is between calls; a class kept past the file
+/// would count the pipe's reads as file reads, or miss the file's.
+#[test]
+fn a_reused_descriptor_number_counts_as_what_it_names_now() {
+    if !privileged() {
+        return;
+    }
+    let fdreuse = fixture("fdreuse", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("r.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        fdreuse.to_str().expect("utf8"),
+        dir.path().to_str().expect("utf8"),
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "done", "{}", run.stderr);
+    let all = events(&capture(&out));
+    let pid = all
+        .iter()
+        .find_map(|e| match e {
+            Event::Lifecycle(l) => Some(l.header.pid),
+            _ => None,
+        })
+        .expect("the fixture's exec");
+    let mut by_call: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &all {
+        if let Event::FileIo(f) = e
+            && f.header.pid == pid
+        {
+            *by_call.entry(syscall_name(f.nr)).or_default() += f.calls;
+        }
+    }
+    // 8 + 4 + 2 + 1 on the file before its number went to a pipe.
+    assert_eq!(by_call.get("writev"), Some(&15), "{by_call:?}");
+    // Only phase 2's, on the file that took a pipe's number; none of the
+    // 26 on pipes that took a file's.
+    assert_eq!(by_call.get("readv"), Some(&8), "{by_call:?}");
+}
