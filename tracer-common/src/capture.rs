@@ -306,7 +306,8 @@ pub struct Probe {
     pub aliases: Vec<String>,
     /// Virtual address of the function in the object.
     pub vaddr: u64,
-    /// File offset the uprobe is attached at.
+    /// File offset the uprobe is attached at: the function's start, or
+    /// past the `endbr64` a CET build starts it with (4 bytes further).
     pub file_offset: u64,
     /// Entry records carry the six argument registers.
     pub args: bool,

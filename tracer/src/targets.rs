@@ -347,13 +347,16 @@ pub fn resolve(
                     entry_class: EntryClass::Stepped,
                 });
             }
-            // What the kernel does with each new probe's first instruction
-            // (its cost): a few bytes at each, with one open file per object.
+            // Where each new probe goes and what the kernel does with the
+            // instruction there (its cost): past a CET `endbr64`, which the
+            // kernel would single-step on every call; a few bytes at each,
+            // with one open file per object.
             let offsets: Vec<u64> = probes[first_new..].iter().map(|p| p.file_offset).collect();
-            for (probe, class) in probes[first_new..]
+            for (probe, (past, class)) in probes[first_new..]
                 .iter_mut()
-                .zip(crate::overhead::classify_in(path, &offsets))
+                .zip(crate::overhead::entry_sites_in(path, &offsets))
             {
+                probe.file_offset += past;
                 probe.entry_class = class;
             }
         }

@@ -128,6 +128,63 @@ fn argument_registers_are_recorded() {
     assert_eq!(args, vec![0, 1, 2, 3, 10, 11, 12]);
 }
 
+/// A function of a CET build starts with `endbr64`, which the kernel
+/// single-steps under a probe (~10 us a call here): the probe goes past it,
+/// where the `push` is emulated (~1 us), and records the same calls, with
+/// the same arguments and return values.
+#[test]
+fn a_cet_function_is_probed_past_its_endbr64() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("endbr.capture");
+    let run = tracer(&[
+        "record",
+        "-a",
+        "endbr_leaf",
+        "--sample-hz",
+        "0",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "endbr",
+        "200",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let probe = cap
+        .probes
+        .iter()
+        .find(|p| p.symbol == "endbr_leaf")
+        .unwrap_or_else(|| panic!("endbr_leaf probed: {:?}", cap.probes));
+    // Weighed by the `push` after the endbr64: attached there.
+    assert_eq!(
+        probe.entry_class,
+        tracer_common::capture::EntryClass::Push,
+        "{probe:?}"
+    );
+    let events = tests::events(&cap);
+    let args: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            analyzer::Event::Entry { args: Some(a), .. } => Some(a[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(args, (0..200).collect::<Vec<u64>>());
+    let returned: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            analyzer::Event::Return(r) => Some(r.ret),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(returned, (0..200).map(|i| 3 * i).collect::<Vec<u64>>());
+}
+
 /// Attaching to a process that is already running.
 #[test]
 fn attaches_to_a_running_pid() {
