@@ -55,12 +55,11 @@ pub struct FdFile {
     pub dev: u32,
 }
 
-impl FdFile {
-    /// A regular file, directory or block device: storage.
-    #[inline(always)]
-    pub fn is_storage(&self) -> bool {
-        matches!(self.kind, mode::S_IFREG | mode::S_IFDIR | mode::S_IFBLK)
-    }
+/// Whether an inode of `S_IFMT` bits `kind` is storage: a regular file,
+/// directory or block device.
+#[inline(always)]
+pub fn is_storage(kind: u16) -> bool {
+    matches!(kind, mode::S_IFREG | mode::S_IFDIR | mode::S_IFBLK)
 }
 
 /// The file behind descriptor `fd` of the current process: its fd table

@@ -98,7 +98,9 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     if !found {
         return false;
     }
-    let socket = kernel::fd_file(fd).is_none_or(|f| f.kind == mode::S_IFSOCK);
+    // Through the class cache: a number that is no socket is then not
+    // walked again by the caller's own look at it.
+    let socket = fd_class(pid, fd).is_none_or(|(kind, _)| kind == mode::S_IFSOCK);
     if socket {
         let _ = SOCKET_FDS.insert(&key, &1, 0);
     }
@@ -239,7 +241,7 @@ fn enter_call(ctx: &RawTracePointContext, pid: u32, tid: u32, nr: u64) -> bool {
                 count(Stat::SocketMapFull);
             }
             (file_class::NONE, 0)
-        } else if matches!(kind, mode::S_IFREG | mode::S_IFDIR | mode::S_IFBLK) {
+        } else if kernel::is_storage(kind) {
             (spec.file, dev)
         } else {
             return false;
