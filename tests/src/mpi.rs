@@ -266,31 +266,32 @@ impl Hog {
     /// and its workers); `None` when it did not start or cannot be read.
     fn cpu_s(&self) -> Option<f64> {
         let root = self.0.as_ref()?.id();
-        // /proc counts in USER_HZ, 100 on x86-64 whatever the kernel's HZ.
-        let tick = 100.0;
-        let mut total = 0.0;
-        let mut todo = vec![root];
+        // The shell and stress-ng last the whole run; `sleep` and `pkill`
+        // children come and go between the listing and the reading, and
+        // are skipped when gone.
+        let mut ticks = crate::fs::cpu_ticks(root)?;
+        let mut todo = children(root);
         let mut seen = 0;
         while let Some(pid) = todo.pop() {
             seen += 1;
             if seen > 256 {
                 break;
             }
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: f64 =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            total += ticks / tick;
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            todo.extend(
-                children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<u32>().ok()),
-            );
+            ticks += crate::fs::cpu_ticks(pid).unwrap_or(0);
+            todo.extend(children(pid));
         }
-        Some(total)
+        // /proc counts in USER_HZ, 100 on x86-64 whatever the kernel's HZ.
+        Some(ticks as f64 / 100.0)
     }
+}
+
+/// The children of process `pid` (of its main thread), none when gone.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
 }
 
 impl Drop for Hog {
