@@ -212,8 +212,9 @@ impl CpuReading {
 }
 
 /// The eBPF programs the processes `pids` hold open (their descriptors
-/// `anon_inode:bpf-prog`), by program id, with the run time and count the
-/// kernel keeps while statistics are on (/proc/PID/fdinfo) and their names.
+/// `anon_inode:bpf-prog`, whose /proc/PID/fdinfo names the program id), by
+/// id, with their names and the run time and count the kernel keeps while
+/// statistics are on (from the kernel's program info).
 fn tracer_programs(pids: &[u32]) -> BTreeMap<u32, ProgramCost> {
     let mut programs = BTreeMap::new();
     for pid in pids {
@@ -232,30 +233,21 @@ fn tracer_programs(pids: &[u32]) -> BTreeMap<u32, ProgramCost> {
             )) else {
                 continue;
             };
-            let field = |name: &str| -> Option<u64> {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
-                    .trim()
-                    .parse()
-                    .ok()
-            };
-            let Some(id) = field("prog_id").and_then(|i| u32::try_from(i).ok()) else {
-                continue;
-            };
-            programs.insert(
-                id,
-                ProgramCost {
-                    name: String::new(),
-                    run_ns: field("run_time_ns").unwrap_or(0),
-                    runs: field("run_cnt").unwrap_or(0),
-                },
-            );
+            let id = info
+                .lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse::<u32>().ok());
+            if let Some(id) = id {
+                programs.insert(id, ProgramCost::default());
+            }
         }
     }
     if !programs.is_empty() {
         for info in aya::programs::loaded_programs().flatten() {
             if let Some(p) = programs.get_mut(&info.id()) {
                 p.name = info.name_as_str().unwrap_or("?").to_string();
+                p.run_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+                p.runs = info.run_count();
             }
         }
     }
