@@ -326,7 +326,8 @@ pub struct Probe {
 }
 
 /// How the kernel runs the instruction a function's entry probe replaced
-/// (its first): x86-64 Linux emulates `push reg` (since 6.x) and NOPs
+/// (its first, or the one after a CET build's `endbr64`, which the probe
+/// is placed past): x86-64 Linux emulates `push reg` (since 6.x) and NOPs
 /// (since 6.12; a 5-byte NOP is optimized further on 6.18), and executes
 /// anything else out of line, single-stepped (a second trap): about ten
 /// times the cost here. What each class costs is calibrated at start on
@@ -545,18 +546,25 @@ pub struct Overhead {
 }
 
 impl Overhead {
+    /// What one recorded call cost on the recording's machine: by class
+    /// where the capture has them, else the one cost older captures
+    /// weighed every probe at.
+    pub fn per_call_cost(&self) -> String {
+        match &self.probe_costs {
+            Some(c) => c.describe(),
+            None => format!(
+                "{:.1} us per call (entry only {:.1} us)",
+                self.call_cost_ns / 1e3,
+                self.entry_cost_ns / 1e3
+            ),
+        }
+    }
+
     /// One line per fact, for a person (the recorder's output and
     /// `analyzer summary`).
     pub fn describe(&self) -> Vec<String> {
         let o = self;
-        let per_call = match &o.probe_costs {
-            Some(c) => c.describe(),
-            None => format!(
-                "{:.1} us per call (entry only {:.1} us)",
-                o.call_cost_ns / 1e3,
-                o.entry_cost_ns / 1e3
-            ),
-        };
+        let per_call = o.per_call_cost();
         let mut lines = vec![match (o.demand_percent, o.latency_percent) {
             (Some(demand), Some(latency)) => format!(
                 "function probes: {per_call} on this machine; over the first {} ms they cost {:.1}% of a core, the traced processes used {:.1}% and ran or waited for a CPU {demand:.0}% of the time: estimated slowdown {:.1}% (a request served on the CPU: up to {latency:.1}%)",

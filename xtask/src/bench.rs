@@ -42,6 +42,19 @@ pub(crate) struct BenchArgs {
     workload_seconds: f64,
 }
 
+/// How many of a capture's function probes are of each first-instruction
+/// class (`classes`: each probe's class name, what the budget weighed it
+/// at), for the benchmarks' notes.
+pub(crate) fn probe_classes(
+    classes: impl IntoIterator<Item = &'static str>,
+) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut count = std::collections::BTreeMap::new();
+    for class in classes {
+        *count.entry(class).or_default() += 1;
+    }
+    count
+}
+
 /// The median (upper of the two middle values); NaN for no values.
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -351,11 +351,9 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                         let cap = Capture::open(&dir.join(&t.capture))
                             .with_context(|| format!("reading {}", t.capture))?;
                         if let Some(o) = cap.overhead {
-                            let mut classes: std::collections::BTreeMap<&str, usize> =
-                                Default::default();
-                            for p in &cap.probes {
-                                *classes.entry(p.entry_class.name()).or_default() += 1;
-                            }
+                            let classes = crate::bench::probe_classes(
+                                cap.probes.iter().map(|p| p.entry_class.name()),
+                            );
                             budget_notes.push(format!(
                                 "run {} {} {}: {} probes {classes:?}, dropped {} (hottest: {}), estimated {:.1}% -> {:.1}% kept, measured {}; kernel programs {}; costs {}",
                                 rep + 1,
@@ -375,10 +373,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                                     .map_or("-".into(), |m| format!("{m:.1}%")),
                                 o.kernel_ms_per_s
                                     .map_or("-".into(), |k| format!("{k:.1} ms/s")),
-                                o.probe_costs.map_or_else(
-                                    || format!("{:.1} us per call (one class)", o.call_cost_ns / 1e3),
-                                    |c| c.describe()
-                                )
+                                o.per_call_cost()
                             ));
                         }
                     }

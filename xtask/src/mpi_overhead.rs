@@ -352,10 +352,7 @@ fn budget_note(path: &Path) -> anyhow::Result<String> {
     let Some(o) = cap.overhead else {
         return Ok(format!("{} probes, no overhead item", cap.probes.len()));
     };
-    let mut classes: std::collections::BTreeMap<&str, usize> = Default::default();
-    for p in &cap.probes {
-        *classes.entry(p.entry_class.name()).or_default() += 1;
-    }
+    let classes = crate::bench::probe_classes(cap.probes.iter().map(|p| p.entry_class.name()));
     Ok(format!(
         "{} probes {classes:?}, estimated {:.1}% (probes {:.1}% of a core, traced CPU {:.1}%), dropped {} ({}), kept {:.1}%, measured {}; costs {}",
         cap.probes.len(),
@@ -372,9 +369,6 @@ fn budget_note(path: &Path) -> anyhow::Result<String> {
         o.kept_percent,
         o.measured_percent
             .map_or("-".into(), |m| format!("{m:.1}%")),
-        o.probe_costs.map_or_else(
-            || format!("{:.1} us per call (one class)", o.call_cost_ns / 1e3),
-            |c| c.describe()
-        ),
+        o.per_call_cost(),
     ))
 }
