@@ -311,6 +311,13 @@ pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
                 model.k,
                 output.display()
             )?;
+            if let Some(tail) = model.clean_tail {
+                writeln!(
+                    out,
+                    "  a sample counts when Y > max(1 + K·σ, {tail:.3}): {:.0}% of the held-out clean samples were at or under {tail:.3}",
+                    100.0 * mpi::learn::CLEAN_TAIL_QUANTILE
+                )?;
+            }
             for p in &model.processors {
                 let used = p.sequences.iter().filter(|s| s.used).count();
                 writeln!(
