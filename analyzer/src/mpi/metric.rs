@@ -345,8 +345,14 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         let has_cpu = cpu_deficit.is_some() || short.is_some();
         let by_metric =
             metric_over && (!has_cpu || threshold.is_some_and(|t| persists(&metric_parts, t)));
+        let by_cpu =
+            cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
+        // (Said only of a rank the CPU readings do not name: "its CPU
+        // readings within their bounds" would be untrue of one they name.)
         if metric_over
             && !by_metric
+            && !by_cpu
+            && !by_short
             && let (Some(m), Some(t)) = (metric_value, threshold)
         {
             passing.push(format!(
@@ -360,8 +366,6 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
                     .join(", ")
             ));
         }
-        let by_cpu =
-            cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
         let interfered = by_metric || by_cpu || by_short;
         let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
         let judged_by_metric = note.is_none() && metric_value.is_some() && metric_usable;
@@ -851,6 +855,47 @@ mod tests {
         }
         let d = detect(&model, &make(12, &whole));
         assert_eq!(d.verdict.suspect_ranks(), vec![0], "{:?}", d.verdict);
+    }
+
+    /// A rank its CPU readings name is not also said to be a passing
+    /// slowdown "with its CPU readings within their bounds" when its m(p)
+    /// is over the threshold in one third only (issue 17's on-off hog on
+    /// `mpi_nonblocking`: named by its short readings, then called a
+    /// passing slowdown in the same verdict).
+    #[test]
+    fn a_rank_named_by_its_cpu_is_not_also_a_passing_slowdown() {
+        let make = |seed: u64, hog: bool| {
+            let calls = run(move |r, i| {
+                noise(seed, r, i) * 50 * if hog && r == 2 && i < 14 { 2 } else { 1 }
+            });
+            with_cpu(calls, move |r, i| {
+                if hog && r == 2 && i % 10 < 4 {
+                    0.25
+                } else {
+                    0.5
+                }
+            })
+        };
+        let clean: Vec<Profiles> = (0..5).map(|s| make(s, false)).collect();
+        let model = learn(
+            &clean.iter().collect::<Vec<_>>(),
+            &[],
+            &LearnConfig::default(),
+        )
+        .expect("learns");
+        let d = detect(&model, &make(40, true));
+        assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
+        let r2 = d.processor(2).expect("rank 2");
+        assert!(r2.metric.expect("m") > r2.threshold.expect("t"), "{r2:?}");
+        assert!(
+            !persists(&r2.metric_parts, r2.threshold.expect("t")),
+            "{r2:?}"
+        );
+        assert!(
+            !d.verdict.summary.contains("passing slowdown"),
+            "{}",
+            d.verdict.summary
+        );
     }
 
     /// Two processors (the paper's threshold cannot split them): a hog on
