@@ -475,6 +475,11 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                         .collect::<Vec<_>>()
                         .join(" ")
                 };
+                println!(
+                    "model {prog}: K {}, per-sample threshold max(1 + K·σ, clean tail {})",
+                    m.k,
+                    m.clean_tail.map_or("-".into(), |t| format!("{t:.3}"))
+                );
                 for p in &m.processors {
                     println!(
                         "model {prog} rank {}: m clean [{}] -> {:.2}; cpu clean [{}] -> {}; short (reading > {}) clean [{}] -> {}",

@@ -41,7 +41,10 @@ other processors at the same time (so a whole run being slower, e.g.
 another problem size, is not interference on one). With the recorder's CPU
 readings, a processor short of CPU is named by them; the metric alone then
 names one only when it is over its threshold in two of the run's three
-thirds (a passing slowdown is said in the verdict, not named).
+thirds (a passing slowdown is said in the verdict, not named), and never
+from fewer slow samples than clean noise gives. A sample is slow when it is
+over its rank's clean spread and over 99% of the clean samples (a virtual
+machine's clean runs have slow stretches of their own).
 
 Several captures of one run (one per host) are merged by MPI rank
 (PMI_RANK; without it, pid order per capture).";
@@ -311,6 +314,13 @@ pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
                 model.k,
                 output.display()
             )?;
+            if let Some(tail) = model.clean_tail {
+                writeln!(
+                    out,
+                    "  a sample counts when Y > max(1 + K·σ, {tail:.3}): {:.0}% of the held-out clean samples were at or under {tail:.3}",
+                    100.0 * mpi::learn::CLEAN_TAIL_QUANTILE
+                )?;
+            }
             for p in &model.processors {
                 let used = p.sequences.iter().filter(|s| s.used).count();
                 writeln!(

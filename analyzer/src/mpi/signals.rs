@@ -11,8 +11,10 @@
 //!   Here each sample is compared with the rank's own clean behaviour and
 //!   with the other ranks at the same time ([`super::baseline`]):
 //!   Y(p, l, t) = S / B(p, l) / G(p, t), and the indicator (eq. 3) is
-//!   I = [Y > 1 + K·σ(p, l)], σ being the spread of Y in held-out clean
-//!   runs.
+//!   I = [Y > max(1 + K·σ(p, l), tail)], σ being the robust spread of Y
+//!   in held-out clean runs and the tail the 99% quantile of every rank's
+//!   held-out clean Y ([`super::learn::CLEAN_TAIL_QUANTILE`]: slow
+//!   stretches of the machine that the robust spread leaves out).
 //! * ILS(p, l, t): the running mean of the indicators (§4.2).
 
 use std::collections::BTreeMap;
