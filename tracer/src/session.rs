@@ -3074,8 +3074,8 @@ mod tests {
     use std::path::Path;
 
     use super::{
-        CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, Window, in_call,
-        record_cost_ns, symbol_at_offset,
+        CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, Window, in_call, record_cost_ns,
+        symbol_at_offset,
     };
     use tracer_common::{
         capture::{ObjectSymbols, Segment, Symbol},
