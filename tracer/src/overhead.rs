@@ -20,7 +20,13 @@
 //!    programs count each probe's recorded calls in the kernel (a
 //!    per-CPU array by function id). After a first interval, [`plan`]
 //!    weighs them: a probe's cost is its calls times its class's
-//!    calibrated cost.
+//!    calibrated cost, plus the recorder's own CPU for each record a call
+//!    writes (two with the return probe, one entry-only): the recorder's
+//!    CPU time over the records it wrote in that first interval, when
+//!    function records are most of them (the calibration discards its
+//!    records, so it does not see this; on GlusterFS's brick daemons it
+//!    read 0.2-1.2 us a record, up to half again the traps' cost, taken
+//!    from the same busy cores).
 //!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
 //!    it is the slowdown of a process busy on the CPU, and of each request
 //!    while it is being served (the latency figure). Processes that mostly
