@@ -635,7 +635,7 @@ impl Overhead {
         }
         if let Some(m) = o.measured_percent {
             lines.push(format!(
-                "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the calibrated cost)",
+                "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the cost per call above)",
                 o.measured_ms
             ));
         }
