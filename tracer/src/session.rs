@@ -1418,14 +1418,17 @@ impl CpuMeter {
             .sum()
     }
 
-    /// The start of an interval: now, with `calls`.
-    fn window(&self, calls: Vec<u64>) -> Window {
+    /// The start of an interval: now, with `calls`, and `records` written
+    /// so far.
+    fn window(&self, calls: Vec<u64>, records: u64) -> Window {
         Window {
             at: Instant::now(),
             cpu_ns: self.total(),
             wait_ns: self.waited(),
             host: self.host,
             calls,
+            own_ns: own_cpu_ns(),
+            records,
         }
     }
 
@@ -1443,6 +1446,19 @@ impl CpuMeter {
             },
         }
     }
+}
+
+/// The recorder's own CPU time (every thread), ns; 0 when unreadable.
+fn own_cpu_ns() -> u64 {
+    procfs::cpu_times(std::process::id()).map_or(0, |t| t.0)
+}
+
+/// The recorder's CPU per record over a window: its CPU time over the
+/// records it wrote (every kind: fixed costs are charged to them too, which
+/// errs on the safe side); `None` without records to weigh it by.
+fn record_cost_ns(from: &Window, own_ns: u64, records: u64) -> Option<f64> {
+    let n = records.checked_sub(from.records).filter(|n| *n > 0)?;
+    Some(own_ns.saturating_sub(from.own_ns) as f64 / n as f64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -1464,9 +1480,6 @@ struct Budget {
     /// The first look found the traced processes idle and moved the
     /// interval's start to then (see [`Session::evaluate`]).
     idle_before: bool,
-    /// When the budget began (the first look waits for calls at most an
-    /// interval from then).
-    began: Instant,
 }
 
 /// The start of an interval: when, the traced processes' CPU and
@@ -1479,6 +1492,10 @@ struct Window {
     /// The host's CPU ticks (busy, all) then.
     host: Option<(u64, u64)>,
     calls: Vec<u64>,
+    /// The recorder's own CPU time then, ns, and the records it had
+    /// written (for its cost per record).
+    own_ns: u64,
+    records: u64,
 }
 
 /// A recording in progress.
@@ -1943,13 +1960,14 @@ impl Session {
                     wait_ns: 0,
                     host: procfs::host_cpu_ticks(),
                     calls: vec![0; probes_len],
+                    own_ns: own_cpu_ns(),
+                    records: 0,
                 },
                 since: None,
                 kept: vec![true; probes_len],
                 item: None,
                 stuck: false,
                 idle_before: false,
-                began: Instant::now(),
             }),
             kernel_cost: None,
             notices: Vec::new(),
@@ -2024,6 +2042,7 @@ impl Session {
     /// that do not fit the budget.
     fn evaluate(&mut self) -> Result<(), RecordError> {
         let pids = self.traced_pids();
+        let records: u64 = self.records().iter().sum();
         let Some(budget) = self.budget.as_mut() else {
             return Ok(());
         };
@@ -2037,24 +2056,34 @@ impl Session {
             .collect();
         // A first look that saw no call has nothing to weigh (a command
         // not running yet, a server idle at start): with a budget, look
-        // again at the next tick, until calls come or an interval passed,
-        // rather than let every probe run at full cost for an interval.
+        // again at the next tick, until calls come, however long that
+        // takes, rather than decide on nothing and let every probe run at
+        // full cost until the next interval (recorders started one after
+        // another before a benchmark's load: the first ones' servers saw
+        // their first calls more than an interval after their start, and
+        // ran every GlusterFS probe for up to 1.3 s more).
         // The interval then starts anew at this look, and once calls come
         // once more after them: the slowdown is the probes' cost scaled by
         // the processes' demand for the CPU over the interval, so idle time
         // before the work began would hide it.
-        if budget.item.is_none()
-            && self.config.overhead_percent.is_some()
-            && budget.began.elapsed() < self.config.overhead_interval
-        {
+        if budget.item.is_none() && self.config.overhead_percent.is_some() {
             let idle = delta.iter().all(|d| *d == 0);
             if idle || budget.idle_before {
-                budget.window = budget.cpu.window(calls);
+                budget.window = budget.cpu.window(calls, records);
                 budget.idle_before = idle;
                 return Ok(());
             }
         }
         let interval = budget.cpu.since(&budget.window);
+        // The recorder's own CPU per record, once, over the first interval
+        // weighed (every probe attached: function records are most of
+        // them); later intervals, with the hot probes gone, would charge
+        // its fixed costs to few records.
+        if budget.costs.probe.record_ns == 0.0
+            && let Some(ns) = record_cost_ns(&budget.window, own_cpu_ns(), records)
+        {
+            budget.costs.probe.record_ns = ns;
+        }
         let keep = self.config.overhead_keep.as_ref();
         let mut plan = overhead::plan(
             &self.probes,
@@ -2181,7 +2210,9 @@ impl Session {
             Some(_) => {}
         }
         self.notices.extend(mpi_warning);
-        let window = budget.cpu.window(self.loaded.func_hits(self.probes.len()));
+        let window = budget
+            .cpu
+            .window(self.loaded.func_hits(self.probes.len()), records);
         if changed {
             budget.since = Some(window.clone());
             if let Some(item) = &budget.item {
@@ -3043,12 +3074,32 @@ mod tests {
     use std::path::Path;
 
     use super::{
-        CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, in_call, symbol_at_offset,
+        CpuMeter, CpuTally, EnrollTarget, SampledObject, Tracker, Window, in_call, record_cost_ns,
+        symbol_at_offset,
     };
     use tracer_common::{
         capture::{ObjectSymbols, Segment, Symbol},
         record::BlockedEntry,
     };
+
+    /// The recorder's CPU per record: its CPU over the records it wrote
+    /// in the window (the GlusterFS shape: 9 ms of CPU over 10,000 records
+    /// in a second); nothing to weigh without records.
+    #[test]
+    fn the_recorders_cost_per_record_is_its_cpu_over_its_records() {
+        let from = Window {
+            at: std::time::Instant::now(),
+            cpu_ns: 0,
+            wait_ns: 0,
+            host: None,
+            calls: Vec::new(),
+            own_ns: 40_000_000,
+            records: 5_000,
+        };
+        assert_eq!(record_cost_ns(&from, 49_000_000, 15_000), Some(900.0));
+        assert_eq!(record_cost_ns(&from, 49_000_000, 5_000), None);
+        assert_eq!(record_cost_ns(&from, 49_000_000, 4_000), None);
+    }
 
     /// A thread's entry is its last call: it is blocked in it only while
     /// the kernel shows that call (number, stack pointer, return address).

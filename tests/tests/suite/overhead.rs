@@ -57,6 +57,62 @@ fn a_budget_waits_for_calls_before_it_decides() {
     assert!(o.interval_ms < 900, "{o:?}");
 }
 
+/// The same idle start, longer than the interval (recorders started one
+/// after another before a load, as a file-system benchmark starts one per
+/// server): the budget still waits for the first calls and decides on
+/// them, rather than deciding nothing on the idle interval and letting the
+/// hot probe run at full cost until the next one. Its cost counts the
+/// recorder's own CPU per record, measured then.
+#[test]
+fn a_budget_idle_longer_than_an_interval_still_decides_on_the_first_calls() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("idle.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "cold",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--overhead-interval",
+        "400ms",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "3000",
+        "1500",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let o = cap
+        .overhead
+        .clone()
+        .expect("the capture has the overhead item");
+    assert!(
+        o.estimated_percent > 5.0,
+        "the first decision weighed the calls, not the idle start: {o:?}"
+    );
+    assert_eq!(
+        o.dropped.first().map(|d| d.symbol.as_str()),
+        Some("leaf"),
+        "{o:?}"
+    );
+    let costs = o.probe_costs.expect("the costs by class");
+    assert!(
+        costs.record_ns > 0.0,
+        "the recorder's CPU per record is measured and charged: {o:?}"
+    );
+}
+
 /// A small budget drops the hot probe at its first look and keeps the cold
 /// ones: no `leaf` record after the decision, `cold` recorded throughout,
 /// the call in progress across the switch returns once; the capture names
