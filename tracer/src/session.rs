@@ -1448,17 +1448,19 @@ impl CpuMeter {
     }
 }
 
-/// The recorder's own CPU time (every thread), ns; 0 when unreadable.
-fn own_cpu_ns() -> u64 {
-    procfs::cpu_times(std::process::id()).map_or(0, |t| t.0)
+/// The recorder's own CPU time (every thread), ns; `None` when unreadable.
+fn own_cpu_ns() -> Option<u64> {
+    procfs::cpu_times(std::process::id()).map(|t| t.0)
 }
 
 /// The recorder's CPU per record over a window: its CPU time over the
 /// records it wrote (every kind: fixed costs are charged to them too, which
-/// errs on the safe side); `None` without records to weigh it by.
-fn record_cost_ns(from: &Window, own_ns: u64, records: u64) -> Option<f64> {
+/// errs on the safe side); `None` without records to weigh it by, or
+/// without both readings (one unreadable would charge the recorder's whole
+/// life to the window).
+fn record_cost_ns(from: &Window, own_ns: Option<u64>, records: u64) -> Option<f64> {
     let n = records.checked_sub(from.records).filter(|n| *n > 0)?;
-    Some(own_ns.saturating_sub(from.own_ns) as f64 / n as f64)
+    Some(own_ns?.saturating_sub(from.own_ns?) as f64 / n as f64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -1494,7 +1496,7 @@ struct Window {
     calls: Vec<u64>,
     /// The recorder's own CPU time then, ns, and the records it had
     /// written (for its cost per record).
-    own_ns: u64,
+    own_ns: Option<u64>,
     records: u64,
 }
 
@@ -3084,21 +3086,25 @@ mod tests {
 
     /// The recorder's CPU per record: its CPU over the records it wrote
     /// in the window (the GlusterFS shape: 9 ms of CPU over 10,000 records
-    /// in a second); nothing to weigh without records.
+    /// in a second); nothing to weigh without records, or without both
+    /// readings of its CPU (not its whole life's CPU over one window).
     #[test]
     fn the_recorders_cost_per_record_is_its_cpu_over_its_records() {
-        let from = Window {
+        let mut from = Window {
             at: std::time::Instant::now(),
             cpu_ns: 0,
             wait_ns: 0,
             host: None,
             calls: Vec::new(),
-            own_ns: 40_000_000,
+            own_ns: Some(40_000_000),
             records: 5_000,
         };
-        assert_eq!(record_cost_ns(&from, 49_000_000, 15_000), Some(900.0));
-        assert_eq!(record_cost_ns(&from, 49_000_000, 5_000), None);
-        assert_eq!(record_cost_ns(&from, 49_000_000, 4_000), None);
+        assert_eq!(record_cost_ns(&from, Some(49_000_000), 15_000), Some(900.0));
+        assert_eq!(record_cost_ns(&from, Some(49_000_000), 5_000), None);
+        assert_eq!(record_cost_ns(&from, Some(49_000_000), 4_000), None);
+        assert_eq!(record_cost_ns(&from, None, 15_000), None);
+        from.own_ns = None;
+        assert_eq!(record_cost_ns(&from, Some(49_000_000), 15_000), None);
     }
 
     /// A thread's entry is its last call: it is blocked in it only while
