@@ -18,29 +18,9 @@ fn a_budget_waits_for_calls_before_it_decides() {
     if !privileged() {
         return;
     }
-    let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("idle.capture");
-    let run = tracer(&[
-        "record",
-        "-f",
-        "leaf",
-        "-f",
-        "cold",
-        "--sample-hz",
-        "0",
-        "--overhead",
-        "5%",
-        "--overhead-interval",
-        "30s",
-        "-o",
-        out.to_str().expect("utf8"),
-        "--",
-        calls.to_str().expect("utf8"),
-        "hotcold",
-        "3000",
-        "1000",
-    ]);
+    let run = record_idle_start(&out, "30s", "1000");
     assert!(run.status.success(), "{}", run.stderr);
     assert!(run.stderr.contains("dropped leaf"), "{}", run.stderr);
     let cap = capture(&out);
@@ -68,29 +48,9 @@ fn a_budget_idle_longer_than_an_interval_still_decides_on_the_first_calls() {
     if !privileged() {
         return;
     }
-    let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("idle.capture");
-    let run = tracer(&[
-        "record",
-        "-f",
-        "leaf",
-        "-f",
-        "cold",
-        "--sample-hz",
-        "0",
-        "--overhead",
-        "5%",
-        "--overhead-interval",
-        "400ms",
-        "-o",
-        out.to_str().expect("utf8"),
-        "--",
-        calls.to_str().expect("utf8"),
-        "hotcold",
-        "3000",
-        "1500",
-    ]);
+    let run = record_idle_start(&out, "400ms", "1500");
     assert!(run.status.success(), "{}", run.stderr);
     let cap = capture(&out);
     let o = cap
@@ -111,6 +71,32 @@ fn a_budget_idle_longer_than_an_interval_still_decides_on_the_first_calls() {
         costs.record_ns > 0.0,
         "the recorder's CPU per record is measured and charged: {o:?}"
     );
+}
+
+/// Records `calls hotcold 3000 IDLE_MS` (idle for `idle_ms`, then `leaf`
+/// hot for 3 s) under a 5% budget looking every `interval`.
+fn record_idle_start(out: &std::path::Path, interval: &str, idle_ms: &str) -> tests::Run {
+    let calls = fixture("calls", None);
+    tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "-f",
+        "cold",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--overhead-interval",
+        interval,
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "hotcold",
+        "3000",
+        idle_ms,
+    ])
 }
 
 /// A small budget drops the hot probe at its first look and keeps the cold
