@@ -560,6 +560,16 @@ mod tests {
         verdict::Outcome,
     };
 
+    /// A model learned from `clean` runs alone, with the default settings.
+    fn learn_clean(clean: &[Profiles]) -> Model {
+        learn(
+            &clean.iter().collect::<Vec<_>>(),
+            &[],
+            &LearnConfig::default(),
+        )
+        .expect("learns")
+    }
+
     /// A 4-rank periodic program: (Isend, Irecv, Waitall, Allreduce) with
     /// `compute(rank, iteration)` ns before the Isend.
     fn run(compute: impl Fn(u32, usize) -> u64) -> Profiles {
@@ -650,12 +660,7 @@ mod tests {
             run(move |r, i| noise(seed, r, i) * if slow == Some(r) { 2 } else { 1 })
         };
         let clean: Vec<Profiles> = (0..3).map(|s| make(s, None)).collect();
-        let mut model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let mut model = learn_clean(&clean);
         let noisy = model
             .processors
             .iter_mut()
@@ -733,12 +738,7 @@ mod tests {
             }
         };
         let clean: Vec<Profiles> = (0..5).map(|s| make(s, &level(s))).collect();
-        let model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&clean);
         let p2 = model.processor(2).expect("rank 2");
         assert!(p2.cpu_short_bound.is_some(), "{p2:?}");
         for seed in 10..13 {
@@ -800,12 +800,7 @@ mod tests {
             with_cpu(calls, |_, _| 0.5)
         };
         let clean: Vec<Profiles> = (0..5).map(|s| make(s, None)).collect();
-        let model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&clean);
         // 64 iterations; the first 14 slowed to twice their time: 28 of
         // the run's 78 time units, about its first third.
         let d = detect(&model, &make(40, Some((2, 14))));
@@ -872,12 +867,7 @@ mod tests {
             make(3, &stretch(3)),
             make(4, &none),
         ];
-        let model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&clean);
         let whole = |r: u32, _: usize| if r == 0 { 1.4 } else { 1.0 };
         let d = detect(&model, &make(10, &whole));
         assert_eq!(
@@ -895,12 +885,7 @@ mod tests {
         // Without slow stretches in the clean runs, the tail is under
         // 1 + K·σ: every per-sample threshold is 1 + K·σ as before.
         let quiet: Vec<Profiles> = (0..5).map(|s| make(s, &none)).collect();
-        let model = learn(
-            &quiet.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&quiet);
         let tail = model.clean_tail.expect("a tail");
         for p in &model.processors {
             for s in &p.sequences {
@@ -931,12 +916,7 @@ mod tests {
             })
         };
         let clean: Vec<Profiles> = (0..5).map(|s| make(s, false)).collect();
-        let model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&clean);
         let d = detect(&model, &make(40, true));
         assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
         let r2 = d.processor(2).expect("rank 2");
@@ -970,12 +950,7 @@ mod tests {
             })
         };
         let clean: Vec<Profiles> = (0..5).map(|s| make(s, &|_| false)).collect();
-        let model = learn(
-            &clean.iter().collect::<Vec<_>>(),
-            &[],
-            &LearnConfig::default(),
-        )
-        .expect("learns");
+        let model = learn_clean(&clean);
         let d = detect(&model, &make(10, &|i| i == 5));
         let r0 = d.processor(0).expect("rank 0");
         let kept: usize = r0.sequences.iter().filter(|s| s.used).map(|s| s.kept).sum();
