@@ -67,6 +67,8 @@ struct Sample {
     bench_s: f64,
     wall_s: f64,
     exit_lag_s: Option<f64>,
+    /// The recorder's own CPU time: its whole tree's (it waits for the
+    /// job) less the job's.
     cpu_s: Option<f64>,
 }
 
@@ -105,13 +107,16 @@ fn one(
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e).with_context(|| format!("removing {}", capture.display())),
             }
+            // The outer time counts the recorder and the job it waits
+            // for; the inner one the job alone (2 busy-polling ranks,
+            // most of the total): the recorder's own CPU is the difference.
             let mut c = Command::new("/usr/bin/time");
             c.args(["-f", "cpu %U %S"])
                 .arg(bin)
                 .args(["record", "--sample-hz", "0", "-o"])
                 .arg(dir.join("run.capture"))
                 .args(extra)
-                .args(["--", "sh", "-c", &job]);
+                .args(["--", "/usr/bin/time", "-f", "job %U %S", "sh", "-c", &job]);
             c
         }
     };
@@ -138,10 +143,16 @@ fn one(
     let [start, end] = stamps[..] else {
         bail!("job stamps missing");
     };
-    let cpu_s = stderr.lines().find_map(|l| {
-        let mut f = l.strip_prefix("cpu ")?.split_whitespace();
-        Some(f.next()?.parse::<f64>().ok()? + f.next()?.parse::<f64>().ok()?)
-    });
+    let times = |prefix: &str| {
+        stderr.lines().find_map(|l| {
+            let mut f = l.strip_prefix(prefix)?.split_whitespace();
+            Some(f.next()?.parse::<f64>().ok()? + f.next()?.parse::<f64>().ok()?)
+        })
+    };
+    let cpu_s = match (times("cpu "), times("job ")) {
+        (Some(all), Some(job)) => Some((all - job).max(0.0)),
+        _ => None,
+    };
     Ok(Sample {
         bench_s,
         wall_s: end - start,
@@ -283,7 +294,7 @@ pub(crate) fn mpi_overhead(a: &OverheadArgs) -> anyhow::Result<()> {
         load1
     );
     println!(
-        "| variant | benchmark (median) | ratio | per-run ratio (median, min-max) | fastest run | ratio of fastest | job wall | ratio | recorder exit after job (median, max) | recorder CPU |"
+        "| variant | benchmark (median) | ratio | per-run ratio (median, min-max) | fastest run | ratio of fastest | job wall | ratio | recorder exit after job (median, max) | recorder's own CPU (job's excluded) |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     // The fastest run of each variant: what it costs when nothing else
