@@ -314,6 +314,7 @@ pub(crate) fn run(cmd: MpiCommand, out: &mut impl Write) -> anyhow::Result<()> {
                 model.k,
                 output.display()
             )?;
+            writeln!(out, "  {}", model.learned_from())?;
             if let Some(tail) = model.clean_tail {
                 writeln!(
                     out,
