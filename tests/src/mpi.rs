@@ -135,6 +135,17 @@ impl Fault {
     }
 }
 
+/// How long an on-off hog's turns last, ms: six turns (three on, three
+/// off) in a clean run, between 100 and 400 ms. A fixed 400 ms turn left
+/// cg's 0.6 s runs (~0.4 s of them computing) with one partial "on" turn:
+/// its hog took 0-10% of the core, a clean run in effect.
+pub fn on_off_turn_ms(clean: &[f64]) -> u32 {
+    let mut v: Vec<f64> = clean.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let median = v.get(v.len() / 2).copied().unwrap_or(f64::INFINITY);
+    (median * 1000.0 / 6.0).clamp(100.0, 400.0) as u32
+}
+
 /// One MPI job.
 #[derive(Clone, Debug)]
 pub struct Job {

@@ -60,7 +60,7 @@ enum Task {
     /// Run the benchmarks and print their figures.
     Bench(bench::BenchArgs),
     /// Repeat the timed MPI interference test (needs root, MPICH, stress-ng
-    /// and a quiet 2-core machine) and tabulate the metrics.
+    /// and a quiet 2-core machine) and count its verdicts.
     BenchMpi {
         /// Repetitions.
         #[arg(long, default_value_t = 5)]

@@ -31,7 +31,7 @@ use analyzer::{
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use tests::mpi::{Fault, Job, build, record};
+use tests::mpi::{Fault, Job, build, on_off_turn_ms, record};
 
 use crate::{build_tracer, is_root, target_dir};
 
@@ -58,6 +58,17 @@ pub(crate) struct MatrixArgs {
     /// Score the runs already recorded in the output directory.
     #[arg(long)]
     table_only: bool,
+    /// Learn the interference model from this many clean runs of each
+    /// program, drawn from all its clean runs (learning ones first, then
+    /// the scored ones) starting at `--learn-offset` and wrapping around;
+    /// every other clean run is scored. Default: the learning runs as
+    /// recorded. With `--table-only`, measures how many clean runs the
+    /// model needs for no false verdict on the rest.
+    #[arg(long)]
+    learn_from: Option<usize>,
+    /// Where in the list of clean runs `--learn-from` starts.
+    #[arg(long, default_value_t = 0)]
+    learn_offset: usize,
     /// How long a run with a hang fault records before it is stopped
     /// (seconds; default: as long as any 4-rank run, 12). The hang comes
     /// early (5-8% of a clean run) and is called after at least 1 s of no
@@ -212,17 +223,6 @@ fn fault_times(clean: &[f64]) -> (Duration, Duration) {
 /// hit rank 1.)
 fn faulty_rank(list: &[u32], rep: usize, program: &str) -> u32 {
     list[(rep + program.len()) % list.len()]
-}
-
-/// How long an on-off hog's turns last, ms: six turns (three on, three
-/// off) in a clean run, between 100 and 400 ms. A fixed 400 ms turn left
-/// cg's 0.6 s runs (~0.4 s of them computing) with one partial "on" turn:
-/// its hog took 0-10% of the core, a clean run in effect.
-fn on_off_turn_ms(clean: &[f64]) -> u32 {
-    let mut v: Vec<f64> = clean.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    let median = v.get(v.len() / 2).copied().unwrap_or(f64::INFINITY);
-    (median * 1000.0 / 6.0).clamp(100.0, 400.0) as u32
 }
 
 fn faults_for(p: &Program, exp: Experiment, rep: usize, clean: &[f64]) -> Vec<Fault> {
@@ -446,10 +446,32 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
             if set.is_empty() {
                 continue;
             }
+            // Which runs this model learns from (by position in `set`).
+            let mut learning: Vec<bool> = set.iter().map(|r| r.learn).collect();
+            if let (Some(n), Experiment::Interference) = (a.learn_from, exp) {
+                // Learning clean runs first, then the scored ones.
+                let mut pool: Vec<usize> = (0..set.len())
+                    .filter(|&i| set[i].fault == Fault::None)
+                    .collect();
+                pool.sort_by_key(|&i| !set[i].learn);
+                if n == 0 || n >= pool.len() {
+                    bail!(
+                        "{prog}: --learn-from {n} needs between 1 and {} clean runs",
+                        pool.len().saturating_sub(1)
+                    );
+                }
+                for &i in &pool {
+                    learning[i] = false;
+                }
+                for j in 0..n {
+                    learning[pool[(a.learn_offset + j) % pool.len()]] = true;
+                }
+            }
             let learn_clean: Vec<(Capture, Profiles)> = set
                 .iter()
-                .filter(|r| r.learn && r.fault == Fault::None)
-                .map(|r| open(&r.capture))
+                .zip(&learning)
+                .filter(|(r, l)| **l && r.fault == Fault::None)
+                .map(|(r, _)| open(&r.capture))
                 .collect::<anyhow::Result<_>>()?;
             let learn_int: Vec<(Capture, Profiles)> = set
                 .iter()
@@ -476,9 +498,10 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                         .join(" ")
                 };
                 println!(
-                    "model {prog}: K {}, per-sample threshold max(1 + K·σ, clean tail {})",
+                    "model {prog}: K {}, per-sample threshold max(1 + K·σ, clean tail {}); {}",
                     m.k,
-                    m.clean_tail.map_or("-".into(), |t| format!("{t:.3}"))
+                    m.clean_tail.map_or("-".into(), |t| format!("{t:.3}")),
+                    m.learned_from()
                 );
                 for p in &m.processors {
                     println!(
@@ -504,7 +527,7 @@ fn score(runs: &[RunRecord], a: &MatrixArgs) -> anyhow::Result<()> {
                     captures: vec![c],
                 })
                 .collect();
-            for r in set.iter().filter(|r| !r.learn) {
+            for (r, _) in set.iter().zip(&learning).filter(|(_, l)| !**l) {
                 if !wanted(&a.faults, r.fault.name()) {
                     continue;
                 }

@@ -70,6 +70,18 @@ pub const MIN_SPREAD: f64 = 0.02;
 /// machine without them keeps 1 + K·σ.
 pub const CLEAN_TAIL_QUANTILE: f64 = 0.99;
 
+/// The fewest clean runs whose held-out samples place the clean tail
+/// ([`CLEAN_TAIL_QUANTILE`]) well enough for the interference metric alone
+/// to name a rank. A machine's slow stretches last seconds, so its samples
+/// come in runs, not one by one: one run split in halves, or two runs,
+/// may have no slow stretch at all, and the tail then misses them.
+/// Measured on issue 17's 2-vCPU VM (`cargo xtask mpi-matrix --table-only
+/// --learn-from N` over six programs' 8 clean runs each, every rotation of
+/// the learning runs, the metric trusted from any N): learning from 1 run
+/// gave 8 false verdicts in 336 clean runs, from 2 runs 1 in 288, from 3
+/// runs none in 240, every one of them by the metric alone.
+pub const MIN_CLEAN_RUNS: usize = 3;
+
 /// The lowest verdict threshold on the mean CPU deficit.
 pub const MIN_CPU_THRESHOLD: f64 = 0.1;
 
@@ -215,6 +227,10 @@ pub struct Model {
     /// models written before it: 1 + K·σ alone.
     #[serde(default)]
     pub clean_tail: Option<f64>,
+    /// How many held-out clean samples of Y [`Model::clean_tail`] rests on
+    /// (absent in models written before it).
+    #[serde(default)]
+    pub clean_tail_samples: Option<usize>,
 }
 
 /// Most typical sequences per processor, and calls per sequence, a model
@@ -283,6 +299,46 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// Whether the clean runs are enough to place the clean tail
+    /// ([`MIN_CLEAN_RUNS`]): when they are not, the interference metric
+    /// alone names no rank ([`super::detect`] says so instead).
+    pub fn enough_clean_runs(&self) -> bool {
+        self.clean_runs >= MIN_CLEAN_RUNS
+    }
+
+    /// What the model was learned from, in words: the clean runs, the
+    /// samples the clean tail rests on, and whether that is enough.
+    pub fn learned_from(&self) -> String {
+        let runs = match self.clean_runs {
+            1 => "1 clean run (held out by halves)".to_string(),
+            n => format!("{n} clean runs"),
+        };
+        let tail = match (self.clean_tail, self.clean_tail_samples) {
+            (Some(t), Some(n)) => format!("; the clean tail ({t:.3}) rests on {n} samples"),
+            (Some(t), None) => format!("; the clean tail is {t:.3}"),
+            _ => "; no clean tail".to_string(),
+        };
+        let verdict = if self.enough_clean_runs() {
+            String::new()
+        } else {
+            format!(
+                ": fewer than {MIN_CLEAN_RUNS}, too few to place the clean runs' slow stretches, so the interference metric names no rank (the CPU readings still do)"
+            )
+        };
+        format!("learned from {runs}{tail}{verdict}")
+    }
+
+    /// Why the interference metric names no rank with this model, if it
+    /// does not ([`Model::enough_clean_runs`]).
+    pub fn too_few_clean_runs(&self) -> Option<String> {
+        (!self.enough_clean_runs()).then(|| {
+            format!(
+                "the model was learned from {} clean run(s), fewer than the {MIN_CLEAN_RUNS} that place the clean runs' slow stretches",
+                self.clean_runs
+            )
+        })
     }
 
     /// The parameters of `rank`.
@@ -433,6 +489,11 @@ pub fn learn(
             .collect::<Vec<_>>(),
         CLEAN_TAIL_QUANTILE,
     );
+    let clean_tail_samples = held_out
+        .iter()
+        .flatten()
+        .map(|(_, rel)| rel.iter().filter(|r| r.concurrent.is_finite()).count())
+        .sum::<usize>();
     let tail = clean_tail.unwrap_or(0.0);
     let baseline = Baseline::learn(&runs.iter().collect::<Vec<_>>());
     let lengths: BTreeMap<u32, Vec<usize>> = seqs
@@ -675,6 +736,7 @@ pub fn learn(
         baseline,
         cpu_baseline,
         clean_tail,
+        clean_tail_samples: clean_tail.map(|_| clean_tail_samples),
     })
 }
 

@@ -110,6 +110,10 @@ pub struct Detection {
     pub overall_slowdown: Option<f64>,
     /// Suspect processors, or nothing abnormal, or what is not monitored.
     pub verdict: Verdict,
+    /// What the model was learned from ([`Model::learned_from`]; empty in
+    /// detections written before it).
+    #[serde(default)]
+    pub learned_from: String,
 }
 
 impl Detection {
@@ -384,8 +388,13 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         let has_cpu = cpu_deficit.is_some() || short.is_some();
         let chance = noise_chance(samples_over.0, samples_over.1, 1.0 - CLEAN_TAIL_QUANTILE);
         let supported = chance < MAX_NOISE_CHANCE;
+        // A model learned from too few clean runs cannot tell the
+        // machine's own slow stretches from interference: m(p) alone is
+        // then said, not named ([`Model::enough_clean_runs`]).
+        let trusted = model.enough_clean_runs();
         let by_metric = metric_over
             && supported
+            && trusted
             && (!has_cpu || threshold.is_some_and(|t| persists(&metric_parts, t)));
         let by_cpu =
             cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
@@ -404,6 +413,7 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         // readings within their bounds" would be untrue of one they name.)
         if metric_over
             && supported
+            && trusted
             && !by_metric
             && !by_cpu
             && !by_short
@@ -422,7 +432,20 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         }
         let interfered = by_metric || by_cpu || by_short;
         let own_slowdown = mine.and_then(|v| overall(&[(r.rank, v.clone())]));
-        let judged_by_metric = note.is_none() && metric_value.is_some() && metric_usable;
+        let metric_judges = note.is_none() && metric_value.is_some() && metric_usable;
+        let judged_by_metric = metric_judges && trusted;
+        // Why a metric that could judge does not (too few clean runs), and
+        // what it read when over its threshold.
+        let thin = (metric_judges && !trusted).then(|| {
+            let over = match (metric_value, threshold) {
+                (Some(m), Some(t)) if m > t => format!(" (it read {m:.3} > {t:.3})"),
+                _ => String::new(),
+            };
+            format!(
+                "its interference metric names nothing{over}: {}",
+                model.too_few_clean_runs().unwrap_or_default()
+            )
+        });
         let judged_by_cpu =
             (cpu_deficit.is_some() && cpu_usable) || (short.is_some() && short_usable);
         if !unusable.is_empty() && note.is_none() {
@@ -435,12 +458,15 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
             unmonitored.push(Unmonitored {
                 rank: r.rank,
                 host: r.host.clone(),
-                reason: note.clone().unwrap_or_else(|| "no samples".into()),
+                reason: note
+                    .clone()
+                    .or_else(|| thin.clone())
+                    .unwrap_or_else(|| "no samples".into()),
             });
         } else {
             monitored.push(r.rank);
             // Judged by one, but not the other: said, not passed over.
-            cannot.extend(unusable.iter().map(|why| Unmonitored {
+            cannot.extend(unusable.iter().chain(&thin).map(|why| Unmonitored {
                 rank: r.rank,
                 host: r.host.clone(),
                 reason: why.clone(),
@@ -547,6 +573,7 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         processors,
         overall_slowdown: overall(&rel),
         verdict,
+        learned_from: model.learned_from(),
     }
 }
 
@@ -985,18 +1012,25 @@ mod tests {
         assert!((noise_chance(2, 2, 0.01) - 1e-4).abs() < 1e-9);
     }
 
-    /// Two processors (the paper's threshold cannot split them): a hog on
-    /// either one is named, clean runs are not; a single clean run is
-    /// enough (held out by halves).
+    /// Two processors (the paper's threshold cannot split them): with
+    /// three clean runs a hog on either one is named, clean runs are not.
+    /// One clean run (held out by halves) places no clean tail worth the
+    /// name: the model says so, and the metric alone names no rank; a run
+    /// without CPU readings is then judged by nothing, said as such, hog
+    /// or not.
     #[test]
-    fn two_processors_and_one_clean_run() {
+    fn two_processors_and_how_many_clean_runs() {
         let two = |seed: u64, slow: Option<u32>| -> Profiles {
             let mut p = run(move |r, i| noise(seed, r, i) * if slow == Some(r) { 2 } else { 1 });
             p.ranks.truncate(2);
             p
         };
-        let model = learn(&[&two(0, None)], &[], &LearnConfig::default()).expect("learns");
+        let clean: Vec<Profiles> = (0..crate::mpi::learn::MIN_CLEAN_RUNS as u64)
+            .map(|s| two(s, None))
+            .collect();
+        let model = learn_clean(&clean);
         assert_eq!(model.k, crate::mpi::learn::DEFAULT_K);
+        assert!(model.enough_clean_runs(), "{}", model.learned_from());
         assert_eq!(
             detect(&model, &two(5, None)).verdict.outcome,
             Outcome::NothingAbnormal
@@ -1007,5 +1041,80 @@ mod tests {
                 vec![v]
             );
         }
+
+        let one = learn_clean(&clean[..1]);
+        assert_eq!(one.clean_runs, 1);
+        assert!(!one.enough_clean_runs());
+        let said = one.learned_from();
+        assert!(
+            said.starts_with("learned from 1 clean run (held out by halves); the clean tail"),
+            "{said}"
+        );
+        assert!(said.contains("rests on 248 samples"), "{said}");
+        assert!(said.contains("names no rank"), "{said}");
+        let model_json = serde_json::to_string(&one).expect("json");
+        assert!(
+            model_json.contains("\"clean_tail_samples\":248"),
+            "{model_json}"
+        );
+        for run in [two(5, None), two(6, Some(1))] {
+            let d = detect(&one, &run);
+            assert_eq!(d.verdict.outcome, Outcome::NotMonitored, "{:?}", d.verdict);
+            assert!(d.verdict.suspects.is_empty());
+            assert_eq!(d.verdict.not_monitored.len(), 2);
+            for u in &d.verdict.not_monitored {
+                assert!(
+                    u.reason
+                        .contains("learned from 1 clean run(s), fewer than the 3"),
+                    "{}",
+                    u.reason
+                );
+            }
+            assert_eq!(d.learned_from, said);
+            assert!(crate::mpi::report::text(&d).contains(&format!("model {said}")));
+        }
+        // What the hogged run's metric read is said, not hidden.
+        let d = detect(&one, &two(6, Some(1)));
+        assert!(
+            d.verdict.not_monitored[1].reason.contains("(it read "),
+            "{:?}",
+            d.verdict
+        );
+    }
+
+    /// With CPU readings, a model from one clean run still names a hog by
+    /// them; the metric's silence is said beside the verdict.
+    #[test]
+    fn one_clean_run_leaves_the_cpu_readings_to_name_a_hog() {
+        let make = |seed: u64, slow: Option<u32>| {
+            let p = run(move |r, i| noise(seed, r, i) * 50 * if slow == Some(r) { 2 } else { 1 });
+            with_cpu(p, move |r, _| if slow == Some(r) { 0.5 } else { 1.0 })
+        };
+        let one = learn_clean(&[make(0, None)]);
+        assert!(!one.enough_clean_runs());
+        let clean = detect(&one, &make(5, None));
+        assert_eq!(
+            clean.verdict.outcome,
+            Outcome::NothingAbnormal,
+            "{:?}",
+            clean.verdict
+        );
+        assert_eq!(clean.verdict.cannot_judge.len(), 4, "{:?}", clean.verdict);
+        assert!(
+            clean
+                .verdict
+                .summary
+                .contains("its interference metric names nothing"),
+            "{}",
+            clean.verdict.summary
+        );
+        let hogged = detect(&one, &make(6, Some(2)));
+        assert_eq!(
+            hogged.verdict.suspect_ranks(),
+            vec![2],
+            "{:?}",
+            hogged.verdict
+        );
+        assert_ne!(hogged.verdict.suspects[0].evidence, "interference metric");
     }
 }

@@ -26,6 +26,9 @@ pub fn text(d: &Detection) -> String {
         "\ninterference metric m(p) per processor (K = {}; threshold learned from clean runs)",
         d.k
     );
+    if !d.learned_from.is_empty() {
+        let _ = writeln!(s, "model {}", d.learned_from);
+    }
     let _ = writeln!(
         s,
         "{:>5}  {:<14} {:>8} {:<6} {:>7} {:>7} {:>14} {:>9} {:>13}  ILS(p,l,end) per own typical sequence (* = used)",

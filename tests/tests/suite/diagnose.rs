@@ -635,7 +635,9 @@ fn diagnose_compares_servers_untrained_and_says_so() {
 }
 
 /// Issue 18's MPI path end to end, through the commands a user types: an
-/// interference model learned (`analyzer mpi learn`) from two clean runs
+/// interference model learned (`analyzer mpi learn`) from three clean runs
+/// (the fewest whose slow stretches its metric trusts,
+/// `mpi::learn::MIN_CLEAN_RUNS`)
 /// and one with a CPU hog on core 1, then `diagnose --mpi-model` on fresh
 /// runs. A continuous hog of three workers on core 0 (the core training did
 /// not hog: every processor is monitored) exits 1 with the rank bound to
@@ -677,7 +679,7 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
         );
         o
     };
-    let clean: Vec<String> = (0..2)
+    let clean: Vec<String> = (0..3)
         .map(|i| {
             run(&format!("clean{i}"), Fault::None)
                 .capture
@@ -703,6 +705,8 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
         &clean[0],
         "--clean",
         &clean[1],
+        "--clean",
+        &clean[2],
         "--interfered",
         &hog1_capture,
         "-o",
@@ -761,7 +765,7 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
         dom.stdout
     );
 
-    let fresh = run("clean2", Fault::None).capture.display().to_string();
+    let fresh = run("clean3", Fault::None).capture.display().to_string();
     let d = analyzer(&["diagnose", &fresh, "--mpi-model", &model, "--json"]);
     assert!(
         matches!(d.status.code(), Some(0 | 1)),

@@ -6,7 +6,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
 };
 
 use analyzer::mpi::{self, LearnConfig, Peer, Profiles};
@@ -17,50 +17,6 @@ const MPI_SUM: u32 = 0x5800_0003;
 const MPI_COMM_WORLD: u32 = 0x4400_0000;
 
 /// A background CPU hog on core 1, killed (its whole process group) on drop.
-struct Hog(Option<Child>);
-
-#[derive(Clone, Copy, Debug)]
-enum Load {
-    None,
-    /// `stress-ng --cpu 1` for the whole run.
-    Continuous,
-    /// stress-ng for 0.4 s, idle for 0.4 s, repeated.
-    OnOff,
-}
-
-impl Hog {
-    fn start(load: Load) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        // Same niceness as the ranks (see `mpi_run`), so the hog takes its
-        // fair half of core 1 whatever else runs on this shared machine.
-        let script = match load {
-            Load::None => return Self(None),
-            Load::Continuous => "exec stress-ng --cpu 1 -q --timeout 120",
-            Load::OnOff => "while :; do timeout 0.4 stress-ng --cpu 1 -q; sleep 0.4; done",
-        };
-        let child = Command::new("nice")
-            .args(["-n", "-19", "taskset", "-c", "1", "sh", "-c", script])
-            .process_group(0)
-            .spawn()
-            .expect("hog starts");
-        // Let stress-ng reach its busy loop before the ranks start.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        Self(Some(child))
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Records one `mpiexec -n RANKS` run of `exe ARGS` and returns the capture.
 fn mpi_run(
     dir: &Path,
     name: &str,
@@ -68,11 +24,9 @@ fn mpi_run(
     ranks: u32,
     args: &[&str],
     functions: &[&str],
-    load: Load,
 ) -> PathBuf {
     let out = dir.join(format!("{name}.capture"));
     let tracer = Background::mpi_ranks(exe, &out, functions);
-    let hog = Hog::start(load);
     // Two ranks pinned to the two cores for anything timed (oversubscribed
     // ranks busy-poll and make times meaningless); `nice -19` keeps other
     // work on this shared machine from dominating the computation times.
@@ -88,7 +42,6 @@ fn mpi_run(
         .stdout(std::process::Stdio::null())
         .status()
         .expect("mpiexec runs");
-    drop(hog);
     assert!(status.success(), "{name}: mpiexec failed: {status}");
     let status = tracer.stop("INT");
     assert!(status.success(), "{name}: tracer failed: {status}");
@@ -189,7 +142,6 @@ fn irregular_profile_matches_the_program_call_by_call() {
             "MPI_*[Rr]educe*",
             "MPI_*[Bb]arrier",
         ],
-        Load::None,
     );
     let p = profiles_of(&path);
     assert_eq!(
@@ -230,35 +182,30 @@ fn irregular_profile_matches_the_program_call_by_call() {
     assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"));
 }
 
-const STENCIL: &[&str] = &[
-    "MPI_Init",
-    "MPI_Finalize",
-    "MPI_Comm_rank",
-    "MPI_Comm_size",
-    "MPI_Isend",
-    "MPI_Irecv",
-    "MPI_Waitall",
-    "MPI_Allreduce",
-];
-
-/// Learn on a clean and a continuously hogged run (hog on core 1), then
-/// fresh runs: the hogged processor's metric is near 0 clean, clearly
-/// positive with an on-off hog and larger with a continuous one; the same
-/// model orders the three runs of another problem size the same way. The
-/// unhogged processor gains nothing in learning and is left out.
+/// Learns like `cargo xtask mpi-matrix` ([`mpi::learn::MIN_CLEAN_RUNS`]
+/// clean runs and one with a continuous hog on core 1, every job in a cpu
+/// group of its own, recorded with `--mpi`), then judges fresh runs of the
+/// 2-rank stencil by the verdicts a user reads: a clean run is "nothing
+/// abnormal"; a continuous hog and an on-off hog (`stress-ng` stopped and
+/// continued in turns sized to the job) name the rank on the hogged core
+/// and no other, on the core hogged in training and on the other one; the
+/// same at half the problem size, where every rank computes faster than
+/// the model learned (so what is judged is each rank against its peers
+/// and its CPU share, not a whole run being faster).
 ///
-/// Bound on clean runs of the learned configuration: m < 0.15 (0.005–0.131
-/// over 10 quiet runs, on-off never below 0.3); another problem size:
-/// ordering only (clean 0.04–0.29).
+/// No threshold on m(p) or ordering of it: on a 2-vCPU VM the clean runs
+/// have slow stretches of their own (issue 17, stop 36), the clean tail
+/// rises to 1.4-2.2 and m(p) of a hog's run reads 0.00-0.25; the recorder's
+/// CPU readings name the hogs.
 ///
-/// Ignored by default: it measures wall-clock computation times, and on a
-/// 2-core VM shared with other builds (load average 20–30) their
-/// preemptions of one rank are themselves interference, as large as the
-/// hog's; the ordering then flips in about one run in three. Run it on a
-/// quiet machine: `cargo xtask test -- --ignored cpu_hog`.
+/// Ignored by default: it runs twelve timed 2-rank jobs and each verdict
+/// rests on their computation and CPU times, which other jobs on the
+/// machine change (the job's cpu group keeps most of them off, not all).
+/// Run it on a quiet machine: `cargo xtask test -- --ignored cpu_hog`.
 #[test]
-#[ignore = "timed: needs a quiet 2-core machine"]
-fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
+#[ignore = "timed: twelve MPI jobs, needs a quiet 2-core machine"]
+fn cpu_hog_is_named_on_the_hogged_processor() {
+    use tests::mpi::{Fault, Job, build, on_off_turn_ms, record};
     if !privileged()
         || !tests::installed(
             &["mpicc", "mpiexec", "stress-ng", "taskset"],
@@ -268,21 +215,43 @@ fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let exe = fixture("mpi_stencil", None);
-    // 800 iterations of ~1.6 ms of cache-resident computation (2000 cells
-    // fit in L1/L2: memory-bound work would measure other tenants' memory
-    // traffic instead of the hog).
-    let run = |name: &str, cells: &str, load: Load| {
-        let path = mpi_run(
-            dir.path(),
-            name,
-            &exe,
-            2,
-            &["800", cells, "1000"],
-            STENCIL,
-            load,
+    let exe = build("mpi_stencil", dir.path());
+    // 800 iterations of cache-resident computation (2000 cells fit in
+    // L1/L2: memory-bound work would measure other tenants' memory traffic
+    // instead of the hog).
+    let job = |cells: &str| Job {
+        exe: exe.clone(),
+        args: vec!["800".into(), cells.into(), "1000".into()],
+        ranks: 2,
+        limit: std::time::Duration::from_secs(60),
+    };
+    let hog = |cpu: u32, turn_ms: Option<u32>| Fault::Hog {
+        cpu,
+        on_off: turn_ms.is_some(),
+        slice_ms: turn_ms.unwrap_or(0),
+        workers: 1,
+    };
+    let run = |name: &str, cells: &str, fault: Fault| {
+        let o = record(
+            &job(cells),
+            fault,
+            &dir.path().join(format!("{name}.capture")),
         );
-        let p = profiles_of(&path);
+        assert!(
+            o.status.is_some_and(|s| s.success()),
+            "{name}: the job failed ({:?}) in {}",
+            o.status,
+            o.cpu_group
+        );
+        if matches!(fault, Fault::Hog { .. }) {
+            // A hog that never ran would make a clean run of a hog run.
+            assert!(
+                o.hog_share.is_some_and(|h| h > 0.05),
+                "{name}: the hog took {:?} of its core",
+                o.hog_share
+            );
+        }
+        let p = profiles_of(&o.capture);
         for r in 0..2 {
             // Init, Comm_rank, Comm_size, 6 calls per iteration, Finalize.
             let c = calls(&p, r);
@@ -290,47 +259,64 @@ fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
             let other = Peer::Rank(1 - r as i32);
             assert_eq!(c.iter().filter(|(_, peer)| *peer == other).count(), 4 * 800);
         }
-        p
+        (o, p)
     };
-    let clean = run("learn-clean", "2000", Load::None);
-    let hogged = run("learn-hog", "2000", Load::Continuous);
-    // The processor under the hog: the rank bound to core 1.
-    let victim = hogged
-        .ranks
-        .iter()
-        .find(|r| r.cpus == [1])
-        .unwrap_or_else(|| {
-            panic!(
-                "no rank ran on core 1 only (mpiexec -bind-to core): {:?}",
-                hogged.ranks.iter().map(|r| &r.cpus).collect::<Vec<_>>()
-            )
-        })
-        .rank;
-    let model = mpi::learn(&[&clean], &[&hogged], &LearnConfig::default()).expect("learns");
+    let mut clean = Vec::new();
+    let mut clean_s = Vec::new();
+    for i in 0..mpi::learn::MIN_CLEAN_RUNS {
+        let (o, p) = run(&format!("learn-clean-{i}"), "2000", Fault::None);
+        clean_s.push(o.elapsed.as_secs_f64());
+        clean.push(p);
+    }
+    let (_, hogged) = run("learn-hog", "2000", hog(1, None));
+    let model = mpi::learn(
+        &clean.iter().collect::<Vec<_>>(),
+        &[&hogged],
+        &LearnConfig::default(),
+    )
+    .expect("learns");
+    eprintln!("model: K {}, {}", model.k, model.learned_from());
+    assert!(model.enough_clean_runs(), "{}", model.learned_from());
     for (rank, seqs) in model.sequences() {
-        assert!(seqs.len() >= 3, "rank {rank}: {seqs:?}");
+        assert!(!seqs.is_empty(), "rank {rank}: no typical sequence");
         // The stencil's period is 6 calls: every typical sequence is whole periods.
         assert!(
             seqs.iter().all(|s| s.len() % 6 == 0),
             "rank {rank}: {seqs:?}"
         );
     }
-    let learned = model.processor(victim).expect("victim in the model");
-    assert!(learned.sequences.iter().any(|s| s.used), "{learned:?}");
+    let turn = on_off_turn_ms(&clean_s);
 
     // Every run first, then the checks, so a failure still shows the whole
     // table; with EFTRACE_MPI_RESULTS=FILE the rows are appended there too
     // (`cargo xtask bench-mpi` repeats this test and summarizes them).
     let mut rows = Vec::new();
     for (size, cells) in [("same", "2000"), ("half", "1000")] {
-        for (name, load) in [
-            ("clean", Load::None),
-            ("on-off", Load::OnOff),
-            ("continuous", Load::Continuous),
+        for (name, fault) in [
+            ("clean", Fault::None),
+            ("continuous-0", hog(0, None)),
+            ("continuous-1", hog(1, None)),
+            ("on-off-0", hog(0, Some(turn))),
+            ("on-off-1", hog(1, Some(turn))),
         ] {
-            let d = mpi::detect(&model, &run(&format!("{name}-{cells}"), cells, load));
+            // Half size: one continuous and one on-off hog, on either core.
+            if size == "half" && matches!(name, "continuous-1" | "on-off-0") {
+                continue;
+            }
+            let (_, p) = run(&format!("{name}-{cells}"), cells, fault);
+            let d = mpi::detect(&model, &p);
             eprintln!("{size} size, {name}:\n{}", mpi::report::text(&d));
-            rows.push((size, name, d.metric(victim).expect("victim metric")));
+            // The rank the hog shared a core with (mpiexec -bind-to core).
+            let expected: Vec<u32> = match fault {
+                Fault::Hog { cpu, .. } => p
+                    .ranks
+                    .iter()
+                    .filter(|r| r.cpus == [cpu])
+                    .map(|r| r.rank)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            rows.push((size, name, expected, d));
         }
     }
     if let Some(path) = std::env::var_os("EFTRACE_MPI_RESULTS") {
@@ -340,22 +326,39 @@ fn cpu_hog_is_detected_and_ordered_on_the_hogged_processor() {
             .append(true)
             .open(path)
             .expect("results file");
-        for (size, name, m) in &rows {
-            writeln!(f, "{size}\t{name}\t{m:.4}").expect("write results");
+        for (size, name, expected, d) in &rows {
+            let named = d.verdict.suspect_ranks();
+            writeln!(
+                f,
+                "{size}\t{name}\t{}",
+                if named == *expected { "right" } else { "wrong" }
+            )
+            .expect("write results");
         }
     }
-    for (i, size) in ["same", "half"].iter().enumerate() {
-        let (c, o, f) = (rows[3 * i].2, rows[3 * i + 1].2, rows[3 * i + 2].2);
-        // A clean run of the learned configuration stays near 0; another
-        // problem size reuses thresholds learned for this one, so only the
-        // ordering is asked of it (measured quiet: clean up to 0.29 there).
-        if i == 0 {
-            assert!(c < 0.15, "{size} size: clean run metric {c}: {rows:?}");
+    let table: Vec<String> = rows
+        .iter()
+        .map(|(size, name, expected, d)| {
+            format!(
+                "{size} {name}: expected {expected:?}, {}",
+                d.verdict.summary
+            )
+        })
+        .collect();
+    for (size, name, expected, d) in &rows {
+        if expected.is_empty() {
+            assert!(
+                name.starts_with("clean") && d.verdict.outcome == mpi::Outcome::NothingAbnormal,
+                "{size} size, {name}: {}\n{table:#?}",
+                d.verdict.summary
+            );
+        } else {
+            assert_eq!(
+                d.verdict.suspect_ranks(),
+                *expected,
+                "{size} size, {name}: {}\n{table:#?}",
+                d.verdict.summary
+            );
         }
-        assert!(f > 0.6, "{size} size: continuous hog metric {f}: {rows:?}");
-        assert!(
-            c < o && o < f,
-            "{size} size: clean {c}, on-off {o}, continuous {f}: {rows:?}"
-        );
     }
 }
