@@ -1418,17 +1418,16 @@ impl CpuMeter {
             .sum()
     }
 
-    /// The start of an interval: now, with `calls`, and `records` written
-    /// so far.
-    fn window(&self, calls: Vec<u64>, records: u64) -> Window {
+    /// The start of an interval: now, with `calls`, and the recorder's
+    /// work on records so far.
+    fn window(&self, calls: Vec<u64>, handled: RecordMeter) -> Window {
         Window {
             at: Instant::now(),
             cpu_ns: self.total(),
             wait_ns: self.waited(),
             host: self.host,
             calls,
-            own_ns: own_cpu_ns(),
-            records,
+            handled,
         }
     }
 
@@ -1448,19 +1447,64 @@ impl CpuMeter {
     }
 }
 
-/// The recorder's own CPU time (every thread), ns; `None` when unreadable.
-fn own_cpu_ns() -> Option<u64> {
-    procfs::cpu_times(std::process::id()).map(|t| t.0)
+/// CPU time of the calling thread (user and system), ns; `None` when
+/// unreadable.
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
 }
 
-/// The recorder's CPU per record over a window: its CPU time over the
-/// records it wrote (every kind: fixed costs are charged to them too, which
-/// errs on the safe side); `None` without records to weigh it by, or
-/// without both readings (one unreadable would charge the recorder's whole
-/// life to the window).
-fn record_cost_ns(from: &Window, own_ns: Option<u64>, records: u64) -> Option<f64> {
-    let n = records.checked_sub(from.records).filter(|n| *n > 0)?;
-    Some(own_ns?.saturating_sub(from.own_ns?) as f64 / n as f64)
+/// The recorder's work on records: the CPU time of the thread that drains
+/// the ring, taken around each drain (reading, decoding, writing each
+/// record) and each flush of the file, and the records it drained then.
+/// Its fixed work (ticks, counters, `/proc` snapshots, symbol tables, CPU
+/// times) is outside, so the CPU over the records is what one more record
+/// costs, however few records there are.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct RecordMeter {
+    cpu_ns: u64,
+    records: u64,
+    /// The thread's CPU time could not be read once: no cost from it.
+    unreadable: bool,
+}
+
+impl RecordMeter {
+    /// Adds the work since `from` (the thread's CPU time before it, as
+    /// [`thread_cpu_ns`] read it) on `records` records.
+    fn charge(&mut self, from: Option<u64>, records: u64) {
+        match (from, thread_cpu_ns()) {
+            (Some(a), Some(b)) => {
+                self.cpu_ns += b.saturating_sub(a);
+                self.records += records;
+            }
+            _ => self.unreadable = true,
+        }
+    }
+}
+
+/// Fewest records a cost per record is taken from: a few records' drains
+/// are mostly the wake-up around them.
+const MIN_RECORDS_WEIGHED: u64 = 500;
+
+/// The recorder's CPU per record between two readings of its meter: the
+/// drains' and flushes' CPU over the records drained; `None` with too few
+/// records to weigh it by, or when the thread's CPU was unreadable.
+fn record_cost_ns(from: &RecordMeter, now: &RecordMeter) -> Option<f64> {
+    if now.unreadable {
+        return None;
+    }
+    let n = now
+        .records
+        .checked_sub(from.records)
+        .filter(|n| *n >= MIN_RECORDS_WEIGHED)?;
+    Some(now.cpu_ns.saturating_sub(from.cpu_ns) as f64 / n as f64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -1494,10 +1538,8 @@ struct Window {
     /// The host's CPU ticks (busy, all) then.
     host: Option<(u64, u64)>,
     calls: Vec<u64>,
-    /// The recorder's own CPU time then, ns, and the records it had
-    /// written (for its cost per record).
-    own_ns: Option<u64>,
-    records: u64,
+    /// The recorder's work on records then (for its cost per record).
+    handled: RecordMeter,
 }
 
 /// A recording in progress.
@@ -1509,6 +1551,8 @@ pub struct Session {
     tracker: Tracker,
     sink: Sink,
     ring: AsyncFd<RingBuf<MapData>>,
+    /// The recorder's work on records (the budget's cost per record).
+    handled: RecordMeter,
     held: Option<Held>,
     probes: Vec<Probe>,
     usdt_sites: Vec<UsdtSite>,
@@ -1962,8 +2006,7 @@ impl Session {
                     wait_ns: 0,
                     host: procfs::host_cpu_ticks(),
                     calls: vec![0; probes_len],
-                    own_ns: own_cpu_ns(),
-                    records: 0,
+                    handled: RecordMeter::default(),
                 },
                 since: None,
                 kept: vec![true; probes_len],
@@ -1972,6 +2015,7 @@ impl Session {
                 idle_before: false,
             }),
             kernel_cost: None,
+            handled: RecordMeter::default(),
             notices: Vec::new(),
         };
         if session.config.overhead_percent.is_some() {
@@ -2044,7 +2088,7 @@ impl Session {
     /// that do not fit the budget.
     fn evaluate(&mut self) -> Result<(), RecordError> {
         let pids = self.traced_pids();
-        let records: u64 = self.records().iter().sum();
+        let handled = self.handled;
         let Some(budget) = self.budget.as_mut() else {
             return Ok(());
         };
@@ -2071,18 +2115,19 @@ impl Session {
         if budget.item.is_none() && self.config.overhead_percent.is_some() {
             let idle = delta.iter().all(|d| *d == 0);
             if idle || budget.idle_before {
-                budget.window = budget.cpu.window(calls, records);
+                budget.window = budget.cpu.window(calls, handled);
                 budget.idle_before = idle;
                 return Ok(());
             }
         }
         let interval = budget.cpu.since(&budget.window);
-        // The recorder's own CPU per record, once, over the first interval
-        // weighed (every probe attached: function records are most of
-        // them); later intervals, with the hot probes gone, would charge
-        // its fixed costs to few records.
+        // The recorder's CPU per record, once, over the first interval
+        // weighed with enough records (every probe attached: function
+        // records are most of them): its drains' and flushes' CPU over the
+        // records drained, its fixed work left out (charged to the few
+        // records of a light server, it read up to 32 us a record).
         if budget.costs.probe.record_ns == 0.0
-            && let Some(ns) = record_cost_ns(&budget.window, own_cpu_ns(), records)
+            && let Some(ns) = record_cost_ns(&budget.window.handled, &handled)
         {
             budget.costs.probe.record_ns = ns;
         }
@@ -2214,7 +2259,7 @@ impl Session {
         self.notices.extend(mpi_warning);
         let window = budget
             .cpu
-            .window(self.loaded.func_hits(self.probes.len()), records);
+            .window(self.loaded.func_hits(self.probes.len()), handled);
         if changed {
             budget.since = Some(window.clone());
             if let Some(item) = &budget.item {
@@ -2284,6 +2329,7 @@ impl Session {
                     self.taps.as_mut(),
                     drain_limit(&self.config),
                     Some(Instant::now() + self.config.flush_interval),
+                    &mut self.handled,
                 )?;
                 if more {
                     // Stopped at the limit: come back at once for the rest.
@@ -2329,7 +2375,11 @@ impl Session {
         }
         self.budget_step()?;
         self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_TICK)?;
+        // Writing the records out is work on them too (no records of its
+        // own: the drains counted them).
+        let from = thread_cpu_ns();
         self.sink.flush()?;
+        self.handled.charge(from, 0);
         self.loaded.flush_logs();
         if self.last_stats.elapsed() >= Duration::from_secs(1) {
             self.last_stats = Instant::now();
@@ -2402,6 +2452,7 @@ impl Session {
             self.taps.as_mut(),
             drain_limit(&self.config),
             Some(Instant::now() + self.config.flush_interval),
+            &mut self.handled,
         )?;
         Ok(())
     }
@@ -2676,6 +2727,7 @@ impl Session {
             self.taps.as_mut(),
             u64::MAX,
             None,
+            &mut self.handled,
         )?;
         self.cpu_times()?;
         let stop_ns = monotonic_ns();
@@ -2884,8 +2936,29 @@ fn drain_limit(config: &RecordConfig) -> u64 {
 /// file grew by `limit` bytes, or it is `until`; returns whether it stopped
 /// at a limit. A ring that fills as fast as it is drained is never empty:
 /// without `until`, a busy server's records could keep the recorder here
-/// while its counters, CPU times and stop conditions waited.
+/// while its counters, CPU times and stop conditions waited. The thread's
+/// CPU over the drain and the records drained go to `handled`.
+#[allow(clippy::too_many_arguments)]
 fn drain(
+    ring: &mut RingBuf<MapData>,
+    sink: &mut Sink,
+    tracker: &mut Tracker,
+    loaded: &mut Loaded,
+    taps: Option<&mut Taps>,
+    limit: u64,
+    until: Option<Instant>,
+    handled: &mut RecordMeter,
+) -> Result<bool, RecordError> {
+    let from = thread_cpu_ns();
+    let mut records = 0u64;
+    let more = drain_records(ring, sink, tracker, loaded, taps, limit, until, &mut records);
+    handled.charge(from, records);
+    more
+}
+
+/// [`drain`]'s loop; counts the records taken from the ring in `records`.
+#[allow(clippy::too_many_arguments)]
+fn drain_records(
     ring: &mut RingBuf<MapData>,
     sink: &mut Sink,
     tracker: &mut Tracker,
@@ -2893,6 +2966,7 @@ fn drain(
     mut taps: Option<&mut Taps>,
     limit: u64,
     until: Option<Instant>,
+    records: &mut u64,
 ) -> Result<bool, RecordError> {
     let start = sink.bytes();
     let mut n = 0u32;
@@ -2904,6 +2978,7 @@ fn drain(
         let Some(item) = ring.next() else {
             return Ok(false);
         };
+        *records += 1;
         let bytes: &[u8] = &item;
         let Some(header) = Header::read_from(bytes) else {
             continue;

@@ -102,6 +102,11 @@ pub(crate) struct BenchOverheadArgs {
     /// cost each program run two clock reads (every mode alike).
     #[arg(long)]
     program_stats: bool,
+    /// Seed of the modes' order in each repetition (shuffled anew every
+    /// repetition; printed, so a run's order can be replayed). Without
+    /// it, a seed from the clock.
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 /// Each no-f ablation: its name, the sample rate (`None`: the harness's
@@ -273,6 +278,24 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     );
     println!("   broad pattern: {}", broad.join(" "));
     let reps = a.repeat.max(3);
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let orders = run_orders(modes.len(), reps, seed);
+    println!("   modes' order, shuffled per repetition: seed {seed} (--seed {seed} replays it)");
+    for (rep, order) in orders.iter().enumerate() {
+        println!(
+            "   repetition {}: {}",
+            rep + 1,
+            order
+                .iter()
+                .map(|m| modes[*m].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let mut mbps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     // Per mode and repetition: CPU ms per MB moved of the servers, of the
     // whole host, and the recorders' CPU, ms per s.
@@ -283,11 +306,11 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for rep in 0..reps {
-            // Each repetition starts at another mode: a run inherits the
+            // Each repetition in another order: a run inherits the
             // write-back and deletions of the run before it, which in a
-            // fixed order favour the same mode every time.
-            for k in 0..modes.len() {
-                let m = (k + rep) % modes.len();
+            // fixed order (or a rotated one: each mode still follows the
+            // same one) favour the same mode every time.
+            for &m in &orders[rep] {
                 let mode = &modes[m];
                 settle();
                 let dir = out.join(format!(
@@ -591,4 +614,100 @@ fn ratios<T>(runs: &[T], base: &[T], f: impl Fn(&T) -> Option<f64>) -> Vec<f64> 
 fn settle() {
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(std::time::Duration::from_secs(2));
+}
+
+/// The order of `modes` modes in each of `reps` repetitions: a Fisher-Yates
+/// shuffle per repetition from `seed` (SplitMix64), drawn again (up to a
+/// bound) while a mode would run right after the same one as in the
+/// repetition before; so which mode runs after which changes between
+/// repetitions, and the same seed gives the same orders. (With fewer than
+/// four modes some pair must recur.)
+fn run_orders(modes: usize, reps: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let pairs =
+        |o: &[usize]| -> Vec<(usize, usize)> { o.windows(2).map(|w| (w[0], w[1])).collect() };
+    let mut orders: Vec<Vec<usize>> = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let mut order: Vec<usize> = (0..modes).collect();
+        for _ in 0..1000 {
+            order = (0..modes).collect();
+            for i in (1..modes).rev() {
+                let j = (next() % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+            let Some(before) = orders.last() else { break };
+            let old = pairs(before);
+            if pairs(&order).iter().all(|p| !old.contains(p)) {
+                break;
+            }
+        }
+        orders.push(order);
+    }
+    orders
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::run_orders;
+
+    /// Every repetition runs every mode once; a seed replays its orders.
+    #[test]
+    fn each_repetition_runs_every_mode_once_and_a_seed_replays_it() {
+        let orders = run_orders(5, 6, 42);
+        assert_eq!(orders.len(), 6);
+        for o in &orders {
+            let mut sorted = o.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2, 3, 4], "{orders:?}");
+        }
+        assert_eq!(orders, run_orders(5, 6, 42));
+        assert_ne!(orders, run_orders(5, 6, 43));
+    }
+
+    /// No mode runs right after the same one in two repetitions in a row
+    /// (a rotated cyclic order did that in every repetition: each run
+    /// inherited the same predecessor's write-back).
+    #[test]
+    fn no_mode_follows_the_same_one_twice_in_a_row() {
+        for seed in 0..20 {
+            let orders = run_orders(5, 6, seed);
+            for w in orders.windows(2) {
+                for p in w[0].windows(2) {
+                    assert!(
+                        !w[1].windows(2).any(|q| q == p),
+                        "seed {seed}: {p:?} twice in a row: {orders:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// No mode always runs right after the same one.
+    #[test]
+    fn no_mode_always_follows_the_same_one() {
+        for seed in 0..20 {
+            let orders = run_orders(5, 6, seed);
+            for m in 0..5 {
+                // The mode before it, in the repetitions it is not first.
+                let before: Vec<usize> = orders
+                    .iter()
+                    .filter_map(|o| {
+                        let at = o.iter().position(|x| *x == m).expect("every mode runs");
+                        at.checked_sub(1).map(|p| o[p])
+                    })
+                    .collect();
+                assert!(
+                    before.iter().any(|b| *b != before[0]),
+                    "seed {seed}: mode {m} always after {before:?}: {orders:?}"
+                );
+            }
+        }
+    }
 }
