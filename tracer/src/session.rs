@@ -1463,19 +1463,43 @@ fn thread_cpu_ns() -> Option<u64> {
 
 /// The recorder's work on records: the CPU time of the thread that drains
 /// the ring, taken around each drain (reading, decoding, writing each
-/// record) and each flush of the file, and the records it drained then.
-/// Its fixed work (ticks, counters, `/proc` snapshots, symbol tables, CPU
-/// times) is outside, so the CPU over the records is what one more record
-/// costs, however few records there are.
+/// record) and each flush of the file, and the records it drained then;
+/// and the wake-ups the records cause (the ring wakes the recorder when it
+/// has caught up, so at a moderate rate a wake-up brings few records): the
+/// thread's CPU from its last return to the loop to the drain, at most
+/// [`WAKE_NS_MOST`] each. Its fixed work (ticks, counters, `/proc`
+/// snapshots, symbol tables, CPU times) is outside, so the CPU over the
+/// records is what one more record costs, however few records there are.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct RecordMeter {
+    /// Drains and flushes.
     cpu_ns: u64,
+    /// Wake-ups for records.
+    wake_ns: u64,
+    wakes: u64,
     records: u64,
     /// The thread's CPU time could not be read once: no cost from it.
     unreadable: bool,
 }
 
+/// Most CPU one wake-up for records is charged, ns: more, between two
+/// returns of a session, is other work of the thread (an agent's other
+/// recordings, its analyses), not the wake-up.
+const WAKE_NS_MOST: u64 = 30_000;
+
 impl RecordMeter {
+    /// Adds a wake-up for records: the thread's CPU from `from` (when the
+    /// session last returned) to `now`.
+    fn wake(&mut self, from: Option<u64>, now: Option<u64>) {
+        match (from, now) {
+            (Some(a), Some(b)) => {
+                self.wake_ns += b.saturating_sub(a).min(WAKE_NS_MOST);
+                self.wakes += 1;
+            }
+            _ => self.unreadable = true,
+        }
+    }
+
     /// Adds the work since `from` (the thread's CPU time before it, as
     /// [`thread_cpu_ns`] read it) on `records` records.
     fn charge(&mut self, from: Option<u64>, records: u64) {
@@ -1504,7 +1528,8 @@ fn record_cost_ns(from: &RecordMeter, now: &RecordMeter) -> Option<f64> {
         .records
         .checked_sub(from.records)
         .filter(|n| *n >= MIN_RECORDS_WEIGHED)?;
-    Some(now.cpu_ns.saturating_sub(from.cpu_ns) as f64 / n as f64)
+    let cpu = (now.cpu_ns + now.wake_ns).saturating_sub(from.cpu_ns + from.wake_ns);
+    Some(cpu as f64 / n as f64)
 }
 
 /// The function probes' overhead: their calibrated cost, the window being
@@ -1553,6 +1578,9 @@ pub struct Session {
     ring: AsyncFd<RingBuf<MapData>>,
     /// The recorder's work on records (the budget's cost per record).
     handled: RecordMeter,
+    /// The thread's CPU time when [`Session::next`] or [`Session::tick`]
+    /// last returned (the start of a wake-up for records).
+    handed_back: Option<u64>,
     held: Option<Held>,
     probes: Vec<Probe>,
     usdt_sites: Vec<UsdtSite>,
@@ -2016,6 +2044,7 @@ impl Session {
             }),
             kernel_cost: None,
             handled: RecordMeter::default(),
+            handed_back: thread_cpu_ns(),
             notices: Vec::new(),
         };
         if session.config.overhead_percent.is_some() {
@@ -2130,6 +2159,15 @@ impl Session {
             && let Some(ns) = record_cost_ns(&budget.window.handled, &handled)
         {
             budget.costs.probe.record_ns = ns;
+            let from = &budget.window.handled;
+            let (records, wakes) = (handled.records - from.records, handled.wakes - from.wakes);
+            self.notices.push(format!(
+                "the recorder's CPU per record: {:.2} us over {records} records ({:.2} us draining and writing them, {:.2} us waking up for them: {wakes} wake-ups at {:.1} us)",
+                ns / 1e3,
+                (handled.cpu_ns - from.cpu_ns) as f64 / records as f64 / 1e3,
+                (handled.wake_ns - from.wake_ns) as f64 / records as f64 / 1e3,
+                (handled.wake_ns - from.wake_ns) as f64 / wakes.max(1) as f64 / 1e3,
+            ));
         }
         let keep = self.config.overhead_keep.as_ref();
         let mut plan = overhead::plan(
@@ -2317,8 +2355,10 @@ impl Session {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let done = tokio::select! {
             guard = self.ring.readable_mut() => {
+                // The wake-up that brought the records is work on them too.
+                self.handled.wake(self.handed_back, thread_cpu_ns());
                 let mut guard = guard?;
                 guard.clear_ready();
                 let more = drain(
@@ -2342,7 +2382,9 @@ impl Session {
                 self.held = None;
                 Ok(Activity::CommandExited(status))
             }
-        }
+        };
+        self.handed_back = thread_cpu_ns();
+        done
     }
 
     /// After the command target exited: the reason to stop, unless other
@@ -2362,6 +2404,13 @@ impl Session {
     /// Periodic work: drain, write new symbols, flush, counters once a
     /// second. Returns a reason to stop when every pid target has exited.
     pub fn tick(&mut self) -> Result<Option<String>, RecordError> {
+        let stop = self.tick_work();
+        self.handed_back = thread_cpu_ns();
+        stop
+    }
+
+    /// [`Session::tick`]'s work.
+    fn tick_work(&mut self) -> Result<Option<String>, RecordError> {
         self.drain()?;
         if self.last_kstats.elapsed() >= self.config.stats_interval {
             self.last_kstats = Instant::now();
