@@ -305,12 +305,12 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     let mut shares: Vec<Vec<Shares>> = vec![Vec::new(); modes.len()];
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
-        for rep in 0..reps {
+        for (rep, order) in orders.iter().enumerate() {
             // Each repetition in another order: a run inherits the
             // write-back and deletions of the run before it, which in a
             // fixed order (or a rotated one: each mode still follows the
             // same one) favour the same mode every time.
-            for &m in &orders[rep] {
+            for &m in order {
                 let mode = &modes[m];
                 settle();
                 let dir = out.join(format!(
