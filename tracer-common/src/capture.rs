@@ -379,10 +379,13 @@ pub struct ProbeCosts {
     pub return_ns: f64,
     /// The recorder's own CPU per record it reads from the ring, decodes
     /// and writes (an entry-only call is one record, an entry and return
-    /// two), measured over the first interval: its CPU time over the
-    /// records of every kind it handled then, fixed costs included. On a
-    /// host whose CPUs are busy it is taken from the traced processes'
-    /// work like the traps are. 0 when not measured (captures before it).
+    /// two), measured over the first interval with enough records: the
+    /// draining thread's CPU around its drains, flushes and wake-ups for
+    /// records over the records drained (its fixed work left out; captures
+    /// from before stop 37 charged the whole process's CPU, fixed work
+    /// included). On a host whose CPUs are busy it is taken from the
+    /// traced processes' work like the traps are. 0 when not measured
+    /// (captures before it, or too few records).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub record_ns: f64,
 }

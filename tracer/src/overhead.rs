@@ -21,15 +21,17 @@
 //!    per-CPU array by function id). After a first interval, [`plan`]
 //!    weighs them: a probe's cost is its calls times its class's
 //!    calibrated cost, plus the recorder's own CPU for each record a call
-//!    writes (two with the return probe, one entry-only): the recorder's
-//!    CPU time over the records of every kind it wrote in that first
-//!    interval (the calibration discards its records, so it does not see
-//!    this; on GlusterFS's brick daemons it read 0.2-1.2 us a record, up
-//!    to half again the traps' cost, taken from the same busy cores). Its
-//!    fixed work is charged to the records too, which errs on the safe
-//!    side: on servers that write few records (MooseFS's chunkservers,
-//!    a few thousand a second) it read up to 32 us and the budget kept
-//!    fewer probes than fit.
+//!    writes (two with the return probe, one entry-only). That is measured
+//!    as a marginal cost, over the first interval with enough records: the
+//!    CPU time of the thread that drains the ring, taken around each drain
+//!    (reading, decoding, writing the records), each flush of the file and
+//!    each wake-up for records (at most 30 us each), over the records
+//!    drained. The recorder's fixed work (ticks, counters, `/proc`
+//!    snapshots, symbol tables) is left out: charged to the records, as
+//!    the whole process's CPU over them before, it read up to 32 us a
+//!    record on servers that write few (MooseFS's chunkservers) and the
+//!    budget kept fewer probes than fit. (The calibration discards its
+//!    records, so it does not see this cost.)
 //!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
 //!    it is the slowdown of a process busy on the CPU, and of each request
 //!    while it is being served (the latency figure). Processes that mostly
