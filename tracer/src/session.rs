@@ -2206,7 +2206,16 @@ impl Session {
                 .filter(|(_, k)| **k)
                 .map(|(p, _)| p.clone())
                 .collect();
-            match self.loaded.replace_probes(&probes) {
+            let from = thread_cpu_ns();
+            let replaced = self.loaded.replace_probes(&probes);
+            if let (Some(a), Some(b)) = (from, thread_cpu_ns()) {
+                self.notices.push(format!(
+                    "overhead budget: attaching the {} probes kept anew (the dropped ones go with the old links) took {:.1} ms of the recorder's CPU",
+                    probes.len(),
+                    b.saturating_sub(a) as f64 / 1e6
+                ));
+            }
+            match replaced {
                 Ok(()) => {
                     // Detached now: the dropped probes record nothing after this.
                     let at_ns = monotonic_ns();
