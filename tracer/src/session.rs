@@ -2168,6 +2168,11 @@ impl Session {
                 (handled.wake_ns - from.wake_ns) as f64 / records as f64 / 1e3,
                 (handled.wake_ns - from.wake_ns) as f64 / wakes.max(1) as f64 / 1e3,
             ));
+            // Measured after the first decision (too few records then):
+            // the capture is told the costs the later ones used.
+            if let Some(item) = budget.item.as_mut() {
+                item.probe_costs = Some(budget.costs.probe);
+            }
         }
         let keep = self.config.overhead_keep.as_ref();
         let mut plan = overhead::plan(
