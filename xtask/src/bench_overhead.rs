@@ -4,9 +4,10 @@
 //! untraced, traced without function probes, traced with a broad function
 //! pattern, and traced with the same pattern under `--overhead 5%` (or the
 //! modes `--modes` names, such as the ablations that turn one signal off);
-//! the modes interleaved in each repetition, starting at another mode each
-//! time and after a `sync`, so that drift in the host's load and one run's
-//! write-back hit them alike. Each traced run's throughput is divided by the untraced
+//! the modes interleaved in each repetition, each repetition in its own
+//! shuffled order (seeded, printed, `--seed` replays it; a rotated order
+//! kept each mode after the same one) and each run after a `sync`, so that
+//! drift in the host's load and one run's write-back hit them alike. Each traced run's throughput is divided by the untraced
 //! run of its own repetition; min / median / max of those ratios are
 //! printed, with the load average, and for the budgeted runs what the
 //! budget dropped and the cost the recorders measured.
