@@ -1464,10 +1464,9 @@ fn thread_cpu_ns() -> Option<u64> {
 /// The recorder's work on records: the CPU time of the thread that drains
 /// the ring, taken around each drain (reading, decoding, writing each
 /// record) and each flush of the file, and the records it drained then;
-/// and the wake-ups the records cause (the ring wakes the recorder when it
-/// has caught up, so at a moderate rate a wake-up brings few records): the
-/// thread's CPU from its last return to the loop to the drain, at most
-/// [`WAKE_NS_MOST`] each. Its fixed work (ticks, counters, `/proc`
+/// and the wake-ups for records between ticks (the thread's CPU from its
+/// last return to the loop to the drain, at most [`WAKE_NS_MOST`] each;
+/// rare on the file systems measured: the 100 ms tick drains most). Its fixed work (ticks, counters, `/proc`
 /// snapshots, symbol tables, CPU times) is outside, so the CPU over the
 /// records is what one more record costs, however few records there are.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -1518,7 +1517,7 @@ impl RecordMeter {
 const MIN_RECORDS_WEIGHED: u64 = 500;
 
 /// The recorder's CPU per record between two readings of its meter: the
-/// drains' and flushes' CPU over the records drained; `None` with too few
+/// drains', flushes' and wake-ups' CPU over the records drained; `None` with too few
 /// records to weigh it by, or when the thread's CPU was unreadable.
 fn record_cost_ns(from: &RecordMeter, now: &RecordMeter) -> Option<f64> {
     if now.unreadable {
