@@ -4,9 +4,12 @@
 //! untraced, traced without function probes, traced with a broad function
 //! pattern, and traced with the same pattern under `--overhead 5%` (or the
 //! modes `--modes` names, such as the ablations that turn one signal off);
-//! the modes interleaved in each repetition, starting at another mode each
-//! time and after a `sync`, so that drift in the host's load and one run's
-//! write-back hit them alike. Each traced run's throughput is divided by the untraced
+//! the modes interleaved in each repetition, each repetition in its own
+//! order (a Williams design: every mode in every position and after every
+//! other equally often, relabelled from a printed seed that `--seed`
+//! replays; a rotated order kept each mode after the same one) and each
+//! run after a `sync`, so that
+//! drift in the host's load and one run's write-back hit them alike. Each traced run's throughput is divided by the untraced
 //! run of its own repetition; min / median / max of those ratios are
 //! printed, with the load average, and for the budgeted runs what the
 //! budget dropped and the cost the recorders measured.
@@ -102,6 +105,11 @@ pub(crate) struct BenchOverheadArgs {
     /// cost each program run two clock reads (every mode alike).
     #[arg(long)]
     program_stats: bool,
+    /// Seed of the modes' order in each repetition (a design balanced for
+    /// position and predecessor, relabelled from the seed; printed, so a
+    /// run's order can be replayed). Without it, a seed from the clock.
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 /// Each no-f ablation: its name, the sample rate (`None`: the harness's
@@ -273,6 +281,26 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     );
     println!("   broad pattern: {}", broad.join(" "));
     let reps = a.repeat.max(3);
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let orders = run_orders(modes.len(), reps, seed);
+    println!(
+        "   modes' order per repetition (balanced for position and predecessor, relabelled from seed {seed}; --seed {seed} replays it)"
+    );
+    for (rep, order) in orders.iter().enumerate() {
+        println!(
+            "   repetition {}: {}",
+            rep + 1,
+            order
+                .iter()
+                .map(|m| modes[*m].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let mut mbps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     // Per mode and repetition: CPU ms per MB moved of the servers, of the
     // whole host, and the recorders' CPU, ms per s.
@@ -282,12 +310,12 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
     let mut shares: Vec<Vec<Shares>> = vec![Vec::new(); modes.len()];
     let mut budget_notes: Vec<String> = Vec::new();
     let result = (|| -> anyhow::Result<()> {
-        for rep in 0..reps {
-            // Each repetition starts at another mode: a run inherits the
+        for (rep, order) in orders.iter().enumerate() {
+            // Each repetition in another order: a run inherits the
             // write-back and deletions of the run before it, which in a
-            // fixed order favour the same mode every time.
-            for k in 0..modes.len() {
-                let m = (k + rep) % modes.len();
+            // fixed order (or a rotated one: each mode still follows the
+            // same one) favour the same mode every time.
+            for &m in order {
                 let mode = &modes[m];
                 settle();
                 let dir = out.join(format!(
@@ -591,4 +619,133 @@ fn ratios<T>(runs: &[T], base: &[T], f: impl Fn(&T) -> Option<f64>) -> Vec<f64> 
 fn settle() {
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(std::time::Duration::from_secs(2));
+}
+
+/// The order of `modes` modes in each of `reps` repetitions: rows of a
+/// Williams design (a Latin square whose rows, with their mirrors for an
+/// odd number of modes, put every mode in every position equally often and
+/// every mode right after every other equally often), in blocks of its
+/// rows, each block with its modes relabelled and its rows taken in an
+/// order drawn from `seed` (SplitMix64). A plain shuffle per repetition
+/// left position to chance: on MooseFS one mode ran first in 4 of 6
+/// repetitions, and runs later in a repetition were slower (write-back).
+fn run_orders(modes: usize, reps: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut shuffle = |v: &mut Vec<usize>| {
+        for i in (1..v.len()).rev() {
+            let j = (next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+    };
+    // The first row: 0, 1, n-1, 2, n-2, ...; row r adds r to each.
+    let base: Vec<usize> = (0..modes)
+        .map(|i| match i {
+            0 => 0,
+            i if i % 2 == 1 => i.div_ceil(2),
+            i => modes - i / 2,
+        })
+        .collect();
+    let mut rows: Vec<Vec<usize>> = (0..modes)
+        .map(|r| base.iter().map(|b| (b + r) % modes).collect())
+        .collect();
+    if modes % 2 == 1 {
+        let mirrors: Vec<Vec<usize>> = rows
+            .iter()
+            .map(|r| r.iter().rev().copied().collect())
+            .collect();
+        rows.extend(mirrors);
+    }
+    let mut orders = Vec::with_capacity(reps);
+    while orders.len() < reps {
+        let mut label: Vec<usize> = (0..modes).collect();
+        shuffle(&mut label);
+        let mut pick: Vec<usize> = (0..rows.len()).collect();
+        shuffle(&mut pick);
+        for r in pick {
+            if orders.len() == reps {
+                break;
+            }
+            orders.push(rows[r].iter().map(|m| label[*m]).collect());
+        }
+    }
+    orders
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::run_orders;
+
+    /// Every repetition runs every mode once; a seed replays its orders.
+    #[test]
+    fn each_repetition_runs_every_mode_once_and_a_seed_replays_it() {
+        for modes in 1..7 {
+            let orders = run_orders(modes, 6, 42);
+            assert_eq!(orders.len(), 6);
+            for o in &orders {
+                let mut sorted = o.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..modes).collect::<Vec<_>>(), "{orders:?}");
+            }
+            assert_eq!(orders, run_orders(modes, 6, 42));
+        }
+        assert_ne!(run_orders(4, 6, 42), run_orders(4, 6, 43));
+    }
+
+    /// Over a whole block (as many repetitions as modes, twice that for
+    /// an odd number), every mode runs in every position equally often and
+    /// right after every other mode equally often: neither the runs late in
+    /// a repetition (slower, after the others' write-back) nor one mode's
+    /// leftovers fall on one mode more than on another.
+    #[test]
+    fn a_block_of_repetitions_balances_positions_and_predecessors() {
+        for (modes, seed) in [(2, 1), (4, 7), (4, 8), (5, 3), (6, 11)] {
+            let block = if modes % 2 == 0 { modes } else { 2 * modes };
+            let orders = run_orders(modes, block, seed);
+            let each = block / modes;
+            for m in 0..modes {
+                for pos in 0..modes {
+                    let n = orders.iter().filter(|o| o[pos] == m).count();
+                    assert_eq!(n, each, "mode {m} position {pos}: {orders:?}");
+                }
+                for before in (0..modes).filter(|b| *b != m) {
+                    let n = orders
+                        .iter()
+                        .flat_map(|o| o.windows(2))
+                        .filter(|w| w[0] == before && w[1] == m)
+                        .count();
+                    assert_eq!(n, each, "{before} then {m}: {orders:?}");
+                }
+            }
+        }
+    }
+
+    /// No mode always runs right after the same one (a rotated cyclic
+    /// order did that in every repetition), over 6 repetitions of 4 modes.
+    #[test]
+    fn no_mode_always_follows_the_same_one() {
+        for seed in 0..20 {
+            let orders = run_orders(4, 6, seed);
+            for m in 0..4 {
+                // The mode before it, in the repetitions it is not first.
+                let before: Vec<usize> = orders
+                    .iter()
+                    .filter_map(|o| {
+                        let at = o.iter().position(|x| *x == m).expect("every mode runs");
+                        at.checked_sub(1).map(|p| o[p])
+                    })
+                    .collect();
+                assert!(
+                    before.iter().any(|b| *b != before[0]),
+                    "seed {seed}: mode {m} always after {before:?}: {orders:?}"
+                );
+            }
+        }
+    }
 }

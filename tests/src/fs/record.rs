@@ -262,12 +262,19 @@ impl Recording {
                 .map_err(|source| FsError::Spawn { command, source })?;
             let (tx, rx) = mpsc::channel();
             if let Some(stderr) = child.stderr.take() {
+                // Kept beside the capture too: what the recorder said (its
+                // budget's decisions and costs) once the run is over.
+                let mut log = fs::File::create(path.with_extension("log")).ok();
                 std::thread::spawn(move || {
                     for line in BufReader::new(stderr).lines() {
                         let Ok(line) = line else { break };
-                        if tx.send(line).is_err() {
-                            break;
+                        if let Some(f) = log.as_mut() {
+                            use std::io::Write;
+                            let _ = writeln!(f, "{line}");
                         }
+                        // The run reads the first lines only: keep logging
+                        // after it stopped listening.
+                        let _ = tx.send(line);
                     }
                 });
             }
