@@ -16,7 +16,7 @@ const MPI_MAX: u32 = 0x5800_0001;
 const MPI_SUM: u32 = 0x5800_0003;
 const MPI_COMM_WORLD: u32 = 0x4400_0000;
 
-/// A background CPU hog on core 1, killed (its whole process group) on drop.
+/// Records one `mpiexec -n RANKS` run of `exe ARGS` and returns the capture.
 fn mpi_run(
     dir: &Path,
     name: &str,
