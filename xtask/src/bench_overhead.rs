@@ -626,24 +626,11 @@ fn settle() {
 /// odd number of modes, put every mode in every position equally often and
 /// every mode right after every other equally often), in blocks of its
 /// rows, each block with its modes relabelled and its rows taken in an
-/// order drawn from `seed` (SplitMix64). A plain shuffle per repetition
+/// order drawn from `seed`. A plain shuffle per repetition
 /// left position to chance: on MooseFS one mode ran first in 4 of 6
 /// repetitions, and runs later in a repetition were slower (write-back).
 fn run_orders(modes: usize, reps: usize, seed: u64) -> Vec<Vec<usize>> {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut shuffle = |v: &mut Vec<usize>| {
-        for i in (1..v.len()).rev() {
-            let j = (next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    };
+    let mut rng = fastrand::Rng::with_seed(seed);
     // The first row: 0, 1, n-1, 2, n-2, ...; row r adds r to each.
     let base: Vec<usize> = (0..modes)
         .map(|i| match i {
@@ -665,9 +652,9 @@ fn run_orders(modes: usize, reps: usize, seed: u64) -> Vec<Vec<usize>> {
     let mut orders = Vec::with_capacity(reps);
     while orders.len() < reps {
         let mut label: Vec<usize> = (0..modes).collect();
-        shuffle(&mut label);
+        rng.shuffle(&mut label);
         let mut pick: Vec<usize> = (0..rows.len()).collect();
-        shuffle(&mut pick);
+        rng.shuffle(&mut pick);
         for r in pick {
             if orders.len() == reps {
                 break;
