@@ -387,14 +387,10 @@ pub fn sample_threshold(k: f64, spread: f64, floor: f64) -> f64 {
 
 /// The `q` quantile of `v` (the smallest value with at least a share `q`
 /// of `v` at or below it); `None` for no finite value.
+/// (The peers' nearest-rank quantile, over the finite values.)
 pub(crate) fn quantile(v: &[f64], q: f64) -> Option<f64> {
     let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-    Some(v[i])
+    (!v.is_empty()).then(|| crate::peers::quantile(&mut v, q))
 }
 
 /// ILS at the end of `r` (samples of `rank`) and the samples, for each of
@@ -481,19 +477,13 @@ pub fn learn(
         })
         .collect();
     // The clean runs' own slow stretches (see CLEAN_TAIL_QUANTILE).
-    let clean_tail = quantile(
-        &held_out
-            .iter()
-            .flatten()
-            .flat_map(|(_, rel)| rel.iter().map(|r| r.concurrent))
-            .collect::<Vec<_>>(),
-        CLEAN_TAIL_QUANTILE,
-    );
-    let clean_tail_samples = held_out
+    let clean_y: Vec<f64> = held_out
         .iter()
         .flatten()
-        .map(|(_, rel)| rel.iter().filter(|r| r.concurrent.is_finite()).count())
-        .sum::<usize>();
+        .flat_map(|(_, rel)| rel.iter().map(|r| r.concurrent))
+        .filter(|y| y.is_finite())
+        .collect();
+    let clean_tail = quantile(&clean_y, CLEAN_TAIL_QUANTILE);
     let tail = clean_tail.unwrap_or(0.0);
     let baseline = Baseline::learn(&runs.iter().collect::<Vec<_>>());
     let lengths: BTreeMap<u32, Vec<usize>> = seqs
@@ -736,7 +726,7 @@ pub fn learn(
         baseline,
         cpu_baseline,
         clean_tail,
-        clean_tail_samples: clean_tail.map(|_| clean_tail_samples),
+        clean_tail_samples: clean_tail.map(|_| clean_y.len()),
     })
 }
 
