@@ -389,16 +389,17 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         let chance = noise_chance(samples_over.0, samples_over.1, 1.0 - CLEAN_TAIL_QUANTILE);
         let supported = chance < MAX_NOISE_CHANCE;
         // A model learned from too few clean runs cannot tell the
-        // machine's own slow stretches from interference: m(p) alone is
-        // then said, not named ([`Model::enough_clean_runs`]).
+        // machine's own slow stretches from interference: m(p) is then
+        // neither named nor weighed here; why is said once, with what it
+        // read ([`Model::enough_clean_runs`], `thin` below).
         let trusted = model.enough_clean_runs();
-        let by_metric = metric_over
+        let weighed = metric_over && trusted;
+        let by_metric = weighed
             && supported
-            && trusted
             && (!has_cpu || threshold.is_some_and(|t| persists(&metric_parts, t)));
         let by_cpu =
             cpu_usable && matches!((cpu_deficit, cpu_threshold), (Some(c), Some(t)) if c > t);
-        if metric_over
+        if weighed
             && !supported
             && !by_cpu
             && !by_short
@@ -411,9 +412,8 @@ pub fn detect(model: &Model, profiles: &Profiles) -> Detection {
         }
         // (Said only of a rank the CPU readings do not name: "its CPU
         // readings within their bounds" would be untrue of one they name.)
-        if metric_over
+        if weighed
             && supported
-            && trusted
             && !by_metric
             && !by_cpu
             && !by_short
@@ -586,6 +586,19 @@ mod tests {
         typical::tests::profile,
         verdict::Outcome,
     };
+
+    /// Asserts that `d` names no rank and its summary says each of `said`.
+    fn nothing_abnormal_saying(d: &Detection, said: &[&str]) {
+        assert_eq!(
+            d.verdict.outcome,
+            Outcome::NothingAbnormal,
+            "{:?}",
+            d.verdict
+        );
+        for s in said {
+            assert!(d.verdict.summary.contains(s), "{s}: {}", d.verdict.summary);
+        }
+    }
 
     /// A model learned from `clean` runs alone, with the default settings.
     fn learn_clean(clean: &[Profiles]) -> Model {
@@ -837,18 +850,7 @@ mod tests {
         assert_eq!(r2.metric_parts.len(), PARTS);
         assert!(r2.cpu_deficit.is_some(), "{r2:?}");
         assert!(!r2.interfered, "{r2:?}");
-        assert_eq!(
-            d.verdict.outcome,
-            Outcome::NothingAbnormal,
-            "{:?}",
-            d.verdict
-        );
-        assert!(
-            d.verdict.summary.contains("rank 2: interference metric")
-                && d.verdict.summary.contains("a passing slowdown"),
-            "{}",
-            d.verdict.summary
-        );
+        nothing_abnormal_saying(&d, &["rank 2: interference metric", "a passing slowdown"]);
         // Two thirds of the run: named.
         let d = detect(&model, &make(41, Some((2, 44))));
         assert_eq!(d.verdict.suspect_ranks(), vec![2], "{:?}", d.verdict);
@@ -983,17 +985,7 @@ mod tests {
         let kept: usize = r0.sequences.iter().filter(|s| s.used).map(|s| s.kept).sum();
         assert!(kept <= 4, "{r0:?}");
         assert!(r0.metric.expect("m") > r0.threshold.expect("t"), "{r0:?}");
-        assert_eq!(
-            d.verdict.outcome,
-            Outcome::NothingAbnormal,
-            "{:?}",
-            d.verdict
-        );
-        assert!(
-            d.verdict.summary.contains("too few to call interference"),
-            "{}",
-            d.verdict.summary
-        );
+        nothing_abnormal_saying(&d, &["too few to call interference"]);
         let d = detect(&model, &make(11, &|_| true));
         assert_eq!(d.verdict.suspect_ranks(), vec![0], "{:?}", d.verdict);
     }
