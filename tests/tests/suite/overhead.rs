@@ -4,7 +4,10 @@
 //! models learned from budgeted captures of the `statusring` daemons.
 
 use tests::{analyzer, capture, events, fixture, privileged, tracer};
-use tracer_common::{capture::EntryClass, decode::Event};
+use tracer_common::{
+    capture::{EntryClass, Overhead},
+    decode::Event,
+};
 
 /// A process idle when recording starts (a server waiting for its first
 /// request) makes no call by the first look: that look decides nothing,
@@ -18,16 +21,8 @@ fn a_budget_waits_for_calls_before_it_decides() {
     if !privileged() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("idle.capture");
-    let run = record_idle_start(&out, "30s", "1000");
-    assert!(run.status.success(), "{}", run.stderr);
+    let (run, o) = budget_after_idle_start("30s", "1000");
     assert!(run.stderr.contains("dropped leaf"), "{}", run.stderr);
-    let cap = capture(&out);
-    let o = cap
-        .overhead
-        .clone()
-        .expect("the capture has the overhead item");
     assert!(o.estimated_percent > 5.0, "weighed with the calls: {o:?}");
     let demand = o.demand_percent.expect("the demand is weighed");
     assert!(
@@ -48,15 +43,7 @@ fn a_budget_idle_longer_than_an_interval_still_decides_on_the_first_calls() {
     if !privileged() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("idle.capture");
-    let run = record_idle_start(&out, "400ms", "1500");
-    assert!(run.status.success(), "{}", run.stderr);
-    let cap = capture(&out);
-    let o = cap
-        .overhead
-        .clone()
-        .expect("the capture has the overhead item");
+    let (_, o) = budget_after_idle_start("400ms", "1500");
     assert!(
         o.estimated_percent > 5.0,
         "the first decision weighed the calls, not the idle start: {o:?}"
@@ -74,10 +61,13 @@ fn a_budget_idle_longer_than_an_interval_still_decides_on_the_first_calls() {
 }
 
 /// Records `calls hotcold 3000 IDLE_MS` (idle for `idle_ms`, then `leaf`
-/// hot for 3 s) under a 5% budget looking every `interval`.
-fn record_idle_start(out: &std::path::Path, interval: &str, idle_ms: &str) -> tests::Run {
+/// hot for 3 s) under a 5% budget looking every `interval`; the run (which
+/// must succeed) and the capture's overhead item.
+fn budget_after_idle_start(interval: &str, idle_ms: &str) -> (tests::Run, Overhead) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("idle.capture");
     let calls = fixture("calls", None);
-    tracer(&[
+    let run = tracer(&[
         "record",
         "-f",
         "leaf",
@@ -96,7 +86,12 @@ fn record_idle_start(out: &std::path::Path, interval: &str, idle_ms: &str) -> te
         "hotcold",
         "3000",
         idle_ms,
-    ])
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let o = capture(&out)
+        .overhead
+        .expect("the capture has the overhead item");
+    (run, o)
 }
 
 /// A small budget drops the hot probe at its first look and keeps the cold
