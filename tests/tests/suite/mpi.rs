@@ -121,6 +121,7 @@ fn irregular_profile_matches_the_program_call_by_call() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = fixture("mpi_irregular", None);
     let iters = 30;
@@ -198,12 +199,14 @@ fn irregular_profile_matches_the_program_call_by_call() {
 /// rises to 1.4-2.2 and m(p) of a hog's run reads 0.00-0.25; the recorder's
 /// CPU readings name the hogs.
 ///
-/// Ignored by default: it runs twelve timed 2-rank jobs and each verdict
-/// rests on their computation and CPU times, which other jobs on the
-/// machine change (the job's cpu group keeps most of them off, not all).
-/// Run it on a quiet machine: `cargo xtask test -- --ignored cpu_hog`.
+/// It runs twelve timed 2-rank jobs (about 35 s) and each verdict rests on
+/// their computation and CPU times: every job runs in a cpu group of high
+/// weight, which keeps the other tests of the binary off its ranks, and
+/// the test holds [`tests::mpi::exclusive`] so no other MPI test (the
+/// diagnose test hogs core 0 in a group of the same weight) runs beside
+/// it. Alone: `cargo xtask test -- cpu_hog`; repeated and counted:
+/// `cargo xtask bench-mpi`.
 #[test]
-#[ignore = "timed: twelve MPI jobs, needs a quiet 2-core machine"]
 fn cpu_hog_is_named_on_the_hogged_processor() {
     use tests::mpi::{Fault, Job, build, on_off_turn_ms, record};
     if !privileged()
@@ -214,6 +217,7 @@ fn cpu_hog_is_named_on_the_hogged_processor() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = build("mpi_stencil", dir.path());
     // 800 iterations of cache-resident computation (2000 cells fit in
