@@ -23,10 +23,24 @@ use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
+    sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
 use crate::{Background, cpugroup::CpuGroup};
+
+/// Held by every test that runs MPI jobs: each job's ranks busy-poll their
+/// cores, and [`record`] gives the job (and the hog it injects) a cpu
+/// group of high weight, which shields it from other load but not from
+/// another group of the same weight. Two MPI tests at once would make one
+/// test's clean run another test's hogged run (the diagnose test puts a
+/// hog on core 0), so they take turns; other tests run beside them.
+static MPI_LOCK: Mutex<()> = Mutex::new(());
+
+/// Takes [`MPI_LOCK`] for the rest of the calling test.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    MPI_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A fault to inject into one run.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

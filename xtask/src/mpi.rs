@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 
-/// Runs the ignored test `repeat` times and prints, per (problem size,
+/// Runs the timed test `cpu_hog_is_named_on_the_hogged_processor` `repeat` times and prints, per (problem size,
 /// load), how many of its verdicts were right (the hogged rank named and
 /// no other; nothing abnormal on a clean run), and how many repetitions
 /// passed every check.
@@ -32,7 +32,7 @@ pub(crate) fn bench_mpi(repeat: usize) -> anyhow::Result<()> {
                 "cpu_hog",
                 "--",
             ])
-            .args(["--ignored", "--test-threads", "1"])
+            .args(["--include-ignored", "--test-threads", "1"])
             .status()
             .context("running cargo test")?;
         passed += usize::from(status.success());

@@ -611,10 +611,8 @@ pub fn interference(d: &mpi::Detection, servers: &RunServers) -> AnalysisResult 
     let mut r = mpi_verdict(AnalysisKind::Interference, &d.verdict, servers, &mut |_| {
         (None, None)
     });
-    if let Some(s) = d.overall_slowdown.filter(|s| *s > 1.2) {
-        r.notes.push(format!(
-            "every processor computed {s:.2}x slower than in the clean runs: interference everywhere, or another problem size, which this comparison cannot tell apart"
-        ));
+    if let Some(note) = d.pace_note() {
+        r.notes.push(note);
     }
     r
 }

@@ -6,7 +6,7 @@
 //! short of CPU ([`cpu::share_short`]) are judged beside m(p), each against
 //! its own bound from held-out clean runs.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
@@ -126,6 +126,104 @@ impl Detection {
     pub fn metric(&self, rank: u32) -> Option<f64> {
         self.processor(rank).and_then(|p| p.metric)
     }
+
+    /// What the ranks' own computation times (each against its clean
+    /// baseline) say, when some rank's is off its clean pace (outside
+    /// [`PACE_BAND`]): every rank alike (another problem size, or
+    /// interference on all of them, which this comparison cannot tell
+    /// apart), or some ranks off while the others kept their clean pace.
+    /// The latter is what one hog on coupled ranks looks like: the hogged
+    /// rank computes slower, its peers compute as usual and lose their time
+    /// waiting for it inside MPI calls; the median over two such ranks
+    /// (`overall_slowdown`) is neither's pace, so it is not reported as
+    /// every processor's.
+    pub fn pace_note(&self) -> Option<String> {
+        let own: Vec<(u32, f64)> = self
+            .processors
+            .iter()
+            .filter_map(|p| Some((p.rank, p.own_slowdown.filter(|x| x.is_finite())?)))
+            .collect();
+        let slow: Vec<(u32, f64)> = own
+            .iter()
+            .copied()
+            .filter(|x| x.1 > *PACE_BAND.end())
+            .collect();
+        let fast: Vec<(u32, f64)> = own
+            .iter()
+            .copied()
+            .filter(|x| x.1 < *PACE_BAND.start())
+            .collect();
+        let steady: Vec<(u32, f64)> = own
+            .iter()
+            .copied()
+            .filter(|x| PACE_BAND.contains(&x.1))
+            .collect();
+        if slow.is_empty() && fast.is_empty() {
+            return None;
+        }
+        if steady.is_empty() && (slow.is_empty() || fast.is_empty()) {
+            let o = self.overall_slowdown?;
+            return Some(format!(
+                "every processor alike computed {o:.2}x its clean time (a different problem size, or interference on all of them: this comparison cannot tell)"
+            ));
+        }
+        let group = |v: &[(u32, f64)]| -> String {
+            let ranks = rank_list(v.iter().map(|x| x.0));
+            let lo = v.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+            let hi = v.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+            let pace = if hi - lo < 0.005 {
+                format!("{lo:.2}x")
+            } else {
+                format!("{lo:.2}-{hi:.2}x")
+            };
+            format!(
+                "{} {ranks} computed {pace}",
+                if v.len() == 1 { "rank" } else { "ranks" }
+            )
+        };
+        let mut parts = Vec::new();
+        if !slow.is_empty() {
+            parts.push(group(&slow));
+        }
+        if !fast.is_empty() {
+            parts.push(group(&fast));
+        }
+        let mut note = format!(
+            "the ranks computed at different paces: {} its clean time",
+            parts.join(", ")
+        );
+        if !steady.is_empty() {
+            let whose = if steady.len() == 1 { "its" } else { "their" };
+            let _ = write!(note, "; {} ({whose} clean pace)", group(&steady));
+            if !slow.is_empty() {
+                note.push_str(if steady.len() == 1 {
+                    ": it was not slowed itself, so any time it lost was spent in MPI calls, waiting for the slower ones where they exchange data"
+                } else {
+                    ": those were not slowed themselves, so any time they lost was spent in MPI calls, waiting for the slower ones where they exchange data"
+                });
+            }
+        }
+        Some(note)
+    }
+}
+
+/// Own computation over its clean baseline that counts as the clean pace
+/// ([`Detection::pace_note`]).
+pub const PACE_BAND: std::ops::RangeInclusive<f64> = 0.8..=1.25;
+
+/// "0, 1, 2", at most eight, then how many more.
+fn rank_list(ranks: impl Iterator<Item = u32>) -> String {
+    let v: Vec<u32> = ranks.collect();
+    let mut s = v
+        .iter()
+        .take(8)
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if v.len() > 8 {
+        let _ = write!(s, " and {} more", v.len() - 8);
+    }
+    s
 }
 
 /// Stretches (equal thirds of the run's time) m(p) is also computed over.
@@ -688,6 +786,43 @@ mod tests {
         assert_eq!(bigger.verdict.outcome, Outcome::NothingAbnormal);
         let overall = bigger.overall_slowdown.expect("overall");
         assert!((overall - 2.0).abs() < 0.1, "{overall}");
+    }
+
+    /// The note on the ranks' own paces: a hog on one rank makes that rank
+    /// slower and the others keep their clean pace (they wait for it): the
+    /// note names the slow rank and says the others were not slowed
+    /// themselves, and does not call the median every processor's pace; a
+    /// run twice the size is every processor alike; a clean run gets no
+    /// note at all.
+    #[test]
+    fn pace_note_tells_one_slow_rank_from_every_rank_alike() {
+        let make = |seed: u64, scale: u64, slow: Option<u32>| {
+            run(move |r, i| noise(seed, r, i) * scale * if slow == Some(r) { 2 } else { 1 })
+        };
+        let clean: Vec<Profiles> = (0..3).map(|s| make(s, 1, None)).collect();
+        let model = learn_clean(&clean);
+        let quiet = detect(&model, &make(10, 1, None));
+        assert_eq!(quiet.pace_note(), None);
+        let hogged = detect(&model, &make(20, 1, Some(2)));
+        let note = hogged.pace_note().expect("a note");
+        assert!(
+            note.starts_with("the ranks computed at different paces: rank 2 computed 2."),
+            "{note}"
+        );
+        assert!(note.contains("ranks 0, 1, 3 computed"), "{note}");
+        assert!(note.contains("not slowed themselves"), "{note}");
+        assert!(!note.contains("every processor alike"), "{note}");
+        assert!(text_has(&hogged, &note));
+        let bigger = detect(&model, &make(30, 2, None));
+        let note = bigger.pace_note().expect("a note");
+        assert!(
+            note.starts_with("every processor alike computed 2."),
+            "{note}"
+        );
+    }
+
+    fn text_has(d: &Detection, note: &str) -> bool {
+        crate::mpi::report::text(d).contains(&format!("note: {note}"))
     }
 
     /// A processor whose held-out clean runs scored over half the most m(p)

@@ -13,13 +13,8 @@ use crate::report::{COLORS, escape};
 pub fn text(d: &Detection) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}", d.verdict.summary);
-    if let Some(o) = d.overall_slowdown
-        && !(0.8..=1.25).contains(&o)
-    {
-        let _ = writeln!(
-            s,
-            "note: every processor alike computed {o:.2}x its clean time (a different problem size, or interference on all of them: this comparison cannot tell)"
-        );
+    if let Some(note) = d.pace_note() {
+        let _ = writeln!(s, "note: {note}");
     }
     let _ = writeln!(
         s,

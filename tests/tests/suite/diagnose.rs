@@ -382,6 +382,7 @@ fn diagnose_names_the_rank_that_hangs_an_mpi_run() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let job = Job {
         exe: build("mpi_halo", dir.path()),
@@ -660,6 +661,7 @@ fn diagnose_with_an_mpi_model_names_the_rank_on_the_hogged_core() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     // `xtask mpi-matrix`'s 2-rank halo job.
     let job = Job {

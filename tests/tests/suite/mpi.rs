@@ -121,6 +121,7 @@ fn irregular_profile_matches_the_program_call_by_call() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = fixture("mpi_irregular", None);
     let iters = 30;
@@ -198,12 +199,14 @@ fn irregular_profile_matches_the_program_call_by_call() {
 /// rises to 1.4-2.2 and m(p) of a hog's run reads 0.00-0.25; the recorder's
 /// CPU readings name the hogs.
 ///
-/// Ignored by default: it runs twelve timed 2-rank jobs and each verdict
-/// rests on their computation and CPU times, which other jobs on the
-/// machine change (the job's cpu group keeps most of them off, not all).
-/// Run it on a quiet machine: `cargo xtask test -- --ignored cpu_hog`.
+/// It runs twelve timed 2-rank jobs (about 35 s) and each verdict rests on
+/// their computation and CPU times: every job runs in a cpu group of high
+/// weight, which keeps the other tests of the binary off its ranks, and
+/// the test holds [`tests::mpi::exclusive`] so no other MPI test (the
+/// diagnose test hogs core 0 in a group of the same weight) runs beside
+/// it. Alone: `cargo xtask test -- cpu_hog`; repeated and counted:
+/// `cargo xtask bench-mpi`.
 #[test]
-#[ignore = "timed: twelve MPI jobs, needs a quiet 2-core machine"]
 fn cpu_hog_is_named_on_the_hogged_processor() {
     use tests::mpi::{Fault, Job, build, on_off_turn_ms, record};
     if !privileged()
@@ -214,6 +217,7 @@ fn cpu_hog_is_named_on_the_hogged_processor() {
     {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = build("mpi_stencil", dir.path());
     // 800 iterations of cache-resident computation (2000 cells fit in
@@ -285,25 +289,45 @@ fn cpu_hog_is_named_on_the_hogged_processor() {
             "rank {rank}: {seqs:?}"
         );
     }
-    let turn = on_off_turn_ms(&clean_s);
+    // On-off turns sized to the job they hog (six turns in a clean run):
+    // the learning runs' for the same size, the clean half-size run's for
+    // half the size (a half-size job under same-size turns lasts three,
+    // and starting in an "off" turn it once saw none: the hog took 0%).
+    let mut turn = on_off_turn_ms(&clean_s);
 
     // Every run first, then the checks, so a failure still shows the whole
     // table; with EFTRACE_MPI_RESULTS=FILE the rows are appended there too
     // (`cargo xtask bench-mpi` repeats this test and summarizes them).
     let mut rows = Vec::new();
     for (size, cells) in [("same", "2000"), ("half", "1000")] {
-        for (name, fault) in [
-            ("clean", Fault::None),
-            ("continuous-0", hog(0, None)),
-            ("continuous-1", hog(1, None)),
-            ("on-off-0", hog(0, Some(turn))),
-            ("on-off-1", hog(1, Some(turn))),
+        for name in [
+            "clean",
+            "continuous-0",
+            "continuous-1",
+            "on-off-0",
+            "on-off-1",
         ] {
             // Half size: one continuous and one on-off hog, on either core.
             if size == "half" && matches!(name, "continuous-1" | "on-off-0") {
                 continue;
             }
-            let (_, p) = run(&format!("{name}-{cells}"), cells, fault);
+            let fault = match name {
+                "continuous-0" => hog(0, None),
+                "continuous-1" => hog(1, None),
+                "on-off-0" => hog(0, Some(turn)),
+                "on-off-1" => hog(1, Some(turn)),
+                _ => Fault::None,
+            };
+            let (o, p) = run(&format!("{name}-{cells}"), cells, fault);
+            if name == "clean" && size != "same" {
+                turn = on_off_turn_ms(&[o.elapsed.as_secs_f64()]);
+            }
+            if let Fault::Hog { .. } = fault {
+                eprintln!(
+                    "{size} size, {name}: the hog took {:?} of its core",
+                    o.hog_share
+                );
+            }
             let d = mpi::detect(&model, &p);
             eprintln!("{size} size, {name}:\n{}", mpi::report::text(&d));
             // The rank the hog shared a core with (mpiexec -bind-to core).

@@ -60,6 +60,7 @@ fn issue_17_stack_arguments_and_fortran_call_sites() {
     if !ready() {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     // C: 4 ranks on a line, 20 iterations.
     let halo = build("mpi_halo", dir.path());
@@ -177,6 +178,7 @@ fn issue_17_hang_culprits_are_named() {
     if !ready() {
         return;
     }
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let cases: [(&str, &[&str], Fault, &str); 3] = [
         (
@@ -238,6 +240,7 @@ fn mpi_calls_an_overhead_budget_detached_give_no_verdict() {
         return;
     }
     let exe = tests::fixture("mpi_nonblocking", None);
+    let _mpi = tests::mpi::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("budget.capture");
     let run = tests::tracer(&[
