@@ -848,7 +848,7 @@ mod tests {
                 ..brick
             };
             let kept_calls = [0, 0, (700.0 * more) as u64];
-            let at_next = measured(&probes, &kept_calls, COSTS, next).unwrap();
+            let at_next = measured(&probes, &kept_calls, COSTS, next).expect("the brick used CPU");
             assert!((at_next - p.kept_percent).abs() < 1e-6, "{at_next} {p:?}");
             assert!(at_next <= 5.0, "{at_next}");
         }
