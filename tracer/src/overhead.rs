@@ -22,16 +22,17 @@
 //!    weighs them: a probe's cost is its calls times its class's
 //!    calibrated cost, plus the recorder's own CPU for each record a call
 //!    writes (two with the return probe, one entry-only): the recorder's
-//!    CPU time over the records of every kind it wrote in that first
-//!    interval (the calibration discards its records, so it does not see
-//!    this; on GlusterFS's brick daemons it read 0.2-1.2 us a record, up
-//!    to half again the traps' cost, taken from the same busy cores). Its
-//!    fixed work is charged to the records too, which errs on the safe
-//!    side: on servers that write few records (MooseFS's chunkservers,
-//!    a few thousand a second) it read up to 32 us and the budget kept
-//!    fewer probes than fit.
+//!    CPU time over the records of every kind it wrote in the first
+//!    interval that wrote at least 5,000 (the calibration discards its
+//!    records, so it does not see this; on GlusterFS's brick daemons it
+//!    read 0.1-2 us a record, up to half again the traps' cost, taken from
+//!    the same busy cores). Its fixed work is charged to the records too,
+//!    which errs on the safe side; over a first interval of a few hundred
+//!    records (a server still idle) it read 6-215 us and the budget kept
+//!    fewer probes than fit, so such an interval does not set it.
 //!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
-//!    it is the slowdown of a process busy on the CPU, and of each request
+//!    it is the slowdown of a process busy on the CPU (the probes kept are
+//!    weighed against that CPU less the dropped probes', [`Interval::without`]), and of each request
 //!    while it is being served (the latency figure). Processes that mostly
 //!    wait (for a peer, a client, a timer, the disk) lose far less of their
 //!    throughput: the estimate scales that share by their demand, the
@@ -461,8 +462,18 @@ impl Interval {
     /// counts as runnable): a busy process fills the freed CPU with work,
     /// as the bricks did; one paced by its clients would wait instead and
     /// lose less, which is not assumed (the safe side).
+    ///
+    /// At most half their CPU is taken off: the dropped probes' cost is
+    /// their calls times a calibrated cost, and where it reads most of the
+    /// processes' CPU (a loop around one probed function; the calibration
+    /// ran on a loaded host and read high) what is left is within its
+    /// error, and weighed against it the kept probes would all go, which
+    /// no later look could undo. The next look weighs the kept ones against
+    /// what the processes use without the dropped ones (a GlusterFS brick
+    /// at the first look: 28-75% of its CPU was in the dropped probes,
+    /// median 46%, over half in 13 of 58).
     pub fn without(&self, dropped_ns: f64) -> Interval {
-        let dropped = (dropped_ns.max(0.0) as u64).min(self.traced_cpu_ns);
+        let dropped = (dropped_ns.max(0.0) as u64).min(self.traced_cpu_ns / 2);
         Interval {
             traced_cpu_ns: self.traced_cpu_ns - dropped,
             traced_wait_ns: self.traced_wait_ns.saturating_add(dropped),
