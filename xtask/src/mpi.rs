@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 
-/// Runs the timed test `cpu_hog_is_named_on_the_hogged_processor` `repeat` times and prints, per (problem size,
-/// load), how many of its verdicts were right (the hogged rank named and
-/// no other; nothing abnormal on a clean run), and how many repetitions
-/// passed every check.
+/// Runs the timed test `cpu_hog_is_named_on_the_hogged_processor` `repeat`
+/// times and prints, per (problem size, load), how many of its verdicts
+/// were right (the hogged rank named and no other; nothing abnormal on a
+/// clean run), and how many repetitions passed every check.
 pub(crate) fn bench_mpi(repeat: usize) -> anyhow::Result<()> {
     let results = crate::target_dir().join("xtask/mpi-results.tsv");
     std::fs::create_dir_all(results.parent().context("results dir")?)?;
