@@ -138,26 +138,21 @@ impl Detection {
     /// (`overall_slowdown`) is neither's pace, so it is not reported as
     /// every processor's.
     pub fn pace_note(&self) -> Option<String> {
-        let own: Vec<(u32, f64)> = self
-            .processors
-            .iter()
-            .filter_map(|p| Some((p.rank, p.own_slowdown.filter(|x| x.is_finite())?)))
-            .collect();
-        let slow: Vec<(u32, f64)> = own
-            .iter()
-            .copied()
-            .filter(|x| x.1 > *PACE_BAND.end())
-            .collect();
-        let fast: Vec<(u32, f64)> = own
-            .iter()
-            .copied()
-            .filter(|x| x.1 < *PACE_BAND.start())
-            .collect();
-        let steady: Vec<(u32, f64)> = own
-            .iter()
-            .copied()
-            .filter(|x| PACE_BAND.contains(&x.1))
-            .collect();
+        // Each rank's own computation over its clean baseline, by pace.
+        let (mut slow, mut fast, mut steady) = (Vec::new(), Vec::new(), Vec::new());
+        for p in &self.processors {
+            let Some(x) = p.own_slowdown.filter(|x| x.is_finite()) else {
+                continue;
+            };
+            let pace = if x > *PACE_BAND.end() {
+                &mut slow
+            } else if x < *PACE_BAND.start() {
+                &mut fast
+            } else {
+                &mut steady
+            };
+            pace.push((p.rank, x));
+        }
         if slow.is_empty() && fast.is_empty() {
             return None;
         }
@@ -193,14 +188,17 @@ impl Detection {
             parts.join(", ")
         );
         if !steady.is_empty() {
-            let whose = if steady.len() == 1 { "its" } else { "their" };
+            let (whose, who, were, selves, they) = if steady.len() == 1 {
+                ("its", "it", "was", "itself", "it")
+            } else {
+                ("their", "those", "were", "themselves", "they")
+            };
             let _ = write!(note, "; {} ({whose} clean pace)", group(&steady));
             if !slow.is_empty() {
-                note.push_str(if steady.len() == 1 {
-                    ": it was not slowed itself, so any time it lost was spent in MPI calls, waiting for the slower ones where they exchange data"
-                } else {
-                    ": those were not slowed themselves, so any time they lost was spent in MPI calls, waiting for the slower ones where they exchange data"
-                });
+                let _ = write!(
+                    note,
+                    ": {who} {were} not slowed {selves}, so any time {they} lost was spent in MPI calls, waiting for the slower ones where they exchange data"
+                );
             }
         }
         Some(note)
