@@ -8,11 +8,11 @@
 //! order (a Williams design: every mode in every position and after every
 //! other equally often, relabelled from a printed seed that `--seed`
 //! replays; a rotated order kept each mode after the same one) and each
-//! run after a `sync`, so that
-//! drift in the host's load and one run's write-back hit them alike. Each traced run's throughput is divided by the untraced
-//! run of its own repetition; min / median / max of those ratios are
-//! printed, with the load average, and for the budgeted runs what the
-//! budget dropped and the cost the recorders measured.
+//! run after a `sync`, so that drift in the host's load and one run's
+//! write-back hit them alike. Each traced run's throughput is divided by
+//! the untraced run of its own repetition; min / median / max of those
+//! ratios are printed, with the load average, and for the budgeted runs
+//! what the budget dropped and the cost the recorders measured.
 
 use std::path::PathBuf;
 
