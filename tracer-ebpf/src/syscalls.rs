@@ -239,10 +239,12 @@ fn enter_call(
     // What the call is on: a socket (recorded), a file (counted), neither.
     let (class, dev) = if spec.flags & flag::PATH != 0 {
         (spec.file, 0)
-    } else if spec.file == file_class::NONE || (spec.flags & flag::SOCKET_FD_ONLY != 0 && {
-        known = socket_value(pid, fd as i64);
-        known != 0
-    }) {
+    } else if spec.file == file_class::NONE
+        || (spec.flags & flag::SOCKET_FD_ONLY != 0 && {
+            known = socket_value(pid, fd as i64);
+            known != 0
+        })
+    {
         (file_class::NONE, 0)
     } else if !files && spec.flags & flag::SOCKET_FD_ONLY == 0 {
         // A file-only call while file I/O is not counted.
