@@ -59,11 +59,10 @@ pub mod maps {
     /// Sockets of traced processes closed lately: key `(tgid << 32) | fd`,
     /// value the close's time (`CLOCK_MONOTONIC` ns).
     pub const CLOSED: &str = "CLOSED";
-    /// System calls in progress: key tid, value [`crate::record::SyscallEnter`].
+    /// Each traced thread's system call in progress and where it entered
+    /// its last call (any call, not only traced ones): key tid, value
+    /// [`crate::record::ThreadCall`].
     pub const INFLIGHT: &str = "INFLIGHT";
-    /// Where each traced thread entered its current system call (any call,
-    /// not only traced ones): key tid, value [`crate::record::BlockedEntry`].
-    pub const BLOCKED: &str = "BLOCKED";
     /// Per-CPU counters indexed by [`crate::stats::Stat`].
     pub const STATS: &str = "STATS";
     /// Argument specs of USDT probe sites, indexed by attach cookie:
@@ -145,8 +144,9 @@ pub mod globals {
     pub const TRACE_SYSCALLS: &str = "TRACE_SYSCALLS";
     /// u32: 1 to count file I/O system calls.
     pub const TRACE_FILES: &str = "TRACE_FILES";
-    /// u32: 1 to keep where each thread entered its system call (`BLOCKED`),
-    /// 0 to skip it (an ablation: what the blocked-thread entry costs).
+    /// u32: 1 to keep where each thread entered its system call (the
+    /// `blocked` part of `INFLIGHT`), 0 to skip it (an ablation: what the
+    /// blocked-thread entry costs).
     pub const BLOCKED_THREADS: &str = "BLOCKED_THREADS";
     /// [`crate::kernel::KernelOffsets`]: kernel struct offsets from BTF.
     pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";

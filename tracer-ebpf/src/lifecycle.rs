@@ -17,7 +17,7 @@ use tracer_common::{
 };
 
 use crate::{
-    BLOCKED, FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, count, current, emit, emit_urgent, global,
+    FOLLOW_CHILDREN, INFLIGHT, PARENT, TP_OFFSETS, count, current, emit, emit_urgent, global,
     header, is_traced,
     kernel::{off, read},
 };
@@ -84,7 +84,6 @@ fn on_exit(group_dead: impl FnOnce() -> u32) {
         return;
     }
     let _ = INFLIGHT.remove(&tid);
-    let _ = BLOCKED.remove(&tid);
     if !is_traced(pid) && !is_traced(tid) {
         return;
     }

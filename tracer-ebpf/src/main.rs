@@ -25,7 +25,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     kernel::{BlockAgg, BlockKey, BlockStart, FileAgg, FileKey, KernelOffsets},
-    record::{BlockedEntry, Header, SyscallEnter, TracepointOffsets},
+    record::{Header, ThreadCall, TracepointOffsets},
     stats::{STAT_COUNT, Stat},
 };
 
@@ -169,20 +169,17 @@ pub struct Forked {
     pub at_ns: u64,
 }
 
-/// System calls in progress, by tid: the last call of each thread of a
-/// traced process (`ts_ns` 0 once it returned), removed when the thread
-/// exits.
+/// Each thread of a traced process, by tid, removed when the thread exits:
+/// its last system call (`call.ts_ns` 0 once it returned), and where it
+/// entered its last call, any call (`blocked`). The latter is not cleared
+/// when the call returns (a lookup per call saved): at the stop, the
+/// recorder keeps the entries the kernel still shows the thread in (same
+/// number and stack pointer in `/proc/PID/task/TID/syscall`) and unwinds
+/// those threads' stacks (where a hung daemon stands, with no function
+/// probes). One map for both: a call's entry and exit look the thread up
+/// once each.
 #[map]
-static INFLIGHT: HashMap<u32, SyscallEnter> = HashMap::with_max_entries(16384, 0);
-
-/// Where each thread of a traced process entered its last system call,
-/// any call, removed when the thread exits. Not cleared when the call
-/// returns (a lookup per call saved): at the stop, the recorder keeps the
-/// entries the kernel still shows the thread in (same number and stack
-/// pointer in `/proc/PID/task/TID/syscall`) and unwinds those threads'
-/// stacks (where a hung daemon stands, with no function probes).
-#[map]
-static BLOCKED: HashMap<u32, BlockedEntry> = HashMap::with_max_entries(16384, 0);
+static INFLIGHT: HashMap<u32, ThreadCall> = HashMap::with_max_entries(16384, 0);
 
 /// Hits of each function probe by traced processes, by function id.
 #[map]

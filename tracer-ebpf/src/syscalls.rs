@@ -15,14 +15,14 @@ use tracer_common::{
     kernel::{file_class, mode},
     record::{
         BLOCKED_MIN_NS, BLOCKED_RAW_BYTES, BlockedEntry, BlockedRaw, SockAddr, Syscall,
-        SyscallEnter, kind,
+        SyscallEnter, ThreadCall, kind,
     },
     stats::Stat,
     syscall::{self, NONE, flag},
 };
 
 use crate::{
-    BLOCKED, BLOCKED_THREADS, CLOSED, EVENTS, FD_CLASS, FdClass, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES,
+    BLOCKED_THREADS, CLOSED, EVENTS, FD_CLASS, FdClass, INFLIGHT, PARENT, SOCK_OWNER, SOCKET_FDS, TRACE_FILES,
     TRACE_SYSCALLS, bump_fd_generation, count, current, emit, fd_generation, files, global, header, kernel,
     may_be_traced,
 };
@@ -62,27 +62,29 @@ fn fd_class(pid: u32, fd: i64) -> Option<(u16, u32)> {
 }
 
 /// Whether `fd` of `pid` is a known socket, or one inherited across fork
-/// from a (grand)parent that had it (then it becomes known). A parent's
-/// socket may have been made after the fork under a number the child uses
-/// for something else (a forked worker's epoll descriptor): the child's
-/// descriptor itself decides, where the kernel's view can be read.
+/// from a (grand)parent that had it (then it becomes known): its
+/// `SOCKET_FDS` value (the socket's `struct sock` address once looked up,
+/// else 1), 0 when it is not a socket. A parent's socket may have been
+/// made after the fork under a number the child uses for something else
+/// (a forked worker's epoll descriptor): the child's descriptor itself
+/// decides, where the kernel's view can be read.
 #[inline(always)]
-fn is_socket(pid: u32, fd: i64) -> bool {
+fn socket_value(pid: u32, fd: i64) -> u64 {
     let key = fd_key(pid, fd);
-    // SAFETY: presence checks only.
-    if unsafe { SOCKET_FDS.get(&key) }.is_some() {
-        return true;
+    // SAFETY: the value is copied out.
+    if let Some(known) = unsafe { SOCKET_FDS.get(&key) }.copied() {
+        return known;
     }
     // An fd number never seen: nothing to inherit it from.
     if fd < 0 {
-        return false;
+        return 0;
     }
     let mut p = pid;
     let mut found = false;
     for _ in 0..4 {
         // SAFETY: the value is copied out.
         let Some(forked) = (unsafe { PARENT.get(&p) }).copied() else {
-            return false;
+            return 0;
         };
         let parent_key = fd_key(forked.parent, fd);
         // A socket of the parent now, or one it closed after the fork.
@@ -96,7 +98,7 @@ fn is_socket(pid: u32, fd: i64) -> bool {
         p = forked.parent;
     }
     if !found {
-        return false;
+        return 0;
     }
     // Through the class cache: a number that is no socket is then not
     // walked again by the caller's own look at it.
@@ -104,7 +106,7 @@ fn is_socket(pid: u32, fd: i64) -> bool {
     if socket {
         let _ = SOCKET_FDS.insert(&key, &1, 0);
     }
-    socket
+    u64::from(socket)
 }
 
 /// Offset of `bp` in x86-64 `struct pt_regs` (a stable ABI: ptrace's
@@ -165,10 +167,14 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
     if frees {
         bump_fd_generation(pid);
     }
-    let kept = enter_call(ctx, pid, tid, nr);
-    if frees && !kept {
+    // What the entry keeps, each part set when its `ts_ns` is not 0.
+    let mut call = SyscallEnter::default();
+    let mut sock = 0u64;
+    let mut blocked = BlockedEntry::default();
+    enter_call(ctx, pid, nr, &mut call, &mut sock, &mut blocked);
+    if frees && call.ts_ns == 0 {
         // The exit bumps the generation again, once the numbers are free.
-        let mark = SyscallEnter {
+        call = SyscallEnter {
             // Not 0 (a returned call's); never read as a time.
             ts_ns: 1,
             nr: nr as u32,
@@ -178,63 +184,76 @@ fn try_sys_enter(ctx: &RawTracePointContext) {
             file_class: FREES_FDS_ONLY,
             dev: 0,
         };
-        keep_inflight(tid, &mark);
     }
+    keep(tid, &call, sock, &blocked);
 }
 
-/// The entry of call `nr` of traced thread `tid` of `pid`: the
-/// blocked-thread entry, and the call kept for its exit when it is recorded
-/// or counted (then true).
+/// The entry of call `nr` of a traced thread of `pid`: where the thread
+/// entered it (`blocked`, with blocked threads on), and the call kept for
+/// its exit when it is recorded or counted (`call`, with the descriptor's
+/// `SOCKET_FDS` value in `sock` when the entry read it).
 #[inline(always)]
-fn enter_call(ctx: &RawTracePointContext, pid: u32, tid: u32, nr: u64) -> bool {
-    let blocked = global(&BLOCKED_THREADS) != 0;
+fn enter_call(
+    ctx: &RawTracePointContext,
+    pid: u32,
+    nr: u64,
+    call: &mut SyscallEnter,
+    sock: &mut u64,
+    blocked: &mut BlockedEntry,
+) {
+    let noting = global(&BLOCKED_THREADS) != 0;
     // Most calls of a busy server (futex, nanosleep...) have no spec: they
     // pay only the blocked-thread entry, ~140 ns on this VM: the clock
     // read ~55 (the coarse clock is refused to raw tracepoints), the
     // registers ~30 (two reads of bp and ip..sp cost the same as one of
     // all 16 words), the map ~40.
     let Some(spec) = syscall::spec(nr as u32) else {
-        if blocked && let Some(regs) = regs(ctx) {
+        if noting && let Some(regs) = regs(ctx) {
             // SAFETY: helper without preconditions.
             let ts_ns = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
-            note_blocked(pid, tid, nr as u32, ts_ns, &regs);
+            *blocked = blocked_entry(pid, nr as u32, ts_ns, &regs);
         }
-        return false;
+        return;
     };
     let Some(regs) = regs(ctx) else {
-        return false;
+        return;
     };
     // One precise clock read for both entries of a call with a spec.
     // SAFETY: helper without preconditions.
     let ts_ns = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
-    if blocked {
-        note_blocked(pid, tid, nr as u32, ts_ns, &regs);
+    if noting {
+        *blocked = blocked_entry(pid, nr as u32, ts_ns, &regs);
     }
     let sockets = global(&TRACE_SYSCALLS) != 0;
     let files = global(&TRACE_FILES) != 0 && spec.file != file_class::NONE;
     if !sockets && !files {
-        return false;
+        return;
     }
     let fd = if spec.fd_arg == NONE {
         -1
     } else {
         arg(&regs, spec.fd_arg) as i32
     };
+    // The descriptor's `SOCKET_FDS` value where it was looked up.
+    let mut known = 0;
     // What the call is on: a socket (recorded), a file (counted), neither.
     let (class, dev) = if spec.flags & flag::PATH != 0 {
         (spec.file, 0)
     } else if spec.file == file_class::NONE
-        || (spec.flags & flag::SOCKET_FD_ONLY != 0 && is_socket(pid, fd as i64))
+        || (spec.flags & flag::SOCKET_FD_ONLY != 0 && {
+            known = socket_value(pid, fd as i64);
+            known != 0
+        })
     {
         (file_class::NONE, 0)
     } else if !files && spec.flags & flag::SOCKET_FD_ONLY == 0 {
         // A file-only call while file I/O is not counted.
-        return false;
+        return;
     } else {
         // The descriptor itself says: a file, a socket we did not know
         // (opened before its process was traced, inherited), or neither.
         let Some((kind, dev)) = fd_class(pid, fd as i64) else {
-            return false;
+            return;
         };
         if kind == mode::S_IFSOCK && spec.flags & flag::SOCKET_FD_ONLY != 0 {
             if SOCKET_FDS.insert(&fd_key(pid, fd as i64), &1, 0).is_err() {
@@ -244,13 +263,13 @@ fn enter_call(ctx: &RawTracePointContext, pid: u32, tid: u32, nr: u64) -> bool {
         } else if kernel::is_storage(kind) {
             (spec.file, dev)
         } else {
-            return false;
+            return;
         }
     };
     if (class == file_class::NONE && !sockets) || (class != file_class::NONE && !files) {
-        return false;
+        return;
     }
-    let enter = SyscallEnter {
+    *call = SyscallEnter {
         ts_ns,
         nr: nr as u32,
         fd,
@@ -259,58 +278,66 @@ fn enter_call(ctx: &RawTracePointContext, pid: u32, tid: u32, nr: u64) -> bool {
         file_class: u32::from(class),
         dev,
     };
-    keep_inflight(tid, &enter)
+    *sock = known;
 }
 
-/// Keeps `enter` as thread `tid`'s call in progress; false when the map is
-/// full. Written in place where this thread has an entry (every call after
-/// its first): a hash insert and delete per call cost more than the rest
-/// of the call's work. The entry goes when the thread exits.
+/// Keeps what a call's entry found in thread `tid`'s `INFLIGHT` entry, one
+/// lookup for both parts: `call` as its call in progress (when its `ts_ns`
+/// is set; a call neither recorded nor counted leaves the entry's call as
+/// it was: done), `blocked` as where it entered its last call. Written in
+/// place where the thread has an entry (every call after its first): a
+/// hash insert and delete per call cost more than the rest of the call's
+/// work. The entry goes when the thread exits.
 #[inline(always)]
-fn keep_inflight(tid: u32, enter: &SyscallEnter) -> bool {
+fn keep(tid: u32, call: &SyscallEnter, sock: u64, blocked: &BlockedEntry) {
+    if call.ts_ns == 0 && blocked.ts_ns == 0 {
+        return;
+    }
     match INFLIGHT.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; only its own system calls and
         // its exit touch it, one at a time.
-        Some(slot) => {
-            unsafe { *slot = *enter };
-            true
-        }
-        None => {
-            if INFLIGHT.insert(&tid, enter, 0).is_err() {
-                count(Stat::InflightFull);
-                return false;
+        Some(slot) => unsafe {
+            if call.ts_ns != 0 {
+                (*slot).call = *call;
+                (*slot).sock = sock;
             }
-            true
+            if blocked.ts_ns != 0 {
+                (*slot).blocked = *blocked;
+            }
+        },
+        None => {
+            let entry = ThreadCall {
+                call: *call,
+                blocked: *blocked,
+                sock,
+            };
+            if INFLIGHT.insert(&tid, &entry, 0).is_err() {
+                if call.ts_ns != 0 {
+                    count(Stat::InflightFull);
+                }
+                if blocked.ts_ns != 0 {
+                    count(Stat::BlockedFull);
+                }
+            }
         }
     }
 }
 
-/// Keeps where this thread entered a system call, every call: the
-/// recorder unwinds the threads still inside one at the stop. Written in
-/// place after the thread's first call (one lookup and a store); never
+/// Where a thread of `pid` entered system call `nr`, every call: the
+/// recorder unwinds the threads still inside one at the stop. Never
 /// cleared when the call returns (that was a second lookup per call): the
 /// entry is the thread's last call, finished or not, and the recorder
 /// tells which by `/proc/PID/task/TID/syscall` (the same number, stack
 /// pointer and return address: still in it).
 #[inline(always)]
-fn note_blocked(pid: u32, tid: u32, nr: u32, ts_ns: u64, regs: &[u64; 16]) {
-    let entry = BlockedEntry {
+fn blocked_entry(pid: u32, nr: u32, ts_ns: u64, regs: &[u64; 16]) -> BlockedEntry {
+    BlockedEntry {
         ts_ns,
         pid,
         nr,
         ip: regs[REG_IP],
         sp: regs[REG_SP],
         bp: regs[REG_BP],
-    };
-    match BLOCKED.get_ptr_mut(&tid) {
-        // SAFETY: this thread's own entry; only its own system calls and
-        // its exit touch it, one at a time.
-        Some(slot) => unsafe { *slot = entry },
-        None => {
-            if BLOCKED.insert(&tid, &entry, 0).is_err() {
-                count(Stat::BlockedFull);
-            }
-        }
     }
 }
 
@@ -324,11 +351,10 @@ fn note_blocked(pid: u32, tid: u32, nr: u32, ts_ns: u64, regs: &[u64; 16]) {
 /// every return, and is this call's when its number and stack pointer are
 /// the ones the kernel still holds for it.
 #[inline(always)]
-fn interrupted(ctx: &RawTracePointContext, pid: u32, tid: u32) {
-    // SAFETY: the value is copied out.
-    let Some(entry) = (unsafe { BLOCKED.get(&tid) }).copied() else {
+fn interrupted(ctx: &RawTracePointContext, pid: u32, tid: u32, entry: &BlockedEntry) {
+    if entry.ts_ns == 0 {
         return;
-    };
+    }
     let regs: u64 = ctx.arg(0);
     // orig_ax, ip, cs, flags, sp.
     // SAFETY: the helper checks the address; a fault returns an error.
@@ -399,20 +425,23 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         return;
     }
     let ret: i64 = ctx.arg(1);
-    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
-    // -ERESTART_RESTARTBLOCK: a signal ended the call.
-    if matches!(ret, -4 | -512 | -513 | -514 | -516) && global(&BLOCKED_THREADS) != 0 {
-        interrupted(ctx, pid, tid);
-    }
+    // The thread's entry: its call in progress and where it entered it.
     let Some(slot) = INFLIGHT.get_ptr_mut(&tid) else {
         return;
     };
-    // SAFETY: this thread's own entry (see `try_sys_enter`), copied out
-    // and marked done: a call whose entry was not kept finds it done.
-    let enter = unsafe {
-        let enter = *slot;
-        (*slot).ts_ns = 0;
-        enter
+    // -EINTR, -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND,
+    // -ERESTART_RESTARTBLOCK: a signal ended the call.
+    if matches!(ret, -4 | -512 | -513 | -514 | -516) && global(&BLOCKED_THREADS) != 0 {
+        // SAFETY: this thread's own entry, copied out.
+        let entry = unsafe { (*slot).blocked };
+        interrupted(ctx, pid, tid, &entry);
+    }
+    // SAFETY: this thread's own entry (see `keep`), copied out and marked
+    // done: a call whose entry was not kept finds it done.
+    let (enter, sock) = unsafe {
+        let enter = (*slot).call;
+        (*slot).call.ts_ns = 0;
+        (enter, (*slot).sock)
     };
     if enter.ts_ns == 0 {
         return;
@@ -435,9 +464,9 @@ fn try_sys_exit(ctx: &RawTracePointContext) {
         if SOCKET_FDS.insert(&fd_key(pid, ret), &1, 0).is_err() {
             count(Stat::SocketMapFull);
         }
-        note_owner(pid, ret);
+        note_owner(pid, ret, 0);
     } else if spec.fd_arg != NONE && spec.flags & (flag::WAIT | flag::CLOSES_FD) == 0 {
-        note_owner(pid, i64::from(enter.fd));
+        note_owner(pid, i64::from(enter.fd), sock);
     }
     if spec.flags & flag::CLOSES_FD != 0 {
         let key = fd_key(pid, enter.fd as i64);
@@ -531,13 +560,20 @@ fn sock_port(pid: u32, fd: i64, peer: bool) -> u16 {
 
 /// Remembers that traced process `pid` uses the socket behind `fd`, so a
 /// retransmission on it is known to be its own (`tcp.rs`). The socket's
-/// `struct sock` is looked up once per descriptor and kept in `SOCKET_FDS`.
+/// `struct sock` is looked up once per descriptor and kept in `SOCKET_FDS`;
+/// `entered`: that entry's value as the call's entry read it (0: not read
+/// then), which spares the lookup once it holds the address.
 #[inline(always)]
-fn note_owner(pid: u32, fd: i64) {
+fn note_owner(pid: u32, fd: i64, entered: u64) {
     let key = fd_key(pid, fd);
-    // SAFETY: the value is copied out.
-    let Some(known) = (unsafe { SOCKET_FDS.get(&key) }).copied() else {
-        return;
+    let known = if entered > 1 {
+        entered
+    } else {
+        // SAFETY: the value is copied out.
+        let Some(known) = (unsafe { SOCKET_FDS.get(&key) }).copied() else {
+            return;
+        };
+        known
     };
     let sk = if known > 1 {
         known

@@ -24,7 +24,7 @@ use tracer_common::{
     globals,
     kernel::{BlockAgg, BlockKey, FileAgg, FileKey, KernelOffsets},
     maps, programs,
-    record::{BlockedEntry, SyscallEnter, TracepointOffsets, UsdtSpec},
+    record::{BlockedEntry, SyscallEnter, ThreadCall, TracepointOffsets, UsdtSpec},
     stats::{STAT_COUNT, STAT_NAMES},
 };
 
@@ -247,8 +247,9 @@ pub struct Loaded {
     closed: HashMap<MapData, u64, u64>,
     /// `PARENT` (value: the eBPF side's `Forked`, 16 bytes).
     parents: HashMap<MapData, u32, [u8; 16]>,
-    inflight: HashMap<MapData, u32, SyscallEnter>,
-    blocked: HashMap<MapData, u32, BlockedEntry>,
+    /// `INFLIGHT`: each traced thread's call in progress and where it
+    /// entered its last call.
+    inflight: HashMap<MapData, u32, ThreadCall>,
     stats: PerCpuArray<MapData, u64>,
     file_stats: PerCpuHashMap<MapData, FileKey, FileAgg>,
     block_stats: PerCpuHashMap<MapData, BlockKey, BlockAgg>,
@@ -393,7 +394,6 @@ impl Loaded {
         let parents = take(&mut ebpf, maps::PARENT)?;
         let closed = take(&mut ebpf, maps::CLOSED)?;
         let inflight = take(&mut ebpf, maps::INFLIGHT)?;
-        let blocked = take(&mut ebpf, maps::BLOCKED)?;
         let stats = take(&mut ebpf, maps::STATS)?;
         let usdt_specs = take(&mut ebpf, maps::USDT_SPECS)?;
         let file_stats = take(&mut ebpf, maps::FILE_STATS)?;
@@ -417,7 +417,6 @@ impl Loaded {
             closed,
             parents,
             inflight,
-            blocked,
             stats,
             file_stats,
             block_stats,
@@ -1423,7 +1422,8 @@ impl Loaded {
             .filter_map(Result::ok)
             // A thread's entry stays after its call returned, marked done
             // (`ts_ns` 0): only calls still in progress count.
-            .filter(|(_, enter)| enter.ts_ns != 0)
+            .filter(|(_, t)| t.call.ts_ns != 0)
+            .map(|(tid, t)| (tid, t.call))
             .collect()
     }
 
@@ -1433,23 +1433,29 @@ impl Loaded {
     /// whether the thread is still inside is for the caller to tell, by
     /// [`crate::procfs::blocked_syscall`] (`session::in_call`).
     pub fn blocked(&self) -> Vec<(u32, BlockedEntry)> {
-        self.blocked
+        self.inflight
             .iter()
             .filter_map(Result::ok)
-            // Never written with 0; a guard against a half-made entry.
-            .filter(|(_, entry)| entry.ts_ns != 0)
+            // 0: the thread's entry was made by a call kept for its exit
+            // with blocked threads off (never written with 0 otherwise).
+            .filter(|(_, t)| t.blocked.ts_ns != 0)
+            .map(|(tid, t)| (tid, t.blocked))
             .collect()
     }
 
     /// Threads that entered a system call since the programs were attached
     /// (inside one now or not).
     pub fn blocked_tids(&self) -> HashSet<u32> {
-        self.blocked.keys().filter_map(Result::ok).collect()
+        self.blocked().into_iter().map(|(tid, _)| tid).collect()
     }
 
     /// Where thread `tid` entered its last system call (finished or not).
     pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
-        self.blocked.get(&tid, 0).ok().filter(|e| e.ts_ns != 0)
+        self.inflight
+            .get(&tid, 0)
+            .ok()
+            .map(|t| t.blocked)
+            .filter(|e| e.ts_ns != 0)
     }
 
     /// The file I/O counters, summed over CPUs (cumulative since the key

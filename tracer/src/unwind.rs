@@ -1,9 +1,9 @@
 //! Where the threads of traced processes stand when a recording stops
 //! inside a system call: their user stacks, read with `process_vm_readv`
-//! from the stack pointer the kernel saved at the call's entry (the eBPF
-//! `BLOCKED` map) and unwound by the objects' call frame information
-//! (`.eh_frame`, found through `.eh_frame_hdr`), with frame pointers where
-//! an address has none.
+//! from the stack pointer the kernel saved at the call's entry (the
+//! `blocked` part of the eBPF `INFLIGHT` map) and unwound by the objects'
+//! call frame information (`.eh_frame`, found through `.eh_frame_hdr`),
+//! with frame pointers where an address has none.
 //!
 //! A thread inside a system call does not run user code, so its stack is
 //! stable while it is read; whether it stayed inside the same call all the

@@ -10,7 +10,10 @@ use std::{
 
 use analyzer::{Capture, Event};
 use tests::{Background, capture, events, fixture, privileged, tracer};
-use tracer_common::record::blocked_flags;
+use tracer_common::{
+    record::{SYSCALL_UNFINISHED, blocked_flags},
+    syscall::nr,
+};
 
 /// Starts the `stuck` fixture and waits until both its threads run.
 fn start_stuck(args: &[&str]) -> Child {
@@ -97,6 +100,61 @@ fn blocked_threads_are_found_where_they_wait_without_probes() {
         at(&worker.1, "worker").is_some_and(|w| Some(w) > stuck),
         "worker above stuck_here: {worker:?}"
     );
+}
+
+/// A thread stopped inside a call that is recorded (a receive on a socket
+/// nothing writes to) is both an unfinished call and a blocked thread,
+/// entered at the same instant: the thread's one kernel entry keeps its
+/// call in progress and where it entered it, neither written over by the
+/// other.
+#[test]
+fn a_thread_in_a_recorded_call_is_both_unfinished_and_blocked_since_its_entry() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("receiver.capture");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "--duration",
+        "2s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        "python3",
+        "-c",
+        // The alarm ends it after the recording.
+        "import signal, socket\nsignal.alarm(10)\na, b = socket.socketpair()\nb.recv(1)",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let cap = capture(&out);
+    let evs = events(&cap);
+    let unfinished: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Syscall(s) if s.flags & SYSCALL_UNFINISHED != 0 => Some(s),
+            _ => None,
+        })
+        .collect();
+    let [recv] = unfinished.as_slice() else {
+        panic!("the receive, unfinished: {unfinished:?}");
+    };
+    assert_eq!(recv.nr, nr::RECVFROM, "{recv:?}");
+    let blocked: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Blocked(b) if b.header.tid == recv.header.tid => Some(b),
+            _ => None,
+        })
+        .collect();
+    let [thread] = blocked.as_slice() else {
+        panic!("the receiving thread, blocked: {blocked:?}");
+    };
+    assert_eq!(thread.nr, recv.nr, "{thread:?}");
+    assert_eq!(thread.since_ns, recv.enter_ns, "{thread:?} {recv:?}");
+    assert_eq!(thread.flags & blocked_flags::BEFORE_START, 0, "{thread:?}");
 }
 
 /// A thread that entered its system call before the recording started (a
