@@ -643,7 +643,10 @@ impl Overhead {
         }
         if let Some(m) = o.measured_percent {
             let records = o.measured_record_ns.map_or(String::new(), |r| {
-                format!(", the recorder's CPU per record measured over that span: {:.1} us", r / 1e3)
+                format!(
+                    ", the recorder's CPU per record measured over that span: {:.1} us",
+                    r / 1e3
+                )
             });
             lines.push(format!(
                 "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the cost per call above{records})",

@@ -3265,7 +3265,10 @@ mod tests {
         assert!((at_first.kept_percent - 3.8).abs() < 1e-9, "{at_first:?}");
         let at_next = plan(next);
         assert_eq!(at_next.drop, [0], "{at_next:?}");
-        assert!((at_next.estimated_percent - 5.2).abs() < 1e-9, "{at_next:?}");
+        assert!(
+            (at_next.estimated_percent - 5.2).abs() < 1e-9,
+            "{at_next:?}"
+        );
     }
 
     /// A thread's entry is its last call: it is blocked in it only while
