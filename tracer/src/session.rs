@@ -1484,7 +1484,7 @@ fn record_cost_ns(from: &Window, own_ns: Option<u64>, records: u64) -> Option<f6
 /// ring buffer wakes the recorder for many records at once, and a record
 /// cost less than once the hottest probes are gone (GlusterFS, 4 bricks
 /// with a recorder each: the first windows read 0.1-0.6 us a record, while
-/// the recorders' CPU grew by ~0.9 us for each record the probes kept
+/// the recorders' CPU grew by 0.7-1.2 us for each record the probes kept
 /// added over recording without probes).
 fn next_record_cost(current: f64, from: &Window, own_ns: Option<u64>, records: u64) -> f64 {
     record_cost_ns(from, own_ns, records).unwrap_or(current)
