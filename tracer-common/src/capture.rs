@@ -558,6 +558,14 @@ pub struct Overhead {
     /// The span `measured_percent` covers, ms.
     #[serde(default)]
     pub measured_ms: u64,
+    /// The recorder's own CPU per record over that span, ns: its CPU time
+    /// over the records it wrote then, which `measured_percent` charges
+    /// for each record the kept probes wrote (the cost per record in
+    /// `probe_costs` is what the decisions were weighed with). `None` when
+    /// the span wrote too few records to tell it from the recorder's fixed
+    /// work (`probe_costs`' figure is charged then), and in older captures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_record_ns: Option<f64>,
     /// CPU the programs on tracepoints and perf events (system calls, file
     /// and block I/O, lifecycle, samples) used over the whole recording,
     /// ms per second, measured by the kernel's run-time statistics, on
@@ -634,8 +642,14 @@ impl Overhead {
             }
         }
         if let Some(m) = o.measured_percent {
+            let records = o.measured_record_ns.map_or(String::new(), |r| {
+                format!(
+                    ", the recorder's CPU per record measured over that span: {:.1} us",
+                    r / 1e3
+                )
+            });
             lines.push(format!(
-                "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the cost per call above)",
+                "measured after the decision ({} ms): {m:.1}% slowdown from the probes kept (their calls times the cost per call above{records})",
                 o.measured_ms
             ));
         }

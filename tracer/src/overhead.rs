@@ -22,14 +22,19 @@
 //!    weighs them: a probe's cost is its calls times its class's
 //!    calibrated cost, plus the recorder's own CPU for each record a call
 //!    writes (two with the return probe, one entry-only): the recorder's
-//!    CPU time over the records of every kind it wrote in the first
-//!    interval that wrote at least 5,000 (the calibration discards its
-//!    records, so it does not see this; on GlusterFS's brick daemons it
-//!    read 0.1-2 us a record, up to half again the traps' cost, taken from
-//!    the same busy cores). Its fixed work is charged to the records too,
-//!    which errs on the safe side; over a first interval of a few hundred
-//!    records (a server still idle) it read 6-215 us and the budget kept
-//!    fewer probes than fit, so such an interval does not set it.
+//!    CPU time over the records of every kind it wrote in the latest
+//!    interval that wrote at least 5,000, taken again at every look (the
+//!    calibration discards its records, so it does not see this; on
+//!    GlusterFS's brick daemons it read 0.1-2 us a record, up to half
+//!    again the traps' cost, taken from the same busy cores). Not the
+//!    first interval's alone: with every probe firing the recorder drains
+//!    many records a wake-up, and they read cheaper than the kept probes'
+//!    records cost once the hottest are gone. Its fixed work is charged to
+//!    the records too, which errs on the safe side; over an interval of a
+//!    few hundred records (a server still idle) it read 6-215 us and the
+//!    budget kept fewer probes than fit, so such an interval does not set
+//!    it. The cost measured at the end charges the records at the
+//!    recorder's CPU per record over the same span.
 //!    Over the traced processes' CPU time (from `/proc/PID/task/*/schedstat`)
 //!    it is the slowdown of a process busy on the CPU (the probes kept are
 //!    weighed against that CPU less the dropped probes', [`Interval::without`]), and of each request
@@ -629,6 +634,7 @@ pub fn first_item(costs: Costs, interval: Interval, budget: Option<f64>, plan: &
         kept_percent: plan.kept_percent,
         measured_percent: None,
         measured_ms: 0,
+        measured_record_ns: None,
         kernel_ms_per_s: None,
         dropped: plan.dropped.clone(),
     }

@@ -1477,6 +1477,19 @@ fn record_cost_ns(from: &Window, own_ns: Option<u64>, records: u64) -> Option<f6
     Some(own_ns?.saturating_sub(from.own_ns?) as f64 / n as f64)
 }
 
+/// The recorder's CPU per record to weigh the next decision with: the
+/// figure over the window that ends now (from `from`) when it wrote enough
+/// records ([`record_cost_ns`]), else `current`, the last one taken (0:
+/// none yet). Not only the first window's: there every probe fires, the
+/// ring buffer wakes the recorder for many records at once, and a record
+/// cost less than once the hottest probes are gone (GlusterFS, 4 bricks
+/// with a recorder each: the first windows read 0.1-0.6 us a record, while
+/// the recorders' CPU grew by 0.7-1.2 us for each record the probes kept
+/// added over recording without probes).
+fn next_record_cost(current: f64, from: &Window, own_ns: Option<u64>, records: u64) -> f64 {
+    record_cost_ns(from, own_ns, records).unwrap_or(current)
+}
+
 /// The function probes' overhead: their calibrated cost, the window being
 /// counted, and what was decided so far.
 #[derive(Debug)]
@@ -2091,21 +2104,26 @@ impl Session {
             }
         }
         let interval = budget.cpu.since(&budget.window);
-        // The recorder's own CPU per record, once, over the first interval
-        // weighed that wrote enough records for its fixed work not to be
-        // most of the figure (the first, with every probe attached, on a
-        // busy server; a later one where the server was idle at first).
-        // Until then the records are not charged.
-        if budget.costs.probe.record_ns == 0.0
-            && let Some(ns) = record_cost_ns(&budget.window, own_cpu_ns(), records)
+        // The recorder's own CPU per record over the interval that ends
+        // now, at every look whose interval wrote enough records for its
+        // fixed work not to be most of the figure ([`next_record_cost`]).
+        // Until one has, the records are not charged.
+        let first_record_cost = budget.costs.probe.record_ns == 0.0;
+        budget.costs.probe.record_ns = next_record_cost(
+            budget.costs.probe.record_ns,
+            &budget.window,
+            own_cpu_ns(),
+            records,
+        );
+        if budget.costs.probe.record_ns > 0.0
+            && let Some(item) = &mut budget.item
         {
-            budget.costs.probe.record_ns = ns;
-            if let Some(item) = &mut budget.item {
-                // The capture is told the figure the later looks used.
-                item.probe_costs = Some(budget.costs.probe);
+            // The capture is told the figure the later looks used.
+            item.probe_costs = Some(budget.costs.probe);
+            if first_record_cost {
                 self.notices.push(format!(
                     "overhead budget: the recorder's CPU per record, {:.1} us, taken over the last {} ms ({} records; the first window had too few to tell it from the recorder's fixed work)",
-                    ns / 1e3,
+                    budget.costs.probe.record_ns / 1e3,
                     interval.ns / 1_000_000,
                     records - budget.window.records
                 ));
@@ -2216,9 +2234,10 @@ impl Session {
             }
             Some(item) if !plan.drop.is_empty() => {
                 self.notices.push(format!(
-                    "overhead budget: the probes kept cost {:.1}% over the last {} ms; dropped {} more, estimated {:.1}% with the rest",
+                    "overhead budget: the probes kept cost {:.1}% over the last {} ms (the recorder's CPU {:.1} us a record); dropped {} more, estimated {:.1}% with the rest",
                     plan.estimated_percent,
                     interval.ns / 1_000_000,
+                    budget.costs.probe.record_ns / 1e3,
                     plan.drop.len(),
                     plan.kept_percent
                 ));
@@ -2255,6 +2274,7 @@ impl Session {
     /// weighed over what there was, nothing dropped).
     fn final_overhead(&mut self) -> Option<Overhead> {
         let pids = self.traced_pids();
+        let records: u64 = self.records().iter().sum();
         let budget = self.budget.as_mut()?;
         budget.cpu.read(pids.into_iter());
         let calls = self.loaded.func_hits(self.probes.len());
@@ -2282,9 +2302,16 @@ impl Session {
                 .map(|((now, then), kept)| if *kept { now.saturating_sub(*then) } else { 0 })
                 .collect();
             let interval = budget.cpu.since(since);
-            item.measured_percent =
-                overhead::measured(&self.probes, &delta, budget.costs, interval);
+            // The records charged at what they cost the recorder over the
+            // same span, not at the figure the decisions had.
+            let record_ns = record_cost_ns(since, own_cpu_ns(), records);
+            let mut costs = budget.costs;
+            if let Some(ns) = record_ns {
+                costs.probe.record_ns = ns;
+            }
+            item.measured_percent = overhead::measured(&self.probes, &delta, costs, interval);
             item.measured_ms = interval.ns / 1_000_000;
+            item.measured_record_ns = record_ns;
         }
         Some(item)
     }
@@ -2772,8 +2799,16 @@ impl Session {
                 );
             }
             if let Some(m) = item.measured_percent {
+                let records = match (item.measured_record_ns, item.probe_costs) {
+                    (Some(r), Some(c)) => format!(
+                        "; the recorder's CPU per record {:.1} us over that span, weighed at {:.1} us",
+                        r / 1e3,
+                        c.record_ns / 1e3
+                    ),
+                    _ => String::new(),
+                };
                 progress(&format!(
-                    "function probes kept: measured slowdown {m:.1}% over {} ms (estimated {:.1}%)",
+                    "function probes kept: measured slowdown {m:.1}% over {} ms (estimated {:.1}%{records})",
                     item.measured_ms, item.kept_percent
                 ));
             }
@@ -3102,7 +3137,7 @@ mod tests {
 
     use super::{
         CpuMeter, CpuTally, EnrollTarget, RECORD_COST_MIN_RECORDS, SampledObject, Tracker, Window,
-        in_call, record_cost_ns, symbol_at_offset,
+        in_call, next_record_cost, record_cost_ns, symbol_at_offset,
     };
     use tracer_common::{
         capture::{ObjectSymbols, Segment, Symbol},
@@ -3164,6 +3199,75 @@ mod tests {
         assert_eq!(
             record_cost_ns(&from, Some(116_000_000), 21_000),
             Some(800.0)
+        );
+    }
+
+    /// The records' cost is taken again at every look whose window wrote
+    /// enough records, and the next decision weighs the kept probes with
+    /// it. At the first look every probe fires and the recorder drains
+    /// many records a wake-up (12 ms over 40,000 records: 0.3 us); once the
+    /// hottest are gone, 9 ms over 9,000 records (1 us). The two probes
+    /// kept, 2,500 push-first calls a second against 250 ms of the traced
+    /// processes' CPU, fit a 5% budget at 0.3 us a record (3.8%) and not at
+    /// 1 us (5.2%): the hotter goes. A window with too few records keeps
+    /// the last figure.
+    #[test]
+    fn the_record_cost_follows_the_latest_window_with_enough_records() {
+        use tracer_common::capture::{EntryClass, Probe, ProbeCosts};
+        let window = |own_ms: u64, records| Window {
+            at: std::time::Instant::now(),
+            cpu_ns: 0,
+            wait_ns: 0,
+            host: None,
+            calls: Vec::new(),
+            own_ns: Some(own_ms * 1_000_000),
+            records,
+        };
+        let first = next_record_cost(0.0, &window(100, 0), Some(112_000_000), 40_000);
+        assert_eq!(first, 300.0);
+        let next = next_record_cost(first, &window(112, 40_000), Some(121_000_000), 49_000);
+        assert_eq!(next, 1_000.0);
+        assert_eq!(
+            next_record_cost(next, &window(121, 49_000), Some(130_000_000), 49_100),
+            1_000.0
+        );
+        let probes: Vec<Probe> = ["warm", "cool"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Probe {
+                func_id: i as u32,
+                symbol: name.to_string(),
+                entry_class: EntryClass::Push,
+                ..Probe::default()
+            })
+            .collect();
+        let costs = |record_ns| crate::overhead::Costs {
+            probe: ProbeCosts {
+                push_entry_ns: 1_200.0,
+                nop_entry_ns: 1_100.0,
+                stepped_entry_ns: 10_000.0,
+                return_ns: 2_000.0,
+                record_ns,
+            },
+        };
+        let second = crate::overhead::Interval {
+            ns: 1_000_000_000,
+            traced_cpu_ns: 250_000_000,
+            traced_wait_ns: 750_000_000,
+            host_busy: 0.9,
+        };
+        let calls = [2_000, 500];
+        let plan = |record_ns| {
+            crate::overhead::plan(&probes, &calls, costs(record_ns), second, Some(5.0), None)
+        };
+        let at_first = plan(first);
+        assert!(at_first.drop.is_empty(), "{at_first:?}");
+        assert!((at_first.kept_percent - 3.8).abs() < 1e-9, "{at_first:?}");
+        let at_next = plan(next);
+        assert_eq!(at_next.drop, [0], "{at_next:?}");
+        assert!(
+            (at_next.estimated_percent - 5.2).abs() < 1e-9,
+            "{at_next:?}"
         );
     }
 

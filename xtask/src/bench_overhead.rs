@@ -83,7 +83,8 @@ pub(crate) struct BenchOverheadArgs {
     /// The modes to run, comma-separated (untraced always runs first):
     /// no-f, no-f-one (one recorder for all servers), broad,
     /// broad-everywhere (probes in every process of their objects,
-    /// `--probe-everywhere`), budget, and
+    /// `--probe-everywhere`), budget, budget-one (one budgeted recorder
+    /// for all servers), and
     /// the no-f ablations that each turn one
     /// signal off, to find where the cost of recording without probes
     /// goes: no-f-nosample, no-f-nosyscalls, no-f-nofile, no-f-noblock,
@@ -219,15 +220,24 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
             // As recorders did before probes were scoped to the traced
             // processes: every process mapping a probed library traps.
             "broad-everywhere" => record(&broad, &["--probe-everywhere".into()])?,
-            "budget" => record(
-                &broad,
-                &[
-                    "--overhead".into(),
-                    budget.clone(),
-                    "--overhead-interval".into(),
-                    "1s".into(),
-                ],
-            )?,
+            "budget" | "budget-one" => {
+                let mut r = record(
+                    &broad,
+                    &[
+                        "--overhead".into(),
+                        budget.clone(),
+                        "--overhead-interval".into(),
+                        "1s".into(),
+                    ],
+                )?;
+                // budget-one: one recorder, one budget, for all servers
+                // of the host (as no-f-one), instead of one per server
+                // each spending its own.
+                if plain == "budget-one" {
+                    r.mode = tests::fs::RecordMode::Single;
+                }
+                r
+            }
             other => match ablation(other) {
                 Some((hz, flags, single)) => {
                     let mut r = record(
@@ -243,7 +253,7 @@ pub(crate) fn bench_overhead(a: &BenchOverheadArgs) -> anyhow::Result<()> {
                     r
                 }
                 None => anyhow::bail!(
-                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, {} (each ablation also as no-f-one-X; any mode as MODE@base with --baseline)",
+                    "unknown mode {other:?}: untraced, no-f, no-f-one, broad, broad-everywhere, budget, budget-one, {} (each ablation also as no-f-one-X; any mode as MODE@base with --baseline)",
                     ABLATIONS
                         .iter()
                         .map(|(n, ..)| *n)
