@@ -361,6 +361,28 @@ pub fn capture(path: &Path) -> Capture {
     Capture::open(path).unwrap_or_else(|e| panic!("reading {}: {e:?}", path.display()))
 }
 
+/// Records `python3 -c SCRIPT` from its first instruction for `duration`
+/// (e.g. `"2s"`) without samples into `out`, and reads the capture: a
+/// short program whose threads the tests stop in a known call.
+pub fn record_python(out: &Path, duration: &str, script: &str) -> Capture {
+    let out_arg = out.to_str().expect("utf8 capture path");
+    let run = tracer(&[
+        "record",
+        "--sample-hz",
+        "0",
+        "--duration",
+        duration,
+        "-o",
+        out_arg,
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    capture(out)
+}
+
 /// All events of a capture.
 pub fn events(capture: &Capture) -> Vec<Event> {
     capture

@@ -9,7 +9,7 @@ use std::{
 };
 
 use analyzer::{Capture, Event};
-use tests::{Background, capture, events, fixture, privileged, tracer};
+use tests::{Background, capture, events, fixture, privileged, record_python, tracer};
 use tracer_common::{
     record::{SYSCALL_UNFINISHED, blocked_flags},
     syscall::nr,
@@ -113,23 +113,12 @@ fn a_thread_in_a_recorded_call_is_both_unfinished_and_blocked_since_its_entry() 
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("receiver.capture");
-    let run = tracer(&[
-        "record",
-        "--sample-hz",
-        "0",
-        "--duration",
+    let cap = record_python(
+        &dir.path().join("receiver.capture"),
         "2s",
-        "-o",
-        out.to_str().expect("utf8"),
-        "--",
-        "python3",
-        "-c",
         // The alarm ends it after the recording.
         "import signal, socket\nsignal.alarm(10)\na, b = socket.socketpair()\nb.recv(1)",
-    ]);
-    assert!(run.status.success(), "{}", run.stderr);
-    let cap = capture(&out);
+    );
     let evs = events(&cap);
     let unfinished: Vec<_> = evs
         .iter()

@@ -4,7 +4,7 @@ use analyzer::{
     Event,
     decode::{addr_string, syscall_name},
 };
-use tests::{capture, events, fixture, privileged, tracer};
+use tests::{capture, events, fixture, privileged, record_python, tracer};
 use tracer_common::record::{SYSCALL_UNFINISHED, Syscall};
 
 /// The capture's system call records, in order.
@@ -200,22 +200,11 @@ fn a_finished_call_is_not_in_progress_at_the_stop() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("sleeper.capture");
-    let run = tracer(&[
-        "record",
-        "--sample-hz",
-        "0",
-        "--duration",
+    let cap = record_python(
+        &dir.path().join("sleeper.capture"),
         "2s",
-        "-o",
-        out.to_str().expect("utf8"),
-        "--",
-        "python3",
-        "-c",
         "import socket, time\na, b = socket.socketpair()\na.send(b'x')\nb.recv(1)\ntime.sleep(8)",
-    ]);
-    assert!(run.status.success(), "{}", run.stderr);
-    let cap = capture(&out);
+    );
     let calls = syscalls(&cap);
     let finished = calls
         .iter()
