@@ -649,15 +649,5 @@ fn disagreements_of(
 }
 
 fn list(names: &[&str]) -> String {
-    const SHOWN: usize = 3;
-    let mut s = names
-        .iter()
-        .take(SHOWN)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > SHOWN {
-        s.push_str(&format!(" and {} more", names.len() - SHOWN));
-    }
-    s
+    crate::report::first_and_more(names, 3)
 }

@@ -163,7 +163,8 @@ impl Detection {
             ));
         }
         let group = |v: &[(u32, f64)]| -> String {
-            let ranks = rank_list(v.iter().map(|x| x.0));
+            let ranks: Vec<u32> = v.iter().map(|x| x.0).collect();
+            let ranks = crate::report::first_and_more(&ranks, 8);
             let lo = v.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
             let hi = v.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
             let pace = if hi - lo < 0.005 {
@@ -208,21 +209,6 @@ impl Detection {
 /// Own computation over its clean baseline that counts as the clean pace
 /// ([`Detection::pace_note`]).
 pub const PACE_BAND: std::ops::RangeInclusive<f64> = 0.8..=1.25;
-
-/// "0, 1, 2", at most eight, then how many more.
-fn rank_list(ranks: impl Iterator<Item = u32>) -> String {
-    let v: Vec<u32> = ranks.collect();
-    let mut s = v
-        .iter()
-        .take(8)
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if v.len() > 8 {
-        let _ = write!(s, " and {} more", v.len() - 8);
-    }
-    s
-}
 
 /// Stretches (equal thirds of the run's time) m(p) is also computed over.
 pub const PARTS: usize = 3;
