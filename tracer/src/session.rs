@@ -337,6 +337,12 @@ const SAMPLED_CACHE_BYTES: usize = 128 << 20;
 const SAMPLED_SYMBOLS_TICK: Duration = Duration::ZERO;
 const SAMPLED_SYMBOLS_STOP: Duration = Duration::from_secs(3);
 
+/// How often, and how far apart, the stop looks again at threads of the
+/// traced processes that were running when it looked for blocked ones
+/// (at most 40 ms more to the stop, only while some thread runs).
+const BLOCKED_SETTLE_LOOKS: usize = 4;
+const BLOCKED_SETTLE_STEP: Duration = Duration::from_millis(10);
+
 /// Reads the symbol tables of sampled-only objects on a thread of its own:
 /// one big table takes about a second (librustc_driver, in a release
 /// build), during which the recording loop would neither drain the ring
@@ -2589,10 +2595,35 @@ impl Session {
     /// ended while its stack was read (its entry changed, or the kernel no
     /// longer shows it in the call) is left out: its stack is no longer
     /// the call's. Processes already gone are out of reach.
-    fn write_blocked(&mut self, stop_ns: u64) -> Result<(), RecordError> {
+    ///
+    /// A thread the kernel shows running is looked at again, up to
+    /// [`BLOCKED_SETTLE_LOOKS`] times [`BLOCKED_SETTLE_STEP`] apart: one
+    /// woken from a short wait (a poll loop's timeout) is runnable, shown
+    /// as running, until a CPU is free, which on a busy host is often at
+    /// the stop; a moment later it waits again where it always waits. Such
+    /// a record is stamped when it was seen, not at the stop.
+    async fn write_blocked(&mut self, stop_ns: u64) -> Result<(), RecordError> {
+        let mut done = HashSet::new();
+        let mut running = self.blocked_look(stop_ns, &mut done)?;
+        for _ in 0..BLOCKED_SETTLE_LOOKS {
+            if running == 0 {
+                break;
+            }
+            tokio::time::sleep(BLOCKED_SETTLE_STEP).await;
+            running = self.blocked_look(monotonic_ns(), &mut done)?;
+        }
+        Ok(())
+    }
+
+    /// One look for [`Self::write_blocked`]: writes, stamped `at_ns`, the
+    /// threads in a call now that are not in `done`, and adds them to it.
+    /// Returns how many threads of the traced processes it saw outside
+    /// any call (running, or their call ended while it looked).
+    fn blocked_look(&mut self, at_ns: u64, done: &mut HashSet<u32>) -> Result<usize, RecordError> {
         let mut by_pid: BTreeMap<u32, Vec<(u32, BlockedEntry)>> = BTreeMap::new();
         for (tid, entry) in self.loaded.blocked() {
-            if self.loaded.is_traced(entry.pid)
+            if !done.contains(&tid)
+                && self.loaded.is_traced(entry.pid)
                 && in_call(&entry, procfs::blocked_syscall(entry.pid, tid))
             {
                 by_pid.entry(entry.pid).or_default().push((tid, entry));
@@ -2602,6 +2633,7 @@ impl Session {
         // but the kernel says where they are.
         let seen: HashSet<u32> = self.loaded.blocked_tids();
         let mut before: BTreeMap<u32, Vec<(u32, u32, u64, u64)>> = BTreeMap::new();
+        let mut running = 0;
         for &pid in self
             .tracker
             .live
@@ -2609,10 +2641,13 @@ impl Session {
             .filter(|p| self.loaded.is_traced(**p))
         {
             for tid in procfs::threads(pid) {
-                if seen.contains(&tid) {
+                if done.contains(&tid) {
                     continue;
                 }
-                if let Some((nr, sp, ip)) = procfs::blocked_syscall(pid, tid) {
+                let now = procfs::blocked_syscall(pid, tid);
+                if now.is_none() {
+                    running += 1;
+                } else if let (Some((nr, sp, ip)), false) = (now, seen.contains(&tid)) {
                     before.entry(pid).or_default().push((tid, nr, sp, ip));
                 }
             }
@@ -2643,8 +2678,9 @@ impl Session {
                     since,
                     &frames,
                     flags | blocked_flags::BEFORE_START,
-                    stop_ns,
+                    at_ns,
                 )?;
+                done.insert(tid);
             }
             let mut threads = by_pid.remove(&pid).unwrap_or_default();
             threads.sort_by_key(|(tid, _)| *tid);
@@ -2658,13 +2694,14 @@ impl Session {
                 }
                 let (frames, flags) =
                     unwinder.unwind(pid, &maps, &stack, (entry.ip, entry.sp, Some(entry.bp)));
-                self.push_blocked(pid, tid, entry.nr, entry.ts_ns, &frames, flags, stop_ns)?;
+                self.push_blocked(pid, tid, entry.nr, entry.ts_ns, &frames, flags, at_ns)?;
+                done.insert(tid);
             }
         }
         if left_out > 0 {
             log::debug!("{left_out} thread(s) left their system call while their stack was read");
         }
-        Ok(())
+        Ok(running + left_out)
     }
 
     /// Writes one [`BlockedStack`] record.
@@ -2767,7 +2804,7 @@ impl Session {
             };
             self.sink.push(rec.as_bytes(), &rec.header)?;
         }
-        self.write_blocked(stop_ns)?;
+        self.write_blocked(stop_ns).await?;
         self.tracker.settle(&mut self.sink, SAMPLED_SYMBOLS_STOP)?;
         let unread = self.tracker.unread_sampled();
         if !unread.is_empty() {
