@@ -197,9 +197,14 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
 /// A probe's cost depends on its function's first instruction: the kernel
 /// emulates a `push %rbp` under an entry probe and single-steps a `mov`
 /// (ten times the cost on x86-64 Linux 6.18). The `calls` fixture's
-/// `firstinsn` mode calls `push_leaf` twice for each `mov_leaf` call: with
-/// one cost for every probe the push one, called more, went first; weighed
-/// by their classes the stepped one goes first. The capture holds
+/// `firstinsn` mode calls `push_leaf` three times for each two `mov_leaf`
+/// calls: with one cost for every probe the push one, called more, went
+/// first; weighed by their classes the stepped one goes first. (At two
+/// calls to one, the order hung on the costs every call pays alike: the
+/// stepped entry had to exceed two push entries plus a return and a
+/// record, 6.5 against 7.4 us on a loaded host, where it read 1.8, 2.5 and
+/// 1.3 us; at three to two it must exceed 1.5 push entries plus half of
+/// those.) The capture holds
 /// each probe's class and the costs per class, and `analyzer summary`
 /// shows them.
 #[test]
