@@ -449,10 +449,13 @@ fn parquet_peer_windows_in_duckdb() {
     let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("pair.capture");
-    // Two servers already running, as an operator attaches to daemons.
+    // Servers already running, as an operator attaches to daemons. The
+    // recording starts once the probes are attached and weighed: beside
+    // three busy loops on the two cores, servers that ran 7 s left one
+    // whole window each.
     let start = || {
         Command::new(&calls)
-            .args(["pace", "1000", "7"])
+            .args(["pace", "1000", "10"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("pace starts")
