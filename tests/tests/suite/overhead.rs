@@ -204,9 +204,8 @@ fn a_budget_drops_the_hot_probe_and_keeps_the_cold_ones() {
 /// stepped entry had to exceed two push entries plus a return and a
 /// record, 6.5 against 7.4 us on a loaded host, where it read 1.8, 2.5 and
 /// 1.3 us; at three to two it must exceed 1.5 push entries plus half of
-/// those.) The capture holds
-/// each probe's class and the costs per class, and `analyzer summary`
-/// shows them.
+/// those.) The capture holds each probe's class and the costs per class,
+/// and `analyzer summary` shows them.
 #[test]
 fn a_budget_weighs_each_probe_by_its_first_instruction() {
     if !privileged() {
