@@ -1443,12 +1443,6 @@ impl Loaded {
             .collect()
     }
 
-    /// Threads that entered a system call since the programs were attached
-    /// (inside one now or not).
-    pub fn blocked_tids(&self) -> HashSet<u32> {
-        self.blocked().into_iter().map(|(tid, _)| tid).collect()
-    }
-
     /// Where thread `tid` entered its last system call (finished or not).
     pub fn blocked_entry(&self, tid: u32) -> Option<BlockedEntry> {
         self.inflight

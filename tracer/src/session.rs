@@ -2620,8 +2620,12 @@ impl Session {
     /// Returns how many threads of the traced processes it saw outside
     /// any call (running, or their call ended while it looked).
     fn blocked_look(&mut self, at_ns: u64, done: &mut HashSet<u32>) -> Result<usize, RecordError> {
+        // One walk of the map a look (up to 16,384 entries, a system call
+        // or two each): the threads with an entry, and those in a call now.
+        let entries = self.loaded.blocked();
+        let seen: HashSet<u32> = entries.iter().map(|(tid, _)| *tid).collect();
         let mut by_pid: BTreeMap<u32, Vec<(u32, BlockedEntry)>> = BTreeMap::new();
-        for (tid, entry) in self.loaded.blocked() {
+        for (tid, entry) in entries {
             if !done.contains(&tid)
                 && self.loaded.is_traced(entry.pid)
                 && in_call(&entry, procfs::blocked_syscall(entry.pid, tid))
@@ -2631,7 +2635,6 @@ impl Session {
         }
         // Threads blocked since before the recording started: no entry,
         // but the kernel says where they are.
-        let seen: HashSet<u32> = self.loaded.blocked_tids();
         let mut before: BTreeMap<u32, Vec<(u32, u32, u64, u64)>> = BTreeMap::new();
         let mut running = 0;
         for &pid in self
