@@ -21,6 +21,7 @@ mod bench_agent;
 mod bench_overhead;
 mod bench_python;
 mod bench_syscalls;
+mod failures;
 mod fs;
 mod fuzz;
 mod man;
@@ -206,8 +207,48 @@ fn test(cargo_args: &[String]) -> anyhow::Result<()> {
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"])
         .args(cargo_args)
-        .env("TRACER_BIN", &tracer);
-    run(&mut cmd)
+        .env("TRACER_BIN", &tracer)
+        .env("PATH", tool_path())
+        .stdout(std::process::Stdio::piped());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd.spawn().with_context(|| format!("starting {shown}"))?;
+    let mut collector = failures::Collector::default();
+    if let Some(out) = child.stdout.take() {
+        use std::io::{BufRead as _, Write as _};
+        let mut reader = std::io::BufReader::new(out);
+        let mut line = Vec::new();
+        let stdout = std::io::stdout();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let mut lock = stdout.lock();
+                    let _ = lock.write_all(&line);
+                    let _ = lock.flush();
+                    let text = String::from_utf8_lossy(&line);
+                    collector.line(text.trim_end_matches(['\n', '\r']));
+                }
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {shown}"))?;
+    if !status.success() {
+        let failed = collector.finish();
+        if !failed.is_empty() {
+            println!("\n== the failed tests' messages, again ({})", failed.len());
+            for f in &failed {
+                println!("\n-- {}", f.name);
+                for l in &f.message {
+                    println!("   {l}");
+                }
+            }
+        }
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
 }
 
 /// The functions the demo traces in the ring daemons.
@@ -327,8 +368,20 @@ fn demo() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    match Args::parse().command {
+fn main() -> std::process::ExitCode {
+    // The error alone: a backtrace of xtask itself (RUST_BACKTRACE is often
+    // set for the tests) would bury what failed at the end of a CI log.
+    match task(Args::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn task(command: Task) -> anyhow::Result<()> {
+    match command {
         Task::Test { cargo_args } => test(&cargo_args),
         Task::Demo => demo(),
         Task::Bench(args) => bench::run_benches(&args),
