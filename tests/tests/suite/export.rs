@@ -449,13 +449,13 @@ fn parquet_peer_windows_in_duckdb() {
     let calls = fixture("calls", None);
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("pair.capture");
-    // Servers already running, as an operator attaches to daemons. The
-    // recording starts once the probes are attached and weighed: beside
-    // three busy loops on the two cores, servers that ran 7 s left one
-    // whole window each.
+    // Servers already running, as an operator attaches to daemons, and
+    // still running when the recording stops: it starts once the probes
+    // are attached and weighed, which took over 6 s beside busy loops, and
+    // a server that exits inside a window leaves that window part-counted.
     let start = || {
         Command::new(&calls)
-            .args(["pace", "1000", "10"])
+            .args(["pace", "1000", "120"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("pace starts")
@@ -463,12 +463,23 @@ fn parquet_peer_windows_in_duckdb() {
     // Peer comparison needs three servers.
     let mut servers: Vec<std::process::Child> = (0..3).map(|_| start()).collect();
     let pids: Vec<String> = servers.iter().map(|c| c.id().to_string()).collect();
-    let mut args = vec!["record", "-f", "leaf", "--sample-hz", "0", "-o", path(&out)];
+    let mut args = vec![
+        "record",
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "--duration",
+        "5s",
+        "-o",
+        path(&out),
+    ];
     for p in &pids {
         args.extend(["-p", p.as_str()]);
     }
     let run = tracer(&args);
     for s in &mut servers {
+        let _ = s.kill();
         let _ = s.wait();
     }
     assert!(run.status.success(), "{}", run.stderr);
