@@ -154,7 +154,7 @@ pub enum MetaSpec {
     /// Loss counters.
     Stats { ring_full: u64 },
     /// An end marker.
-    End { stop_ns: u64 },
+    End { stop_ns: u64, started_ns: u64 },
 }
 
 /// A whole capture.
@@ -490,8 +490,12 @@ impl MetaSpec {
                     .collect(),
                 records_written: 0,
             }),
-            Self::End { stop_ns } => Meta::End(End {
+            Self::End {
+                stop_ns,
+                started_ns,
+            } => Meta::End(End {
                 stop_ns: *stop_ns,
+                started_ns: *started_ns,
                 reason: "fuzzed".into(),
                 processes: Vec::new(),
             }),

@@ -480,6 +480,12 @@ pub struct Stats {
 pub struct End {
     /// When recording stopped, `CLOCK_MONOTONIC` ns.
     pub stop_ns: u64,
+    /// When recording began, `CLOCK_MONOTONIC` ns: every program and probe
+    /// attached, which can be seconds after the header's clock on a busy
+    /// host (0 in older captures: read the header's clock). Windows over
+    /// the records start here, so the attaching is not counted as quiet.
+    #[serde(default)]
+    pub started_ns: u64,
     /// Why it stopped (`signal`, `duration`, `targets exited`).
     pub reason: String,
     /// The traced processes still alive when recording stopped, with their

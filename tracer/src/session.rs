@@ -2550,6 +2550,8 @@ impl Session {
         write_stats(&self.loaded, &mut self.sink)?;
         self.sink.meta(&Meta::End(End {
             stop_ns: monotonic_ns(),
+            // Readers take the later of this and the file's own header.
+            started_ns: self.recording_start_ns,
             reason: "rotated".to_string(),
             ..Default::default()
         }))?;
@@ -2871,6 +2873,7 @@ impl Session {
             .collect();
         self.sink.meta(&Meta::End(End {
             stop_ns,
+            started_ns: self.recording_start_ns,
             reason: reason.clone(),
             processes,
         }))?;

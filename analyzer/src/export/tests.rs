@@ -218,7 +218,7 @@ fn capture() -> Capture {
     w.write_meta(&Meta::End(End {
         stop_ns: us(150),
         reason: "test".into(),
-        processes: Vec::new(),
+        ..Default::default()
     }))
     .expect("end");
     Capture::read(w.into_inner().as_slice()).expect("capture")

@@ -1101,7 +1101,15 @@ pub fn extract(
                 );
             }
         }
-        let span = (cap.header.clock.realtime_ns, to_rt(off, end_mono));
+        // From when every probe was attached (seconds after the header on a
+        // busy host): a window before that is undercounted, most in the
+        // server whose recorder attached last.
+        let began = cap
+            .end
+            .as_ref()
+            .map_or(start_mono, |e| e.started_ns.max(start_mono))
+            .min(end_mono);
+        let span = (to_rt(off, began), to_rt(off, end_mono));
         for s in map.values().copied().collect::<HashSet<_>>() {
             servers[s].span = span;
         }

@@ -3258,3 +3258,125 @@ fn a_training_run_unlike_the_others_as_a_whole_is_said() {
     assert_eq!(found.faulty, ["server3"]);
     assert!(!found.notes.iter().any(|n| n.contains("training run")));
 }
+
+/// A recorder that took 1.5 s to attach its probes (a busy host) records
+/// no call in that time: its windows start when recording began (the end
+/// marker's `started_ns`), not at its header, so no first window of its
+/// server is undercounted against its peers'. A crafted start after the
+/// stop leaves an empty span, not a panic.
+#[test]
+fn windows_start_when_every_recorder_had_attached() {
+    const S: u64 = 1_000 * MS;
+    let capture = |started_ns: u64| {
+        let mut w = CaptureWriter::new(
+            Vec::new(),
+            &CaptureHeader {
+                clock: ClockRef {
+                    monotonic_ns: 0,
+                    realtime_ns: T0,
+                },
+                ..Default::default()
+            },
+        )
+        .expect("writer");
+        w.write_meta(&Meta::Probes {
+            probes: vec![Probe {
+                func_id: 0,
+                object: "/x".into(),
+                symbol: "f".into(),
+                ..Default::default()
+            }],
+        })
+        .expect("probes");
+        // A call every 10 ms from the moment the probe fired.
+        let bytes: Vec<u8> = (started_ns.min(6 * S) / (10 * MS)..600)
+            .flat_map(|i| {
+                let ts = i * 10 * MS;
+                let mut b = FuncEntry {
+                    header: header(ts, 7, kind::FUNC_ENTRY, 48),
+                    func_id: 0,
+                    _pad: 0,
+                    ip: 0,
+                    call_site: 0,
+                }
+                .as_bytes()
+                .to_vec();
+                b.extend_from_slice(
+                    FuncReturn {
+                        header: header(ts + MS, 7, kind::FUNC_RETURN, 40),
+                        func_id: 0,
+                        _pad: 0,
+                        ret: 0,
+                    }
+                    .as_bytes(),
+                );
+                b
+            })
+            .collect();
+        w.write_records(&bytes).expect("records");
+        w.write_meta(&Meta::End(End {
+            stop_ns: 6 * S,
+            started_ns,
+            reason: String::new(),
+            ..Default::default()
+        }))
+        .expect("end");
+        Capture::read(w.into_inner().as_slice()).expect("capture")
+    };
+    let cfg = PeersConfig {
+        window_ns: S,
+        shift_ns: S,
+        ..Default::default()
+    };
+    let path = std::path::PathBuf::from("x");
+    let caps = [capture(0), capture(S + S / 2), capture(S / 2)];
+    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
+        .iter()
+        .zip(&caps)
+        .map(|(l, c)| CaptureSource {
+            path: &path,
+            label: l,
+            capture: c,
+        })
+        .collect();
+    let f = extract("x", &sources, &cfg).expect("features");
+    assert_eq!(f.common_span(), (T0 + S + S / 2, T0 + 6 * S));
+    let w = f.windows(&cfg);
+    assert_eq!(
+        w.starts,
+        (2..6).map(|i| T0 + i * S).collect::<Vec<_>>(),
+        "whole seconds after the last recorder attached"
+    );
+    // Every server made 100 calls in every one of those windows.
+    let count = &f.series;
+    for (s, series) in count.iter().enumerate() {
+        let calls = series[Metric::Count.index()]
+            .values()
+            .next()
+            .expect("f counted");
+        let per_window: Vec<f64> = w
+            .starts
+            .iter()
+            .map(|start| {
+                let first = ((start - f.base_ns) / f.bin_ns) as usize;
+                let n = (S / f.bin_ns) as usize;
+                calls[first..first + n].iter().sum()
+            })
+            .collect();
+        assert_eq!(per_window, vec![100.0; 4], "server {s}");
+    }
+
+    let crafted = [capture(0), capture(9 * S), capture(0)];
+    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
+        .iter()
+        .zip(&crafted)
+        .map(|(l, c)| CaptureSource {
+            path: &path,
+            label: l,
+            capture: c,
+        })
+        .collect();
+    if let Ok(f) = extract("x", &sources, &cfg) {
+        assert!(f.windows(&cfg).starts.is_empty());
+    }
+}

@@ -1062,7 +1062,7 @@ mod tests {
             Some(tracer_common::capture::End {
                 stop_ns,
                 reason: "duration reached".into(),
-                processes: Vec::new(),
+                ..Default::default()
             })
         };
         c.end = stop(5 * S + S / 2);
