@@ -400,8 +400,16 @@ impl Live {
     }
 
     /// Takes an event; returns the answer to a window, for the agent to
-    /// raise its findings.
+    /// raise its findings. The status says at once that the process is idle
+    /// again: refreshed only once a second, right after a window was sent,
+    /// it read "evaluating" all along while each window took 1 ms.
     pub fn on_event(&mut self, event: Event) -> Option<Answer> {
+        let answer = self.take_event(event);
+        self.refresh();
+        answer
+    }
+
+    fn take_event(&mut self, event: Event) -> Option<Answer> {
         let current = self.proc.as_ref().map(|p| p.generation);
         match event {
             Event::Line(generation, line) if Some(generation) == current => {
@@ -462,7 +470,6 @@ impl Live {
                 }
                 self.restart_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-                self.refresh();
                 None
             }
             // From a process already replaced.
@@ -529,6 +536,7 @@ impl Live {
             // The writer stopped: the process is going, its exit follows.
             Err(TrySendError::Disconnected(_)) => self.status.skipped += 1,
         }
+        self.refresh();
     }
 
     /// Kills the process (the agent stops, or a reload replaces it).
