@@ -46,8 +46,37 @@ pub fn privileged() -> bool {
             "EFTRACE_REQUIRE_ROOT is set but the tests do not run as root"
         );
         eprintln!("skipped: needs root to load eBPF programs");
+        return false;
     }
+    SHARED.with(|shared| {
+        let mut shared = shared.borrow_mut();
+        if shared.is_none() && !ALONE.get() {
+            *shared = Some(HOST.read().unwrap_or_else(|e| e.into_inner()));
+        }
+    });
     root
+}
+
+/// The host's cores, shared by the privileged tests (each holds it shared
+/// from its [`privileged`] check until its thread ends) and held alone by
+/// a test whose verdict other work on the cores would change ([`alone`]).
+/// The lock prefers writers: once such a test waits, no other starts, and
+/// it runs when the tests already running have ended.
+static HOST: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    static SHARED: std::cell::RefCell<Option<std::sync::RwLockReadGuard<'static, ()>>> =
+        const { std::cell::RefCell::new(None) };
+    static ALONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Waits until no other privileged test runs and holds the host until the
+/// guard drops; privileged tests that start meanwhile wait.
+pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    // This test's own shared hold first, or it would wait for itself.
+    SHARED.with(|shared| shared.borrow_mut().take());
+    ALONE.set(true);
+    HOST.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether every program of `programs` is on PATH; otherwise prints why the
