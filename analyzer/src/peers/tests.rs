@@ -693,12 +693,8 @@ fn exclusive_time_is_spread_over_the_bins_a_call_spans() {
     );
 }
 
-/// A damaged or crafted capture: 20,000 entries, each of a different
-/// function id no probe has, none returning. Components stay a handful
-/// (unknown ids are one "func#?"), and the per-thread stack stays bounded,
-/// so extraction is linear; the calls are still counted.
-#[test]
-fn unknown_function_ids_and_returnless_entries_stay_bounded() {
+/// A capture writer at [`T0`] with one function probe, `f` (id 0).
+fn writer_probing_f() -> CaptureWriter<Vec<u8>> {
     let mut w = CaptureWriter::new(
         Vec::new(),
         &CaptureHeader {
@@ -719,6 +715,16 @@ fn unknown_function_ids_and_returnless_entries_stay_bounded() {
         }],
     })
     .expect("probes");
+    w
+}
+
+/// A damaged or crafted capture: 20,000 entries, each of a different
+/// function id no probe has, none returning. Components stay a handful
+/// (unknown ids are one "func#?"), and the per-thread stack stays bounded,
+/// so extraction is linear; the calls are still counted.
+#[test]
+fn unknown_function_ids_and_returnless_entries_stay_bounded() {
+    let mut w = writer_probing_f();
     const N: u32 = 20_000;
     let bytes: Vec<u8> = (0..N)
         .flat_map(|i| {
@@ -3268,26 +3274,7 @@ fn a_training_run_unlike_the_others_as_a_whole_is_said() {
 fn windows_start_when_every_recorder_had_attached() {
     const S: u64 = 1_000 * MS;
     let capture = |started_ns: u64| {
-        let mut w = CaptureWriter::new(
-            Vec::new(),
-            &CaptureHeader {
-                clock: ClockRef {
-                    monotonic_ns: 0,
-                    realtime_ns: T0,
-                },
-                ..Default::default()
-            },
-        )
-        .expect("writer");
-        w.write_meta(&Meta::Probes {
-            probes: vec![Probe {
-                func_id: 0,
-                object: "/x".into(),
-                symbol: "f".into(),
-                ..Default::default()
-            }],
-        })
-        .expect("probes");
+        let mut w = writer_probing_f();
         // A call every 10 ms from the moment the probe fired.
         let bytes: Vec<u8> = (started_ns.min(6 * S) / (10 * MS)..600)
             .flat_map(|i| {
@@ -3329,17 +3316,19 @@ fn windows_start_when_every_recorder_had_attached() {
         ..Default::default()
     };
     let path = std::path::PathBuf::from("x");
+    fn sources<'a>(path: &'a std::path::Path, caps: &'a [Capture]) -> Vec<CaptureSource<'a>> {
+        ["a", "b", "c"]
+            .iter()
+            .zip(caps)
+            .map(|(l, c)| CaptureSource {
+                path,
+                label: l,
+                capture: c,
+            })
+            .collect()
+    }
     let caps = [capture(0), capture(S + S / 2), capture(S / 2)];
-    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
-        .iter()
-        .zip(&caps)
-        .map(|(l, c)| CaptureSource {
-            path: &path,
-            label: l,
-            capture: c,
-        })
-        .collect();
-    let f = extract("x", &sources, &cfg).expect("features");
+    let f = extract("x", &sources(&path, &caps), &cfg).expect("features");
     assert_eq!(f.common_span(), (T0 + S + S / 2, T0 + 6 * S));
     let w = f.windows(&cfg);
     assert_eq!(
@@ -3367,16 +3356,7 @@ fn windows_start_when_every_recorder_had_attached() {
     }
 
     let crafted = [capture(0), capture(9 * S), capture(0)];
-    let sources: Vec<CaptureSource<'_>> = ["a", "b", "c"]
-        .iter()
-        .zip(&crafted)
-        .map(|(l, c)| CaptureSource {
-            path: &path,
-            label: l,
-            capture: c,
-        })
-        .collect();
-    if let Ok(f) = extract("x", &sources, &cfg) {
+    if let Ok(f) = extract("x", &sources(&path, &crafted), &cfg) {
         assert!(f.windows(&cfg).starts.is_empty());
     }
 }
