@@ -221,7 +221,13 @@ fn test(cargo_args: &[String]) -> anyhow::Result<()> {
         loop {
             line.clear();
             match reader.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
+                // Unreadable output: pass the rest through unread, so cargo
+                // never blocks on a full pipe.
+                Err(_) => {
+                    let _ = std::io::copy(&mut reader, &mut stdout.lock());
+                    break;
+                }
                 Ok(_) => {
                     let mut lock = stdout.lock();
                     let _ = lock.write_all(&line);
