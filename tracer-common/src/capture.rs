@@ -385,6 +385,16 @@ pub struct ProbeCosts {
     /// work like the traps are. 0 when not measured (captures before it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub record_ns: f64,
+    /// What a trap costs the traced processes in place, as a multiple of
+    /// the calibrated entry and return costs above: the calibration's hot
+    /// loop keeps the trap path in cache, a server's work does not (on
+    /// GlusterFS's bricks the kept probes' hits cost ~4 times the calibrated
+    /// figure). Measured from the traced processes' CPU per byte on their
+    /// sockets before and after a decision dropped probes; at least 1 when
+    /// measured, 0 when not (no decision, no socket traffic, too little
+    /// dropped to tell, captures before it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub in_situ: f64,
 }
 
 /// Whether `x` is 0 (a field left out of the JSON).
@@ -403,6 +413,12 @@ impl ProbeCosts {
             self.stepped_entry_ns / 1e3,
             self.return_ns / 1e3
         );
+        if self.in_situ > 0.0 {
+            s.push_str(&format!(
+                ", in the traced processes {:.1}x those trap costs (measured in place)",
+                self.in_situ
+            ));
+        }
         if self.record_ns > 0.0 {
             s.push_str(&format!(
                 ", the recorder's CPU +{:.1} us per record (two a call with its return)",
@@ -410,6 +426,20 @@ impl ProbeCosts {
             ));
         }
         s
+    }
+
+    /// The multiple of the calibrated trap costs a trap costs in place:
+    /// [`Self::in_situ`], 1 when not measured.
+    pub fn in_situ_factor(&self) -> f64 {
+        self.in_situ.max(1.0)
+    }
+
+    /// The calibrated traps of one call of a probe on a function of
+    /// `class`: its entry, and its return unless `entry_only`; neither the
+    /// in-place factor nor the records.
+    pub fn trap_ns(&self, class: EntryClass, entry_only: bool) -> f64 {
+        let ret = if entry_only { 0.0 } else { self.return_ns };
+        self.entry_ns(class) + ret
     }
 
     /// The entry probe's cost on a function of `class`.
@@ -424,12 +454,8 @@ impl ProbeCosts {
     /// The cost of one call of a probe on a function of `class`, with its
     /// return probe unless `entry_only`.
     pub fn call_ns(&self, class: EntryClass, entry_only: bool) -> f64 {
-        let (ret, records) = if entry_only {
-            (0.0, 1.0)
-        } else {
-            (self.return_ns, 2.0)
-        };
-        self.entry_ns(class) + ret + records * self.record_ns
+        let records = if entry_only { 1.0 } else { 2.0 };
+        self.trap_ns(class, entry_only) * self.in_situ_factor() + records * self.record_ns
     }
 }
 
@@ -1108,6 +1134,7 @@ mod tests {
             stepped_entry_ns: 10_000.0,
             return_ns: 1_000.0,
             record_ns: 0.0,
+            in_situ: 0.0,
         };
         assert_eq!(costs.call_ns(EntryClass::Push, false), 1_900.0);
         assert_eq!(costs.call_ns(EntryClass::Stepped, true), 10_000.0);
@@ -1127,6 +1154,24 @@ mod tests {
             charged.describe()
         );
         assert!(!costs.describe().contains("recorder"));
+        // Measured in place: the traps (not the records) cost that multiple.
+        let in_place = ProbeCosts {
+            in_situ: 3.0,
+            ..charged
+        };
+        assert_eq!(
+            in_place.call_ns(EntryClass::Push, false),
+            3.0 * 1_900.0 + 1_000.0
+        );
+        assert_eq!(in_place.call_ns(EntryClass::Stepped, true), 30_500.0);
+        assert!(
+            in_place
+                .describe()
+                .contains(", in the traced processes 3.0x those trap costs (measured in place)"),
+            "{}",
+            in_place.describe()
+        );
+        assert!(!costs.describe().contains("in place"));
         let old: ProbeCosts = serde_json::from_str(
             r#"{"push_entry_ns":900.0,"nop_entry_ns":800.0,"stepped_entry_ns":10000.0,"return_ns":1000.0}"#,
         )

@@ -595,6 +595,69 @@ pub fn plan(
     }
 }
 
+/// What the traced processes did over a window, for the in-place cost of
+/// the traps: their CPU time and the bytes their sockets moved (the work
+/// done, whatever the probes cost).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Work {
+    /// CPU time, ns.
+    pub cpu_ns: u64,
+    /// Bytes read and written on their sockets.
+    pub bytes: u64,
+}
+
+/// The fewest socket bytes each side of a decision must have moved for
+/// their CPU per byte to be compared (the first window is 250 ms; a brick
+/// serving a copy moves tens of MB in it).
+pub const IN_SITU_MIN_BYTES: u64 = 1 << 20;
+
+/// The least share of the traced processes' CPU before a decision the
+/// dropped probes must have cost at the calibrated figures: below it, the
+/// change of CPU per byte is the work's own spread (phases of reads and
+/// writes), not the probes'.
+pub const IN_SITU_MIN_SHARE: f64 = 0.1;
+
+/// The largest multiple of the calibrated trap costs taken from one
+/// decision (stop 40 read ~4 on GlusterFS's bricks); more is read as the
+/// work changing under the decision.
+pub const IN_SITU_MAX: f64 = 5.0;
+
+/// What a trap cost the traced processes in place, as a multiple of its
+/// calibrated cost, from one decision: `before` (every probe then
+/// attached) and `after` (the probes kept) are the windows on either side,
+/// and `dropped_trap_ns` what the dropped probes' calls in `before` cost at
+/// the calibrated figures (traps only: the records cost the recorder, not
+/// the traced processes). The CPU per byte fell by what the dropped probes
+/// cost a byte in place; over `before`'s bytes that is their cost then.
+///
+/// `None` when it cannot be told: either side moved fewer than
+/// [`IN_SITU_MIN_BYTES`], or the dropped probes cost less than
+/// [`IN_SITU_MIN_SHARE`] of `before`'s CPU. At least 1 (a fall smaller
+/// than the calibration says is the work's spread; a trap is never cheaper
+/// in place than in a hot loop), at most [`IN_SITU_MAX`].
+pub fn in_situ_factor(before: Work, after: Work, dropped_trap_ns: f64) -> Option<f64> {
+    if before.bytes < IN_SITU_MIN_BYTES
+        || after.bytes < IN_SITU_MIN_BYTES
+        || before.cpu_ns == 0
+        || dropped_trap_ns < IN_SITU_MIN_SHARE * before.cpu_ns as f64
+    {
+        return None;
+    }
+    let per_byte = |w: Work| w.cpu_ns as f64 / w.bytes as f64;
+    let saved_ns = (per_byte(before) - per_byte(after)) * before.bytes as f64;
+    Some((saved_ns / dropped_trap_ns).clamp(1.0, IN_SITU_MAX))
+}
+
+/// The calibrated traps of `calls` of each probe (indexed like `probes`)
+/// whose index is in `which`, ns: what [`in_situ_factor`] compares against.
+pub fn trap_ns_of(probes: &[Probe], calls: &[u64], which: &[usize], costs: Costs) -> f64 {
+    which
+        .iter()
+        .filter_map(|&i| Some((probes.get(i)?, calls.get(i).copied().unwrap_or(0))))
+        .map(|(p, n)| n as f64 * costs.probe.trap_ns(p.entry_class, p.entry_only))
+        .sum()
+}
+
 /// What [`plan`] decided.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -673,6 +736,7 @@ mod tests {
             stepped_entry_ns: 5_000.0,
             return_ns: 5_000.0,
             record_ns: 0.0,
+            in_situ: 0.0,
         },
     };
 
@@ -682,6 +746,77 @@ mod tests {
         traced_wait_ns: 0,
         host_busy: 0.0,
     };
+
+    #[test]
+    fn the_in_place_cost_is_the_fall_of_cpu_per_byte_over_the_calibrated() {
+        let mib = 1u64 << 20;
+        // 100 MiB in 1 s of CPU with every probe; 0.6 s per 100 MiB without
+        // those dropped, which the calibration put at 0.1 s: 4x in place.
+        let before = Work {
+            cpu_ns: 1_000_000_000,
+            bytes: 100 * mib,
+        };
+        let after = Work {
+            cpu_ns: 900_000_000,
+            bytes: 150 * mib,
+        };
+        let f = in_situ_factor(before, after, 100_000_000.0).expect("told");
+        assert!((f - 4.0).abs() < 1e-9, "{f}");
+        let tenth = in_situ_factor(before, after, 100_000_000.0 / 3.0);
+        assert_eq!(tenth, None, "under a tenth of the CPU: not told");
+        let f = in_situ_factor(before, after, 150_000_000.0).expect("told");
+        assert!((f - 400.0 / 150.0).abs() < 1e-9, "{f}");
+        let f = in_situ_factor(before, after, 200_000_000.0).expect("told");
+        assert!((f - 2.0).abs() < 1e-9, "{f}");
+        // The CPU per byte rose (the work changed): never below calibrated.
+        let dearer = Work {
+            cpu_ns: 1_200_000_000,
+            bytes: 100 * mib,
+        };
+        assert_eq!(in_situ_factor(before, dearer, 200_000_000.0), Some(1.0));
+        // Too few bytes on either side, or none before: not told.
+        let idle = Work {
+            cpu_ns: 10_000_000,
+            bytes: mib / 2,
+        };
+        assert_eq!(in_situ_factor(idle, after, 5_000_000.0), None);
+        assert_eq!(in_situ_factor(before, idle, 200_000_000.0), None);
+        assert_eq!(in_situ_factor(Work::default(), after, 1.0), None);
+        // Capped: more is the work changing under the decision (and a
+        // crafted fall cannot run away).
+        let free = Work {
+            cpu_ns: 0,
+            bytes: 100 * mib,
+        };
+        assert_eq!(
+            in_situ_factor(before, free, 100_000_000.0),
+            Some(IN_SITU_MAX)
+        );
+    }
+
+    #[test]
+    fn an_in_place_factor_weighs_the_traps_not_the_records() {
+        let probes = [probe(0, "hot"), probe(1, "warm")];
+        let calls = [1_000, 100];
+        // The calibrated traps of the hot probe alone: 1000 x 10 us.
+        let traps = trap_ns_of(&probes, &calls, &[0, 7], COSTS);
+        assert!((traps - 10_000_000.0).abs() < 1e-6, "{traps}");
+        let mut costs = COSTS;
+        costs.probe.record_ns = 1_000.0;
+        costs.probe.in_situ = 2.0;
+        // 2 x 10 us of traps and 2 x 1 us of records a call.
+        assert!((costs.of(&probes[0]) - 22_000.0).abs() < 1e-6);
+        // At twice the cost the warm one no longer fits where it did.
+        let interval = Interval {
+            traced_cpu_ns: 100_000_000,
+            traced_wait_ns: 900_000_000,
+            ..SECOND
+        };
+        let calibrated = plan(&probes, &calls, COSTS, interval, Some(1.5), None);
+        assert_eq!(calibrated.drop, [0], "{calibrated:?}");
+        let in_place = plan(&probes, &calls, costs, interval, Some(1.5), None);
+        assert_eq!(in_place.drop, [0, 1], "{in_place:?}");
+    }
 
     #[test]
     fn drops_the_costliest_until_the_rest_fits() {
@@ -812,6 +947,7 @@ mod tests {
                 stepped_entry_ns: 12_000.0,
                 return_ns: 2_000.0,
                 record_ns: 0.0,
+                in_situ: 0.0,
             },
         };
         let mut probes = [probe(0, "dict_getn"), probe(1, "inode_ref")];

@@ -299,6 +299,10 @@ struct Tracker {
     /// Unwinds the stacks of threads whose long system calls a signal
     /// ended (objects read once).
     unwinder: Unwinder,
+    /// Bytes the traced processes' socket calls moved (read and written),
+    /// from their records: the work the overhead budget weighs their CPU
+    /// against ([`overhead::in_situ_factor`]).
+    socket_bytes: u64,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -423,6 +427,7 @@ impl Tracker {
             untraced: HashSet::new(),
             reader: None,
             unwinder: Unwinder::new(),
+            socket_bytes: 0,
         }
     }
 
@@ -438,6 +443,9 @@ impl Tracker {
         sink: &mut Sink,
     ) -> Result<(), RecordError> {
         let mut sampled_ip = 0;
+        if header.kind == kind::SYSCALL {
+            self.socket_bytes = self.socket_bytes.saturating_add(moved_bytes(bytes));
+        }
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
                 match lc.event {
@@ -1027,6 +1035,30 @@ fn symbol_at_offset(table: &ObjectSymbols, offset: u64) -> Option<(&Symbol, u64)
     Some((sym, size))
 }
 
+/// The bytes a socket call's record says it moved (read or written): its
+/// return value for the calls that move data, else 0.
+fn moved_bytes(bytes: &[u8]) -> u64 {
+    use tracer_common::syscall::nr;
+    let Some(sc) = Syscall::read_from(bytes) else {
+        return 0;
+    };
+    match sc.nr {
+        nr::READ
+        | nr::READV
+        | nr::RECVFROM
+        | nr::RECVMSG
+        | nr::WRITE
+        | nr::WRITEV
+        | nr::SENDTO
+        | nr::SENDMSG
+            if sc.ret > 0 && sc.flags & SYSCALL_UNFINISHED == 0 =>
+        {
+            sc.ret as u64
+        }
+        _ => 0,
+    }
+}
+
 fn comm_of(raw: &[u8; 16]) -> String {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
     String::from_utf8_lossy(&raw[..end]).into_owned()
@@ -1426,7 +1458,7 @@ impl CpuMeter {
 
     /// The start of an interval: now, with `calls`, and `records` written
     /// so far.
-    fn window(&self, calls: Vec<u64>, records: u64) -> Window {
+    fn window(&self, calls: Vec<u64>, records: u64, bytes: u64) -> Window {
         Window {
             at: Instant::now(),
             cpu_ns: self.total(),
@@ -1435,6 +1467,7 @@ impl CpuMeter {
             calls,
             own_ns: own_cpu_ns(),
             records,
+            bytes,
         }
     }
 
@@ -1515,6 +1548,27 @@ struct Budget {
     /// The first look found the traced processes idle and moved the
     /// interval's start to then (see [`Session::evaluate`]).
     idle_before: bool,
+    /// The last decision that dropped probes, for what their traps cost in
+    /// place: the traced processes' work over the window before it, and
+    /// what the dropped probes' calls then cost at the calibrated figures.
+    decision: Option<Decision>,
+    /// The share of the traced CPU the dropped probes took (calibrated)
+    /// at the decision that set `costs.probe.in_situ` (0: none did): a
+    /// later decision sets it again only from a larger share, the change
+    /// of CPU per byte it causes standing further above the work's spread.
+    in_situ_share: f64,
+}
+
+/// A decision that dropped probes, for what their traps cost in place.
+#[derive(Clone, Copy, Debug)]
+struct Decision {
+    /// The traced processes' work over the window before it.
+    before: overhead::Work,
+    /// That window's length, ms.
+    before_ms: u64,
+    /// What the dropped probes' calls in it cost at the calibrated trap
+    /// costs, ns.
+    dropped_ns: f64,
 }
 
 /// The start of an interval: when, the traced processes' CPU and
@@ -1531,6 +1585,8 @@ struct Window {
     /// written (for its cost per record).
     own_ns: Option<u64>,
     records: u64,
+    /// The bytes the traced processes' sockets had moved then.
+    bytes: u64,
 }
 
 /// A recording in progress.
@@ -1997,12 +2053,15 @@ impl Session {
                     calls: vec![0; probes_len],
                     own_ns: own_cpu_ns(),
                     records: 0,
+                    bytes: 0,
                 },
                 since: None,
                 kept: vec![true; probes_len],
                 item: None,
                 stuck: false,
                 idle_before: false,
+                decision: None,
+                in_situ_share: 0.0,
             }),
             kernel_cost: None,
             notices: Vec::new(),
@@ -2104,7 +2163,7 @@ impl Session {
         if budget.item.is_none() && self.config.overhead_percent.is_some() {
             let idle = delta.iter().all(|d| *d == 0);
             if idle || budget.idle_before {
-                budget.window = budget.cpu.window(calls, records);
+                budget.window = budget.cpu.window(calls, records, self.tracker.socket_bytes);
                 budget.idle_before = idle;
                 return Ok(());
             }
@@ -2132,6 +2191,33 @@ impl Session {
                     budget.costs.probe.record_ns / 1e3,
                     interval.ns / 1_000_000,
                     records - budget.window.records
+                ));
+            }
+        }
+        // What the traps cost in place, from the last decision that dropped
+        // probes: the traced processes' CPU per socket byte on either side.
+        let work = overhead::Work {
+            cpu_ns: interval.traced_cpu_ns,
+            bytes: self
+                .tracker
+                .socket_bytes
+                .saturating_sub(budget.window.bytes),
+        };
+        if let Some(d) = budget.decision.take() {
+            let share = d.dropped_ns / d.before.cpu_ns.max(1) as f64;
+            if share > budget.in_situ_share
+                && let Some(f) = overhead::in_situ_factor(d.before, work, d.dropped_ns)
+            {
+                budget.in_situ_share = share;
+                budget.costs.probe.in_situ = f;
+                if let Some(item) = &mut budget.item {
+                    item.probe_costs = Some(budget.costs.probe);
+                }
+                self.notices.push(format!(
+                    "overhead budget: a trap costs the traced processes {f:.1}x its calibrated cost in place (their CPU per socket byte over {} ms before and {} ms after the last drop, which the calibration put at {:.0}% of their CPU); the probes kept are weighed at that",
+                    d.before_ms,
+                    interval.ns / 1_000_000,
+                    100.0 * share,
                 ));
             }
         }
@@ -2180,6 +2266,16 @@ impl Session {
                         d.at_ns = at_ns;
                     }
                     budget.kept = kept;
+                    budget.decision = Some(Decision {
+                        before: work,
+                        before_ms: interval.ns / 1_000_000,
+                        dropped_ns: overhead::trap_ns_of(
+                            &self.probes,
+                            &delta,
+                            &plan.drop,
+                            budget.costs,
+                        ),
+                    });
                 }
                 Err(e) => {
                     self.notices.push(format!(
@@ -2262,9 +2358,11 @@ impl Session {
             Some(_) => {}
         }
         self.notices.extend(mpi_warning);
-        let window = budget
-            .cpu
-            .window(self.loaded.func_hits(self.probes.len()), records);
+        let window = budget.cpu.window(
+            self.loaded.func_hits(self.probes.len()),
+            records,
+            self.tracker.socket_bytes,
+        );
         if changed {
             budget.since = Some(window.clone());
             if let Some(item) = &budget.item {
@@ -3201,6 +3299,7 @@ mod tests {
             calls: Vec::new(),
             own_ns: Some(40_000_000),
             records: 5_000,
+            bytes: 0,
         };
         assert_eq!(record_cost_ns(&from, Some(49_000_000), 15_000), Some(900.0));
         assert_eq!(
@@ -3229,6 +3328,7 @@ mod tests {
             calls: Vec::new(),
             own_ns: Some(100_000_000),
             records: 1_000,
+            bytes: 0,
         };
         assert_eq!(record_cost_ns(&from, Some(111_700_000), 1_200), None);
         assert_eq!(
@@ -3265,6 +3365,7 @@ mod tests {
             calls: Vec::new(),
             own_ns: Some(own_ms * 1_000_000),
             records,
+            bytes: 0,
         };
         let first = next_record_cost(0.0, &window(100, 0), Some(112_000_000), 40_000);
         assert_eq!(first, 300.0);
@@ -3291,6 +3392,7 @@ mod tests {
                 stepped_entry_ns: 10_000.0,
                 return_ns: 2_000.0,
                 record_ns,
+                in_situ: 0.0,
             },
         };
         let second = crate::overhead::Interval {
