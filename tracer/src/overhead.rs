@@ -600,6 +600,8 @@ pub fn plan(
 /// done, whatever the probes cost).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Work {
+    /// The window's length, ns.
+    pub ns: u64,
     /// CPU time, ns.
     pub cpu_ns: u64,
     /// Bytes read and written on their sockets.
@@ -617,6 +619,13 @@ pub const IN_SITU_MIN_BYTES: u64 = 1 << 20;
 /// writes), not the probes'.
 pub const IN_SITU_MIN_SHARE: f64 = 0.1;
 
+/// The least CPU the traced processes must have used on each side of a
+/// decision, as a share of the window: a nearly idle process's CPU per
+/// byte is its fixed work's (timers, polls), not its bytes' (MooseFS's
+/// chunkservers at 1-2% of a core read 3-5x where the cost was 12% of
+/// their CPU, and 1.0x as often).
+pub const IN_SITU_MIN_BUSY: f64 = 0.05;
+
 /// The largest multiple of the calibrated trap costs taken from one
 /// decision (stop 40 read ~4 on GlusterFS's bricks); more is read as the
 /// work changing under the decision.
@@ -631,14 +640,18 @@ pub const IN_SITU_MAX: f64 = 5.0;
 /// cost a byte in place; over `before`'s bytes that is their cost then.
 ///
 /// `None` when it cannot be told: either side moved fewer than
-/// [`IN_SITU_MIN_BYTES`], or the dropped probes cost less than
+/// [`IN_SITU_MIN_BYTES`] or used less CPU than [`IN_SITU_MIN_BUSY`] of
+/// its length, or the dropped probes cost less than
 /// [`IN_SITU_MIN_SHARE`] of `before`'s CPU. At least 1 (a fall smaller
 /// than the calibration says is the work's spread; a trap is never cheaper
 /// in place than in a hot loop), at most [`IN_SITU_MAX`].
 pub fn in_situ_factor(before: Work, after: Work, dropped_trap_ns: f64) -> Option<f64> {
+    let busy = |w: Work| w.cpu_ns as f64 >= IN_SITU_MIN_BUSY * w.ns as f64;
     if before.bytes < IN_SITU_MIN_BYTES
         || after.bytes < IN_SITU_MIN_BYTES
         || before.cpu_ns == 0
+        || !busy(before)
+        || !busy(after)
         || dropped_trap_ns < IN_SITU_MIN_SHARE * before.cpu_ns as f64
     {
         return None;
@@ -752,11 +765,14 @@ mod tests {
         let mib = 1u64 << 20;
         // 100 MiB in 1 s of CPU with every probe; 0.6 s per 100 MiB without
         // those dropped, which the calibration put at 0.1 s: 4x in place.
+        let second = 1_000_000_000;
         let before = Work {
+            ns: second,
             cpu_ns: 1_000_000_000,
             bytes: 100 * mib,
         };
         let after = Work {
+            ns: second,
             cpu_ns: 900_000_000,
             bytes: 150 * mib,
         };
@@ -771,25 +787,37 @@ mod tests {
         // The CPU per byte rose (the work changed): never below calibrated.
         let dearer = Work {
             cpu_ns: 1_200_000_000,
-            bytes: 100 * mib,
+            ..before
         };
         assert_eq!(in_situ_factor(before, dearer, 200_000_000.0), Some(1.0));
         // Too few bytes on either side, or none before: not told.
-        let idle = Work {
-            cpu_ns: 10_000_000,
+        let few = Work {
             bytes: mib / 2,
+            ..before
         };
-        assert_eq!(in_situ_factor(idle, after, 5_000_000.0), None);
+        assert_eq!(in_situ_factor(few, after, 200_000_000.0), None);
+        assert_eq!(in_situ_factor(before, few, 200_000_000.0), None);
+        // A side nearly idle (2% of its window on the CPU): its CPU per
+        // byte is its fixed work's.
+        let idle = Work {
+            cpu_ns: 20_000_000,
+            ..after
+        };
         assert_eq!(in_situ_factor(before, idle, 200_000_000.0), None);
+        let idle_before = Work {
+            cpu_ns: 20_000_000,
+            ..before
+        };
+        assert_eq!(in_situ_factor(idle_before, after, 10_000_000.0), None);
         assert_eq!(in_situ_factor(Work::default(), after, 1.0), None);
         // Capped: more is the work changing under the decision (and a
         // crafted fall cannot run away).
-        let free = Work {
-            cpu_ns: 0,
-            bytes: 100 * mib,
+        let cheap = Work {
+            cpu_ns: 100_000_000,
+            ..before
         };
         assert_eq!(
-            in_situ_factor(before, free, 100_000_000.0),
+            in_situ_factor(before, cheap, 100_000_000.0),
             Some(IN_SITU_MAX)
         );
     }

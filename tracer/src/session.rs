@@ -2197,6 +2197,7 @@ impl Session {
         // What the traps cost in place, from the last decision that dropped
         // probes: the traced processes' CPU per socket byte on either side.
         let work = overhead::Work {
+            ns: interval.ns,
             cpu_ns: interval.traced_cpu_ns,
             bytes: self
                 .tracker
