@@ -111,6 +111,9 @@ pub fn join(
     writer.write_records(&batch)?;
     let mut seen_meta: HashSet<(u32, usize)> = HashSet::new();
     let mut last_stats: Option<RawChunk> = None;
+    // When the session's recording began (every probe attached), from the
+    // end markers of its rotated files; 0 when none says.
+    let mut started_ns = 0;
     for path in files {
         let mut reader = open(path)?;
         loop {
@@ -125,7 +128,12 @@ pub fn join(
             };
             match chunk.kind {
                 ChunkKind::Meta => match chunk.meta_type() {
-                    Some("header" | "end") => {}
+                    Some("header") => {}
+                    Some("end") => {
+                        if let Ok(Meta::End(end)) = serde_json::from_slice(&chunk.payload) {
+                            started_ns = started_ns.max(end.started_ns);
+                        }
+                    }
                     Some("stats") => last_stats = Some(chunk),
                     _ => {
                         if seen_meta.insert((chunk.crc, chunk.payload.len())) {
@@ -164,9 +172,13 @@ pub fn join(
     if let Some(stats) = last_stats {
         writer.write_raw(&stats)?;
     }
+    // What was observed starts at the window's start, or when the
+    // recording began if that was later: the peer comparison's windows
+    // start there, not at the first file's header.
     writer.write_meta(&Meta::End(End {
         stop_ns: joined.last_ns,
         reason: reason.to_string(),
+        started_ns: since_ns.max(started_ns),
         ..Default::default()
     }))?;
     writer.flush()?;
@@ -206,6 +218,9 @@ mod tests {
         }
     }
 
+    /// When the test session's recording began, as its rotated files say.
+    const SESSION_STARTED: u64 = 12;
+
     fn file(dir: &Path, name: &str, pid: u32, times: std::ops::Range<u64>, end: bool) -> PathBuf {
         let path = dir.join(name);
         let mut w = CaptureWriter::new(
@@ -228,6 +243,7 @@ mod tests {
             w.write_meta(&Meta::End(End {
                 stop_ns: 0,
                 reason: "rotated".into(),
+                started_ns: SESSION_STARTED,
                 ..Default::default()
             }))
             .expect("end");
@@ -236,7 +252,7 @@ mod tests {
         path
     }
 
-    fn read(bytes: &[u8]) -> (Vec<u64>, usize, Vec<String>) {
+    fn read(bytes: &[u8]) -> (Vec<u64>, usize, Vec<(String, u64)>) {
         let mut r = CaptureReader::new(bytes).expect("joined header");
         let (mut times, mut processes, mut ends) = (Vec::new(), 0, Vec::new());
         while let Some(c) = r.next_chunk().expect("joined chunk") {
@@ -248,7 +264,7 @@ mod tests {
                 }
                 Chunk::Meta { meta, .. } => match *meta {
                     Meta::Process(_) => processes += 1,
-                    Meta::End(e) => ends.push(e.reason),
+                    Meta::End(e) => ends.push((e.reason, e.started_ns)),
                     _ => {}
                 },
             }
@@ -274,9 +290,27 @@ mod tests {
             processes, 1,
             "the repeated process snapshot is written once"
         );
-        assert_eq!(ends, ["snapshot"], "one end marker, the joined one");
+        assert_eq!(
+            ends,
+            [("snapshot".to_string(), 15)],
+            "one end marker, the joined one, observed from the window's start"
+        );
         assert_eq!((j.records, j.preamble_records), (15, 3));
         assert_eq!((j.first_ns, j.last_ns), (15, 29));
+    }
+
+    #[test]
+    fn a_window_from_before_the_recording_began_starts_when_it_began() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let a = file(dir.path(), "a.capture", 7, 10..20, true);
+        let b = file(dir.path(), "b.capture", 7, 20..30, false);
+        let mut out = Vec::new();
+        join(&[&a, &b], &[], 5, "snapshot", &mut out).expect("join");
+        assert_eq!(read(&out).2, [("snapshot".to_string(), SESSION_STARTED)]);
+        // No rotated file, no end marker to say: the window's start.
+        let mut out = Vec::new();
+        join(&[&b], &[], 5, "snapshot", &mut out).expect("join");
+        assert_eq!(read(&out).2, [("snapshot".to_string(), 5)]);
     }
 
     #[test]
