@@ -2215,7 +2215,7 @@ impl Session {
                     item.probe_costs = Some(budget.costs.probe);
                 }
                 self.notices.push(format!(
-                    "overhead budget: a trap costs the traced processes {f:.1}x its calibrated cost in place (their CPU per socket byte over {} ms before and {} ms after the last drop, which the calibration put at {:.0}% of their CPU); the probes kept are weighed at that",
+                    "overhead budget: a trap costs the traced processes {f:.1}x its calibrated cost in place (their CPU per socket byte over {} ms before the last drop and {} ms after it; the dropped probes' traps were {:.0}% of their CPU at the calibrated cost); the probes kept are weighed at that",
                     d.before_ms,
                     interval.ns / 1_000_000,
                     100.0 * share,

@@ -272,11 +272,19 @@ mod tests {
         (times, processes, ends)
     }
 
+    /// A rotated file (times 10..20, its end marker) and the live one after it
+    /// (20..30), of process 7.
+    fn rotated_then_live(dir: &Path) -> (PathBuf, PathBuf) {
+        (
+            file(dir, "a.capture", 7, 10..20, true),
+            file(dir, "b.capture", 7, 20..30, false),
+        )
+    }
+
     #[test]
     fn joins_the_window_after_the_preamble_once_each() {
         let dir = tempfile::tempdir().expect("tmp");
-        let a = file(dir.path(), "a.capture", 7, 10..20, true);
-        let b = file(dir.path(), "b.capture", 7, 20..30, false);
+        let (a, b) = rotated_then_live(dir.path());
         let mut preamble = Vec::new();
         for ts in [1, 2, 3, 15] {
             preamble.extend_from_slice(ret(ts, 7).as_bytes());
@@ -302,8 +310,7 @@ mod tests {
     #[test]
     fn a_window_from_before_the_recording_began_starts_when_it_began() {
         let dir = tempfile::tempdir().expect("tmp");
-        let a = file(dir.path(), "a.capture", 7, 10..20, true);
-        let b = file(dir.path(), "b.capture", 7, 20..30, false);
+        let (a, b) = rotated_then_live(dir.path());
         let mut out = Vec::new();
         join(&[&a, &b], &[], 5, "snapshot", &mut out).expect("join");
         assert_eq!(read(&out).2, [("snapshot".to_string(), SESSION_STARTED)]);
