@@ -301,8 +301,10 @@ struct Tracker {
     unwinder: Unwinder,
     /// Bytes the traced processes' socket calls moved (read and written),
     /// from their records: the work the overhead budget weighs their CPU
-    /// against ([`overhead::in_situ_factor`]).
-    socket_bytes: u64,
+    /// against ([`overhead::in_situ_factor`]). Counted only with a budget
+    /// (`Some`): no other recording reads it, and each socket record
+    /// would be decoded for it.
+    socket_bytes: Option<u64>,
 }
 
 /// An object that only processes sampled, not traced, ran. Its whole
@@ -427,7 +429,7 @@ impl Tracker {
             untraced: HashSet::new(),
             reader: None,
             unwinder: Unwinder::new(),
-            socket_bytes: 0,
+            socket_bytes: None,
         }
     }
 
@@ -443,8 +445,10 @@ impl Tracker {
         sink: &mut Sink,
     ) -> Result<(), RecordError> {
         let mut sampled_ip = 0;
-        if header.kind == kind::SYSCALL {
-            self.socket_bytes = self.socket_bytes.saturating_add(moved_bytes(bytes));
+        if header.kind == kind::SYSCALL
+            && let Some(n) = &mut self.socket_bytes
+        {
+            *n = n.saturating_add(moved_bytes(bytes));
         }
         if header.kind == kind::LIFECYCLE {
             if let Some(lc) = Lifecycle::read_from(bytes) {
@@ -1564,8 +1568,6 @@ struct Budget {
 struct Decision {
     /// The traced processes' work over the window before it.
     before: overhead::Work,
-    /// That window's length, ms.
-    before_ms: u64,
     /// What the dropped probes' calls in it cost at the calibrated trap
     /// costs, ns.
     dropped_ns: f64,
@@ -1909,6 +1911,9 @@ impl Session {
         write_preface(&mut sink, &probes, &usdt_sites)?;
         let mut tracker = Tracker::new();
         tracker.tables_after = config.object_tables_after;
+        if config.overhead_percent.is_some() {
+            tracker.socket_bytes = Some(0);
+        }
         // The kernel's symbols, read now when samples will need them: read
         // at the first kernel sample, they held the loop for 5-7 s of a
         // 20 s run on a loaded machine (debug build), with no counters or
@@ -2163,7 +2168,10 @@ impl Session {
         if budget.item.is_none() && self.config.overhead_percent.is_some() {
             let idle = delta.iter().all(|d| *d == 0);
             if idle || budget.idle_before {
-                budget.window = budget.cpu.window(calls, records, self.tracker.socket_bytes);
+                budget.window =
+                    budget
+                        .cpu
+                        .window(calls, records, self.tracker.socket_bytes.unwrap_or(0));
                 budget.idle_before = idle;
                 return Ok(());
             }
@@ -2202,6 +2210,7 @@ impl Session {
             bytes: self
                 .tracker
                 .socket_bytes
+                .unwrap_or(0)
                 .saturating_sub(budget.window.bytes),
         };
         if let Some(d) = budget.decision.take() {
@@ -2216,7 +2225,7 @@ impl Session {
                 }
                 self.notices.push(format!(
                     "overhead budget: a trap costs the traced processes {f:.1}x its calibrated cost in place (their CPU per socket byte over {} ms before the last drop and {} ms after it; the dropped probes' traps were {:.0}% of their CPU at the calibrated cost); the probes kept are weighed at that",
-                    d.before_ms,
+                    d.before.ns / 1_000_000,
                     interval.ns / 1_000_000,
                     100.0 * share,
                 ));
@@ -2269,7 +2278,6 @@ impl Session {
                     budget.kept = kept;
                     budget.decision = Some(Decision {
                         before: work,
-                        before_ms: interval.ns / 1_000_000,
                         dropped_ns: overhead::trap_ns_of(
                             &self.probes,
                             &delta,
@@ -2362,7 +2370,7 @@ impl Session {
         let window = budget.cpu.window(
             self.loaded.func_hits(self.probes.len()),
             records,
-            self.tracker.socket_bytes,
+            self.tracker.socket_bytes.unwrap_or(0),
         );
         if changed {
             budget.since = Some(window.clone());
