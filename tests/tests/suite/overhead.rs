@@ -302,6 +302,59 @@ fn a_budget_weighs_each_probe_by_its_first_instruction() {
     );
 }
 
+/// What a trap costs a process whose work is on its sockets, measured in
+/// place: the `calls` fixture's `stream` mode calls the probed `leaf` 50
+/// times per 64 KiB it writes to a socket its child reads. The budget
+/// drops `leaf` at the first look; its CPU per socket byte then falls by
+/// what `leaf`'s traps cost it, which over their calibrated cost is the
+/// in-place multiple, printed and stored in the capture's costs (at least
+/// 1, at most 5). Without the bytes counted from the socket records no
+/// multiple is taken.
+#[test]
+fn a_budget_measures_what_a_trap_costs_in_place() {
+    if !privileged() {
+        return;
+    }
+    let calls = fixture("calls", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stream.capture");
+    let run = tracer(&[
+        "record",
+        "-f",
+        "leaf",
+        "--sample-hz",
+        "0",
+        "--overhead",
+        "5%",
+        "--overhead-interval",
+        "1s",
+        "-o",
+        out.to_str().expect("utf8"),
+        "--",
+        calls.to_str().expect("utf8"),
+        "stream",
+        "3000",
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("dropped leaf"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("a trap costs the traced processes"),
+        "{}",
+        run.stderr
+    );
+    let o = capture(&out).overhead.expect("overhead item");
+    let costs = o.probe_costs.expect("costs by class");
+    assert!((1.0..=5.0).contains(&costs.in_situ), "{o:?}");
+    let summary = analyzer(&["summary", out.to_str().expect("utf8")]);
+    assert!(
+        summary
+            .stdout
+            .contains("those trap costs (measured in place)"),
+        "{}",
+        summary.stdout
+    );
+}
+
 /// Without a budget nothing is dropped, and probes that cost more than a
 /// fifth of a core are warned about after the first interval.
 #[test]
